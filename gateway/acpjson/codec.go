@@ -1,0 +1,190 @@
+package acpjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// Version is the ACP protocol version an agent negotiated at initialize.
+type Version int
+
+const (
+	// V1 is ACP protocol version 1: tool calls are created with `tool_call`
+	// and updated with `tool_call_update`, and a `null` patch field means
+	// "unchanged".
+	V1 Version = 1
+	// V2 is ACP protocol version 2: `tool_call_update` is an upsert whose
+	// `null` patch field means "clear".
+	V2 Version = 2
+)
+
+// ErrNoV1Form is returned by [EncodeUpdate] for a v2 update that ACP v1
+// cannot express at all (a tool-call content chunk, terminal updates, ...).
+// The caller decides what to send instead, for example the merged tool call.
+var ErrNoV1Form = errors.New("acpjson: update has no ACP v1 form")
+
+// An Error reports ACP JSON that could not be decoded. Its message names the
+// offending member and is safe to show to a client.
+type Error struct {
+	// Path is the dotted path of the member, such as "update.toolCallId".
+	Path string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *Error) Error() string {
+	if e.Path == "" {
+		return "acp json: " + e.Reason
+	}
+	return "acp json: " + e.Path + ": " + e.Reason
+}
+
+// DecodeUpdate decodes the `update` member of an ACP `session/update`
+// notification sent by an agent that negotiated version v.
+//
+// Updates discriminated by `sessionUpdate` follow ACP v1 or v2; an update
+// discriminated by `type` instead follows the draft notification dialect
+// (`content`, `tool_call` with a nested `toolCall`, `usage`, ...) and is
+// normalised to the matching v2 variant. A v1 `tool_call` or
+// `tool_call_update` becomes a v2 tool_call_update in which a v1 `null`
+// means unchanged. Unknown and `_`-prefixed updates are kept whole in
+// SessionUpdate.unknown.
+func DecodeUpdate(data []byte, v Version) (*acpv2.SessionUpdate, error) {
+	obj, err := parseObject(data)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeUpdateValue(obj, v)
+}
+
+// DecodeUpdateValue is [DecodeUpdate] for an update already parsed by
+// [Parse].
+func DecodeUpdateValue(obj map[string]any, v Version) (*acpv2.SessionUpdate, error) {
+	d := decoder{version: v}
+	u := &acpv2.SessionUpdate{}
+	if err := d.sessionUpdate(obj, u); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// DecodeToolCallUpdate decodes an ACP ToolCallUpdate object, such as the
+// `toolCall` of a `session/request_permission` request, with the null
+// semantics of version v.
+func DecodeToolCallUpdate(data []byte, v Version) (*acpv2.ToolCallUpdate, error) {
+	u := &acpv2.ToolCallUpdate{}
+	if err := Decode(data, u, v); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// Decode decodes the ACP JSON object data into m, which must be one of the
+// acp.v2 messages that mirror an ACP type (ContentBlock, ToolCallUpdate,
+// ToolCall, PermissionOption, SessionUpdate, ...).
+func Decode(data []byte, m proto.Message, v Version) error {
+	obj, err := parseObject(data)
+	if err != nil {
+		return err
+	}
+	return DecodeValue(obj, m, v)
+}
+
+// DecodeValue is [Decode] for an object already parsed by [Parse].
+func DecodeValue(obj map[string]any, m proto.Message, v Version) error {
+	d := decoder{version: v}
+	if u, ok := m.(*acpv2.SessionUpdate); ok {
+		return d.sessionUpdate(obj, u)
+	}
+	return d.object(obj, m.ProtoReflect(), "")
+}
+
+// EncodeUpdate encodes u as the `update` member of an ACP `session/update`
+// notification for an agent or client speaking version v.
+//
+// For V2 the encoding is lossless: decoding v2 JSON and encoding it again
+// yields the same JSON value. For V1 it is best-effort, as the v2 upsert
+// proposal describes: a tool_call_update becomes a v1 `tool_call_update`,
+// scalar clears are dropped (v1 cannot express them), collection clears are
+// sent as `[]`, and updates with no v1 form return [ErrNoV1Form].
+func EncodeUpdate(u *acpv2.SessionUpdate, v Version) ([]byte, error) {
+	e := encoder{version: v}
+	if err := e.sessionUpdate(u); err != nil {
+		return nil, err
+	}
+	return e.buf.Bytes(), nil
+}
+
+// EncodeToolCallV1 encodes a merged tool call as a v1 `tool_call` session
+// update, the form a v1 client expects the first time it sees an id.
+func EncodeToolCallV1(tc *acpv2.ToolCall) ([]byte, error) {
+	e := encoder{version: V1}
+	e.buf.WriteString(`{"sessionUpdate":"tool_call"`)
+	if err := e.fields(tc.ProtoReflect(), false); err != nil {
+		return nil, err
+	}
+	e.buf.WriteByte('}')
+	return e.buf.Bytes(), nil
+}
+
+// Encode encodes m, one of the acp.v2 messages that mirror an ACP type, as
+// ACP JSON of version v.
+func Encode(m proto.Message, v Version) ([]byte, error) {
+	e := encoder{version: v}
+	if u, ok := m.(*acpv2.SessionUpdate); ok {
+		if err := e.sessionUpdate(u); err != nil {
+			return nil, err
+		}
+		return e.buf.Bytes(), nil
+	}
+	if err := e.object(m.ProtoReflect()); err != nil {
+		return nil, err
+	}
+	return e.buf.Bytes(), nil
+}
+
+// Parse parses one ACP JSON object, keeping numbers exact as json.Number.
+func Parse(data []byte) (map[string]any, error) {
+	return parseObject(data)
+}
+
+func parseObject(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, &Error{Reason: "not valid JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return nil, &Error{Reason: "trailing data after the JSON object"}
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, &Error{Reason: fmt.Sprintf("want a JSON object, got %s", jsonKind(v))}
+	}
+	return obj, nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number, float64:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}

@@ -1,0 +1,85 @@
+package acpjson
+
+import (
+	"fmt"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// DecodePermissionRequest decodes the params of an agent's
+// `session/request_permission` request into a PermissionRequest (without its
+// request id or preview, which the gateway fills in).
+//
+// ACP v1 carries the tool call as `toolCall`; ACP v2 carries a `title` and a
+// `subject`, whose `tool_call` form holds the same ToolCallUpdate shape. A v2
+// subject of another type (a command, say) is kept in the request's `meta`
+// under "subject" so that nothing is lost.
+func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, error) {
+	obj, err := parseObject(data)
+	if err != nil {
+		return nil, err
+	}
+	d := decoder{version: v}
+	req := &acpv2.PermissionRequest{}
+	if title, ok := obj["title"].(string); ok {
+		req.Title = title
+	}
+	tc, _ := obj["toolCall"].(map[string]any)
+	var subject map[string]any
+	if tc == nil {
+		subject, _ = obj["subject"].(map[string]any)
+		if t, _ := subject["type"].(string); t == "tool_call" {
+			tc, _ = subject["toolCall"].(map[string]any)
+			subject = nil
+		}
+	}
+	if tc != nil {
+		req.ToolCall = &acpv2.ToolCallUpdate{}
+		if err := d.object(tc, req.ToolCall.ProtoReflect(), "toolCall"); err != nil {
+			return nil, err
+		}
+	}
+	opts, ok := obj["options"].([]any)
+	if !ok {
+		return nil, &Error{Path: "options", Reason: "want an array of permission options, got " + jsonKind(obj["options"])}
+	}
+	for i, o := range opts {
+		om, ok := o.(map[string]any)
+		if !ok {
+			return nil, &Error{Path: fmt.Sprintf("options[%d]", i), Reason: "want an object, got " + jsonKind(o)}
+		}
+		po := &acpv2.PermissionOption{}
+		if err := d.object(om, po.ProtoReflect(), fmt.Sprintf("options[%d]", i)); err != nil {
+			return nil, err
+		}
+		if po.GetOptionId() == "" {
+			return nil, &Error{Path: fmt.Sprintf("options[%d].optionId", i), Reason: "required"}
+		}
+		req.Options = append(req.Options, po)
+	}
+	meta, _ := obj["_meta"].(map[string]any)
+	if subject != nil {
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta["subject"] = subject
+	}
+	if meta != nil {
+		req.Meta = toStruct(meta)
+	}
+	return req, nil
+}
+
+// EncodePermissionResponse encodes the result of a `session/request_permission`
+// request for outcome: `{"outcome":{"outcome":"selected","optionId":...}}` or
+// `{"outcome":{"outcome":"cancelled"}}`.
+func EncodePermissionResponse(outcome *acpv2.PermissionOutcome) []byte {
+	e := encoder{version: V2}
+	if id, ok := outcome.GetOutcome().(*acpv2.PermissionOutcome_SelectedOptionId); ok {
+		e.buf.WriteString(`{"outcome":{"outcome":"selected","optionId":`)
+		e.str(id.SelectedOptionId)
+		e.buf.WriteString(`}}`)
+		return e.buf.Bytes()
+	}
+	return []byte(`{"outcome":{"outcome":"cancelled"}}`)
+}

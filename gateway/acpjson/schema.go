@@ -1,0 +1,220 @@
+package acpjson
+
+import (
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// The codec is driven by the acp.v2 descriptors: a field's ACP member name is
+// its proto JSON name, `meta` is `_meta`, and `extra` holds unmodelled
+// members. This file holds the few facts the descriptors cannot carry:
+// discriminated unions, renamed members, and members ACP treats as optional
+// that proto3 cannot mark present.
+
+// msgInfo is what the codec knows about one message type.
+type msgInfo struct {
+	desc protoreflect.MessageDescriptor
+	// byKey maps an ACP member name to its field. Oneof members are absent:
+	// unions are handled by union.
+	byKey map[string]protoreflect.FieldDescriptor
+	// keys is the ACP member name of every field in byKey, by field index.
+	keys  map[protoreflect.FieldNumber]string
+	meta  protoreflect.FieldDescriptor
+	extra protoreflect.FieldDescriptor
+	union *union
+	// patch is set for the tri-state wrappers: the `value` field.
+	patch protoreflect.FieldDescriptor
+	// required lists fields whose absence or malformation is an error.
+	required []protoreflect.FieldDescriptor
+	// omitEmpty lists implicit-presence fields that are optional in ACP, so
+	// an empty value is not encoded.
+	omitEmpty map[protoreflect.FieldNumber]bool
+}
+
+// union describes an ACP union stored as a proto oneof.
+type union struct {
+	// key is the discriminator member, such as "type".
+	key     string
+	byTag   map[string]variant
+	tagOf   map[protoreflect.FieldNumber]string
+	unknown protoreflect.FieldDescriptor
+	oneof   protoreflect.OneofDescriptor
+}
+
+// variant is one arm of a union. A flattened variant's members sit beside
+// the discriminator; a nested one sits under member nested.
+type variant struct {
+	field  protoreflect.FieldDescriptor
+	nested string
+}
+
+var infos = map[protoreflect.FullName]*msgInfo{}
+
+func info(md protoreflect.MessageDescriptor) *msgInfo {
+	return infos[md.FullName()]
+}
+
+func init() {
+	files := []protoreflect.FileDescriptor{
+		acpv2.File_acp_v2_content_proto,
+		acpv2.File_acp_v2_tool_call_proto,
+		acpv2.File_acp_v2_session_update_proto,
+		acpv2.File_acp_v2_session_service_proto,
+	}
+	for _, f := range files {
+		msgs := f.Messages()
+		for i := 0; i < msgs.Len(); i++ {
+			register(msgs.Get(i))
+		}
+	}
+
+	defineUnion(&acpv2.ContentBlock{}, "type", "unknown", map[string]variant{
+		"text":          {field: field(&acpv2.ContentBlock{}, "text")},
+		"image":         {field: field(&acpv2.ContentBlock{}, "image")},
+		"audio":         {field: field(&acpv2.ContentBlock{}, "audio")},
+		"resource_link": {field: field(&acpv2.ContentBlock{}, "resource_link")},
+		"resource":      {field: field(&acpv2.ContentBlock{}, "resource")},
+	})
+	defineUnion(&acpv2.ToolCallContent{}, "type", "unknown", map[string]variant{
+		"content":  {field: field(&acpv2.ToolCallContent{}, "content"), nested: "content"},
+		"diff":     {field: field(&acpv2.ToolCallContent{}, "diff")},
+		"terminal": {field: field(&acpv2.ToolCallContent{}, "terminal")},
+	})
+	defineUnion(&acpv2.PlanContent{}, "type", "unknown", map[string]variant{
+		"items": {field: field(&acpv2.PlanContent{}, "items")},
+	})
+
+	require(&acpv2.ToolCallUpdate{}, "tool_call_id")
+	require(&acpv2.ToolCallContentChunk{}, "tool_call_id", "content")
+	require(&acpv2.ToolCall{}, "tool_call_id")
+
+	omitEmpty(&acpv2.ToolCall{}, "kind", "status", "content", "locations")
+	omitEmpty(&acpv2.Annotations{}, "audience")
+}
+
+func register(md protoreflect.MessageDescriptor) {
+	in := &msgInfo{
+		desc:      md,
+		byKey:     map[string]protoreflect.FieldDescriptor{},
+		keys:      map[protoreflect.FieldNumber]string{},
+		omitEmpty: map[protoreflect.FieldNumber]bool{},
+	}
+	fields := md.Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		switch {
+		case fd.Name() == "extra" && isStruct(fd):
+			in.extra = fd
+			continue
+		case fd.Name() == "meta" && (isStruct(fd) || fd.Message() != nil && fd.Message().Name() == "StructPatch"):
+			in.meta = fd
+		}
+		if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() {
+			if od.Name() == "op" && fd.Name() == "value" {
+				in.patch = fd
+			}
+			continue
+		}
+		key := fd.JSONName()
+		if fd == in.meta {
+			key = "_meta"
+		}
+		in.byKey[key] = fd
+		in.keys[fd.Number()] = key
+	}
+	infos[md.FullName()] = in
+	nested := md.Messages()
+	for i := 0; i < nested.Len(); i++ {
+		register(nested.Get(i))
+	}
+}
+
+func field(m interface {
+	ProtoReflect() protoreflect.Message
+}, name protoreflect.Name) protoreflect.FieldDescriptor {
+	fd := m.ProtoReflect().Descriptor().Fields().ByName(name)
+	if fd == nil {
+		panic("acpjson: no field " + string(name))
+	}
+	return fd
+}
+
+func defineUnion(m interface {
+	ProtoReflect() protoreflect.Message
+}, key string, unknown protoreflect.Name, variants map[string]variant) {
+	in := info(m.ProtoReflect().Descriptor())
+	u := &union{key: key, byTag: variants, tagOf: map[protoreflect.FieldNumber]string{}}
+	u.unknown = field(m, unknown)
+	u.oneof = u.unknown.ContainingOneof()
+	for tag, v := range variants {
+		u.tagOf[v.field.Number()] = tag
+	}
+	in.union = u
+}
+
+func require(m interface {
+	ProtoReflect() protoreflect.Message
+}, names ...protoreflect.Name) {
+	in := info(m.ProtoReflect().Descriptor())
+	for _, n := range names {
+		in.required = append(in.required, field(m, n))
+	}
+}
+
+func omitEmpty(m interface {
+	ProtoReflect() protoreflect.Message
+}, names ...protoreflect.Name) {
+	in := info(m.ProtoReflect().Descriptor())
+	for _, n := range names {
+		in.omitEmpty[field(m, n).Number()] = true
+	}
+}
+
+func isStruct(fd protoreflect.FieldDescriptor) bool {
+	return fd.Message() != nil && fd.Message().FullName() == "google.protobuf.Struct"
+}
+
+// updateTags maps a `sessionUpdate` value to its SessionUpdate field, for
+// both v1 and v2 names. v1 `tool_call` is handled separately.
+var updateTags = map[string]protoreflect.Name{
+	"user_message_chunk":        "user_message_chunk",
+	"agent_message_chunk":       "agent_message_chunk",
+	"agent_thought_chunk":       "agent_thought_chunk",
+	"tool_call_update":          "tool_call_update",
+	"tool_call_content_chunk":   "tool_call_content_chunk",
+	"plan":                      "plan",
+	"plan_update":               "plan_update",
+	"available_commands_update": "available_commands_update",
+	"current_mode_update":       "current_mode_update",
+	"config_option_update":      "config_option_update",
+	"session_info_update":       "session_info_update",
+	"usage_update":              "usage_update",
+	"user_message":              "user_message",
+	"agent_message":             "agent_message",
+	"agent_thought":             "agent_thought",
+	"state_update":              "state_update",
+	"terminal_update":           "terminal_update",
+	"terminal_output_chunk":     "terminal_output_chunk",
+}
+
+// v1Tags lists the SessionUpdate variants ACP v1 can carry as they are.
+var v1Tags = map[string]bool{
+	"user_message_chunk":        true,
+	"agent_message_chunk":       true,
+	"agent_thought_chunk":       true,
+	"tool_call_update":          true,
+	"plan":                      true,
+	"available_commands_update": true,
+	"current_mode_update":       true,
+	"config_option_update":      true,
+	"session_info_update":       true,
+	"usage_update":              true,
+}
+
+var (
+	mdToolCallUpdate      = (&acpv2.ToolCallUpdate{}).ProtoReflect().Descriptor()
+	mdSessionConfigOption = (&acpv2.SessionConfigOption{}).ProtoReflect().Descriptor()
+	mdEmbeddedResource    = (&acpv2.EmbeddedResource{}).ProtoReflect().Descriptor()
+	mdSessionUpdate       = (&acpv2.SessionUpdate{}).ProtoReflect().Descriptor()
+)
