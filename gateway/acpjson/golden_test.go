@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
 // goldenCase is one vector in testdata/golden: an update as an agent of

@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
 func TestDecodePermissionRequestV1(t *testing.T) {

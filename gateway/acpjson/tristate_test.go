@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
 type state int
