@@ -1,0 +1,56 @@
+# acp-gateway developer tasks. `make help` lists them.
+SHELL := /usr/bin/env bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+BUF       := $(GO) tool buf
+FUZZTIME  ?= 10s
+
+.PHONY: help
+help: ## Describe the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: run
+run: ## Run the gateway on 127.0.0.1:8080
+	$(GO) run ./cmd/acp-gateway serve
+
+.PHONY: ci
+ci: deps lint checkgenerate test fuzz benchcheck ## Everything CI runs, on a fresh machine
+	@echo "ci: all checks passed"
+
+.PHONY: deps
+deps: ## Install and start what the tests need
+	./scripts/deps.sh
+
+.PHONY: test
+test: ## Run every test with the race detector
+	$(GO) test -race -count=1 ./...
+
+.PHONY: lint
+lint: ## gofmt, go vet and buf lint
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(BUF) lint
+
+.PHONY: generate
+generate: ## Regenerate gen/ from proto/
+	$(BUF) generate
+
+.PHONY: checkgenerate
+checkgenerate: generate ## Fail when regenerating changes gen/
+	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
+		echo "gen/ is stale: run 'make generate' and commit:"; git status --porcelain -- gen; exit 1; fi
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target briefly (FUZZTIME, default 10s)
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeUpdate$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
+	$(GO) test -run='^$$' -fuzz='^FuzzApply$$' -fuzztime=$(FUZZTIME) ./gateway/merge
+
+.PHONY: benchcheck
+benchcheck: ## Run every benchmark once so none rots
+	$(GO) test -run='^$$' -bench=. -benchtime=1x ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks with allocation counts
+	$(GO) test -run='^$$' -bench=. -benchmem ./...

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+)
+
+func TestBadFlagsExit2WithOneLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "usage"},
+		{"unknown command", []string{"bogus"}, `unknown command "bogus"`},
+		{"unknown flag", []string{"serve", "--nope"}, "nope"},
+		{"bad listen", []string{"serve", "--listen", "nocolon"}, "--listen"},
+		{"agent without =", []string{"serve", "--agent", "x"}, "NAME=COMMAND_LINE"},
+		{"agent empty command", []string{"serve", "--agent", "x="}, "empty command line"},
+		{"agent bad quoting", []string{"serve", "--agent", `x=node "agent.js`}, `agent "x"`},
+		{"agent twice", []string{"serve", "--agent", "x=a", "--agent", "x=b"}, "given twice"},
+		{"unsupported store", []string{"serve", "--store", "etcd://x"}, "--store"},
+		{"stray argument", []string{"serve", "extra"}, "no arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tc.args, &stdout, &stderr)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d (stderr %q)", code, exitUsage, stderr.String())
+			}
+			first, _, _ := strings.Cut(stderr.String(), "\n")
+			if !strings.Contains(first, tc.want) {
+				t.Fatalf("first stderr line %q does not name %q", first, tc.want)
+			}
+		})
+	}
+}
+
+func TestAgentCommandLineIsSplitLikeAShell(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseServe([]string{"--agent", `ts=node "/opt/my agent/agent.js" --flag='a b'`, "--agent", "go=/bin/agent"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"node", "/opt/my agent/agent.js", "--flag=a b"}
+	if got := cfg.agents["ts"]; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("got %q want %q", got, want)
+	}
+	if got := cfg.agents["go"]; len(got) != 1 || got[0] != "/bin/agent" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestServeAnswersOnEveryProtocol(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	var line struct{ Addr string }
+	if err := json.NewDecoder(bufio.NewReader(pr)).Decode(&line); err != nil || line.Addr == "" {
+		t.Fatalf("no listen log line: %v", err)
+	}
+	go io.Copy(io.Discard, pr)
+	base := "http://" + line.Addr
+
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %s", resp.Status)
+	}
+
+	h2c := new(http.Protocols)
+	h2c.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
+	for name, client := range map[string]acpv2connect.SessionServiceClient{
+		"connect":  acpv2connect.NewSessionServiceClient(http.DefaultClient, base),
+		"grpc":     acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),
+		"grpc-web": acpv2connect.NewSessionServiceClient(http.DefaultClient, base, connect.WithGRPCWeb()),
+	} {
+		_, err := client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: "s"}))
+		if connect.CodeOf(err) != connect.CodeUnimplemented {
+			t.Errorf("%s: GetSession err = %v, want unimplemented", name, err)
+		}
+	}
+
+	cancel()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("serve exited %d after shutdown", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(errors.New("serve did not stop after its context ended"))
+	}
+}
