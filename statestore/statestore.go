@@ -1,0 +1,86 @@
+// Package statestore holds what a gateway must not lose about its sessions:
+// the session records, each session's numbered event log, and its merged
+// tool-call snapshots.
+//
+// A session's events are written by one writer at a time (the replica that
+// runs its agent), which numbers them 1, 2, 3, ... Stores enforce that
+// numbering, so a second writer is refused rather than allowed to fork the
+// log. Readers on any replica replay the log by seq.
+package statestore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+var (
+	// ErrNotFound is returned for a session the store does not hold.
+	ErrNotFound = errors.New("statestore: session not found")
+	// ErrExists is returned when creating a session whose id is taken.
+	ErrExists = errors.New("statestore: session already exists")
+	// ErrSeqConflict is returned by Append when the first event's seq is not
+	// the session's last seq plus one.
+	ErrSeqConflict = errors.New("statestore: event seq does not follow the log")
+)
+
+// State is where a session is in its life. It only moves forward, except
+// that an agent-lost session may be re-attached (back to ready).
+type State string
+
+const (
+	// StateStarting: the agent is being spawned and initialised.
+	StateStarting State = "starting"
+	// StateReady: the agent runs and accepts prompts.
+	StateReady State = "ready"
+	// StateAgentLost: the agent process is gone (it exited, or the gateway
+	// that ran it restarted or died); a prompt may re-attach it.
+	StateAgentLost State = "agent_lost"
+	// StateClosed: the session was closed; its agent is gone for good.
+	StateClosed State = "closed"
+)
+
+// Session is a session record.
+type Session struct {
+	ID    string
+	Owner string
+	Agent string
+	Cwd   string
+	State State
+	// AgentSessionID is the agent's own ACP session id, used to re-attach
+	// with session/load or session/resume.
+	AgentSessionID string
+	// ProtocolVersion is the ACP version the agent negotiated.
+	ProtocolVersion int
+	CreatedAt       time.Time
+	// LastSeq is the seq of the last stored event (0 before the first).
+	LastSeq uint64
+	// Detail says why the session is in its state, e.g. how the agent ended.
+	Detail string
+}
+
+// Store is a state store. Implementations are safe for concurrent use.
+type Store interface {
+	// CreateSession stores a new session record.
+	CreateSession(ctx context.Context, s *Session) error
+	// GetSession returns the record of session id.
+	GetSession(ctx context.Context, id string) (*Session, error)
+	// ListSessions returns the records of owner's sessions (all sessions
+	// when owner is empty), oldest first.
+	ListSessions(ctx context.Context, owner string) ([]*Session, error)
+	// SetState records a session's new state and why.
+	SetState(ctx context.Context, id string, state State, detail string) error
+	// SetAgentSession records the agent's ACP session id and protocol version.
+	SetAgentSession(ctx context.Context, id, agentSessionID string, protocolVersion int) error
+	// Append stores events, whose seqs must continue the session's log
+	// without a gap, and the tool calls they changed, atomically.
+	Append(ctx context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error
+	// Events returns up to limit stored events with seq > after, in order.
+	Events(ctx context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error)
+	// ToolCalls returns the session's merged tool calls in first-seen order.
+	ToolCalls(ctx context.Context, id string) ([]*acpv2.ToolCall, error)
+	// Close releases the store.
+	Close() error
+}
