@@ -1,0 +1,100 @@
+package merge_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/acp-gateway/acp-gateway/gateway/merge"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// BenchmarkApplyUpdate patches the status of an existing tool call whose
+// content has two items.
+func BenchmarkApplyUpdate(b *testing.B) {
+	s := merge.New()
+	if _, err := s.ApplyUpdate(&acpv2.ToolCallUpdate{
+		ToolCallId: "call_1",
+		Title:      strVal("Read file"),
+		Kind:       strVal("read"),
+		Status:     strVal("pending"),
+		Content:    contentVal(textItem("a"), diffItem("/f", "old", "new")),
+		Locations:  locVal(loc("/f", 1)),
+		RawInput:   valueVal(mustValue(map[string]any{"path": "/f"})),
+	}); err != nil {
+		b.Fatal(err)
+	}
+	updates := [2]*acpv2.ToolCallUpdate{
+		{ToolCallId: "call_1", Status: strVal("in_progress")},
+		{ToolCallId: "call_1", Status: strVal("completed")},
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.ApplyUpdate(updates[i&1]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkApplyChunk appends text chunks to an existing tool call. Every
+// 1,000 chunks an update replaces the content (as a tool call's final update
+// typically does), so the content does not grow without bound.
+func BenchmarkApplyChunk(b *testing.B) {
+	s := merge.New()
+	if _, err := s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: "call_1", Title: strVal("Run"), Kind: strVal("execute")}); err != nil {
+		b.Fatal(err)
+	}
+	c := chunk("call_1", textItem("output line\n"))
+	reset := &acpv2.ToolCallUpdate{ToolCallId: "call_1", Content: contentClear()}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.ApplyChunk(c); err != nil {
+			b.Fatal(err)
+		}
+		if i++; i%1000 == 0 {
+			if _, err := s.ApplyUpdate(reset); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// turnOps is a 1,000-op turn: 100 tool calls, each created, then patched and
+// chunked (10 ops per tool call).
+func turnOps() []op {
+	ops := make([]op, 0, 1000)
+	for i := range 100 {
+		id := fmt.Sprintf("call_%03d", i)
+		ops = append(ops,
+			upd(&acpv2.ToolCallUpdate{
+				ToolCallId: id,
+				Title:      strVal("Run " + id),
+				Kind:       strVal("execute"),
+				Status:     strVal("pending"),
+				RawInput:   valueVal(mustValue(map[string]any{"command": "ls"})),
+			}),
+			upd(&acpv2.ToolCallUpdate{ToolCallId: id, Status: strVal("in_progress"), Locations: locVal(loc("/src", 1))}),
+			chkText(id, "1"), chkText(id, "2"), chkText(id, "3"), chkText(id, "4"),
+			chkText(id, "5"), chkText(id, "6"), chkText(id, "7"),
+			upd(&acpv2.ToolCallUpdate{ToolCallId: id, Status: strVal("completed"), RawOutput: valueVal(mustValue("ok"))}),
+		)
+	}
+	return ops
+}
+
+// BenchmarkTurn1000 applies a 1,000-op turn to a fresh State per iteration.
+func BenchmarkTurn1000(b *testing.B) {
+	ops := turnOps()
+	b.ReportAllocs()
+	for b.Loop() {
+		s := merge.New()
+		for _, o := range ops {
+			if _, err := apply(s, o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ops)), "ns/apply")
+}
