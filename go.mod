@@ -11,6 +11,7 @@ tool (
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/kballard/go-shellquote v0.0.0-20180428030007-95032a82bc51
+	github.com/sourcegraph/jsonrpc2 v0.2.3
 	google.golang.org/protobuf v1.36.12
 )
 

@@ -1056,10 +1056,13 @@ func (x *PromptRequest) GetPrompt() []*ContentBlock {
 	return nil
 }
 
-// PromptResponse carries one event of the turn.
+// PromptResponse carries one event of the turn, or a heartbeat.
 type PromptResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *SessionEvent          `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Event *SessionEvent          `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Set instead of event on a heartbeat, sent while the stream is otherwise
+	// idle so that proxies and load balancers keep it open.
+	Heartbeat     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1097,6 +1100,13 @@ func (*PromptResponse) Descriptor() ([]byte, []int) {
 func (x *PromptResponse) GetEvent() *SessionEvent {
 	if x != nil {
 		return x.Event
+	}
+	return nil
+}
+
+func (x *PromptResponse) GetHeartbeat() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Heartbeat
 	}
 	return nil
 }
@@ -1155,10 +1165,13 @@ func (x *WatchRequest) GetAfterSeq() uint64 {
 	return 0
 }
 
-// WatchResponse carries one event.
+// WatchResponse carries one event, or a heartbeat.
 type WatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *SessionEvent          `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Event *SessionEvent          `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Set instead of event on a heartbeat, sent while the stream is otherwise
+	// idle so that proxies and load balancers keep it open.
+	Heartbeat     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1196,6 +1209,13 @@ func (*WatchResponse) Descriptor() ([]byte, []int) {
 func (x *WatchResponse) GetEvent() *SessionEvent {
 	if x != nil {
 		return x.Event
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetHeartbeat() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Heartbeat
 	}
 	return nil
 }
@@ -1725,15 +1745,17 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\rPromptRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12,\n" +
-	"\x06prompt\x18\x02 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"<\n" +
+	"\x06prompt\x18\x02 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"v\n" +
 	"\x0ePromptResponse\x12*\n" +
-	"\x05event\x18\x01 \x01(\v2\x14.acp.v2.SessionEventR\x05event\"J\n" +
+	"\x05event\x18\x01 \x01(\v2\x14.acp.v2.SessionEventR\x05event\x128\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\theartbeat\"J\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\";\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"u\n" +
 	"\rWatchResponse\x12*\n" +
-	"\x05event\x18\x01 \x01(\v2\x14.acp.v2.SessionEventR\x05event\".\n" +
+	"\x05event\x18\x01 \x01(\v2\x14.acp.v2.SessionEventR\x05event\x128\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\theartbeat\".\n" +
 	"\rCancelRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x10\n" +
@@ -1869,30 +1891,32 @@ var file_acp_v2_session_service_proto_depIdxs = []int32{
 	23, // 34: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
 	43, // 35: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
 	0,  // 36: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	0,  // 37: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	5,  // 38: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
-	6,  // 39: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	7,  // 40: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	9,  // 41: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	11, // 42: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	13, // 43: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	15, // 44: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	17, // 45: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	19, // 46: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	21, // 47: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	8,  // 48: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	10, // 49: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	12, // 50: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	14, // 51: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	16, // 52: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	18, // 53: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	20, // 54: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	22, // 55: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	48, // [48:56] is the sub-list for method output_type
-	40, // [40:48] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	23, // 37: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 38: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
+	23, // 39: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	5,  // 40: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
+	6,  // 41: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
+	7,  // 42: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	9,  // 43: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	11, // 44: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	13, // 45: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	15, // 46: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	17, // 47: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	19, // 48: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	21, // 49: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	8,  // 50: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	10, // 51: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	12, // 52: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	14, // 53: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	16, // 54: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	18, // 55: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	20, // 56: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	22, // 57: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	50, // [50:58] is the sub-list for method output_type
+	42, // [42:50] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }

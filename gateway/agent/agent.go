@@ -1,0 +1,493 @@
+// Package agent runs one ACP agent process and speaks ACP to it as the
+// client: it spawns the agent in its own process group, talks JSON-RPC over
+// the agent's stdin and stdout, relays what the agent sends through a
+// [Client], and ends the whole process group when done.
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// Defaults for [Config] fields left zero.
+const (
+	DefaultStartTimeout = 30 * time.Second
+	DefaultStopGrace    = 2 * time.Second
+	DefaultMaxLine      = 16 << 20
+	// maxStderrLine bounds one logged stderr line; the rest is dropped.
+	maxStderrLine = 8 << 10
+)
+
+// clientProtocolVersion is the newest ACP version the gateway speaks.
+const clientProtocolVersion = 2
+
+// Client receives what the agent sends. Methods are called from the agent's
+// read loop, so they must not block: SessionUpdate calls arrive in the order
+// the agent sent them, and RequestPermission returns a channel that is
+// answered later.
+type Client interface {
+	// SessionUpdate receives the `update` of each session/update
+	// notification, undecoded.
+	SessionUpdate(agentSessionID string, update json.RawMessage)
+	// RequestPermission receives the params of a session/request_permission
+	// request. The agent gets the outcome sent on the returned channel, or
+	// cancelled when the channel is closed without a value. An error is
+	// returned to the agent as the request's error.
+	RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, error)
+}
+
+// Config describes an agent to run.
+type Config struct {
+	// Command is the program and its arguments.
+	Command []string
+	// Dir is the agent's working directory, and the root of the files it may
+	// read and write through the gateway.
+	Dir string
+	// Env is the agent's whole environment.
+	Env []string
+	// Client receives the agent's updates and requests.
+	Client Client
+	// Log receives the agent's stderr, one record per line, and lifecycle
+	// events.
+	Log *slog.Logger
+	// StartTimeout bounds the start-up, until initialize is answered.
+	StartTimeout time.Duration
+	// StopGrace is how long Close waits after closing stdin, and again after
+	// SIGTERM, before escalating.
+	StopGrace time.Duration
+	// MaxLine bounds one line of agent output; a longer line is a protocol
+	// error that ends the agent.
+	MaxLine int
+}
+
+// Agent is a running agent process.
+type Agent struct {
+	cfg    Config
+	cmd    *exec.Cmd
+	conn   *jsonrpc2.Conn
+	stream *recordingStream
+	fs     *fileServer
+
+	version     acpjson.Version
+	loadSession bool
+	authMethods []string
+
+	exited  chan struct{} // closed when the process is reaped
+	waitErr error         // the process's exit, set before exited closes
+	done    chan struct{} // closed when the agent is gone: exited or disconnected
+	doneErr atomic.Pointer[error]
+
+	closeOnce sync.Once
+}
+
+// ErrExited is wrapped by the error of an agent that ended.
+var ErrExited = errors.New("agent ended")
+
+// Start spawns the agent and initialises it. On error nothing is left
+// running.
+func Start(ctx context.Context, cfg Config) (*Agent, error) {
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("agent: empty command")
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.MaxLine <= 0 {
+		cfg.MaxLine = DefaultMaxLine
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	fs, err := newFileServer(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
+	cmd.Dir = cfg.Dir
+	cmd.Env = cfg.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		fs.close()
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		fs.close()
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		fs.close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		fs.close()
+		return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
+	}
+	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, exited: make(chan struct{}), done: make(chan struct{})}
+	a.cfg.Log.Info("agent started", "pid", cmd.Process.Pid)
+
+	var logWG sync.WaitGroup
+	logWG.Add(1)
+	go func() {
+		defer logWG.Done()
+		a.logStderr(stderr)
+	}()
+	go func() {
+		err := cmd.Wait() // also waits for the stderr copy to see EOF
+		logWG.Wait()
+		a.waitErr = err
+		close(a.exited)
+	}()
+
+	rw := &stdio{r: &lineLimiter{r: stdout, max: cfg.MaxLine}, w: stdin}
+	a.stream = &recordingStream{ObjectStream: jsonrpc2.NewPlainObjectStream(rw)}
+	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a},
+		jsonrpc2.SetLogger(discardLogger{}))
+	go a.watch()
+
+	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	if err := a.initialize(startCtx); err != nil {
+		a.Close()
+		if errors.Is(startCtx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("agent: no answer to initialize within %v", cfg.StartTimeout)
+		}
+		if derr := a.Err(); derr != nil {
+			return nil, derr
+		}
+		return nil, err
+	}
+	return a, nil
+}
+
+// watch marks the agent done when its process exits or its stream breaks.
+func (a *Agent) watch() {
+	var err error
+	select {
+	case <-a.exited:
+		err = fmt.Errorf("%w: %s", ErrExited, describeExit(a.waitErr))
+	case <-a.conn.DisconnectNotify():
+		if rerr := a.stream.err(); rerr != nil && !errors.Is(rerr, io.EOF) {
+			err = fmt.Errorf("%w: protocol error: %v", ErrExited, rerr)
+		} else {
+			// Output closed: the process is exiting. Report its status.
+			select {
+			case <-a.exited:
+				err = fmt.Errorf("%w: %s", ErrExited, describeExit(a.waitErr))
+			case <-time.After(a.cfg.StopGrace):
+				err = fmt.Errorf("%w: closed its output", ErrExited)
+			}
+		}
+	}
+	a.doneErr.Store(&err)
+	close(a.done)
+	a.cfg.Log.Info("agent ended", "reason", err.Error())
+}
+
+func describeExit(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by signal " + ws.Signal().String()
+		}
+		return fmt.Sprintf("exited with status %d", ee.ExitCode())
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return "exited with status 0"
+}
+
+// Done is closed when the agent has ended: its process exited or its
+// output broke the protocol.
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Err says why the agent ended, or nil while it runs.
+func (a *Agent) Err() error {
+	if p := a.doneErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Version is the ACP version the agent negotiated.
+func (a *Agent) Version() acpjson.Version { return a.version }
+
+// LoadSession reports whether the agent offers session/load.
+func (a *Agent) LoadSession() bool { return a.loadSession }
+
+// AuthMethods lists the ids of the authentication methods the agent offers.
+func (a *Agent) AuthMethods() []string { return a.authMethods }
+
+// Pid is the agent's process id (and process group id).
+func (a *Agent) Pid() int { return a.cmd.Process.Pid }
+
+func (a *Agent) initialize(ctx context.Context) error {
+	params := map[string]any{
+		"protocolVersion": clientProtocolVersion,
+		// v1 names.
+		"clientCapabilities": map[string]any{
+			"fs":       map[string]any{"readTextFile": true, "writeTextFile": true},
+			"terminal": false,
+		},
+		"clientInfo": map[string]any{"name": "acp-gateway", "version": "dev"},
+		// v2 names.
+		"info":         map[string]any{"name": "acp-gateway", "version": "dev"},
+		"capabilities": map[string]any{},
+	}
+	var res struct {
+		ProtocolVersion   int `json:"protocolVersion"`
+		AgentCapabilities struct {
+			LoadSession bool `json:"loadSession"`
+		} `json:"agentCapabilities"`
+		AuthMethods []struct {
+			ID string `json:"id"`
+		} `json:"authMethods"`
+	}
+	if err := a.call(ctx, "initialize", params, &res); err != nil {
+		return fmt.Errorf("agent: initialize: %w", err)
+	}
+	switch res.ProtocolVersion {
+	case 1, 2:
+		a.version = acpjson.Version(res.ProtocolVersion)
+	default:
+		return fmt.Errorf("agent: initialize: unsupported protocol version %d (the gateway speaks 1 and 2)", res.ProtocolVersion)
+	}
+	a.loadSession = res.AgentCapabilities.LoadSession
+	for _, m := range res.AuthMethods {
+		a.authMethods = append(a.authMethods, m.ID)
+	}
+	return nil
+}
+
+// call makes a request and fails fast when the agent ends meanwhile.
+func (a *Agent) call(ctx context.Context, method string, params, result any) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := a.conn.Call(ctx, method, params, result)
+	if err != nil {
+		if derr := a.Err(); derr != nil {
+			return derr
+		}
+		var rpcErr *jsonrpc2.Error
+		if errors.As(err, &rpcErr) {
+			return &RPCError{Method: method, Code: rpcErr.Code, Message: rpcErr.Message}
+		}
+	}
+	return err
+}
+
+// RPCError is an error the agent answered a request with.
+type RPCError struct {
+	Method  string
+	Code    int64
+	Message string
+}
+
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("agent answered %s with error %d: %s", e.Method, e.Code, e.Message)
+}
+
+// Authenticate runs the agent's authentication method id.
+func (a *Agent) Authenticate(ctx context.Context, method string) error {
+	return a.call(ctx, "authenticate", map[string]any{"methodId": method}, nil)
+}
+
+// NewSession creates a session at the agent and returns its id.
+func (a *Agent) NewSession(ctx context.Context, cwd string) (string, error) {
+	var res struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := a.call(ctx, "session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}, &res); err != nil {
+		return "", err
+	}
+	if res.SessionID == "" {
+		return "", errors.New("agent: session/new returned no sessionId")
+	}
+	return res.SessionID, nil
+}
+
+// Load re-attaches an existing agent session with session/load.
+func (a *Agent) Load(ctx context.Context, sessionID, cwd string) error {
+	return a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": []any{}}, nil)
+}
+
+// Prompt sends a prompt turn and waits for its stop reason.
+func (a *Agent) Prompt(ctx context.Context, sessionID string, prompt []*acpv2.ContentBlock) (string, error) {
+	blocks := make([]json.RawMessage, len(prompt))
+	for i, b := range prompt {
+		js, err := acpjson.Encode(b, a.version)
+		if err != nil {
+			return "", fmt.Errorf("prompt block %d: %w", i, err)
+		}
+		blocks[i] = js
+	}
+	var res struct {
+		StopReason string `json:"stopReason"`
+	}
+	if err := a.call(ctx, "session/prompt", map[string]any{"sessionId": sessionID, "prompt": blocks}, &res); err != nil {
+		return "", err
+	}
+	if res.StopReason == "" {
+		// ACP v2 reports the stop reason in a state_update instead.
+		res.StopReason = "end_turn"
+	}
+	return res.StopReason, nil
+}
+
+// Cancel sends session/cancel for sessionID.
+func (a *Agent) Cancel(ctx context.Context, sessionID string) error {
+	return a.conn.Notify(ctx, "session/cancel", map[string]any{"sessionId": sessionID})
+}
+
+// Close ends the agent: it closes stdin, then after StopGrace sends SIGTERM
+// to the process group, then after StopGrace again SIGKILL, and waits until
+// the process is reaped. Whatever else is left in the group is killed.
+func (a *Agent) Close() {
+	a.closeOnce.Do(func() {
+		_ = a.conn.Close() // closes the agent's stdin
+		pgid := a.cmd.Process.Pid
+		select {
+		case <-a.exited:
+		case <-time.After(a.cfg.StopGrace):
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			select {
+			case <-a.exited:
+			case <-time.After(a.cfg.StopGrace):
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				<-a.exited
+			}
+		}
+		// Children the agent left behind in its group.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-a.done
+		a.fs.close()
+	})
+}
+
+func (a *Agent) logStderr(r io.Reader) {
+	br := bufio.NewReaderSize(r, 4096)
+	for {
+		line, err := readLine(br, maxStderrLine)
+		if len(line) > 0 {
+			a.cfg.Log.Info("agent stderr", "line", line)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readLine reads one line, keeping at most max bytes of it.
+func readLine(br *bufio.Reader, max int) (string, error) {
+	var buf []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if room := max - len(buf); room > 0 {
+			buf = append(buf, frag[:min(len(frag), room)]...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		for len(buf) > 0 && (buf[len(buf)-1] == '\n' || buf[len(buf)-1] == '\r') {
+			buf = buf[:len(buf)-1]
+		}
+		return string(buf), err
+	}
+}
+
+// deferred is returned by handle for a request it answers later.
+type deferred struct{}
+
+// handler adapts Agent.handle to jsonrpc2.Handler.
+type handler struct{ a *Agent }
+
+// Handle implements jsonrpc2.Handler. It runs in the read loop, so updates
+// are handled in the order the agent sent them.
+func (h handler) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	result, err := h.a.handle(ctx, conn, req)
+	if _, later := result.(deferred); req.Notif || later {
+		return
+	}
+	if err != nil {
+		var rpcErr *jsonrpc2.Error
+		if !errors.As(err, &rpcErr) {
+			rpcErr = &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: err.Error()}
+		}
+		_ = conn.ReplyWithError(ctx, req.ID, rpcErr)
+		return
+	}
+	_ = conn.Reply(ctx, req.ID, result)
+}
+
+// handle serves the agent's requests to the client.
+func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) (any, error) {
+	var params json.RawMessage
+	if req.Params != nil {
+		params = *req.Params
+	}
+	switch req.Method {
+	case "session/update":
+		var p struct {
+			SessionID string          `json:"sessionId"`
+			Update    json.RawMessage `json:"update"`
+		}
+		if err := json.Unmarshal(params, &p); err != nil || len(p.Update) == 0 {
+			a.cfg.Log.Warn("agent sent a malformed session/update", "error", err)
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "session/update needs params.update"}
+		}
+		a.cfg.Client.SessionUpdate(p.SessionID, p.Update)
+		return nil, nil
+	case "session/request_permission":
+		ch, err := a.cfg.Client.RequestPermission(params)
+		if err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
+		}
+		id := req.ID
+		go func() {
+			outcome, ok := <-ch
+			if !ok || outcome == nil {
+				outcome = &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
+			}
+			res := json.RawMessage(acpjson.EncodePermissionResponse(outcome))
+			_ = conn.Reply(context.Background(), id, &res)
+		}()
+		return deferred{}, nil
+	case "fs/read_text_file":
+		return a.fs.read(params)
+	case "fs/write_text_file":
+		return a.fs.write(params)
+	}
+	if len(req.Method) > len("terminal/") && req.Method[:len("terminal/")] == "terminal/" {
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound,
+			Message: "terminals are not offered by this gateway (clientCapabilities.terminal is false)"}
+	}
+	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not supported by the gateway: " + req.Method}
+}

@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sourcegraph/jsonrpc2"
+)
+
+// maxFileBytes bounds a file the agent reads or writes through the gateway.
+const maxFileBytes = 16 << 20
+
+// fileServer serves the agent's fs/* requests inside its working directory.
+// It uses os.Root, so neither `..` nor a symbolic link can reach outside.
+type fileServer struct {
+	dir  string
+	root *os.Root
+}
+
+func newFileServer(dir string) (*fileServer, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("agent: working directory %q is not absolute", dir)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("agent: working directory: %w", err)
+	}
+	return &fileServer{dir: filepath.Clean(dir), root: root}, nil
+}
+
+func (f *fileServer) close() { _ = f.root.Close() }
+
+// rel maps an absolute path from the agent to a path inside the root.
+func (f *fileServer) rel(path string) (string, error) {
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("path %q is not absolute", path)
+	}
+	rel, err := filepath.Rel(f.dir, filepath.Clean(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("path %q is outside the session's working directory", path)
+	}
+	return rel, nil
+}
+
+func fsError(err error) *jsonrpc2.Error {
+	msg := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		// Do not echo the gateway's own paths; name the operation and cause.
+		msg = pe.Op + ": " + pe.Err.Error()
+	}
+	return &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: msg}
+}
+
+func (f *fileServer) read(params json.RawMessage) (any, error) {
+	var p struct {
+		Path  string `json:"path"`
+		Line  *int   `json:"line"`
+		Limit *int   `json:"limit"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "fs/read_text_file: " + err.Error()}
+	}
+	rel, err := f.rel(p.Path)
+	if err != nil {
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
+	}
+	file, err := f.root.Open(rel)
+	if err != nil {
+		return nil, fsError(err)
+	}
+	defer file.Close()
+	data, err := io.ReadAll(io.LimitReader(file, maxFileBytes+1))
+	if err != nil {
+		return nil, fsError(err)
+	}
+	if len(data) > maxFileBytes {
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: fmt.Sprintf("file is larger than %d bytes", maxFileBytes)}
+	}
+	content := string(data)
+	if p.Line != nil || p.Limit != nil {
+		content = sliceLines(content, p.Line, p.Limit)
+	}
+	return map[string]string{"content": content}, nil
+}
+
+// sliceLines returns limit lines starting at 1-based line.
+func sliceLines(s string, line, limit *int) string {
+	start := 1
+	if line != nil && *line > 1 {
+		start = *line
+	}
+	var b strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(s))
+	sc.Buffer(nil, maxFileBytes+1)
+	n, taken := 0, 0
+	for sc.Scan() {
+		n++
+		if n < start {
+			continue
+		}
+		if limit != nil && taken >= *limit {
+			break
+		}
+		b.WriteString(sc.Text())
+		b.WriteByte('\n')
+		taken++
+	}
+	return b.String()
+}
+
+func (f *fileServer) write(params json.RawMessage) (any, error) {
+	var p struct {
+		Path    string  `json:"path"`
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil || p.Content == nil {
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "fs/write_text_file needs path and content"}
+	}
+	if len(*p.Content) > maxFileBytes {
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: fmt.Sprintf("content is larger than %d bytes", maxFileBytes)}
+	}
+	rel, err := f.rel(p.Path)
+	if err != nil {
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
+	}
+	if dir := filepath.Dir(rel); dir != "." {
+		if err := f.root.MkdirAll(dir, 0o755); err != nil {
+			return nil, fsError(err)
+		}
+	}
+	file, err := f.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fsError(err)
+	}
+	if _, err := file.WriteString(*p.Content); err != nil {
+		file.Close()
+		return nil, fsError(err)
+	}
+	if err := file.Close(); err != nil {
+		return nil, fsError(err)
+	}
+	return nil, nil
+}

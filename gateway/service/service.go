@@ -1,0 +1,298 @@
+// Package service implements the acp.v2 SessionService Connect handlers on
+// top of the session manager: it validates requests, maps errors to Connect
+// codes, and runs the server streams with heartbeats.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/acp-gateway/acp-gateway/gateway/session"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/statestore"
+)
+
+// DefaultHeartbeat is the interval of heartbeats on idle server streams.
+const DefaultHeartbeat = 15 * time.Second
+
+// Limits on request contents.
+const (
+	maxIDLen        = 256
+	maxPromptBlocks = 1024
+)
+
+// Service implements acpv2connect.SessionServiceHandler.
+type Service struct {
+	mgr       *session.Manager
+	heartbeat time.Duration
+	user      func(context.Context) string
+}
+
+var _ acpv2connect.SessionServiceHandler = (*Service)(nil)
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithHeartbeat sets the heartbeat interval of server streams.
+func WithHeartbeat(d time.Duration) Option { return func(s *Service) { s.heartbeat = d } }
+
+// WithUser sets how the calling user is found from a request's context.
+func WithUser(f func(context.Context) string) Option { return func(s *Service) { s.user = f } }
+
+// New returns a Service over mgr.
+func New(mgr *session.Manager, opts ...Option) *Service {
+	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, user: func(context.Context) string { return "" }}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func invalid(format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
+}
+
+func checkID(field, v string) error {
+	switch {
+	case v == "":
+		return invalid("%s is required", field)
+	case len(v) > maxIDLen:
+		return invalid("%s is longer than %d bytes", field, maxIDLen)
+	}
+	return nil
+}
+
+// toConnect maps session errors to Connect codes. Messages carry no
+// internal detail beyond what the client may see.
+func toConnect(err error) error {
+	code := connect.CodeInternal
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, statestore.ErrNotFound), errors.Is(err, session.ErrNoRequest):
+		code = connect.CodeNotFound
+	case errors.Is(err, session.ErrUnknownAgent), errors.Is(err, session.ErrInvalid):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrNoTurn), errors.Is(err, session.ErrClosed),
+		errors.Is(err, session.ErrAlreadyAnswered):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown):
+		code = connect.CodeUnavailable
+	case errors.Is(err, session.ErrLagging):
+		code = connect.CodeAborted
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	}
+	if code == connect.CodeInternal {
+		return connect.NewError(code, errors.New("internal error"))
+	}
+	return connect.NewError(code, err)
+}
+
+func (s *Service) session(ctx context.Context, id string) (*session.Session, error) {
+	if err := checkID("session_id", id); err != nil {
+		return nil, err
+	}
+	sess, err := s.mgr.Get(ctx, s.user(ctx), id)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return sess, nil
+}
+
+// CreateSession implements acpv2connect.SessionServiceHandler.
+func (s *Service) CreateSession(ctx context.Context, req *connect.Request[acpv2.CreateSessionRequest]) (*connect.Response[acpv2.CreateSessionResponse], error) {
+	m := req.Msg
+	if err := checkID("agent", m.GetAgent()); err != nil {
+		return nil, err
+	}
+	if m.GetCwd() == "" || !filepath.IsAbs(m.GetCwd()) {
+		return nil, invalid("cwd must be an absolute path, got %q", m.GetCwd())
+	}
+	sess, err := s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&acpv2.CreateSessionResponse{SessionId: sess.ID()}), nil
+}
+
+// Prompt implements acpv2connect.SessionServiceHandler.
+func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptRequest], stream *connect.ServerStream[acpv2.PromptResponse]) error {
+	m := req.Msg
+	if len(m.GetPrompt()) == 0 {
+		return invalid("prompt needs at least one content block")
+	}
+	if len(m.GetPrompt()) > maxPromptBlocks {
+		return invalid("prompt has more than %d content blocks", maxPromptBlocks)
+	}
+	for i, b := range m.GetPrompt() {
+		if b.GetBlock() == nil {
+			return invalid("prompt[%d] is an empty content block", i)
+		}
+	}
+	sess, err := s.session(ctx, m.GetSessionId())
+	if err != nil {
+		return err
+	}
+	sub, err := sess.Prompt(ctx, m.GetPrompt())
+	if err != nil {
+		return toConnect(err)
+	}
+	defer sub.Close()
+	return s.pump(ctx, sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
+		if err := stream.Send(&acpv2.PromptResponse{Event: ev, Heartbeat: hb}); err != nil {
+			return false, err
+		}
+		return ev.GetTurnEnded() != nil, nil
+	})
+}
+
+// Watch implements acpv2connect.SessionServiceHandler.
+func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchRequest], stream *connect.ServerStream[acpv2.WatchResponse]) error {
+	sess, err := s.session(ctx, req.Msg.GetSessionId())
+	if err != nil {
+		return err
+	}
+	sub := sess.Watch(req.Msg.GetAfterSeq())
+	defer sub.Close()
+	err = s.pump(ctx, sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
+		return false, stream.Send(&acpv2.WatchResponse{Event: ev, Heartbeat: hb})
+	})
+	if errors.Is(err, session.ErrClosed) {
+		return nil // the session ended: so does the stream
+	}
+	return err
+}
+
+type header interface{ Set(key, value string) }
+
+// pump sends sub's events through send, with heartbeats while idle, until
+// send says stop, the subscription ends or the client goes.
+func (s *Service) pump(ctx context.Context, sub *session.Subscription, h header, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) error {
+	// Tell buffering proxies (nginx) to pass the stream through.
+	h.Set("X-Accel-Buffering", "no")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type next struct {
+		ev  *acpv2.SessionEvent
+		err error
+	}
+	ch := make(chan next)
+	go func() {
+		for {
+			ev, err := sub.Next(ctx)
+			select {
+			case ch <- next{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(s.heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case n := <-ch:
+			if n.err != nil {
+				if errors.Is(n.err, session.ErrLagging) {
+					return connect.NewError(connect.CodeAborted, fmt.Errorf(
+						"this stream fell too far behind and was cut off; resume with Watch afterSeq=%d", sub.LastSeq()))
+				}
+				if errors.Is(n.err, session.ErrClosed) {
+					return n.err
+				}
+				return toConnect(n.err)
+			}
+			stop, err := send(n.ev, nil)
+			if err != nil || stop {
+				return err
+			}
+			tick.Reset(s.heartbeat)
+		case <-tick.C:
+			if _, err := send(nil, timestamppb.Now()); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Cancel implements acpv2connect.SessionServiceHandler.
+func (s *Service) Cancel(ctx context.Context, req *connect.Request[acpv2.CancelRequest]) (*connect.Response[acpv2.CancelResponse], error) {
+	sess, err := s.session(ctx, req.Msg.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.Cancel(ctx); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&acpv2.CancelResponse{}), nil
+}
+
+// RespondPermission implements acpv2connect.SessionServiceHandler.
+func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[acpv2.RespondPermissionRequest]) (*connect.Response[acpv2.RespondPermissionResponse], error) {
+	m := req.Msg
+	if err := checkID("request_id", m.GetRequestId()); err != nil {
+		return nil, err
+	}
+	if m.GetCancelled() == (m.GetOptionId() != "") {
+		return nil, invalid("give exactly one of option_id and cancelled")
+	}
+	sess, err := s.session(ctx, m.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled()); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&acpv2.RespondPermissionResponse{}), nil
+}
+
+// GetSession implements acpv2connect.SessionServiceHandler.
+func (s *Service) GetSession(ctx context.Context, req *connect.Request[acpv2.GetSessionRequest]) (*connect.Response[acpv2.GetSessionResponse], error) {
+	sess, err := s.session(ctx, req.Msg.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&acpv2.GetSessionResponse{Session: sess.Snapshot()}), nil
+}
+
+// ListSessions implements acpv2connect.SessionServiceHandler.
+func (s *Service) ListSessions(ctx context.Context, _ *connect.Request[acpv2.ListSessionsRequest]) (*connect.Response[acpv2.ListSessionsResponse], error) {
+	recs, err := s.mgr.List(ctx, s.user(ctx))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &acpv2.ListSessionsResponse{}
+	for _, r := range recs {
+		out.Sessions = append(out.Sessions, &acpv2.SessionSummary{
+			SessionId: r.ID, Agent: r.Agent, Cwd: r.Cwd, LastSeq: r.LastSeq, CreatedAt: timestamppb.New(r.CreatedAt),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// CloseSession implements acpv2connect.SessionServiceHandler.
+func (s *Service) CloseSession(ctx context.Context, req *connect.Request[acpv2.CloseSessionRequest]) (*connect.Response[acpv2.CloseSessionResponse], error) {
+	sess, err := s.session(ctx, req.Msg.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.Close(); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&acpv2.CloseSessionResponse{}), nil
+}

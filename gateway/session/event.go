@@ -1,0 +1,27 @@
+package session
+
+import (
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+var (
+	updateOneof = (&acpv2.SessionUpdate{}).ProtoReflect().Descriptor().Oneofs().ByName("update")
+	eventFields = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields()
+)
+
+// eventOf wraps a session update in a SessionEvent. The two messages share
+// variant names and field numbers, so the set variant is moved across by
+// number; a variant added to both is carried without a code change.
+func eventOf(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
+	ev := &acpv2.SessionEvent{}
+	um := u.ProtoReflect()
+	fd := um.WhichOneof(updateOneof)
+	if fd == nil {
+		return nil
+	}
+	target := eventFields.ByNumber(fd.Number())
+	ev.ProtoReflect().Set(target, protoreflect.ValueOfMessage(um.Get(fd).Message()))
+	return ev
+}
