@@ -19,11 +19,18 @@ import (
 
 	"github.com/kballard/go-shellquote"
 
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
-	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/gateway/service"
+	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
-const usage = `usage: acp-gateway serve [--listen HOST:PORT] [--agent NAME=COMMAND_LINE]... [--store URL]
+const usage = `usage:
+  acp-gateway serve [--listen HOST:PORT] [--agent NAME=COMMAND_LINE]... [--store URL] [flags]
+  acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
+
+Run 'acp-gateway serve --help' for every serve flag.
 `
 
 func main() {
@@ -55,6 +62,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "demo-agent":
+		if err := agentsim.Serve(ctx, os.Stdin, stdout, agentsim.Demo(), stderr); err != nil {
+			fmt.Fprintf(stderr, "acp-gateway demo-agent: %v\n", err)
+			return 1
+		}
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -65,10 +78,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // serveConfig is the configuration of `acp-gateway serve`.
 type serveConfig struct {
-	listen string
-	agents map[string][]string
-	store  string
+	listen            string
+	agents            map[string][]string
+	store             string
+	corsOrigins       listFlag
+	heartbeat         time.Duration
+	permissionTimeout time.Duration
+	idleTimeout       time.Duration
+	envAllow          listFlag
 }
+
+// listFlag collects a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// defaultEnvAllow lists the variables of the gateway's environment that
+// agents inherit. Nothing else passes, so the gateway's own secrets never
+// reach an agent.
+var defaultEnvAllow = []string{"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM", "SHELL"}
 
 // agentFlags collects repeated --agent NAME=COMMAND_LINE flags.
 type agentFlags map[string][]string
@@ -101,6 +130,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "memory:", "state store URL")
+	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
+	fs.DurationVar(&cfg.heartbeat, "heartbeat", service.DefaultHeartbeat, "interval of heartbeats on idle server streams")
+	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
+	fs.Var(&cfg.envAllow, "agent-env", "a variable of the gateway's environment that agents inherit (repeatable; default "+strings.Join(defaultEnvAllow, ",")+")")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
@@ -114,6 +148,27 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
 		return nil, fmt.Errorf("--listen %q: %v", cfg.listen, err)
 	}
+	for _, o := range cfg.corsOrigins {
+		if o == "*" {
+			return nil, errors.New("--cors-origin: a wildcard origin is not allowed; list each origin")
+		}
+	}
+	if cfg.heartbeat <= 0 {
+		return nil, fmt.Errorf("--heartbeat must be positive, got %v", cfg.heartbeat)
+	}
+	if cfg.permissionTimeout <= 0 {
+		return nil, fmt.Errorf("--permission-timeout must be positive, got %v", cfg.permissionTimeout)
+	}
+	if len(cfg.envAllow) == 0 {
+		cfg.envAllow = defaultEnvAllow
+	}
+	if len(cfg.agents) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding the demo agent: %v", err)
+		}
+		cfg.agents["demo"] = []string{self, "demo-agent"}
+	}
 	if cfg.store != "memory:" {
 		return nil, fmt.Errorf("--store %q: only memory: is supported in this version", cfg.store)
 	}
@@ -126,8 +181,18 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stdout, nil))
-	srv := server.New(acpv2connect.UnimplementedSessionServiceHandler{})
-	log.Info("serving", "addr", l.Addr().String())
+	mgr := session.NewManager(session.Options{
+		Agents:            cfg.agents,
+		Env:               agentEnv(cfg.envAllow),
+		Store:             statestore.NewMemory(),
+		Log:               log,
+		PermissionTimeout: cfg.permissionTimeout,
+		IdleTimeout:       cfg.idleTimeout,
+	})
+	defer mgr.Close()
+	svc := service.New(mgr, service.WithHeartbeat(cfg.heartbeat))
+	srv := server.New(svc, server.Options{CORSOrigins: cfg.corsOrigins})
+	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	select {
@@ -141,4 +206,15 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		return err
 	}
 	return <-done
+}
+
+// agentEnv returns the allowed part of the gateway's environment.
+func agentEnv(allow []string) []string {
+	var env []string
+	for _, name := range allow {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env
 }

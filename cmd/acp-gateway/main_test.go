@@ -35,6 +35,8 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"agent twice", []string{"serve", "--agent", "x=a", "--agent", "x=b"}, "given twice"},
 		{"unsupported store", []string{"serve", "--store", "etcd://x"}, "--store"},
 		{"stray argument", []string{"serve", "extra"}, "no arguments"},
+		{"wildcard cors", []string{"serve", "--cors-origin", "*"}, "wildcard"},
+		{"bad heartbeat", []string{"serve", "--heartbeat", "0s"}, "--heartbeat"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -100,8 +102,8 @@ func TestServeAnswersOnEveryProtocol(t *testing.T) {
 		"grpc-web": acpv2connect.NewSessionServiceClient(http.DefaultClient, base, connect.WithGRPCWeb()),
 	} {
 		_, err := client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: "s"}))
-		if connect.CodeOf(err) != connect.CodeUnimplemented {
-			t.Errorf("%s: GetSession err = %v, want unimplemented", name, err)
+		if connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("%s: GetSession of an unknown session: err = %v, want not_found", name, err)
 		}
 	}
 

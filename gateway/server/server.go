@@ -1,6 +1,6 @@
 // Package server serves the acp.v2 SessionService over Connect, gRPC and
-// gRPC-Web on one HTTP listener (HTTP/1.1 and unencrypted HTTP/2), with
-// health endpoints beside it.
+// gRPC-Web on one HTTP listener (HTTP/1.1 and unencrypted HTTP/2), with gRPC
+// health and reflection, CORS, and health endpoints beside it.
 package server
 
 import (
@@ -10,43 +10,98 @@ import (
 	"net/http"
 	"time"
 
+	"connectrpc.com/connect"
+	connectcors "connectrpc.com/cors"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/rs/cors"
+
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
 
-// DefaultListen is the address served when none is configured.
-const DefaultListen = "127.0.0.1:8080"
+// Defaults for Options fields left zero.
+const (
+	// DefaultListen is the address served when none is configured.
+	DefaultListen = "127.0.0.1:8080"
+	// DefaultReadMaxBytes bounds a request message.
+	DefaultReadMaxBytes = 4 << 20
+	// DefaultSendMaxBytes bounds a response message.
+	DefaultSendMaxBytes = 16 << 20
+)
 
 // readHeaderTimeout bounds how long a client may take to send headers. There
 // is deliberately no ReadTimeout or WriteTimeout: they would cut long-lived
 // server streams.
 const readHeaderTimeout = 10 * time.Second
 
+// Options configure a Server.
+type Options struct {
+	// CORSOrigins lists the origins browsers may call from. Empty means no
+	// cross-origin access.
+	CORSOrigins []string
+	// ReadMaxBytes and SendMaxBytes bound one message each way.
+	ReadMaxBytes, SendMaxBytes int
+	// Ready reports readiness for /readyz; nil means always ready.
+	Ready func() bool
+	// Extra handlers mounted on the mux (such as /metrics), by pattern.
+	Extra map[string]http.Handler
+}
+
 // Server is one gateway HTTP server.
 type Server struct {
 	http *http.Server
 	// base is cancelled on shutdown so that streaming handlers end;
 	// http.Server.Shutdown alone does not cancel their contexts.
-	base   context.Context
 	cancel context.CancelFunc
 }
 
 // New returns a Server for svc.
-func New(svc acpv2connect.SessionServiceHandler) *Server {
+func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
+	if opts.ReadMaxBytes <= 0 {
+		opts.ReadMaxBytes = DefaultReadMaxBytes
+	}
+	if opts.SendMaxBytes <= 0 {
+		opts.SendMaxBytes = DefaultSendMaxBytes
+	}
 	mux := http.NewServeMux()
-	mux.Handle(acpv2connect.NewSessionServiceHandler(svc))
+	mux.Handle(acpv2connect.NewSessionServiceHandler(svc,
+		connect.WithReadMaxBytes(opts.ReadMaxBytes),
+		connect.WithSendMaxBytes(opts.SendMaxBytes),
+	))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(acpv2connect.SessionServiceName)))
+	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if opts.Ready != nil && !opts.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	for pattern, h := range opts.Extra {
+		mux.Handle(pattern, h)
+	}
+	var handler http.Handler = mux
+	if len(opts.CORSOrigins) > 0 {
+		handler = cors.New(cors.Options{
+			AllowedOrigins: opts.CORSOrigins,
+			AllowedMethods: connectcors.AllowedMethods(),
+			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
+			ExposedHeaders: connectcors.ExposedHeaders(),
+			MaxAge:         7200,
+		}).Handler(mux)
+	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	base, cancel := context.WithCancel(context.Background())
-	s := &Server{base: base, cancel: cancel}
+	s := &Server{cancel: cancel}
 	s.http = &http.Server{
-		Handler:           mux,
+		Handler:           handler,
 		Protocols:         protocols,
 		ReadHeaderTimeout: readHeaderTimeout,
 		BaseContext:       func(net.Listener) context.Context { return base },

@@ -175,8 +175,9 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 
 type header interface{ Set(key, value string) }
 
-// pump sends sub's events through send, with heartbeats while idle, until
-// send says stop, the subscription ends or the client goes.
+// pump sends sub's events through send, starting with a heartbeat and
+// then heartbeats while idle, until send says stop, the subscription ends or
+// the client goes.
 func (s *Service) pump(ctx context.Context, sub *session.Subscription, h header, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) error {
 	// Tell buffering proxies (nginx) to pass the stream through.
 	h.Set("X-Accel-Buffering", "no")
@@ -200,6 +201,11 @@ func (s *Service) pump(ctx context.Context, sub *session.Subscription, h header,
 			}
 		}
 	}()
+	// Open the stream at once: response headers only reach the client with
+	// the first message, and a watched session may be idle for long.
+	if _, err := send(nil, timestamppb.Now()); err != nil {
+		return err
+	}
 	tick := time.NewTicker(s.heartbeat)
 	defer tick.Stop()
 	for {

@@ -1,0 +1,254 @@
+package agentsim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+)
+
+// cwdPlaceholder is replaced by the session's working directory.
+const cwdPlaceholder = "{{cwd}}"
+
+// outcome says how playing steps ended.
+type outcome int
+
+const (
+	// next: every step was played; go on.
+	next outcome = iota
+	// cancelled: the turn was cancelled; answer "cancelled".
+	cancelled
+	// aborted: Serve is stopping, or the agent hung or exited; answer nothing.
+	aborted
+)
+
+// run plays steps for one turn (or for the startup).
+type run struct {
+	a    *agent
+	conn *jsonrpc2.Conn
+	ctx  context.Context // ends on session/cancel or when Serve stops
+	sess *session
+	cwd  string // the session's cwd when the turn began
+}
+
+// play plays steps in order, checking for cancellation between steps.
+func (r *run) play(steps []Step) (outcome, error) {
+	for _, st := range steps {
+		if o := r.check(); o != next {
+			return o, nil
+		}
+		o, err := r.step(st)
+		if err != nil || o != next {
+			return o, err
+		}
+	}
+	return r.check(), nil
+}
+
+// check is the step boundary: it reports whether to go on.
+func (r *run) check() outcome {
+	if r.a.ctx.Err() != nil {
+		return aborted
+	}
+	if r.a.hung.Load() {
+		<-r.a.ctx.Done()
+		return aborted
+	}
+	if r.ctx.Err() != nil {
+		return cancelled
+	}
+	return next
+}
+
+func (r *run) step(st Step) (outcome, error) {
+	switch {
+	case len(st.Update) > 0:
+		return r.update(r.expandJSON(st.Update))
+	case st.Permission != nil:
+		return r.permission(st.Permission)
+	case st.Sleep > 0:
+		t := time.NewTimer(time.Duration(st.Sleep))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.ctx.Done():
+		}
+		return next, nil
+	case st.Raw != "":
+		if _, err := r.a.out.Write([]byte(st.Raw + "\n")); err != nil {
+			r.a.logger.Printf("writing raw line: %v", err)
+			return aborted, nil
+		}
+		return next, nil
+	case st.Exit != nil:
+		r.a.exit(*st.Exit)
+		return aborted, nil
+	case st.Hang:
+		r.a.hung.Store(true)
+		<-r.a.ctx.Done()
+		return aborted, nil
+	case st.Stderr != "":
+		_, _ = r.a.stderr.Write([]byte(st.Stderr + "\n"))
+		return next, nil
+	case st.ReadFile != "":
+		return r.readFile(r.expandPath(st.ReadFile))
+	case st.WriteFile != nil:
+		return r.writeFile(r.expandPath(st.WriteFile.Path), st.WriteFile.Content)
+	}
+	return next, nil
+}
+
+// update sends one session/update.
+func (r *run) update(update json.RawMessage) (outcome, error) {
+	err := r.conn.Notify(r.a.ctx, "session/update", updateParams{SessionID: r.sess.id, Update: update})
+	if err != nil {
+		if r.gone(err) {
+			return aborted, nil
+		}
+		return next, fmt.Errorf("sending session/update: %w", err)
+	}
+	return next, nil
+}
+
+// say sends text as an agent_message_chunk.
+func (r *run) say(text string) (outcome, error) {
+	return r.update(textChunk("agent_message_chunk", text))
+}
+
+func (r *run) permission(p *Permission) (outcome, error) {
+	options := p.Options
+	if len(options) == 0 {
+		options = json.RawMessage(DefaultPermissionOptions)
+	}
+	options = r.expandJSON(options)
+	params := struct {
+		SessionID string          `json:"sessionId"`
+		ToolCall  json.RawMessage `json:"toolCall"`
+		Options   json.RawMessage `json:"options"`
+	}{r.sess.id, r.expandJSON(p.ToolCall), options}
+	var res struct {
+		Outcome struct {
+			Outcome  string `json:"outcome"`
+			OptionID string `json:"optionId"`
+		} `json:"outcome"`
+	}
+	// The request uses Serve's context, not the turn's: a session/cancel
+	// leaves it pending until the client answers it.
+	if err := r.conn.Call(r.a.ctx, "session/request_permission", params, &res); err != nil {
+		if r.gone(err) {
+			return aborted, nil
+		}
+		return next, fmt.Errorf("session/request_permission: %w", err)
+	}
+	switch res.Outcome.Outcome {
+	case "cancelled":
+		return cancelled, nil
+	case "selected":
+	default:
+		return next, fmt.Errorf("session/request_permission: unknown outcome %q", res.Outcome.Outcome)
+	}
+	opts, err := parseOptions(options)
+	if err != nil {
+		return next, fmt.Errorf("permission options: %w", err)
+	}
+	for _, o := range opts {
+		if o.OptionID != res.Outcome.OptionID {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(o.Kind, "allow"):
+			return r.play(p.Allowed)
+		case strings.HasPrefix(o.Kind, "reject"):
+			return r.play(p.Rejected)
+		}
+		return next, fmt.Errorf("session/request_permission: option %q has kind %q, neither allow nor reject", o.OptionID, o.Kind)
+	}
+	return next, fmt.Errorf("session/request_permission: unknown option %q selected", res.Outcome.OptionID)
+}
+
+func (r *run) readFile(path string) (outcome, error) {
+	var res struct {
+		Content string `json:"content"`
+	}
+	err := r.conn.Call(r.a.ctx, "fs/read_text_file", struct {
+		SessionID string `json:"sessionId"`
+		Path      string `json:"path"`
+	}{r.sess.id, path}, &res)
+	if err != nil {
+		if r.gone(err) {
+			return aborted, nil
+		}
+		return r.say("read " + path + ": " + errorText(err))
+	}
+	return r.say("read " + path + ": " + res.Content)
+}
+
+func (r *run) writeFile(path, content string) (outcome, error) {
+	err := r.conn.Call(r.a.ctx, "fs/write_text_file", struct {
+		SessionID string `json:"sessionId"`
+		Path      string `json:"path"`
+		Content   string `json:"content"`
+	}{r.sess.id, path, content}, nil)
+	if err != nil {
+		if r.gone(err) {
+			return aborted, nil
+		}
+		return r.say("write " + path + ": " + errorText(err))
+	}
+	return r.say("wrote " + path)
+}
+
+// gone reports whether err means the connection or Serve ended.
+func (r *run) gone(err error) bool {
+	return errors.Is(err, jsonrpc2.ErrClosed) || r.a.ctx.Err() != nil
+}
+
+// expandJSON replaces the placeholder in raw JSON by the JSON-escaped cwd.
+func (r *run) expandJSON(raw json.RawMessage) json.RawMessage {
+	if !bytes.Contains(raw, []byte(cwdPlaceholder)) {
+		return raw
+	}
+	return bytes.ReplaceAll(raw, []byte(cwdPlaceholder), jsonEscape(r.cwd))
+}
+
+// expandPath replaces the placeholder in a path by the cwd.
+func (r *run) expandPath(p string) string {
+	return strings.ReplaceAll(p, cwdPlaceholder, r.cwd)
+}
+
+// jsonEscape returns s escaped for the inside of a JSON string.
+func jsonEscape(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // encoding a string cannot fail
+	out := bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	return out[1 : len(out)-1]
+}
+
+// textChunk returns a content-chunk update of the given kind carrying text.
+func textChunk(kind, text string) json.RawMessage {
+	type textContent struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	b, _ := json.Marshal(struct {
+		SessionUpdate string      `json:"sessionUpdate"`
+		Content       textContent `json:"content"`
+	}{kind, textContent{"text", text}})
+	return b
+}
+
+// errorText is the message of a JSON-RPC error, or the error's text.
+func errorText(err error) string {
+	var e *jsonrpc2.Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
+}

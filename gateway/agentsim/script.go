@@ -1,0 +1,271 @@
+package agentsim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// DefaultProtocolVersion is the protocol version answered at initialize when
+// [Script.ProtocolVersion] is zero.
+const DefaultProtocolVersion = 1
+
+// DefaultStopReason is the stop reason of a turn whose [Turn.StopReason] is
+// empty.
+const DefaultStopReason = "end_turn"
+
+// Script is what a simulated agent does.
+type Script struct {
+	// ProtocolVersion is answered at initialize; zero means
+	// DefaultProtocolVersion.
+	ProtocolVersion int `json:"protocolVersion"`
+	// LoadSession advertises agentCapabilities.loadSession and serves
+	// session/load, which replays nothing and returns {}. Without it
+	// session/load is an unknown method.
+	LoadSession bool `json:"loadSession"`
+	// AuthMethods are the advertised authentication method ids. When it is
+	// not empty, session/new and session/load fail with the JSON-RPC error
+	// code -32000 (authentication required) until authenticate succeeded
+	// with one of them.
+	AuthMethods []string `json:"authMethods,omitempty"`
+	// Startup is played when initialize arrives, before it is answered
+	// (garbage, a stderr line, a slow start, an exit, a hang).
+	Startup []Step `json:"startup,omitempty"`
+	// Turns are played by the prompts: prompt number n of the process,
+	// counting from 0, plays Turns[n % len(Turns)]. With no turns every
+	// prompt ends at once with DefaultStopReason.
+	Turns []Turn `json:"turns"`
+}
+
+// Turn is what the agent does for one session/prompt.
+type Turn struct {
+	// Steps are played in order.
+	Steps []Step `json:"steps"`
+	// StopReason answers the prompt when every step was played; empty means
+	// DefaultStopReason. A cancelled turn always answers "cancelled".
+	StopReason string `json:"stopReason,omitempty"`
+}
+
+// Step does exactly one thing; a step with no field set does nothing.
+type Step struct {
+	// Update is sent verbatim as params.update of a session/update
+	// notification whose params.sessionId is the prompt's session.
+	Update json.RawMessage `json:"update,omitempty"`
+	// Permission sends session/request_permission and waits for the answer.
+	Permission *Permission `json:"permission,omitempty"`
+	// Sleep pauses; session/cancel interrupts it at once. In JSON it is a Go
+	// duration string such as "50ms".
+	Sleep Duration `json:"sleep,omitempty"`
+	// Raw is written to the output as is, followed by a newline, for example
+	// garbage that is not JSON.
+	Raw string `json:"raw,omitempty"`
+	// Exit calls the exit function (os.Exit unless [WithExit] replaced it)
+	// with this status. If the exit function returns, Serve stops and
+	// returns an [*ExitError].
+	Exit *int `json:"exit,omitempty"`
+	// Hang stops the agent responding until the context ends or the input
+	// closes: nothing more is answered or sent, and the prompt is never
+	// answered.
+	Hang bool `json:"hang,omitempty"`
+	// Stderr writes this line to the stderr writer given to Serve.
+	Stderr string `json:"stderr,omitempty"`
+	// ReadFile calls fs/read_text_file for this path and reports the result
+	// as an agent_message_chunk text update "read <path>: <content>" or
+	// "read <path>: <error message>".
+	ReadFile string `json:"readFile,omitempty"`
+	// WriteFile calls fs/write_text_file and reports "wrote <path>" or
+	// "write <path>: <error message>" as an agent_message_chunk text update.
+	WriteFile *WriteFile `json:"writeFile,omitempty"`
+}
+
+// Permission is a session/request_permission call and what follows it.
+//
+// A "cancelled" outcome ends the turn with the stop reason "cancelled". A
+// session/cancel that arrives while the request is pending leaves it pending:
+// the client must answer it (ACP says with the cancelled outcome), and the
+// turn then ends "cancelled" whatever the answer.
+type Permission struct {
+	// ToolCall is the ToolCallUpdate object sent as params.toolCall.
+	ToolCall json.RawMessage `json:"toolCall"`
+	// Options is the PermissionOption array sent as params.options; empty
+	// means DefaultPermissionOptions.
+	Options json.RawMessage `json:"options,omitempty"`
+	// Allowed is played when an option whose kind starts with "allow" was
+	// selected.
+	Allowed []Step `json:"allowed,omitempty"`
+	// Rejected is played when an option whose kind starts with "reject" was
+	// selected.
+	Rejected []Step `json:"rejected,omitempty"`
+}
+
+// DefaultPermissionOptions are the options of a [Permission] without
+// Options: "allow-once" (kind allow_once) and "reject-once" (kind
+// reject_once).
+const DefaultPermissionOptions = `[{"optionId":"allow-once","name":"Allow once","kind":"allow_once"},` +
+	`{"optionId":"reject-once","name":"Reject","kind":"reject_once"}]`
+
+// WriteFile is an fs/write_text_file call.
+type WriteFile struct {
+	// Path is the file to write.
+	Path string `json:"path"`
+	// Content is the text to write.
+	Content string `json:"content"`
+}
+
+// Duration is a time.Duration that JSON encodes as a Go duration string such
+// as "50ms". It also decodes a JSON number as nanoseconds.
+type Duration time.Duration
+
+// String returns the duration formatted like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON encodes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON decodes a duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if string(b) == "null" {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("agentsim: bad duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("agentsim: duration must be a string like \"50ms\" or nanoseconds: %w", err)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// Validate reports the first problem of s: a step doing more than one thing,
+// a negative sleep, an Update or ToolCall that is not a JSON object, Options
+// that are not a JSON array.
+func (s Script) Validate() error {
+	if s.ProtocolVersion < 0 || s.ProtocolVersion > 65535 {
+		return fmt.Errorf("agentsim: protocolVersion %d out of range", s.ProtocolVersion)
+	}
+	if err := validateSteps("startup", s.Startup); err != nil {
+		return err
+	}
+	for i, t := range s.Turns {
+		if err := validateSteps(fmt.Sprintf("turns[%d].steps", i), t.Steps); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateSteps(where string, steps []Step) error {
+	for i, st := range steps {
+		if err := st.validate(fmt.Sprintf("%s[%d]", where, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (st Step) validate(where string) error {
+	var actions []string
+	if len(st.Update) > 0 {
+		actions = append(actions, "update")
+		if err := jsonKind(st.Update, '{'); err != nil {
+			return fmt.Errorf("agentsim: %s.update: %w", where, err)
+		}
+	}
+	if st.Permission != nil {
+		actions = append(actions, "permission")
+		if err := jsonKind(st.Permission.ToolCall, '{'); err != nil {
+			return fmt.Errorf("agentsim: %s.permission.toolCall: %w", where, err)
+		}
+		if len(st.Permission.Options) > 0 {
+			if err := jsonKind(st.Permission.Options, '['); err != nil {
+				return fmt.Errorf("agentsim: %s.permission.options: %w", where, err)
+			}
+			if _, err := parseOptions(st.Permission.Options); err != nil {
+				return fmt.Errorf("agentsim: %s.permission.options: %w", where, err)
+			}
+		}
+		if err := validateSteps(where+".permission.allowed", st.Permission.Allowed); err != nil {
+			return err
+		}
+		if err := validateSteps(where+".permission.rejected", st.Permission.Rejected); err != nil {
+			return err
+		}
+	}
+	if st.Sleep < 0 {
+		return fmt.Errorf("agentsim: %s.sleep: negative duration %v", where, st.Sleep)
+	}
+	if st.Sleep > 0 {
+		actions = append(actions, "sleep")
+	}
+	if st.Raw != "" {
+		actions = append(actions, "raw")
+		if strings.ContainsAny(st.Raw, "\r\n") {
+			return fmt.Errorf("agentsim: %s.raw: must be one line", where)
+		}
+	}
+	if st.Exit != nil {
+		actions = append(actions, "exit")
+	}
+	if st.Hang {
+		actions = append(actions, "hang")
+	}
+	if st.Stderr != "" {
+		actions = append(actions, "stderr")
+	}
+	if st.ReadFile != "" {
+		actions = append(actions, "readFile")
+	}
+	if st.WriteFile != nil {
+		actions = append(actions, "writeFile")
+	}
+	if len(actions) > 1 {
+		return fmt.Errorf("agentsim: %s does more than one thing: %s", where, strings.Join(actions, ", "))
+	}
+	return nil
+}
+
+// jsonKind checks that raw is valid JSON whose first token opens with want.
+func jsonKind(raw json.RawMessage, want byte) error {
+	if !json.Valid(raw) {
+		return errors.New("not valid JSON")
+	}
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] != want {
+		if want == '{' {
+			return errors.New("not a JSON object")
+		}
+		return errors.New("not a JSON array")
+	}
+	return nil
+}
+
+// option is the part of a PermissionOption the agent needs.
+type option struct {
+	OptionID string `json:"optionId"`
+	Kind     string `json:"kind"`
+}
+
+func parseOptions(raw json.RawMessage) ([]option, error) {
+	var opts []option
+	if err := json.Unmarshal(raw, &opts); err != nil {
+		return nil, err
+	}
+	return opts, nil
+}

@@ -1,0 +1,548 @@
+package agentsim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sourcegraph/jsonrpc2"
+)
+
+// SessionIDPrefix starts every session id the agent makes: session/new
+// number n of a process (counting from 1) answers SessionIDPrefix+n.
+const SessionIDPrefix = "sim-session-"
+
+// CodeAuthRequired is the JSON-RPC error code of session/new and session/load
+// before a needed authenticate, ACP's "authentication required".
+const CodeAuthRequired = -32000
+
+// ExitError is returned by [Serve] when a [Step.Exit] ran and the exit
+// function returned (see [WithExit]).
+type ExitError struct {
+	// Code is the status the step exited with.
+	Code int
+}
+
+// Error returns a message naming the exit status.
+func (e *ExitError) Error() string {
+	return "agentsim: exited with status " + strconv.Itoa(e.Code)
+}
+
+// Serve runs the agent on in and out until in is closed (or fails), ctx ends
+// or a [Step.Exit] ran; stderr receives the lines of [Step.Stderr] and the
+// agent's own diagnostics (it may be nil). Serve closes in and out when they
+// implement io.Closer, so that a blocked read ends with ctx, and returns
+// once the agent's goroutines ended.
+//
+// Serve returns an error when s is not valid (see [Script.Validate]), an
+// [*ExitError] after an exit step, ctx.Err() when ctx ended, and nil when in
+// was closed.
+func Serve(ctx context.Context, in io.Reader, out io.Writer, s Script, stderr io.Writer, opts ...Option) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	actx, stop := context.WithCancel(ctx)
+	defer stop()
+	a := &agent{
+		script:   s,
+		cfg:      newConfig(opts),
+		ctx:      actx,
+		stop:     stop,
+		out:      &syncWriter{w: out},
+		stderr:   &syncWriter{w: stderr},
+		sessions: map[string]*session{},
+	}
+	a.logger = log.New(a.stderr, "agentsim: ", 0)
+	stream := &stdio{in: in, out: a.out, rawOut: out}
+	conn := jsonrpc2.NewConn(actx, jsonrpc2.NewPlainObjectStream(stream), a, jsonrpc2.SetLogger(a.logger))
+
+	select {
+	case <-actx.Done():
+	case <-conn.DisconnectNotify():
+	}
+	a.mu.Lock()
+	a.closing = true
+	a.mu.Unlock()
+	stop()
+	_ = conn.Close()
+	a.wg.Wait()
+
+	a.mu.Lock()
+	code := a.exitCode
+	a.mu.Unlock()
+	if code != nil {
+		return &ExitError{Code: *code}
+	}
+	return ctx.Err()
+}
+
+// agent is the state of one Serve call.
+type agent struct {
+	script Script
+	cfg    config
+	ctx    context.Context // ends when Serve stops
+	stop   context.CancelFunc
+	out    *syncWriter
+	stderr *syncWriter
+	logger *log.Logger
+	wg     sync.WaitGroup
+
+	// hung is set by a hang or exit step: nothing more is answered.
+	hung atomic.Bool
+
+	mu            sync.Mutex
+	closing       bool
+	authenticated bool
+	newSessions   int
+	prompts       int
+	sessions      map[string]*session
+	exitCode      *int
+}
+
+type session struct {
+	id  string
+	cwd string
+	// active maps the turns in progress to the functions cancelling them.
+	active map[*run]context.CancelFunc
+}
+
+// spawn runs f in a goroutine Serve waits for; it reports false when Serve
+// is stopping.
+func (a *agent) spawn(f func()) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closing {
+		return false
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (a *agent) stopped() bool {
+	if a.hung.Load() {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closing
+}
+
+// exit runs an exit step.
+func (a *agent) exit(code int) {
+	a.hung.Store(true)
+	a.cfg.exit(code)
+	a.mu.Lock()
+	a.exitCode = &code
+	a.mu.Unlock()
+	a.stop()
+}
+
+// Handle implements jsonrpc2.Handler. It runs on the connection's read loop,
+// so requests are handled in arrival order; only initialize (which may play
+// startup steps) and the turns of session/prompt run in their own goroutines,
+// which keeps the read loop free for session/cancel and for the client's
+// answers.
+func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if a.stopped() {
+		return
+	}
+	switch req.Method {
+	case "initialize":
+		a.spawn(func() { a.initialize(conn, req) })
+	case "authenticate":
+		a.authenticate(conn, req)
+	case "session/new":
+		a.newSession(conn, req)
+	case "session/load":
+		if !a.script.LoadSession {
+			a.methodNotFound(conn, req)
+			return
+		}
+		a.loadSession(conn, req)
+	case "session/prompt":
+		a.prompt(conn, req)
+	case "session/cancel":
+		a.cancel(req)
+		a.reply(conn, req, nil)
+	case "session/set_mode":
+		a.setMode(conn, req)
+	case "session/set_config_option":
+		a.setConfigOption(conn, req)
+	default:
+		a.methodNotFound(conn, req)
+	}
+}
+
+func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	r := &run{a: a, conn: conn, ctx: a.ctx, sess: &session{}}
+	if o, err := r.play(a.script.Startup); err != nil {
+		a.fail(conn, req, err)
+		return
+	} else if o != next {
+		return
+	}
+	pv := a.script.ProtocolVersion
+	if pv == 0 {
+		pv = DefaultProtocolVersion
+	}
+	methods := make([]authMethod, 0, len(a.script.AuthMethods))
+	for _, m := range a.script.AuthMethods {
+		methods = append(methods, authMethod{ID: m, Name: m})
+	}
+	a.reply(conn, req, initializeResult{
+		ProtocolVersion: pv,
+		AgentCapabilities: agentCapabilities{
+			LoadSession:        a.script.LoadSession,
+			PromptCapabilities: promptCapabilities{},
+		},
+		AuthMethods: methods,
+		AgentInfo:   implementation{Name: "agentsim", Title: "acp-gateway simulated agent", Version: "1"},
+	})
+}
+
+func (a *agent) authenticate(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		MethodID string `json:"methodId"`
+	}
+	if e := decodeParams(req, &p); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	for _, m := range a.script.AuthMethods {
+		if m == p.MethodID {
+			a.mu.Lock()
+			a.authenticated = true
+			a.mu.Unlock()
+			a.reply(conn, req, struct{}{})
+			return
+		}
+	}
+	a.replyError(conn, req, invalidParams("unknown authentication method %q", p.MethodID))
+}
+
+// authError answers the auth_required error when authentication is needed
+// and missing.
+func (a *agent) authError() *jsonrpc2.Error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.script.AuthMethods) > 0 && !a.authenticated {
+		return &jsonrpc2.Error{Code: CodeAuthRequired, Message: "Authentication required"}
+	}
+	return nil
+}
+
+func (a *agent) newSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if e := a.authError(); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	var p struct {
+		Cwd string `json:"cwd"`
+	}
+	if e := decodeParams(req, &p); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	a.mu.Lock()
+	a.newSessions++
+	id := SessionIDPrefix + strconv.Itoa(a.newSessions)
+	a.sessions[id] = &session{id: id, cwd: p.Cwd, active: map[*run]context.CancelFunc{}}
+	a.mu.Unlock()
+	a.reply(conn, req, struct {
+		SessionID string `json:"sessionId"`
+	}{id})
+}
+
+func (a *agent) loadSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if e := a.authError(); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	var p struct {
+		SessionID string `json:"sessionId"`
+		Cwd       string `json:"cwd"`
+	}
+	if e := decodeParams(req, &p); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	if p.SessionID == "" {
+		a.replyError(conn, req, invalidParams("missing sessionId"))
+		return
+	}
+	a.mu.Lock()
+	if s := a.sessions[p.SessionID]; s != nil {
+		s.cwd = p.Cwd
+	} else {
+		a.sessions[p.SessionID] = &session{id: p.SessionID, cwd: p.Cwd, active: map[*run]context.CancelFunc{}}
+	}
+	a.mu.Unlock()
+	a.reply(conn, req, struct{}{})
+}
+
+// lookup returns the session named by the request's sessionId, or the error
+// to answer.
+func (a *agent) lookup(id string) (*session, *jsonrpc2.Error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.sessions[id]; s != nil {
+		return s, nil
+	}
+	return nil, invalidParams("unknown session %q", id)
+}
+
+func (a *agent) prompt(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		SessionID string          `json:"sessionId"`
+		Prompt    json.RawMessage `json:"prompt"`
+	}
+	if e := decodeParams(req, &p); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	sess, e := a.lookup(p.SessionID)
+	if e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	a.mu.Lock()
+	n := a.prompts
+	a.prompts++
+	tctx, cancel := context.WithCancel(a.ctx)
+	r := &run{a: a, conn: conn, ctx: tctx, sess: sess, cwd: sess.cwd}
+	sess.active[r] = cancel
+	a.mu.Unlock()
+
+	var turn Turn
+	if len(a.script.Turns) > 0 {
+		turn = a.script.Turns[n%len(a.script.Turns)]
+	}
+	done := func() {
+		a.mu.Lock()
+		delete(sess.active, r)
+		a.mu.Unlock()
+		cancel()
+	}
+	ok := a.spawn(func() {
+		defer done()
+		o, err := r.play(turn.Steps)
+		switch {
+		case err != nil:
+			a.fail(conn, req, err)
+			return
+		case o == aborted:
+			return
+		}
+		stop := turn.StopReason
+		if stop == "" {
+			stop = DefaultStopReason
+		}
+		if o == cancelled || tctx.Err() != nil {
+			stop = "cancelled"
+		}
+		a.reply(conn, req, struct {
+			StopReason string `json:"stopReason"`
+		}{stop})
+	})
+	if !ok {
+		done()
+	}
+}
+
+func (a *agent) cancel(req *jsonrpc2.Request) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	if decodeParams(req, &p) != nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.sessions[p.SessionID]; s != nil {
+		for _, cancel := range s.active {
+			cancel()
+		}
+	}
+}
+
+func (a *agent) setMode(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+		ModeID    string `json:"modeId"`
+	}
+	if e := decodeParams(req, &p); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	sess, e := a.lookup(p.SessionID)
+	if e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	a.reply(conn, req, struct{}{})
+	update, err := json.Marshal(struct {
+		SessionUpdate string `json:"sessionUpdate"`
+		CurrentModeID string `json:"currentModeId"`
+	}{"current_mode_update", p.ModeID})
+	if err == nil {
+		err = conn.Notify(a.ctx, "session/update", updateParams{SessionID: sess.id, Update: update})
+	}
+	if err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
+		a.logger.Printf("session/update: %v", err)
+	}
+}
+
+func (a *agent) setConfigOption(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	if e := decodeParams(req, &p); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	if _, e := a.lookup(p.SessionID); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	a.reply(conn, req, struct {
+		ConfigOptions []struct{} `json:"configOptions"`
+	}{[]struct{}{}})
+}
+
+func (a *agent) methodNotFound(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	a.replyError(conn, req, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "Method not found: " + req.Method})
+}
+
+// fail answers req with an internal error describing err.
+func (a *agent) fail(conn *jsonrpc2.Conn, req *jsonrpc2.Request, err error) {
+	a.logger.Printf("%s: %v", req.Method, err)
+	a.replyError(conn, req, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: err.Error()})
+}
+
+func (a *agent) reply(conn *jsonrpc2.Conn, req *jsonrpc2.Request, result any) {
+	if req.Notif || a.hung.Load() {
+		return
+	}
+	if err := conn.Reply(a.ctx, req.ID, result); err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
+		a.logger.Printf("answering %s: %v", req.Method, err)
+	}
+}
+
+func (a *agent) replyError(conn *jsonrpc2.Conn, req *jsonrpc2.Request, e *jsonrpc2.Error) {
+	if req.Notif || a.hung.Load() {
+		return
+	}
+	if err := conn.ReplyWithError(a.ctx, req.ID, e); err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
+		a.logger.Printf("answering %s: %v", req.Method, err)
+	}
+}
+
+func decodeParams(req *jsonrpc2.Request, v any) *jsonrpc2.Error {
+	if req.Params == nil {
+		return nil
+	}
+	if err := json.Unmarshal(*req.Params, v); err != nil {
+		return invalidParams("%s: %v", req.Method, err)
+	}
+	return nil
+}
+
+func invalidParams(format string, args ...any) *jsonrpc2.Error {
+	return &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "Invalid params: " + fmt.Sprintf(format, args...)}
+}
+
+type initializeResult struct {
+	ProtocolVersion   int               `json:"protocolVersion"`
+	AgentCapabilities agentCapabilities `json:"agentCapabilities"`
+	AuthMethods       []authMethod      `json:"authMethods"`
+	AgentInfo         implementation    `json:"agentInfo"`
+}
+
+type agentCapabilities struct {
+	LoadSession        bool               `json:"loadSession"`
+	PromptCapabilities promptCapabilities `json:"promptCapabilities"`
+}
+
+type promptCapabilities struct {
+	Image           bool `json:"image"`
+	Audio           bool `json:"audio"`
+	EmbeddedContext bool `json:"embeddedContext"`
+}
+
+type authMethod struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+type implementation struct {
+	Name    string `json:"name"`
+	Title   string `json:"title"`
+	Version string `json:"version"`
+}
+
+type updateParams struct {
+	SessionID string          `json:"sessionId"`
+	Update    json.RawMessage `json:"update"`
+}
+
+// syncWriter serializes writes, so a raw line never interleaves with a
+// JSON-RPC message (the JSON encoder writes each message in one Write).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+// stdio joins the input and the output into the io.ReadWriteCloser the
+// JSON-RPC stream needs.
+type stdio struct {
+	in     io.Reader
+	out    io.Writer
+	rawOut io.Writer
+	closed atomic.Bool
+	once   sync.Once
+}
+
+func (s *stdio) Read(b []byte) (int, error) {
+	n, err := s.in.Read(b)
+	if err != nil && s.closed.Load() {
+		// A read ended by Close is the end of the input, not a protocol error.
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (s *stdio) Write(b []byte) (int, error) { return s.out.Write(b) }
+
+func (s *stdio) Close() error {
+	s.once.Do(func() {
+		s.closed.Store(true)
+		// Close without taking the write lock: closing is what unblocks a
+		// write stuck on a full pipe.
+		if c, ok := s.in.(io.Closer); ok {
+			_ = c.Close()
+		}
+		if c, ok := s.rawOut.(io.Closer); ok {
+			_ = c.Close()
+		}
+	})
+	return nil
+}

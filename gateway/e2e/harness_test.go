@@ -1,0 +1,265 @@
+// Package e2e tests the gateway end to end: real HTTP on 127.0.0.1, real
+// agent processes (this test binary re-executed as a scripted ACP agent),
+// and Connect, gRPC and gRPC-Web clients.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/goleak"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/server"
+	"github.com/acp-gateway/acp-gateway/gateway/service"
+	"github.com/acp-gateway/acp-gateway/gateway/session"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/statestore"
+)
+
+// agentFlag as the first argument makes the test binary a scripted agent
+// whose script is the second argument.
+const agentFlag = "-e2e-agent"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == agentFlag {
+		var s agentsim.Script
+		if err := json.Unmarshal([]byte(os.Args[2]), &s); err != nil {
+			fmt.Fprintln(os.Stderr, "bad script:", err)
+			os.Exit(2)
+		}
+		signal.Ignore(syscall.SIGPIPE)
+		if err := agentsim.Serve(context.Background(), os.Stdin, os.Stdout, s, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	code := m.Run()
+	if code == 0 {
+		if left := childProcesses(); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "child processes outlived their sessions: %v\n", left)
+			code = 1
+		}
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// childProcesses lists live processes whose parent is this one.
+func childProcesses() []int {
+	me := strconv.Itoa(os.Getpid())
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
+		f := strings.Fields(rest)
+		if len(f) > 1 && f[1] == me && f[0] != "Z" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// processGroupAlive reports whether any process is in group pgid.
+func processGroupAlive(pgid int) bool {
+	return syscall.Kill(-pgid, 0) == nil
+}
+
+// agentCommand returns the command line of a scripted agent.
+func agentCommand(t testing.TB, s agentsim.Script) []string {
+	t.Helper()
+	js, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{os.Args[0], agentFlag, string(js)}
+}
+
+type gateway struct {
+	base string
+	mgr  *session.Manager
+	// clients by protocol name.
+	clients map[string]acpv2connect.SessionServiceClient
+	connect acpv2connect.SessionServiceClient
+}
+
+type gatewayOpts struct {
+	agents            map[string][]string
+	heartbeat         time.Duration
+	permissionTimeout time.Duration
+	watchBuffer       int
+	startTimeout      time.Duration
+}
+
+// startGateway runs a gateway on a loopback port for the test's lifetime.
+func startGateway(t *testing.T, o gatewayOpts) *gateway {
+	t.Helper()
+	if o.heartbeat == 0 {
+		o.heartbeat = time.Minute
+	}
+	mgr := session.NewManager(session.Options{
+		Agents:            o.agents,
+		Env:               []string{"PATH=" + os.Getenv("PATH")},
+		Store:             statestore.NewMemory(),
+		Log:               slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PermissionTimeout: o.permissionTimeout,
+		WatchBuffer:       o.watchBuffer,
+		AgentStartTimeout: o.startTimeout,
+		AgentStopGrace:    500 * time.Millisecond,
+		IdleTimeout:       -1,
+	})
+	srv := server.New(service.New(mgr, service.WithHeartbeat(o.heartbeat)), server.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	base := "http://" + l.Addr().String()
+
+	h1 := &http.Client{Transport: &http.Transport{}}
+	h2c := new(http.Protocols)
+	h2c.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
+	g := &gateway{base: base, mgr: mgr, clients: map[string]acpv2connect.SessionServiceClient{
+		"connect":       acpv2connect.NewSessionServiceClient(h1, base),
+		"connect-proto": acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
+		"grpc":          acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),
+		"grpc-web":      acpv2connect.NewSessionServiceClient(h1, base, connect.WithGRPCWeb()),
+	}}
+	g.connect = acpv2connect.NewSessionServiceClient(h1, base, connect.WithProtoJSON())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		mgr.Close()
+		h1.CloseIdleConnections()
+		h2.CloseIdleConnections()
+	})
+	return g
+}
+
+func (g *gateway) create(t *testing.T, agent string) string {
+	t.Helper()
+	res, err := g.connect.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: t.TempDir()}))
+	if err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	return res.Msg.GetSessionId()
+}
+
+func textPrompt(s string) []*acpv2.ContentBlock {
+	return []*acpv2.ContentBlock{{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: s}}}}
+}
+
+// turn runs a prompt to its end and returns its events. onEvent, if set,
+// sees each event first (to answer permission requests).
+func turn(t *testing.T, c acpv2connect.SessionServiceClient, id string, onEvent func(*acpv2.SessionEvent)) []*acpv2.SessionEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := c.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}))
+	if err != nil {
+		t.Fatalf("Prompt: %v", err)
+	}
+	defer stream.Close()
+	var events []*acpv2.SessionEvent
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if ev == nil {
+			continue // heartbeat
+		}
+		events = append(events, ev)
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("Prompt stream: %v", err)
+	}
+	if len(events) == 0 || events[len(events)-1].GetTurnEnded() == nil {
+		t.Fatalf("the turn's stream did not end with turn_ended: %v", events)
+	}
+	return events
+}
+
+// watchAll collects events after afterSeq until n events arrived.
+func watchAll(t *testing.T, c acpv2connect.SessionServiceClient, id string, afterSeq uint64, n int) []*acpv2.SessionEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := c.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id, AfterSeq: afterSeq}))
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	// A watch never ends by itself: cancel before Close, which would
+	// otherwise drain the stream.
+	defer func() {
+		cancel()
+		stream.Close()
+	}()
+	var events []*acpv2.SessionEvent
+	for len(events) < n && stream.Receive() {
+		if ev := stream.Msg().GetEvent(); ev != nil {
+			events = append(events, ev)
+		}
+	}
+	if len(events) < n {
+		t.Fatalf("Watch(after %d): got %d events, want %d: %v", afterSeq, len(events), n, stream.Err())
+	}
+	return events
+}
+
+func checkSeqs(t *testing.T, events []*acpv2.SessionEvent, first uint64) {
+	t.Helper()
+	for i, ev := range events {
+		if want := first + uint64(i); ev.GetSeq() != want {
+			t.Fatalf("event %d has seq %d, want %d", i, ev.GetSeq(), want)
+		}
+	}
+}
+
+func codeOf(err error) connect.Code {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code()
+	}
+	return connect.CodeUnknown
+}
+
+func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+func update(s string) agentsim.Step { return agentsim.Step{Update: raw(s)} }
