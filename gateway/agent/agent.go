@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,7 @@ type Agent struct {
 	conn   *jsonrpc2.Conn
 	stream *recordingStream
 	fs     *fileServer
+	out    *os.File // read end of the agent's stdout
 
 	version     acpjson.Version
 	loadSession bool
@@ -129,37 +131,43 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		fs.close()
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	// The gateway owns the read ends of stdout and stderr, so that Wait,
+	// which closes the pipes it made, never cuts a read short.
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		fs.close()
 		return nil, err
 	}
-	stderr, err := cmd.StderrPipe()
+	errR, errW, err := os.Pipe()
 	if err != nil {
 		fs.close()
+		outR.Close()
+		outW.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
 		fs.close()
+		outR.Close()
+		errR.Close()
 		return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
 	}
-	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, exited: make(chan struct{}), done: make(chan struct{})}
+	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{}), done: make(chan struct{})}
 	a.cfg.Log.Info("agent started", "pid", cmd.Process.Pid)
 
-	var logWG sync.WaitGroup
-	logWG.Add(1)
 	go func() {
-		defer logWG.Done()
-		a.logStderr(stderr)
+		defer errR.Close()
+		a.logStderr(errR)
 	}()
 	go func() {
-		err := cmd.Wait() // also waits for the stderr copy to see EOF
-		logWG.Wait()
-		a.waitErr = err
+		a.waitErr = cmd.Wait()
 		close(a.exited)
 	}()
 
-	rw := &stdio{r: &lineLimiter{r: stdout, max: cfg.MaxLine}, w: stdin}
+	rw := &stdio{r: &lineLimiter{r: outR, max: cfg.MaxLine}, w: stdin}
 	a.stream = &recordingStream{ObjectStream: jsonrpc2.NewPlainObjectStream(rw)}
 	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a},
 		jsonrpc2.SetLogger(discardLogger{}))
@@ -171,9 +179,6 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		a.Close()
 		if errors.Is(startCtx.Err(), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("agent: no answer to initialize within %v", cfg.StartTimeout)
-		}
-		if derr := a.Err(); derr != nil {
-			return nil, derr
 		}
 		return nil, err
 	}
@@ -293,6 +298,14 @@ func (a *Agent) call(ctx context.Context, method string, params, result any) err
 	}()
 	err := a.conn.Call(ctx, method, params, result)
 	if err != nil {
+		if errors.Is(err, jsonrpc2.ErrClosed) || errors.Is(err, context.Canceled) {
+			// The connection broke or the agent ended: report why, once
+			// watch has found out.
+			select {
+			case <-a.done:
+			case <-time.After(2 * a.cfg.StopGrace):
+			}
+		}
 		if derr := a.Err(); derr != nil {
 			return derr
 		}
@@ -386,8 +399,9 @@ func (a *Agent) Close() {
 			}
 		}
 		// Children the agent left behind in its group.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		killGroup(pgid, a.cfg.StopGrace)
 		<-a.done
+		_ = a.out.Close()
 		a.fs.close()
 	})
 }
@@ -490,4 +504,13 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			Message: "terminals are not offered by this gateway (clientCapabilities.terminal is false)"}
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not supported by the gateway: " + req.Method}
+}
+
+// killGroup sends SIGKILL to process group pgid and waits, at most wait,
+// until no process of the group is left alive.
+func killGroup(pgid int, wait time.Duration) {
+	deadline := time.Now().Add(wait)
+	for syscall.Kill(-pgid, syscall.SIGKILL) == nil && groupHasLiving(pgid) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 }

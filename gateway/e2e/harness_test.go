@@ -64,10 +64,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// childProcesses lists live processes whose parent is this one.
-func childProcesses() []int {
-	me := strconv.Itoa(os.Getpid())
-	var out []int
+// procStat is the part of /proc/PID/stat the tests read.
+type procStat struct {
+	pid, ppid, pgrp int
+	zombie          bool
+}
+
+func processes() []procStat {
+	var out []procStat
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -78,19 +82,38 @@ func childProcesses() []int {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
-		f := strings.Fields(rest)
-		if len(f) > 1 && f[1] == me && f[0] != "Z" {
-			out = append(out, pid)
+		// pid (comm) state ppid pgrp ...
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) < 3 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pgrp, _ := strconv.Atoi(f[2])
+		out = append(out, procStat{pid: pid, ppid: ppid, pgrp: pgrp, zombie: f[0] == "Z"})
+	}
+	return out
+}
+
+// childProcesses lists the living processes whose parent is this one.
+func childProcesses() []int {
+	var out []int
+	for _, p := range processes() {
+		if p.ppid == os.Getpid() && !p.zombie {
+			out = append(out, p.pid)
 		}
 	}
 	return out
 }
 
-// processGroupAlive reports whether any process is in group pgid.
+// processGroupAlive reports whether a living process is in group pgid.
+// Zombies left for this machine's init to reap do not count.
 func processGroupAlive(pgid int) bool {
-	return syscall.Kill(-pgid, 0) == nil
+	for _, p := range processes() {
+		if p.pgrp == pgid && !p.zombie {
+			return true
+		}
+	}
+	return false
 }
 
 // agentCommand returns the command line of a scripted agent.

@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// permissionTurn asks permission for a tool call it has not reported yet,
+// then reports it according to the answer.
+var permissionTurn = agentsim.Turn{Steps: []agentsim.Step{
+	{Permission: &agentsim.Permission{
+		ToolCall: raw(`{"toolCallId":"e1","title":"Edit main.go","kind":"edit"}`),
+		Allowed:  []agentsim.Step{update(`{"sessionUpdate":"tool_call","toolCallId":"e1","title":"Edit main.go","status":"completed"}`)},
+		Rejected: []agentsim.Step{update(`{"sessionUpdate":"tool_call","toolCallId":"e1","title":"Edit main.go","status":"failed"}`)},
+	}},
+}}
+
+func permissionGateway(t *testing.T, o gatewayOpts) *gateway {
+	if o.agents == nil {
+		o.agents = map[string][]string{}
+	}
+	o.agents["perm"] = agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{permissionTurn}})
+	return startGateway(t, o)
+}
+
+func TestPermissionAllowAndReject(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{})
+	for _, tc := range []struct{ option, status string }{{"allow-once", "completed"}, {"reject-once", "failed"}} {
+		t.Run(tc.option, func(t *testing.T) {
+			id := g.create(t, "perm")
+			var requestID string
+			events := turn(t, g.connect, id, func(ev *acpv2.SessionEvent) {
+				pr := ev.GetPermissionRequest()
+				if pr == nil {
+					return
+				}
+				requestID = pr.GetRequestId()
+				// The call was not seen yet: the preview is built from the
+				// request alone and nothing is stored.
+				if pr.GetPreview().GetTitle() != "Edit main.go" || len(pr.GetOptions()) != 2 {
+					t.Errorf("permission request %v", pr)
+				}
+				if n := len(snapshot(t, g, id).GetToolCalls()); n != 0 {
+					t.Errorf("the preview was stored: %d tool calls", n)
+				}
+				if _, err := g.connect.RespondPermission(context.Background(), connect.NewRequest(&acpv2.RespondPermissionRequest{
+					SessionId: id, RequestId: requestID, OptionId: "not-offered"})); codeOf(err) != connect.CodeInvalidArgument {
+					t.Errorf("an option not offered: %v", err)
+				}
+				if _, err := g.connect.RespondPermission(context.Background(), connect.NewRequest(&acpv2.RespondPermissionRequest{
+					SessionId: id, RequestId: requestID, OptionId: tc.option})); err != nil {
+					t.Errorf("RespondPermission: %v", err)
+				}
+			})
+			var resolved *acpv2.PermissionResolved
+			for _, ev := range events {
+				if r := ev.GetPermissionResolved(); r != nil {
+					resolved = r
+				}
+			}
+			if resolved.GetRequestId() != requestID || resolved.GetOutcome().GetSelectedOptionId() != tc.option {
+				t.Fatalf("permission_resolved = %v", resolved)
+			}
+			if got := snapshot(t, g, id).GetToolCalls()[0].GetStatus(); got != tc.status {
+				t.Fatalf("tool call status %q, want %q", got, tc.status)
+			}
+			_, err := g.connect.RespondPermission(context.Background(), connect.NewRequest(&acpv2.RespondPermissionRequest{
+				SessionId: id, RequestId: requestID, OptionId: tc.option}))
+			if codeOf(err) != connect.CodeFailedPrecondition {
+				t.Fatalf("a second answer: %v, want failed_precondition", err)
+			}
+			_, err = g.connect.RespondPermission(context.Background(), connect.NewRequest(&acpv2.RespondPermissionRequest{
+				SessionId: id, RequestId: "perm-999", OptionId: tc.option}))
+			if codeOf(err) != connect.CodeNotFound {
+				t.Fatalf("an unknown request: %v, want not_found", err)
+			}
+		})
+	}
+}
+
+func TestCancelAnswersPendingPermissionsCancelled(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{})
+	id := g.create(t, "perm")
+	events := turn(t, g.connect, id, func(ev *acpv2.SessionEvent) {
+		if ev.GetPermissionRequest() != nil {
+			if _, err := g.connect.Cancel(context.Background(), connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err != nil {
+				t.Errorf("Cancel: %v", err)
+			}
+		}
+	})
+	var cancelled bool
+	for _, ev := range events {
+		cancelled = cancelled || ev.GetPermissionResolved().GetOutcome().GetCancelled()
+	}
+	if !cancelled {
+		t.Fatal("the pending permission request was not resolved cancelled")
+	}
+	if r := events[len(events)-1].GetTurnEnded(); r.GetStopReason() != "cancelled" {
+		t.Fatalf("turn_ended = %v, want cancelled", r)
+	}
+	if _, err := g.connect.Cancel(context.Background(), connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); codeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("Cancel with no turn: %v, want failed_precondition", err)
+	}
+}
+
+func TestUnansweredPermissionTimesOut(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{permissionTimeout: 200 * time.Millisecond})
+	id := g.create(t, "perm")
+	events := turn(t, g.connect, id, nil)
+	var timedOut bool
+	for _, ev := range events {
+		timedOut = timedOut || ev.GetPermissionResolved().GetOutcome().GetCancelled()
+	}
+	if !timedOut || events[len(events)-1].GetTurnEnded().GetStopReason() != "cancelled" {
+		t.Fatalf("an unanswered request was not cancelled: %v", events)
+	}
+}
+
+func TestAgentFailuresEndTheTurnWithAnError(t *testing.T) {
+	t.Parallel()
+	exit3 := 3
+	agents := map[string][]string{
+		"crash":   agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: []agentsim.Step{update(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"bye"}}`), {Exit: &exit3}}}}}),
+		"garbage": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Raw: "this is not JSON"}}}}}),
+		"stderr":  agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Stderr: "warning: something"}, {Exit: &exit3}}}}}),
+	}
+	g := startGateway(t, gatewayOpts{agents: agents})
+	for name, want := range map[string]string{"crash": "exited with status 3", "garbage": "protocol error", "stderr": "status 3"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			id := g.create(t, name)
+			events := turn(t, g.connect, id, nil)
+			end := events[len(events)-1].GetTurnEnded()
+			if !strings.Contains(end.GetError(), want) || end.GetStopReason() != "" {
+				t.Fatalf("turn_ended = %v, want an error mentioning %q", end, want)
+			}
+			// The session keeps what it had and refuses further prompts.
+			_, err := g.connect.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stream, err := g.connect.Prompt(context.Background(), connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("again")}))
+			if err == nil {
+				for stream.Receive() {
+				}
+				err = stream.Err()
+			}
+			if codeOf(err) != connect.CodeUnavailable {
+				t.Fatalf("prompt to a session whose agent is gone: %v, want unavailable", err)
+			}
+		})
+	}
+}
+
+func TestAgentThatHangsOrDiesAtStartup(t *testing.T) {
+	t.Parallel()
+	exit1 := 1
+	g := startGateway(t, gatewayOpts{startTimeout: 3 * time.Second, agents: map[string][]string{
+		"hang":    agentCommand(t, agentsim.Script{Startup: []agentsim.Step{{Hang: true}}, Turns: []agentsim.Turn{{}}}),
+		"die":     agentCommand(t, agentsim.Script{Startup: []agentsim.Step{{Exit: &exit1}}, Turns: []agentsim.Turn{{}}}),
+		"missing": {"/nonexistent/agent-binary"},
+		"v9":      agentCommand(t, agentsim.Script{ProtocolVersion: 9, Turns: []agentsim.Turn{{}}}),
+	}})
+	for name, want := range map[string]string{"hang": "initialize", "die": "status 1", "missing": "no such file", "v9": "protocol version 9"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := g.connect.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: name, Cwd: t.TempDir()}))
+			if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), want) {
+				t.Fatalf("CreateSession: %v, want unavailable mentioning %q", err, want)
+			}
+		})
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{})
+	ctx := context.Background()
+	id := g.create(t, "perm")
+	check := func(name string, err error, want connect.Code) {
+		t.Helper()
+		if codeOf(err) != want {
+			t.Errorf("%s: %v, want %v", name, err, want)
+		}
+	}
+	_, err := g.connect.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "nope", Cwd: t.TempDir()}))
+	check("unknown agent", err, connect.CodeInvalidArgument)
+	_, err = g.connect.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: "relative/dir"}))
+	check("relative cwd", err, connect.CodeInvalidArgument)
+	_, err = g.connect.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: "/nonexistent/dir"}))
+	check("missing cwd", err, connect.CodeInvalidArgument)
+	_, err = g.connect.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: "s_unknown"}))
+	check("unknown session", err, connect.CodeNotFound)
+	_, err = g.connect.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{}))
+	check("empty session id", err, connect.CodeInvalidArgument)
+	_, err = g.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{SessionId: id, RequestId: "perm-1"}))
+	check("neither option nor cancelled", err, connect.CodeInvalidArgument)
+	stream, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id}))
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+	}
+	check("empty prompt", err, connect.CodeInvalidArgument)
+
+	// A second prompt while a turn runs is refused.
+	first, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("one")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requestID string
+	for first.Receive() {
+		if pr := first.Msg().GetEvent().GetPermissionRequest(); pr != nil {
+			requestID = pr.GetRequestId()
+			break
+		}
+	}
+	second, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("two")}))
+	if err == nil {
+		for second.Receive() {
+		}
+		err = second.Err()
+	}
+	check("prompt during a turn", err, connect.CodeFailedPrecondition)
+	if _, err := g.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{SessionId: id, RequestId: requestID, Cancelled: true})); err != nil {
+		t.Fatal(err)
+	}
+	for first.Receive() {
+	}
+	if err := first.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCloseKillsTheAgentsProcessGroup is not parallel: it identifies the
+// agent among this process's children.
+func TestCloseKillsTheAgentsProcessGroup(t *testing.T) {
+	script := agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{v1Turn}})
+	// The agent leaves a grandchild behind in its process group.
+	cmd := []string{"/bin/sh", "-c", `sleep 300 & exec "$0" "$1" "$2"`, script[0], script[1], script[2]}
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{"sh": cmd}})
+	before := childProcesses()
+	id := g.create(t, "sh")
+	var agentPid int
+	for _, pid := range childProcesses() {
+		if !containsInt(before, pid) {
+			agentPid = pid
+		}
+	}
+	if agentPid == 0 {
+		t.Fatal("no agent process found")
+	}
+	turn(t, g.connect, id, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	watch, err := g.connect.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id, AfterSeq: 1 << 20}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.connect.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if processGroupAlive(agentPid) {
+		t.Fatalf("process group %d still has processes after CloseSession", agentPid)
+	}
+	for watch.Receive() {
+	}
+	if err := watch.Err(); err != nil {
+		t.Fatalf("a watch of a closed session should end cleanly: %v", err)
+	}
+	// The closed session stays readable but takes no prompts.
+	if _, err := g.connect.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id})); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("x")}))
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+	}
+	if codeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("prompt to a closed session: %v", err)
+	}
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
