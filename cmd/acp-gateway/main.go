@@ -28,6 +28,7 @@ import (
 
 const usage = `usage:
   acp-gateway serve [--listen HOST:PORT] [--agent NAME=COMMAND_LINE]... [--store URL] [flags]
+  acp-gateway try [--url URL] [--agent NAME]   (run one turn and print its events)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
 
 Run 'acp-gateway serve --help' for every serve flag.
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "try":
+		return try(ctx, args[1:], stdout, stderr)
 	case "demo-agent":
 		if err := agentsim.Serve(ctx, os.Stdin, stdout, agentsim.Demo(), stderr); err != nil {
 			fmt.Fprintf(stderr, "acp-gateway demo-agent: %v\n", err)
@@ -127,7 +130,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	cfg := &serveConfig{agents: agentFlags{}}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
+	fs.StringVar(&cfg.listen, "listen", defaultListen(), "address to serve Connect, gRPC and gRPC-Web on")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "memory:", "state store URL")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
@@ -218,3 +221,5 @@ func agentEnv(allow []string) []string {
 	}
 	return env
 }
+
+func defaultListen() string { return server.DefaultListen }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +116,45 @@ func TestServeAnswersOnEveryProtocol(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal(errors.New("serve did not stop after its context ended"))
+	}
+}
+
+func TestMain(m *testing.M) {
+	// serve runs the demo agent as this executable's demo-agent command.
+	if len(os.Args) > 1 && os.Args[1] == "demo-agent" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestTryPlaysTheDemoTurn(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	var line struct{ Addr string }
+	if err := json.NewDecoder(bufio.NewReader(pr)).Decode(&line); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, pr)
+
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"try", "--url", "http://" + line.Addr}, &out, &errOut); code != 0 {
+		t.Fatalf("try exited %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{`"turnStarted"`, `"plan"`, `"toolCallUpdate"`, `"toolCall"`, `"permissionRequest"`,
+		`# answering perm-1 with "allow-once"`, `"selectedOptionId":"allow-once"`, `"diff"`, `"stopReason":"end_turn"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("try output lacks %s", want)
+		}
+	}
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Fatalf("serve exited %d", code)
 	}
 }

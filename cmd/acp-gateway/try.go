@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+)
+
+// try runs one turn against a gateway and prints every event as proto JSON,
+// answering permission requests with their first allow option. It is the
+// newcomer's first look at the stream.
+func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("try", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "http://"+defaultListen(), "gateway base URL")
+	agent := fs.String("agent", "demo", "agent name")
+	prompt := fs.String("prompt", "Show me what you can do.", "prompt text")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
+		return 1
+	}
+	if err := runTry(ctx, acpv2connect.NewSessionServiceClient(http.DefaultClient, *url), *agent, cwd, *prompt, stdout); err != nil {
+		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out io.Writer) error {
+	created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
+	if err != nil {
+		return err
+	}
+	id := created.Msg.GetSessionId()
+	fmt.Fprintf(out, "# session %s\n", id)
+	stream, err := c.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: []*acpv2.ContentBlock{
+		{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: prompt}}},
+	}}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if ev == nil {
+			continue
+		}
+		js, err := protojson.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		// protojson varies its spacing on purpose; print it compact.
+		var line bytes.Buffer
+		if err := json.Compact(&line, js); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s\n", line.Bytes())
+		if pr := ev.GetPermissionRequest(); pr != nil {
+			option := ""
+			for _, o := range pr.GetOptions() {
+				if o.GetKind() == "allow_once" || o.GetKind() == "allow_always" {
+					option = o.GetOptionId()
+					break
+				}
+			}
+			req := &acpv2.RespondPermissionRequest{SessionId: id, RequestId: pr.GetRequestId(), OptionId: option, Cancelled: option == ""}
+			fmt.Fprintf(out, "# answering %s with %q\n", pr.GetRequestId(), option)
+			if _, err := c.RespondPermission(ctx, connect.NewRequest(req)); err != nil {
+				return err
+			}
+		}
+	}
+	return stream.Err()
+}
