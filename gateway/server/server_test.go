@@ -1,0 +1,107 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/acp-gateway/acp-gateway/gateway/server"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+)
+
+func start(t *testing.T, opts server.Options) string {
+	t.Helper()
+	srv := server.New(acpv2connect.UnimplementedSessionServiceHandler{}, opts)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return "http://" + l.Addr().String()
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	ready := false
+	base := start(t, server.Options{Ready: func() bool { return ready }})
+	get := func(path string) int {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get("/healthz"); got != http.StatusOK {
+		t.Fatalf("/healthz = %d", got)
+	}
+	if got := get("/readyz"); got != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before ready = %d", got)
+	}
+	ready = true
+	if got := get("/readyz"); got != http.StatusOK {
+		t.Fatalf("/readyz when ready = %d", got)
+	}
+
+	// grpc.health.v1 over the Connect protocol: a plain JSON POST.
+	resp, err := http.Post(base+"/grpc.health.v1.Health/Check", "application/json",
+		strings.NewReader(`{"service":"`+acpv2connect.SessionServiceName+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "SERVING") {
+		t.Fatalf("health check: %s %s", resp.Status, body)
+	}
+}
+
+func TestCORSAllowsOnlyListedOrigins(t *testing.T) {
+	t.Parallel()
+	base := start(t, server.Options{CORSOrigins: []string{"https://app.example.com"}})
+	preflight := func(origin string) string {
+		req, _ := http.NewRequest(http.MethodOptions, base+"/acp.v2.SessionService/GetSession", nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		// As browsers send it: sorted and in lower case.
+		req.Header.Set("Access-Control-Request-Headers", "authorization,connect-protocol-version,content-type")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header.Get("Access-Control-Allow-Origin")
+	}
+	if got := preflight("https://app.example.com"); got != "https://app.example.com" {
+		t.Fatalf("listed origin: Access-Control-Allow-Origin = %q", got)
+	}
+	if got := preflight("https://evil.example.com"); got != "" {
+		t.Fatalf("unlisted origin allowed: %q", got)
+	}
+}
+
+func TestReflectionListsTheService(t *testing.T) {
+	t.Parallel()
+	base := start(t, server.Options{})
+	h2c := new(http.Protocols)
+	h2c.SetUnencryptedHTTP2(true)
+	client := grpcreflect.NewClient(&http.Client{Transport: &http.Transport{Protocols: h2c}}, base, connect.WithGRPC())
+	stream := client.NewStream(context.Background())
+	defer stream.Close()
+	names, err := stream.ListServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(names, protoreflect.FullName(acpv2connect.SessionServiceName)) {
+		t.Fatalf("reflection lists %v", names)
+	}
+}
