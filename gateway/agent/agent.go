@@ -317,6 +317,10 @@ func (a *Agent) call(ctx context.Context, method string, params, result any) err
 	return err
 }
 
+// CodeAuthRequired is the JSON-RPC error code with which an ACP agent
+// refuses to work before authentication.
+const CodeAuthRequired = -32000
+
 // RPCError is an error the agent answered a request with.
 type RPCError struct {
 	Method  string

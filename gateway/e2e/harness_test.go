@@ -129,6 +129,7 @@ func agentCommand(t testing.TB, s agentsim.Script) []string {
 type gateway struct {
 	base string
 	mgr  *session.Manager
+	srv  *server.Server
 	// clients by protocol name.
 	clients map[string]acpv2connect.SessionServiceClient
 	connect acpv2connect.SessionServiceClient
@@ -140,6 +141,7 @@ type gatewayOpts struct {
 	permissionTimeout time.Duration
 	watchBuffer       int
 	startTimeout      time.Duration
+	idleTimeout       time.Duration
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -147,6 +149,9 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	t.Helper()
 	if o.heartbeat == 0 {
 		o.heartbeat = time.Minute
+	}
+	if o.idleTimeout == 0 {
+		o.idleTimeout = -1
 	}
 	mgr := session.NewManager(session.Options{
 		Agents:            o.agents,
@@ -157,7 +162,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		WatchBuffer:       o.watchBuffer,
 		AgentStartTimeout: o.startTimeout,
 		AgentStopGrace:    500 * time.Millisecond,
-		IdleTimeout:       -1,
+		IdleTimeout:       o.idleTimeout,
 	})
 	srv := server.New(service.New(mgr, service.WithHeartbeat(o.heartbeat)), server.Options{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -172,7 +177,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	h2c := new(http.Protocols)
 	h2c.SetUnencryptedHTTP2(true)
 	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
-	g := &gateway{base: base, mgr: mgr, clients: map[string]acpv2connect.SessionServiceClient{
+	g := &gateway{base: base, mgr: mgr, srv: srv, clients: map[string]acpv2connect.SessionServiceClient{
 		"connect":       acpv2connect.NewSessionServiceClient(h1, base),
 		"connect-proto": acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
 		"grpc":          acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),

@@ -118,7 +118,10 @@ func (s *Service) CreateSession(ctx context.Context, req *connect.Request[acpv2.
 	if m.GetCwd() == "" || !filepath.IsAbs(m.GetCwd()) {
 		return nil, invalid("cwd must be an absolute path, got %q", m.GetCwd())
 	}
-	sess, err := s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd())
+	if len(m.GetAuthMethod()) > maxIDLen {
+		return nil, invalid("auth_method is longer than %d bytes", maxIDLen)
+	}
+	sess, err := s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd(), m.GetAuthMethod())
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -116,8 +116,9 @@ func newID() string {
 	return "s_" + hex.EncodeToString(b[:])
 }
 
-// Create starts agentName in cwd for a new session owned by user.
-func (m *Manager) Create(ctx context.Context, user, agentName, cwd string) (*Session, error) {
+// Create starts agentName in cwd for a new session owned by user. When the
+// agent demands authentication, authMethod names the method to run.
+func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod string) (*Session, error) {
 	command, ok := m.opts.Agents[agentName]
 	if !ok {
 		return nil, fmt.Errorf("%w %q (configured: %v)", ErrUnknownAgent, agentName, m.AgentNames())
@@ -146,7 +147,7 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd string) (*Ses
 	m.mu.Lock()
 	m.sessions[rec.ID] = s
 	m.mu.Unlock()
-	if err := s.start(ctx); err != nil {
+	if err := s.start(ctx, authMethod); err != nil {
 		return nil, err
 	}
 	return s, nil

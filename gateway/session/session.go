@@ -68,18 +68,34 @@ func newSession(m *Manager, rec *statestore.Session, command []string) *Session 
 // ID is the session's id.
 func (s *Session) ID() string { return s.rec.ID }
 
-// start spawns the agent and creates the agent-side session.
-func (s *Session) start(ctx context.Context) error {
+// start spawns the agent, authenticates with authMethod when one is named,
+// and creates the agent-side session.
+func (s *Session) start(ctx context.Context, authMethod string) error {
 	a, err := agent.Start(ctx, s.m.agentConfig(s))
 	if err != nil {
 		s.setState(statestore.StateAgentLost, err.Error())
 		return fmt.Errorf("%w: %v", ErrAgentGone, err)
 	}
-	agentSID, err := a.NewSession(ctx, s.rec.Cwd)
-	if err != nil {
+	fail := func(err error) error {
 		a.Close()
 		s.setState(statestore.StateAgentLost, err.Error())
-		return fmt.Errorf("%w: session/new: %v", ErrAgentGone, err)
+		return err
+	}
+	if authMethod != "" {
+		if !slices.Contains(a.AuthMethods(), authMethod) {
+			return fail(fmt.Errorf("%w: the agent offers no authentication method %q (it offers %v)", ErrInvalid, authMethod, a.AuthMethods()))
+		}
+		if err := a.Authenticate(ctx, authMethod); err != nil {
+			return fail(fmt.Errorf("%w: authenticate: %v", ErrAgentGone, err))
+		}
+	}
+	agentSID, err := a.NewSession(ctx, s.rec.Cwd)
+	if err != nil {
+		var rpcErr *agent.RPCError
+		if errors.As(err, &rpcErr) && rpcErr.Code == agent.CodeAuthRequired {
+			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethods()))
+		}
+		return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
 	}
 	s.mu.Lock()
 	s.agent, s.agentSessionID, s.version, s.loadSession = a, agentSID, a.Version(), a.LoadSession()

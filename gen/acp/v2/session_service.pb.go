@@ -909,7 +909,10 @@ type CreateSessionRequest struct {
 	// A configured agent name.
 	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
 	// Absolute working directory for the agent.
-	Cwd           string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The id of the agent's authentication method to run before the session
+	// is created, for an agent that demands authentication.
+	AuthMethod    string `protobuf:"bytes,3,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -954,6 +957,13 @@ func (x *CreateSessionRequest) GetAgent() string {
 func (x *CreateSessionRequest) GetCwd() string {
 	if x != nil {
 		return x.Cwd
+	}
+	return ""
+}
+
+func (x *CreateSessionRequest) GetAuthMethod() string {
+	if x != nil {
+		return x.AuthMethod
 	}
 	return ""
 }
@@ -1735,10 +1745,12 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12\x19\n" +
 	"\blast_seq\x18\x04 \x01(\x04R\alastSeq\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\">\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"_\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
-	"\x03cwd\x18\x02 \x01(\tR\x03cwd\"6\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x1f\n" +
+	"\vauth_method\x18\x03 \x01(\tR\n" +
+	"authMethod\"6\n" +
 	"\x15CreateSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\\\n" +

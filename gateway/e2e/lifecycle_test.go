@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+func TestAuthenticationMethodFromTheSessionRequest(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{
+		"auth": agentCommand(t, agentsim.Script{ProtocolVersion: 1, AuthMethods: []string{"api-key"}, Turns: []agentsim.Turn{v1Turn}}),
+	}})
+	ctx := context.Background()
+	create := func(method string) error {
+		_, err := g.connect.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "auth", Cwd: t.TempDir(), AuthMethod: method}))
+		return err
+	}
+	if err := create(""); codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "api-key") {
+		t.Fatalf("no method named: %v, want invalid_argument listing the methods", err)
+	}
+	if err := create("oauth"); codeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("a method the agent does not offer: %v", err)
+	}
+	if err := create("api-key"); err != nil {
+		t.Fatalf("with the agent's method: %v", err)
+	}
+}
+
+// TestIdleAgentIsEnded is not parallel: it identifies the agent among this
+// process's children.
+func TestIdleAgentIsEnded(t *testing.T) {
+	g := startGateway(t, gatewayOpts{idleTimeout: 300 * time.Millisecond, agents: map[string][]string{
+		"v1": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{v1Turn}}),
+	}})
+	before := childProcesses()
+	id := g.create(t, "v1")
+	var pid int
+	for _, p := range childProcesses() {
+		if !containsInt(before, p) {
+			pid = p
+		}
+	}
+	turn(t, g.connect, id, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for processGroupAlive(pid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if processGroupAlive(pid) {
+		t.Fatal("the idle agent was not ended")
+	}
+	stream, err := g.connect.Prompt(context.Background(), connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("x")}))
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+	}
+	if codeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("prompt after the idle agent ended: %v, want unavailable", err)
+	}
+	// The session's state survives its agent.
+	if n := len(snapshot(t, g, id).GetToolCalls()); n != 2 {
+		t.Fatalf("%d tool calls after the agent ended, want 2", n)
+	}
+}
+
+func TestShutdownEndsOpenStreams(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{
+		"v1": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{v1Turn}}),
+	}})
+	id := g.create(t, "v1")
+	stream, err := g.connect.Watch(context.Background(), connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	ended := make(chan struct{})
+	go func() {
+		for stream.Receive() {
+		}
+		close(ended)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a watch open: %v", err)
+	}
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		t.Fatal("the watch stream outlived the shutdown")
+	}
+}
