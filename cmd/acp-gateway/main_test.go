@@ -72,18 +72,8 @@ func TestAgentCommandLineIsSplitLikeAShell(t *testing.T) {
 func TestServeAnswersOnEveryProtocol(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	exited := make(chan int, 1)
-	go func() {
-		exited <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, pw, io.Discard)
-		pw.Close()
-	}()
-	var line struct{ Addr string }
-	if err := json.NewDecoder(bufio.NewReader(pr)).Decode(&line); err != nil || line.Addr == "" {
-		t.Fatalf("no listen log line: %v", err)
-	}
-	go io.Copy(io.Discard, pr)
-	base := "http://" + line.Addr
+	addr, exited := startServe(t, ctx)
+	base := "http://" + addr
 
 	resp, err := http.Get(base + "/healthz")
 	if err != nil {
@@ -131,20 +121,10 @@ func TestTryPlaysTheDemoTurn(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	exited := make(chan int, 1)
-	go func() {
-		exited <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, pw, io.Discard)
-		pw.Close()
-	}()
-	var line struct{ Addr string }
-	if err := json.NewDecoder(bufio.NewReader(pr)).Decode(&line); err != nil {
-		t.Fatal(err)
-	}
-	go io.Copy(io.Discard, pr)
+	addr, exited := startServe(t, ctx)
 
 	var out, errOut bytes.Buffer
-	if code := run(ctx, []string{"try", "--url", "http://" + line.Addr}, &out, &errOut); code != 0 {
+	if code := run(ctx, []string{"try", "--url", "http://" + addr}, &out, &errOut); code != 0 {
 		t.Fatalf("try exited %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{`"turnStarted"`, `"plan"`, `"toolCallUpdate"`, `"toolCall"`, `"permissionRequest"`,
@@ -157,4 +137,22 @@ func TestTryPlaysTheDemoTurn(t *testing.T) {
 	if code := <-exited; code != 0 {
 		t.Fatalf("serve exited %d", code)
 	}
+}
+
+// startServe runs `serve` on a loopback port until ctx ends. It returns the
+// address from the serve log line and a channel with serve's exit status.
+func startServe(t *testing.T, ctx context.Context) (string, <-chan int) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	var line struct{ Addr string }
+	if err := json.NewDecoder(bufio.NewReader(pr)).Decode(&line); err != nil || line.Addr == "" {
+		t.Fatalf("no listen log line: %v", err)
+	}
+	go io.Copy(io.Discard, pr)
+	return line.Addr, exited
 }

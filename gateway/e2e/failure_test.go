@@ -149,12 +149,7 @@ func TestAgentFailuresEndTheTurnWithAnError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stream, err := g.connect.Prompt(context.Background(), connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("again")}))
-			if err == nil {
-				for stream.Receive() {
-				}
-				err = stream.Err()
-			}
+			err = promptErr(g, id, "again")
 			if codeOf(err) != connect.CodeUnavailable {
 				t.Fatalf("prompt to a session whose agent is gone: %v, want unavailable", err)
 			}
@@ -205,13 +200,7 @@ func TestBadRequests(t *testing.T) {
 	check("empty session id", err, connect.CodeInvalidArgument)
 	_, err = g.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{SessionId: id, RequestId: "perm-1"}))
 	check("neither option nor cancelled", err, connect.CodeInvalidArgument)
-	stream, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id}))
-	if err == nil {
-		for stream.Receive() {
-		}
-		err = stream.Err()
-	}
-	check("empty prompt", err, connect.CodeInvalidArgument)
+	check("empty prompt", promptErr(g, id, ""), connect.CodeInvalidArgument)
 
 	// A second prompt while a turn runs is refused.
 	first, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("one")}))
@@ -225,13 +214,7 @@ func TestBadRequests(t *testing.T) {
 			break
 		}
 	}
-	second, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("two")}))
-	if err == nil {
-		for second.Receive() {
-		}
-		err = second.Err()
-	}
-	check("prompt during a turn", err, connect.CodeFailedPrecondition)
+	check("prompt during a turn", promptErr(g, id, "two"), connect.CodeFailedPrecondition)
 	if _, err := g.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{SessionId: id, RequestId: requestID, Cancelled: true})); err != nil {
 		t.Fatal(err)
 	}
@@ -283,12 +266,7 @@ func TestCloseKillsTheAgentsProcessGroup(t *testing.T) {
 	if _, err := g.connect.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id})); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("x")}))
-	if err == nil {
-		for stream.Receive() {
-		}
-		err = stream.Err()
-	}
+	err = promptErr(g, id, "x")
 	if codeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("prompt to a closed session: %v", err)
 	}

@@ -291,3 +291,35 @@ func codeOf(err error) connect.Code {
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
 
 func update(s string) agentsim.Step { return agentsim.Step{Update: raw(s)} }
+
+// promptErr runs a prompt to its end and returns its error, for prompts
+// that are expected to fail. An empty text sends no content block at all.
+func promptErr(g *gateway, id, text string) error {
+	req := &acpv2.PromptRequest{SessionId: id}
+	if text != "" {
+		req.Prompt = textPrompt(text)
+	}
+	stream, err := g.connect.Prompt(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+	}
+	return stream.Err()
+}
+
+// openWatch opens a Watch from the start of session id; cancel ends it.
+func openWatch(t *testing.T, g *gateway, id string) (stream *connect.ServerStreamForClient[acpv2.WatchResponse], cancel func()) {
+	t.Helper()
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	stream, err := g.connect.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	return stream, func() {
+		stop()
+		stream.Close()
+	}
+}

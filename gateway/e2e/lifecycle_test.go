@@ -55,12 +55,7 @@ func TestIdleAgentIsEnded(t *testing.T) {
 	if processGroupAlive(pid) {
 		t.Fatal("the idle agent was not ended")
 	}
-	stream, err := g.connect.Prompt(context.Background(), connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("x")}))
-	if err == nil {
-		for stream.Receive() {
-		}
-		err = stream.Err()
-	}
+	err := promptErr(g, id, "x")
 	if codeOf(err) != connect.CodeUnavailable {
 		t.Fatalf("prompt after the idle agent ended: %v, want unavailable", err)
 	}

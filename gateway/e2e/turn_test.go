@@ -315,16 +315,8 @@ func TestHeartbeatsOnIdleStreams(t *testing.T) {
 		"v2": agentCommand(t, agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{v2Turn}}),
 	}})
 	id := g.create(t, "v2")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	stream, cancel := openWatch(t, g, id)
 	defer cancel()
-	stream, err := g.connect.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		stream.Close()
-	}()
 	beats := 0
 	for beats < 3 && stream.Receive() {
 		if stream.Msg().GetHeartbeat() != nil && stream.Msg().GetEvent() == nil {
@@ -346,16 +338,8 @@ func TestWatchOpensOnAnIdleSession(t *testing.T) {
 		"v2": agentCommand(t, agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{v2Turn}}),
 	}})
 	id := g.create(t, "v2")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	stream, cancel := openWatch(t, g, id)
 	defer cancel()
-	stream, err := g.connect.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		stream.Close()
-	}()
 	if !stream.Receive() || stream.Msg().GetHeartbeat() == nil {
 		t.Fatalf("no opening heartbeat: %v", stream.Err())
 	}
