@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -279,4 +280,34 @@ func containsInt(s []int, v int) bool {
 		}
 	}
 	return false
+}
+
+// TestAgentsThatEndByThemselvesLeakNothing is not parallel: it counts this
+// process's file descriptors.
+func TestAgentsThatEndByThemselvesLeakNothing(t *testing.T) {
+	exit3 := 3
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{
+		"crash": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Exit: &exit3}}}}}),
+	}})
+	turn(t, g.connect, g.create(t, "crash"), nil) // opens the client's connections
+	before := openFDs(t)
+	for range 5 {
+		turn(t, g.connect, g.create(t, "crash"), nil)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for openFDs(t) > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := openFDs(t); after > before {
+		t.Fatalf("%d file descriptors open after five agents crashed, %d before", after, before)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
 }

@@ -114,31 +114,44 @@ func (s *Session) start(ctx context.Context, authMethod string) error {
 
 func (s *Session) setState(state statestore.State, detail string) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setStateLocked(state, detail)
+}
+
+// setStateLocked records the session's state. s.mu must be held.
+func (s *Session) setStateLocked(state statestore.State, detail string) {
 	s.state, s.detail = state, detail
-	s.mu.Unlock()
 	if err := s.m.opts.Store.SetState(context.Background(), s.rec.ID, state, detail); err != nil {
 		s.log.Error("store: recording the session state", "error", err)
 	}
 }
 
-// watchAgent records the agent's end.
+// watchAgent records the agent's end and releases what it held: its pipes,
+// its file root, and any process it left in its group.
 func (s *Session) watchAgent(a *agent.Agent) {
 	defer s.m.wg.Done()
 	<-a.Done()
 	s.mu.Lock()
+	s.agentLostLocked(a)
+	s.mu.Unlock()
+	a.Close()
+}
+
+// agentLostLocked records that agent a has ended, if it is still the
+// session's agent: no prompt reaches it any more and its pending permission
+// requests are cancelled. Both the turn that saw the agent fail and the
+// agent's watcher call it, whichever is first. s.mu must be held.
+func (s *Session) agentLostLocked(a *agent.Agent) {
 	if s.agent != a {
-		s.mu.Unlock()
 		return
 	}
 	s.agent = nil
 	for id := range s.perms {
 		s.resolveLocked(id, cancelled())
 	}
-	closed := s.state == statestore.StateClosed
-	s.mu.Unlock()
-	if !closed {
+	if s.state != statestore.StateClosed {
 		s.log.Warn("agent lost", "reason", a.Err())
-		s.setState(statestore.StateAgentLost, a.Err().Error())
+		s.setStateLocked(statestore.StateAgentLost, a.Err().Error())
 	}
 }
 
@@ -320,6 +333,11 @@ func (s *Session) runTurn(a *agent.Agent, agentSID string, prompt []*acpv2.Conte
 	// A permission request cannot outlive its turn.
 	for id := range s.perms {
 		s.resolveLocked(id, cancelled())
+	}
+	if a.Err() != nil {
+		// Record the loss before the turn's end, so that a client reacting
+		// to turn_ended finds the agent gone.
+		s.agentLostLocked(a)
 	}
 	ended := &acpv2.TurnEnded{StopReason: reason, Reason: acpjson.StopReason(reason)}
 	if err != nil {
