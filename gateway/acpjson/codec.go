@@ -60,12 +60,6 @@ func DecodeUpdate(data []byte, v Version) (*acpv2.SessionUpdate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return DecodeUpdateValue(obj, v)
-}
-
-// DecodeUpdateValue is [DecodeUpdate] for an update already parsed by
-// [Parse].
-func DecodeUpdateValue(obj map[string]any, v Version) (*acpv2.SessionUpdate, error) {
 	d := decoder{version: v}
 	u := &acpv2.SessionUpdate{}
 	if err := d.sessionUpdate(obj, u); err != nil {
@@ -74,15 +68,23 @@ func DecodeUpdateValue(obj map[string]any, v Version) (*acpv2.SessionUpdate, err
 	return u, nil
 }
 
-// DecodeToolCallUpdate decodes an ACP ToolCallUpdate object, such as the
-// `toolCall` of a `session/request_permission` request, with the null
-// semantics of version v.
-func DecodeToolCallUpdate(data []byte, v Version) (*acpv2.ToolCallUpdate, error) {
-	u := &acpv2.ToolCallUpdate{}
-	if err := Decode(data, u, v); err != nil {
-		return nil, err
+// KeepUnknown returns an update that [DecodeUpdate] refused, kept whole as
+// an unknown update so that nothing the agent sent is lost. A JSON object
+// becomes the body as it is; any other JSON value is kept under the member
+// "update". It returns nil for data that is not JSON at all.
+func KeepUnknown(data []byte) *acpv2.SessionUpdate {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil
 	}
-	return u, nil
+	obj, ok := v.(map[string]any)
+	if !ok {
+		obj = map[string]any{"update": v}
+	}
+	tag, _ := obj["sessionUpdate"].(string)
+	return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_Unknown{Unknown: unknownUpdate(tag, obj)}}
 }
 
 // Decode decodes the ACP JSON object data into m, which must be one of the
@@ -93,11 +95,6 @@ func Decode(data []byte, m proto.Message, v Version) error {
 	if err != nil {
 		return err
 	}
-	return DecodeValue(obj, m, v)
-}
-
-// DecodeValue is [Decode] for an object already parsed by [Parse].
-func DecodeValue(obj map[string]any, m proto.Message, v Version) error {
 	d := decoder{version: v}
 	if u, ok := m.(*acpv2.SessionUpdate); ok {
 		return d.sessionUpdate(obj, u)
@@ -147,11 +144,6 @@ func Encode(m proto.Message, v Version) ([]byte, error) {
 		return nil, err
 	}
 	return e.buf.Bytes(), nil
-}
-
-// Parse parses one ACP JSON object, keeping numbers exact as json.Number.
-func Parse(data []byte) (map[string]any, error) {
-	return parseObject(data)
 }
 
 func parseObject(data []byte) (map[string]any, error) {

@@ -257,3 +257,27 @@ func TestEnumHelpers(t *testing.T) {
 		seen[k] = w
 	}
 }
+
+func TestKeepUnknownKeepsWhatDoesNotDecode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, tag, body string }{
+		{`{"sessionUpdate":"tool_call_update","title":"no id"}`, "tool_call_update", `{"sessionUpdate":"tool_call_update","title":"no id"}`},
+		{`{"toolCallId":"c1"}`, "", `{"toolCallId":"c1"}`},
+		{`[1,2]`, "", `{"update":[1,2]}`},
+	} {
+		if _, err := acpjson.DecodeUpdate([]byte(tc.in), acpjson.V2); err == nil {
+			t.Fatalf("%s decodes; the case is moot", tc.in)
+		}
+		u := acpjson.KeepUnknown([]byte(tc.in))
+		if u.GetUnknown().GetSessionUpdate() != tc.tag {
+			t.Errorf("%s: tag %q, want %q", tc.in, u.GetUnknown().GetSessionUpdate(), tc.tag)
+		}
+		body, err := u.GetUnknown().GetBody().MarshalJSON()
+		if err != nil || !jsonEqual(t, body, []byte(tc.body)) {
+			t.Errorf("%s: body %s, want %s", tc.in, body, tc.body)
+		}
+	}
+	if acpjson.KeepUnknown([]byte(`{not json`)) != nil {
+		t.Error("KeepUnknown of non-JSON should be nil")
+	}
+}

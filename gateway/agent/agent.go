@@ -86,7 +86,6 @@ type Agent struct {
 	out    *os.File // read end of the agent's stdout
 
 	version     acpjson.Version
-	loadSession bool
 	authMethods []string
 
 	exited  chan struct{} // closed when the process is reaped
@@ -238,14 +237,8 @@ func (a *Agent) Err() error {
 // Version is the ACP version the agent negotiated.
 func (a *Agent) Version() acpjson.Version { return a.version }
 
-// LoadSession reports whether the agent offers session/load.
-func (a *Agent) LoadSession() bool { return a.loadSession }
-
 // AuthMethods lists the ids of the authentication methods the agent offers.
 func (a *Agent) AuthMethods() []string { return a.authMethods }
-
-// Pid is the agent's process id (and process group id).
-func (a *Agent) Pid() int { return a.cmd.Process.Pid }
 
 func (a *Agent) initialize(ctx context.Context) error {
 	params := map[string]any{
@@ -261,11 +254,8 @@ func (a *Agent) initialize(ctx context.Context) error {
 		"capabilities": map[string]any{},
 	}
 	var res struct {
-		ProtocolVersion   int `json:"protocolVersion"`
-		AgentCapabilities struct {
-			LoadSession bool `json:"loadSession"`
-		} `json:"agentCapabilities"`
-		AuthMethods []struct {
+		ProtocolVersion int `json:"protocolVersion"`
+		AuthMethods     []struct {
 			ID string `json:"id"`
 		} `json:"authMethods"`
 	}
@@ -278,7 +268,6 @@ func (a *Agent) initialize(ctx context.Context) error {
 	default:
 		return fmt.Errorf("agent: initialize: unsupported protocol version %d (the gateway speaks 1 and 2)", res.ProtocolVersion)
 	}
-	a.loadSession = res.AgentCapabilities.LoadSession
 	for _, m := range res.AuthMethods {
 		a.authMethods = append(a.authMethods, m.ID)
 	}
@@ -349,11 +338,6 @@ func (a *Agent) NewSession(ctx context.Context, cwd string) (string, error) {
 		return "", errors.New("agent: session/new returned no sessionId")
 	}
 	return res.SessionID, nil
-}
-
-// Load re-attaches an existing agent session with session/load.
-func (a *Agent) Load(ctx context.Context, sessionID, cwd string) error {
-	return a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": []any{}}, nil)
 }
 
 // Prompt sends a prompt turn and waits for its stop reason.

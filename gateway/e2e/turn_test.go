@@ -27,6 +27,7 @@ var v1Turn = agentsim.Turn{Steps: []agentsim.Step{
 	update(`{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","locations":[],"rawOutput":{"n":1}}`),
 	update(`{"sessionUpdate":"tool_call","toolCallId":"c1","title":"Read config again"}`),
 	update(`{"sessionUpdate":"_vendor_telemetry","tokens":12}`),
+	update(`{"sessionUpdate":"tool_call_update","title":"an update without its id"}`),
 }}
 
 // v2Turn plays the v2 upsert with clears and content chunks.
@@ -118,13 +119,14 @@ func TestV1TurnMergesIntoSnapshots(t *testing.T) {
 	if c2.GetKind() != "_custom_kind" {
 		t.Fatalf("custom kind not kept: %v", c2)
 	}
-	var plan, unknown bool
+	var plan, unknown, kept bool
 	for _, ev := range events {
 		plan = plan || ev.GetPlan() != nil
 		unknown = unknown || ev.GetUnknown().GetSessionUpdate() == "_vendor_telemetry"
+		kept = kept || ev.GetUnknown().GetBody().GetFields()["title"].GetStringValue() == "an update without its id"
 	}
-	if !plan || !unknown {
-		t.Fatalf("plan forwarded %v, unknown update forwarded %v", plan, unknown)
+	if !plan || !unknown || !kept {
+		t.Fatalf("plan forwarded %v, unknown update forwarded %v, malformed update kept %v", plan, unknown, kept)
 	}
 	if snap.GetLastSeq() != events[len(events)-1].GetSeq() {
 		t.Fatalf("snapshot last seq %d, last event %d", snap.GetLastSeq(), events[len(events)-1].GetSeq())

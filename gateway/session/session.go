@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -34,8 +33,6 @@ type Session struct {
 	agent          *agent.Agent
 	agentSessionID string
 	version        acpjson.Version
-	loadSession    bool
-	loading        bool // session/load is replaying history we already hold
 	tools          *merge.State
 	seq            uint64
 	subs           map[*Subscription]struct{}
@@ -98,7 +95,7 @@ func (s *Session) start(ctx context.Context, authMethod string) error {
 		return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
 	}
 	s.mu.Lock()
-	s.agent, s.agentSessionID, s.version, s.loadSession = a, agentSID, a.Version(), a.LoadSession()
+	s.agent, s.agentSessionID, s.version = a, agentSID, a.Version()
 	s.mu.Unlock()
 	if err := s.m.opts.Store.SetAgentSession(ctx, s.rec.ID, agentSID, int(a.Version())); err != nil {
 		s.log.Error("store: recording the agent session", "error", err)
@@ -182,19 +179,13 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 func (s *Session) SessionUpdate(_ string, raw json.RawMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.loading {
-		return // history the gateway already holds, replayed by session/load
-	}
 	u, err := acpjson.DecodeUpdate(raw, s.version)
 	if err != nil {
 		// Keep what the agent sent rather than drop it.
 		s.log.Warn("agent sent an update that does not decode", "error", err)
-		obj, _ := acpjson.Parse(raw)
-		body, _ := structpb.NewStruct(nil)
-		if obj != nil {
-			body = structOf(obj)
+		if u = acpjson.KeepUnknown(raw); u == nil {
+			return
 		}
-		u = &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{Body: body}}}
 	}
 	ev := eventOf(u)
 	events := []*acpv2.SessionEvent{ev}
@@ -214,13 +205,6 @@ func (s *Session) SessionUpdate(_ string, raw json.RawMessage) {
 		events = append(events, &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}})
 	}
 	_ = s.emitLocked(events, changed)
-}
-
-func structOf(obj map[string]any) *structpb.Struct {
-	js, _ := json.Marshal(obj)
-	var st structpb.Struct
-	_ = st.UnmarshalJSON(js)
-	return &st
 }
 
 // RequestPermission implements agent.Client.
