@@ -130,7 +130,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	cfg := &serveConfig{agents: agentFlags{}}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&cfg.listen, "listen", defaultListen(), "address to serve Connect, gRPC and gRPC-Web on")
+	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "memory:", "state store URL")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
@@ -221,5 +221,3 @@ func agentEnv(allow []string) []string {
 	}
 	return env
 }
-
-func defaultListen() string { return server.DefaultListen }

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/acp-gateway/acp-gateway/gateway/server"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
@@ -24,7 +25,7 @@ import (
 func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("try", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("url", "http://"+defaultListen(), "gateway base URL")
+	url := fs.String("url", "http://"+server.DefaultListen, "gateway base URL")
 	agent := fs.String("agent", "demo", "agent name")
 	prompt := fs.String("prompt", "Show me what you can do.", "prompt text")
 	if err := fs.Parse(args); err != nil {

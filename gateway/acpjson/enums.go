@@ -11,89 +11,92 @@ import (
 // helpers give the typed view: a known value maps to its constant, a custom
 // one to CUSTOM, any other to UNKNOWN, and "" to UNSPECIFIED.
 
-// ToolKind returns the typed form of a tool kind wire value.
-func ToolKind(wire string) acpv2.ToolKind {
-	switch wire {
-	case "read":
-		return acpv2.ToolKind_TOOL_KIND_READ
-	case "edit":
-		return acpv2.ToolKind_TOOL_KIND_EDIT
-	case "delete":
-		return acpv2.ToolKind_TOOL_KIND_DELETE
-	case "move":
-		return acpv2.ToolKind_TOOL_KIND_MOVE
-	case "search":
-		return acpv2.ToolKind_TOOL_KIND_SEARCH
-	case "execute":
-		return acpv2.ToolKind_TOOL_KIND_EXECUTE
-	case "think":
-		return acpv2.ToolKind_TOOL_KIND_THINK
-	case "fetch":
-		return acpv2.ToolKind_TOOL_KIND_FETCH
-	case "switch_mode":
-		return acpv2.ToolKind_TOOL_KIND_SWITCH_MODE
-	case "other":
-		return acpv2.ToolKind_TOOL_KIND_OTHER
-	}
-	return classify(wire, acpv2.ToolKind_TOOL_KIND_UNSPECIFIED, acpv2.ToolKind_TOOL_KIND_CUSTOM, acpv2.ToolKind_TOOL_KIND_UNKNOWN)
+// enum is the typed view of one family of wire strings.
+type enum[E ~int32] struct {
+	known                        map[string]E
+	unspecified, custom, unknown E
 }
+
+func (e enum[E]) of(wire string) E {
+	if v, ok := e.known[wire]; ok {
+		return v
+	}
+	switch {
+	case wire == "":
+		return e.unspecified
+	case strings.HasPrefix(wire, "_"):
+		return e.custom
+	}
+	return e.unknown
+}
+
+var toolKinds = enum[acpv2.ToolKind]{
+	known: map[string]acpv2.ToolKind{
+		"read":        acpv2.ToolKind_TOOL_KIND_READ,
+		"edit":        acpv2.ToolKind_TOOL_KIND_EDIT,
+		"delete":      acpv2.ToolKind_TOOL_KIND_DELETE,
+		"move":        acpv2.ToolKind_TOOL_KIND_MOVE,
+		"search":      acpv2.ToolKind_TOOL_KIND_SEARCH,
+		"execute":     acpv2.ToolKind_TOOL_KIND_EXECUTE,
+		"think":       acpv2.ToolKind_TOOL_KIND_THINK,
+		"fetch":       acpv2.ToolKind_TOOL_KIND_FETCH,
+		"switch_mode": acpv2.ToolKind_TOOL_KIND_SWITCH_MODE,
+		"other":       acpv2.ToolKind_TOOL_KIND_OTHER,
+	},
+	unspecified: acpv2.ToolKind_TOOL_KIND_UNSPECIFIED,
+	custom:      acpv2.ToolKind_TOOL_KIND_CUSTOM,
+	unknown:     acpv2.ToolKind_TOOL_KIND_UNKNOWN,
+}
+
+var toolCallStatuses = enum[acpv2.ToolCallStatus]{
+	known: map[string]acpv2.ToolCallStatus{
+		"pending":     acpv2.ToolCallStatus_TOOL_CALL_STATUS_PENDING,
+		"in_progress": acpv2.ToolCallStatus_TOOL_CALL_STATUS_IN_PROGRESS,
+		"completed":   acpv2.ToolCallStatus_TOOL_CALL_STATUS_COMPLETED,
+		"failed":      acpv2.ToolCallStatus_TOOL_CALL_STATUS_FAILED,
+		"cancelled":   acpv2.ToolCallStatus_TOOL_CALL_STATUS_CANCELLED,
+	},
+	unspecified: acpv2.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED,
+	custom:      acpv2.ToolCallStatus_TOOL_CALL_STATUS_CUSTOM,
+	unknown:     acpv2.ToolCallStatus_TOOL_CALL_STATUS_UNKNOWN,
+}
+
+var stopReasons = enum[acpv2.StopReason]{
+	known: map[string]acpv2.StopReason{
+		"end_turn":          acpv2.StopReason_STOP_REASON_END_TURN,
+		"max_tokens":        acpv2.StopReason_STOP_REASON_MAX_TOKENS,
+		"max_turn_requests": acpv2.StopReason_STOP_REASON_MAX_TURN_REQUESTS,
+		"refusal":           acpv2.StopReason_STOP_REASON_REFUSAL,
+		"cancelled":         acpv2.StopReason_STOP_REASON_CANCELLED,
+	},
+	unspecified: acpv2.StopReason_STOP_REASON_UNSPECIFIED,
+	custom:      acpv2.StopReason_STOP_REASON_CUSTOM,
+	unknown:     acpv2.StopReason_STOP_REASON_UNKNOWN,
+}
+
+var permissionOptionKinds = enum[acpv2.PermissionOptionKind]{
+	known: map[string]acpv2.PermissionOptionKind{
+		"allow_once":    acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_ALLOW_ONCE,
+		"allow_always":  acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_ALLOW_ALWAYS,
+		"reject_once":   acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_REJECT_ONCE,
+		"reject_always": acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_REJECT_ALWAYS,
+	},
+	unspecified: acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_UNSPECIFIED,
+	custom:      acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_CUSTOM,
+	unknown:     acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_UNKNOWN,
+}
+
+// ToolKind returns the typed form of a tool kind wire value.
+func ToolKind(wire string) acpv2.ToolKind { return toolKinds.of(wire) }
 
 // ToolCallStatus returns the typed form of a tool-call status wire value.
-func ToolCallStatus(wire string) acpv2.ToolCallStatus {
-	switch wire {
-	case "pending":
-		return acpv2.ToolCallStatus_TOOL_CALL_STATUS_PENDING
-	case "in_progress":
-		return acpv2.ToolCallStatus_TOOL_CALL_STATUS_IN_PROGRESS
-	case "completed":
-		return acpv2.ToolCallStatus_TOOL_CALL_STATUS_COMPLETED
-	case "failed":
-		return acpv2.ToolCallStatus_TOOL_CALL_STATUS_FAILED
-	case "cancelled":
-		return acpv2.ToolCallStatus_TOOL_CALL_STATUS_CANCELLED
-	}
-	return classify(wire, acpv2.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED, acpv2.ToolCallStatus_TOOL_CALL_STATUS_CUSTOM, acpv2.ToolCallStatus_TOOL_CALL_STATUS_UNKNOWN)
-}
+func ToolCallStatus(wire string) acpv2.ToolCallStatus { return toolCallStatuses.of(wire) }
 
 // StopReason returns the typed form of a stop reason wire value.
-func StopReason(wire string) acpv2.StopReason {
-	switch wire {
-	case "end_turn":
-		return acpv2.StopReason_STOP_REASON_END_TURN
-	case "max_tokens":
-		return acpv2.StopReason_STOP_REASON_MAX_TOKENS
-	case "max_turn_requests":
-		return acpv2.StopReason_STOP_REASON_MAX_TURN_REQUESTS
-	case "refusal":
-		return acpv2.StopReason_STOP_REASON_REFUSAL
-	case "cancelled":
-		return acpv2.StopReason_STOP_REASON_CANCELLED
-	}
-	return classify(wire, acpv2.StopReason_STOP_REASON_UNSPECIFIED, acpv2.StopReason_STOP_REASON_CUSTOM, acpv2.StopReason_STOP_REASON_UNKNOWN)
-}
+func StopReason(wire string) acpv2.StopReason { return stopReasons.of(wire) }
 
 // PermissionOptionKind returns the typed form of a permission option kind
 // wire value.
 func PermissionOptionKind(wire string) acpv2.PermissionOptionKind {
-	switch wire {
-	case "allow_once":
-		return acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_ALLOW_ONCE
-	case "allow_always":
-		return acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_ALLOW_ALWAYS
-	case "reject_once":
-		return acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_REJECT_ONCE
-	case "reject_always":
-		return acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_REJECT_ALWAYS
-	}
-	return classify(wire, acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_UNSPECIFIED, acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_CUSTOM, acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_UNKNOWN)
-}
-
-func classify[E ~int32](wire string, unspecified, custom, unknown E) E {
-	switch {
-	case wire == "":
-		return unspecified
-	case strings.HasPrefix(wire, "_"):
-		return custom
-	}
-	return unknown
+	return permissionOptionKinds.of(wire)
 }

@@ -2,6 +2,8 @@ package acpjson_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -221,43 +223,6 @@ func TestDecodeErrors(t *testing.T) {
 	}
 }
 
-func TestEnumHelpers(t *testing.T) {
-	t.Parallel()
-	if got := acpjson.ToolKind("execute"); got != acpv2.ToolKind_TOOL_KIND_EXECUTE {
-		t.Error(got)
-	}
-	if got := acpjson.ToolKind("_mine"); got != acpv2.ToolKind_TOOL_KIND_CUSTOM {
-		t.Error(got)
-	}
-	if got := acpjson.ToolKind("teleport"); got != acpv2.ToolKind_TOOL_KIND_UNKNOWN {
-		t.Error(got)
-	}
-	if got := acpjson.ToolKind(""); got != acpv2.ToolKind_TOOL_KIND_UNSPECIFIED {
-		t.Error(got)
-	}
-	if got := acpjson.ToolCallStatus("in_progress"); got != acpv2.ToolCallStatus_TOOL_CALL_STATUS_IN_PROGRESS {
-		t.Error(got)
-	}
-	if got := acpjson.ToolCallStatus("_x"); got != acpv2.ToolCallStatus_TOOL_CALL_STATUS_CUSTOM {
-		t.Error(got)
-	}
-	if got := acpjson.StopReason("max_turn_requests"); got != acpv2.StopReason_STOP_REASON_MAX_TURN_REQUESTS {
-		t.Error(got)
-	}
-	if got := acpjson.PermissionOptionKind("reject_always"); got != acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_REJECT_ALWAYS {
-		t.Error(got)
-	}
-	// Every typed value of the wire strings maps back to a distinct constant.
-	seen := map[acpv2.ToolKind]string{}
-	for _, w := range []string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"} {
-		k := acpjson.ToolKind(w)
-		if prev, dup := seen[k]; dup || k == acpv2.ToolKind_TOOL_KIND_UNKNOWN {
-			t.Errorf("%s maps to %v (also %s)", w, k, prev)
-		}
-		seen[k] = w
-	}
-}
-
 func TestKeepUnknownKeepsWhatDoesNotDecode(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ in, tag, body string }{
@@ -279,5 +244,34 @@ func TestKeepUnknownKeepsWhatDoesNotDecode(t *testing.T) {
 	}
 	if acpjson.KeepUnknown([]byte(`{not json`)) != nil {
 		t.Error("KeepUnknown of non-JSON should be nil")
+	}
+}
+
+func TestEveryWireValueMapsToItsNamesake(t *testing.T) {
+	t.Parallel()
+	type family struct {
+		wires []string
+		of    func(string) fmt.Stringer
+	}
+	for name, f := range map[string]family{
+		"ToolKind": {[]string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"},
+			func(w string) fmt.Stringer { return acpjson.ToolKind(w) }},
+		"ToolCallStatus": {[]string{"pending", "in_progress", "completed", "failed", "cancelled"},
+			func(w string) fmt.Stringer { return acpjson.ToolCallStatus(w) }},
+		"StopReason": {[]string{"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"},
+			func(w string) fmt.Stringer { return acpjson.StopReason(w) }},
+		"PermissionOptionKind": {[]string{"allow_once", "allow_always", "reject_once", "reject_always"},
+			func(w string) fmt.Stringer { return acpjson.PermissionOptionKind(w) }},
+	} {
+		for _, w := range f.wires {
+			if got := f.of(w).String(); !strings.HasSuffix(got, "_"+strings.ToUpper(w)) {
+				t.Errorf("%s(%q) = %s", name, w, got)
+			}
+		}
+		for w, suffix := range map[string]string{"": "_UNSPECIFIED", "_mine": "_CUSTOM", "future": "_UNKNOWN"} {
+			if got := f.of(w).String(); !strings.HasSuffix(got, suffix) {
+				t.Errorf("%s(%q) = %s, want *%s", name, w, got, suffix)
+			}
+		}
 	}
 }

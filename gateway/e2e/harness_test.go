@@ -130,7 +130,7 @@ type gateway struct {
 	base string
 	mgr  *session.Manager
 	srv  *server.Server
-	// clients by protocol name.
+	// clients by protocol and transport.
 	clients map[string]acpv2connect.SessionServiceClient
 	connect acpv2connect.SessionServiceClient
 }
@@ -178,10 +178,10 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	h2c.SetUnencryptedHTTP2(true)
 	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
 	g := &gateway{base: base, mgr: mgr, srv: srv, clients: map[string]acpv2connect.SessionServiceClient{
-		"connect":       acpv2connect.NewSessionServiceClient(h1, base),
-		"connect-proto": acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
-		"grpc":          acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),
-		"grpc-web":      acpv2connect.NewSessionServiceClient(h1, base, connect.WithGRPCWeb()),
+		"connect+proto over HTTP/1.1": acpv2connect.NewSessionServiceClient(h1, base),
+		"connect+json over h2c":       acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
+		"grpc over h2c":               acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),
+		"grpc-web over HTTP/1.1":      acpv2connect.NewSessionServiceClient(h1, base, connect.WithGRPCWeb()),
 	}}
 	g.connect = acpv2connect.NewSessionServiceClient(h1, base, connect.WithProtoJSON())
 	t.Cleanup(func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -232,28 +233,16 @@ func TestWatchResumeFromEverySeq(t *testing.T) {
 	live := turn(t, g.connect, id, nil)
 	for range 2 {
 		r := <-results
-		if !equalEvents(r.events, live) {
+		if !slices.EqualFunc(r.events, live, eventEqual) {
 			t.Fatalf("a live watcher saw %d events, the prompt stream %d", len(r.events), len(live))
 		}
 	}
 	for after := range uint64(len(live)) {
 		got := watchAll(t, g.connect, id, after, len(live)-int(after))
-		if !equalEvents(got, live[after:]) {
+		if !slices.EqualFunc(got, live[after:], eventEqual) {
 			t.Fatalf("Watch(afterSeq %d) does not reproduce the live stream", after)
 		}
 	}
-}
-
-func equalEvents(a, b []*acpv2.SessionEvent) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !proto.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 func TestFilesConfinedToCwd(t *testing.T) {
@@ -279,7 +268,7 @@ func TestFilesConfinedToCwd(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := res.Msg.GetSessionId()
-	cwd := g.mgrCwd(t, id)
+	cwd := snapshot(t, g, id).GetCwd()
 	if err := os.Symlink(outside, filepath.Join(cwd, "escape")); err != nil {
 		t.Fatal(err)
 	}
@@ -304,11 +293,6 @@ func TestFilesConfinedToCwd(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(outside, "planted")); err == nil {
 		t.Fatal("a write through a symlink escaped the cwd")
 	}
-}
-
-func (g *gateway) mgrCwd(t *testing.T, id string) string {
-	t.Helper()
-	return snapshot(t, g, id).GetCwd()
 }
 
 func TestHeartbeatsOnIdleStreams(t *testing.T) {
@@ -346,3 +330,5 @@ func TestWatchOpensOnAnIdleSession(t *testing.T) {
 		t.Fatalf("no opening heartbeat: %v", stream.Err())
 	}
 }
+
+func eventEqual(a, b *acpv2.SessionEvent) bool { return proto.Equal(a, b) }

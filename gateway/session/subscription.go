@@ -100,36 +100,28 @@ func (sub *Subscription) Next(ctx context.Context) (*acpv2.SessionEvent, error) 
 		}
 	}
 	for {
+		// Events delivered before the end are returned before the end is.
+		var ev *acpv2.SessionEvent
 		select {
-		case ev := <-sub.live:
-			if ev.GetSeq() < sub.next {
-				continue // already replayed
-			}
-			sub.next = ev.GetSeq() + 1
-			return ev, nil
+		case ev = <-sub.live:
 		default:
-		}
-		select {
-		case ev := <-sub.live:
-			if ev.GetSeq() < sub.next {
-				continue
-			}
-			sub.next = ev.GetSeq() + 1
-			return ev, nil
-		case <-sub.ended:
 			select {
-			case ev := <-sub.live:
-				if ev.GetSeq() < sub.next {
-					continue
+			case ev = <-sub.live:
+			case <-sub.ended:
+				select {
+				case ev = <-sub.live:
+				default:
+					return nil, sub.err
 				}
-				sub.next = ev.GetSeq() + 1
-				return ev, nil
-			default:
+			case <-ctx.Done():
+				return nil, ctx.Err()
 			}
-			return nil, sub.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
 		}
+		if ev.GetSeq() < sub.next {
+			continue // already replayed from the store
+		}
+		sub.next = ev.GetSeq() + 1
+		return ev, nil
 	}
 }
 

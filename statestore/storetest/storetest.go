@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -154,7 +155,7 @@ func testAppend(t *testing.T, s statestore.Store) {
 		if after < 25 {
 			want = all[after:]
 		}
-		if !equalEvents(got, want) {
+		if !slices.EqualFunc(got, want, eventEqual) {
 			t.Fatalf("Events(after %d) = %d events, want %d", after, len(got), len(want))
 		}
 	}
@@ -162,21 +163,9 @@ func testAppend(t *testing.T, s statestore.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equalEvents(got, all[3:8]) {
+	if !slices.EqualFunc(got, all[3:8], eventEqual) {
 		t.Fatalf("Events(after 3, limit 5) = %v", got)
 	}
-}
-
-func equalEvents(a, b []*acpv2.SessionEvent) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !proto.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 func testSeqConflict(t *testing.T, s statestore.Store) {
@@ -272,3 +261,5 @@ func testConcurrent(t *testing.T, s statestore.Store) {
 		}
 	}
 }
+
+func eventEqual(a, b *acpv2.SessionEvent) bool { return proto.Equal(a, b) }
