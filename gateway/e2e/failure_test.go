@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,4 +313,65 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(entries)
+}
+
+func TestAgentLineOverTheLimitEndsTheAgent(t *testing.T) {
+	t.Parallel()
+	long := `{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"` + strings.Repeat("x", 4096) + `"}}`
+	g := startGateway(t, gatewayOpts{maxAgentLine: 1024, agents: map[string][]string{
+		"flood": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: []agentsim.Step{update(long)}}}}),
+	}})
+	events := turn(t, g.connect, g.create(t, "flood"), nil)
+	if end := events[len(events)-1].GetTurnEnded(); !strings.Contains(end.GetError(), "line too long") {
+		t.Fatalf("turn_ended = %v, want a line-too-long error", end)
+	}
+	for _, ev := range events {
+		if ev.GetAgentMessageChunk() != nil {
+			t.Fatal("the over-long line was delivered")
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestAgentStderrIsLoggedWithItsSession(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	g := startGateway(t, gatewayOpts{log: &logs, agents: map[string][]string{
+		"noisy": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Stderr: "warning: disk nearly full"}}}}}),
+	}})
+	id := g.create(t, "noisy")
+	turn(t, g.connect, id, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["line"] == "warning: disk nearly full" {
+				if rec["session"] != id || rec["agent"] != "noisy" {
+					t.Fatalf("stderr logged without its session and agent: %s", line)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's stderr line was not logged:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -142,6 +142,9 @@ type gatewayOpts struct {
 	watchBuffer       int
 	startTimeout      time.Duration
 	idleTimeout       time.Duration
+	maxAgentLine      int
+	// log receives the gateway's JSON logs; nil discards them.
+	log io.Writer
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -153,16 +156,20 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if o.idleTimeout == 0 {
 		o.idleTimeout = -1
 	}
+	if o.log == nil {
+		o.log = io.Discard
+	}
 	mgr := session.NewManager(session.Options{
 		Agents:            o.agents,
 		Env:               []string{"PATH=" + os.Getenv("PATH")},
 		Store:             statestore.NewMemory(),
-		Log:               slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log:               slog.New(slog.NewJSONHandler(o.log, nil)),
 		PermissionTimeout: o.permissionTimeout,
 		WatchBuffer:       o.watchBuffer,
 		AgentStartTimeout: o.startTimeout,
 		AgentStopGrace:    500 * time.Millisecond,
 		IdleTimeout:       o.idleTimeout,
+		MaxAgentLine:      o.maxAgentLine,
 	})
 	srv := server.New(service.New(mgr, service.WithHeartbeat(o.heartbeat)), server.Options{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
