@@ -12,6 +12,7 @@ import (
 // a restart. Events and tool calls are stored as given and must not be
 // modified afterwards.
 type Memory struct {
+	opts     Options
 	mu       sync.RWMutex
 	sessions map[string]*memSession
 	order    []string
@@ -19,16 +20,18 @@ type Memory struct {
 
 type memSession struct {
 	rec    Session
-	events []*acpv2.SessionEvent
-	calls  map[string]int // tool call id -> index in callList
+	events []*acpv2.SessionEvent // seqs TrimmedSeq+1 .. LastSeq
+	calls  map[string]int        // tool call id -> index in list
 	list   []*acpv2.ToolCall
+	// changed is closed and replaced on every append and on deletion.
+	changed chan struct{}
 }
 
 var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
-func NewMemory() *Memory {
-	return &Memory{sessions: map[string]*memSession{}}
+func NewMemory(opts Options) *Memory {
+	return &Memory{opts: opts, sessions: map[string]*memSession{}}
 }
 
 func (m *Memory) get(id string) (*memSession, error) {
@@ -46,7 +49,7 @@ func (m *Memory) CreateSession(_ context.Context, s *Session) error {
 	if _, ok := m.sessions[s.ID]; ok {
 		return fmt.Errorf("%w: %s", ErrExists, s.ID)
 	}
-	m.sessions[s.ID] = &memSession{rec: *s, calls: map[string]int{}}
+	m.sessions[s.ID] = &memSession{rec: *s, calls: map[string]int{}, changed: make(chan struct{})}
 	m.order = append(m.order, s.ID)
 	return nil
 }
@@ -110,12 +113,17 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	if err != nil {
 		return err
 	}
-	if err := checkSeqs(s.rec.LastSeq, events); err != nil {
+	if err := CheckSeqs(s.rec.LastSeq, events); err != nil {
 		return err
 	}
 	s.events = append(s.events, events...)
 	if n := len(events); n > 0 {
 		s.rec.LastSeq = events[n-1].GetSeq()
+	}
+	if max := m.opts.MaxEvents; max > 0 && len(s.events) > max {
+		drop := len(s.events) - max
+		s.rec.TrimmedSeq += uint64(drop)
+		s.events = append([]*acpv2.SessionEvent(nil), s.events[drop:]...)
 	}
 	for _, tc := range changed {
 		if i, ok := s.calls[tc.GetToolCallId()]; ok {
@@ -125,11 +133,16 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 		s.calls[tc.GetToolCallId()] = len(s.list)
 		s.list = append(s.list, tc)
 	}
+	if len(events) > 0 {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
 	return nil
 }
 
-// checkSeqs verifies that events continue a log whose last seq is last.
-func checkSeqs(last uint64, events []*acpv2.SessionEvent) error {
+// CheckSeqs verifies that events continue a log whose last seq is last,
+// for stores to call before they append.
+func CheckSeqs(last uint64, events []*acpv2.SessionEvent) error {
 	for i, e := range events {
 		if want := last + uint64(i) + 1; e.GetSeq() != want {
 			return fmt.Errorf("%w: got seq %d, want %d", ErrSeqConflict, e.GetSeq(), want)
@@ -146,26 +159,71 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) (
 	if err != nil {
 		return nil, err
 	}
-	// Seqs are dense from 1, so seq n sits at index n-1.
-	if after >= uint64(len(s.events)) {
+	if after < s.rec.TrimmedSeq {
+		return nil, fmt.Errorf("%w: session %s keeps events after seq %d, asked after %d", ErrTrimmed, id, s.rec.TrimmedSeq, after)
+	}
+	// Kept seqs are dense, so seq n sits at index n-TrimmedSeq-1.
+	skip := after - s.rec.TrimmedSeq
+	if skip >= uint64(len(s.events)) {
 		return nil, nil
 	}
-	out := s.events[after:]
+	out := s.events[skip:]
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
 	return append([]*acpv2.SessionEvent(nil), out...), nil
 }
 
+// WaitEvents implements Store.
+func (m *Memory) WaitEvents(ctx context.Context, id string, after uint64) error {
+	for {
+		m.mu.RLock()
+		s, err := m.get(id)
+		if err != nil {
+			m.mu.RUnlock()
+			return err
+		}
+		last, changed := s.rec.LastSeq, s.changed
+		m.mu.RUnlock()
+		if last > after {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // ToolCalls implements Store.
-func (m *Memory) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, error) {
+func (m *Memory) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uint64, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	s, err := m.get(id)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return append([]*acpv2.ToolCall(nil), s.list...), nil
+	return append([]*acpv2.ToolCall(nil), s.list...), s.rec.LastSeq, nil
+}
+
+// DeleteSession implements Store.
+func (m *Memory) DeleteSession(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	delete(m.sessions, id)
+	for i, o := range m.order {
+		if o == id {
+			m.order = append(m.order[:i], m.order[i+1:]...)
+			break
+		}
+	}
+	close(s.changed)
+	return nil
 }
 
 // Close implements Store.

@@ -9,5 +9,5 @@ import (
 
 func TestMemory(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(*testing.T) statestore.Store { return statestore.NewMemory() })
+	storetest.Run(t, func(_ *testing.T, opts statestore.Options) statestore.Store { return statestore.NewMemory(opts) })
 }

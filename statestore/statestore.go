@@ -24,7 +24,20 @@ var (
 	// ErrSeqConflict is returned by Append when the first event's seq is not
 	// the session's last seq plus one.
 	ErrSeqConflict = errors.New("statestore: event seq does not follow the log")
+	// ErrTrimmed is returned by Events when events after the given seq were
+	// dropped by retention; the session's tool calls still hold their state.
+	ErrTrimmed = errors.New("statestore: events were trimmed by retention")
+	// ErrLeaseHeld is returned by AcquireLease when another holder's lease
+	// on the session is live.
+	ErrLeaseHeld = errors.New("statestore: another replica holds the session")
 )
+
+// Options are the settings every store takes.
+type Options struct {
+	// MaxEvents caps the events kept per session; the oldest are dropped
+	// first. Zero keeps every event.
+	MaxEvents int
+}
 
 // State is where a session is in its life. It only moves forward, except
 // that an agent-lost session may be re-attached (back to ready).
@@ -57,6 +70,9 @@ type Session struct {
 	CreatedAt       time.Time
 	// LastSeq is the seq of the last stored event (0 before the first).
 	LastSeq uint64
+	// TrimmedSeq is the seq of the last event dropped by retention (0 when
+	// none was): Events after a smaller seq fail with ErrTrimmed.
+	TrimmedSeq uint64
 	// Detail says why the session is in its state, e.g. how the agent ended.
 	Detail string
 }
@@ -77,10 +93,36 @@ type Store interface {
 	// Append stores events, whose seqs must continue the session's log
 	// without a gap, and the tool calls they changed, atomically.
 	Append(ctx context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error
-	// Events returns up to limit stored events with seq > after, in order.
+	// Events returns up to limit (0: no limit) stored events with seq >
+	// after, in order. It fails with ErrTrimmed when after is below the
+	// session's TrimmedSeq.
 	Events(ctx context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error)
-	// ToolCalls returns the session's merged tool calls in first-seen order.
-	ToolCalls(ctx context.Context, id string) ([]*acpv2.ToolCall, error)
+	// WaitEvents blocks until the session holds an event with seq > after,
+	// and returns nil then; it returns ctx's error when ctx ends first, and
+	// ErrNotFound when the session does not exist or is deleted. It sees
+	// appends made through any Store open on the same data.
+	WaitEvents(ctx context.Context, id string, after uint64) error
+	// ToolCalls returns the session's merged tool calls in first-seen order,
+	// and the seq of the last event they reflect.
+	ToolCalls(ctx context.Context, id string) ([]*acpv2.ToolCall, uint64, error)
+	// DeleteSession removes a session with its events and tool calls.
+	DeleteSession(ctx context.Context, id string) error
 	// Close releases the store.
 	Close() error
+}
+
+// Leaser is implemented by stores that several gateway replicas share. The
+// replica that runs a session's agent holds the session's lease and renews
+// it before ttl runs out; a replica that dies stops renewing, and its
+// leases lapse.
+type Leaser interface {
+	// AcquireLease takes the lease on session id for holder, or extends it
+	// when holder has it already. It fails with ErrLeaseHeld when another
+	// holder's lease is live.
+	AcquireLease(ctx context.Context, id, holder string, ttl time.Duration) error
+	// ReleaseLease gives up holder's lease on id; it does nothing when
+	// holder does not hold it.
+	ReleaseLease(ctx context.Context, id, holder string) error
+	// LeaseHolder returns the holder of id's live lease, or "" when none is.
+	LeaseHolder(ctx context.Context, id string) (string, error)
 }

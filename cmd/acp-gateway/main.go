@@ -187,7 +187,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	mgr := session.NewManager(session.Options{
 		Agents:            cfg.agents,
 		Env:               agentEnv(cfg.envAllow),
-		Store:             statestore.NewMemory(),
+		Store:             statestore.NewMemory(statestore.Options{}),
 		Log:               log,
 		PermissionTimeout: cfg.permissionTimeout,
 		IdleTimeout:       cfg.idleTimeout,

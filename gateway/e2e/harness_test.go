@@ -162,7 +162,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	mgr := session.NewManager(session.Options{
 		Agents:            o.agents,
 		Env:               []string{"PATH=" + os.Getenv("PATH")},
-		Store:             statestore.NewMemory(),
+		Store:             statestore.NewMemory(statestore.Options{}),
 		Log:               slog.New(slog.NewJSONHandler(o.log, nil)),
 		PermissionTimeout: o.permissionTimeout,
 		WatchBuffer:       o.watchBuffer,

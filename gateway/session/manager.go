@@ -95,7 +95,7 @@ func NewManager(opts Options) *Manager {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Store == nil {
-		opts.Store = statestore.NewMemory()
+		opts.Store = statestore.NewMemory(statestore.Options{})
 	}
 	return &Manager{opts: opts, sessions: map[string]*Session{}}
 }

@@ -17,16 +17,48 @@ import (
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
-// Run runs the contract suite. newStore returns an empty store; it is
-// called once per subtest.
-func Run(t *testing.T, newStore func(t *testing.T) statestore.Store) {
-	t.Run("CreateGetList", func(t *testing.T) { testCreateGetList(t, newStore(t)) })
-	t.Run("NotFound", func(t *testing.T) { testNotFound(t, newStore(t)) })
-	t.Run("StateAndAgentSession", func(t *testing.T) { testState(t, newStore(t)) })
-	t.Run("AppendAndReplay", func(t *testing.T) { testAppend(t, newStore(t)) })
-	t.Run("SeqConflict", func(t *testing.T) { testSeqConflict(t, newStore(t)) })
-	t.Run("ToolCallOrder", func(t *testing.T) { testToolCalls(t, newStore(t)) })
-	t.Run("ConcurrentSessions", func(t *testing.T) { testConcurrent(t, newStore(t)) })
+// Opener returns a new, empty store with opts. The store is closed by the
+// test (through t.Cleanup) or by the suite.
+type Opener func(t *testing.T, opts statestore.Options) statestore.Store
+
+// Run runs the contract suite every store must pass. open is called once
+// per subtest.
+func Run(t *testing.T, open Opener) {
+	plain := func(t *testing.T) statestore.Store { return open(t, statestore.Options{}) }
+	t.Run("CreateGetList", func(t *testing.T) { testCreateGetList(t, plain(t)) })
+	t.Run("NotFound", func(t *testing.T) { testNotFound(t, plain(t)) })
+	t.Run("StateAndAgentSession", func(t *testing.T) { testState(t, plain(t)) })
+	t.Run("AppendAndReplay", func(t *testing.T) { testAppend(t, plain(t)) })
+	t.Run("SeqConflict", func(t *testing.T) { testSeqConflict(t, plain(t)) })
+	t.Run("ToolCallOrder", func(t *testing.T) { testToolCalls(t, plain(t)) })
+	t.Run("ConcurrentSessions", func(t *testing.T) { testConcurrent(t, plain(t)) })
+	t.Run("Retention", func(t *testing.T) { testRetention(t, open(t, statestore.Options{MaxEvents: 10})) })
+	t.Run("WaitEvents", func(t *testing.T) { testWaitEvents(t, plain(t), nil) })
+	t.Run("Delete", func(t *testing.T) { testDelete(t, plain(t)) })
+}
+
+// RunDurable checks that what a store holds survives a restart. reopen
+// closes s and returns a store opened on the same data.
+func RunDurable(t *testing.T, open Opener, reopen func(t *testing.T, s statestore.Store) statestore.Store) {
+	t.Run("SurvivesRestart", func(t *testing.T) { testRestart(t, open(t, statestore.Options{MaxEvents: 20}), reopen) })
+}
+
+// RunShared checks a store that several replicas open at once. second
+// returns another store open on s's data at the same time, as a second
+// replica would hold.
+func RunShared(t *testing.T, open Opener, second func(t *testing.T, s statestore.Store) statestore.Store) {
+	t.Run("SharedLog", func(t *testing.T) {
+		a := open(t, statestore.Options{})
+		testShared(t, a, second(t, a))
+	})
+	t.Run("WaitAcrossReplicas", func(t *testing.T) {
+		a := open(t, statestore.Options{})
+		testWaitEvents(t, a, second(t, a))
+	})
+	t.Run("Leases", func(t *testing.T) {
+		a := open(t, statestore.Options{})
+		testLeases(t, a, second(t, a))
+	})
 }
 
 func session(id, owner string) *statestore.Session {
@@ -93,7 +125,9 @@ func testNotFound(t *testing.T, s statestore.Store) {
 	checks["SetAgentSession"] = s.SetAgentSession(ctx, "nope", "x", 1)
 	checks["Append"] = s.Append(ctx, "nope", []*acpv2.SessionEvent{Event(1, "x")}, nil)
 	_, checks["Events"] = s.Events(ctx, "nope", 0, 0)
-	_, checks["ToolCalls"] = s.ToolCalls(ctx, "nope")
+	_, _, checks["ToolCalls"] = s.ToolCalls(ctx, "nope")
+	checks["DeleteSession"] = s.DeleteSession(ctx, "nope")
+	checks["WaitEvents"] = s.WaitEvents(ctx, "nope", 0)
 	for op, err := range checks {
 		if !errors.Is(err, statestore.ErrNotFound) {
 			t.Errorf("%s on a missing session: err = %v, want ErrNotFound", op, err)
@@ -215,9 +249,12 @@ func testToolCalls(t *testing.T, s statestore.Store) {
 			t.Fatal(err)
 		}
 	}
-	got, err := s.ToolCalls(ctx, "a")
+	got, asOf, err := s.ToolCalls(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if asOf != uint64(len(steps)) {
+		t.Fatalf("ToolCalls as of seq %d, want %d", asOf, len(steps))
 	}
 	want := []*acpv2.ToolCall{tc("z", "in_progress"), tc("a", "completed"), tc("m", "pending")}
 	if len(got) != len(want) {
@@ -263,3 +300,277 @@ func testConcurrent(t *testing.T, s statestore.Store) {
 }
 
 func eventEqual(a, b *acpv2.SessionEvent) bool { return proto.Equal(a, b) }
+
+func appendN(t *testing.T, s statestore.Store, id string, from, to uint64) {
+	t.Helper()
+	for seq := from; seq <= to; seq++ {
+		changed := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("call", seq%3), Title: fmt.Sprint("seq ", seq)}}
+		if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{Event(seq, fmt.Sprint("e", seq))}, changed); err != nil {
+			t.Fatalf("append seq %d: %v", seq, err)
+		}
+	}
+}
+
+func testRetention(t *testing.T, s statestore.Store) {
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, session("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, s, "a", 1, 25)
+	rec, err := s.GetSession(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.LastSeq != 25 || rec.TrimmedSeq != 15 {
+		t.Fatalf("LastSeq %d TrimmedSeq %d, want 25 and 15", rec.LastSeq, rec.TrimmedSeq)
+	}
+	for _, after := range []uint64{0, 3, 14} {
+		if _, err := s.Events(ctx, "a", after, 0); !errors.Is(err, statestore.ErrTrimmed) {
+			t.Fatalf("Events(after %d) err = %v, want ErrTrimmed", after, err)
+		}
+	}
+	got, err := s.Events(ctx, "a", 15, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 10 || got[0].GetSeq() != 16 || got[9].GetSeq() != 25 {
+		t.Fatalf("Events(after 15) = %d events from seq %d", len(got), got[0].GetSeq())
+	}
+	// Trimming events never trims tool calls.
+	calls, asOf, err := s.ToolCalls(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 3 || asOf != 25 || calls[0].GetTitle() != "seq 25" {
+		t.Fatalf("ToolCalls = %v as of %d", calls, asOf)
+	}
+}
+
+// testWaitEvents checks that WaitEvents on w wakes for appends to s (w is s
+// when nil).
+func testWaitEvents(t *testing.T, s, w statestore.Store) {
+	if w == nil {
+		w = s
+	}
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, session("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, s, "a", 1, 2)
+	// Events already there: no wait.
+	if err := w.WaitEvents(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing new: the wait ends with its context.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := w.WaitEvents(short, "a", 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitEvents with nothing new: err = %v, want DeadlineExceeded", err)
+	}
+	// A waiter is woken by an append.
+	done := make(chan error, 1)
+	go func() { done <- w.WaitEvents(ctx, "a", 2) }()
+	select {
+	case err := <-done:
+		t.Fatalf("WaitEvents returned %v before an append", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	appendN(t, s, "a", 3, 3)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitEvents not woken by an append")
+	}
+	got, err := w.Events(ctx, "a", 2, 0)
+	if err != nil || len(got) != 1 || got[0].GetSeq() != 3 {
+		t.Fatalf("Events after the wake = %v, %v", got, err)
+	}
+}
+
+func testDelete(t *testing.T, s statestore.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if err := s.CreateSession(ctx, session(id, "alice")); err != nil {
+			t.Fatal(err)
+		}
+		appendN(t, s, id, 1, 3)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.WaitEvents(ctx, "a", 3) }()
+	if err := s.DeleteSession(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, statestore.ErrNotFound) && err != nil {
+			t.Fatalf("WaitEvents on a deleted session: err = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitEvents not ended by the deletion")
+	}
+	if _, err := s.GetSession(ctx, "a"); !errors.Is(err, statestore.ErrNotFound) {
+		t.Fatalf("GetSession after delete: err = %v", err)
+	}
+	if _, err := s.Events(ctx, "a", 0, 0); !errors.Is(err, statestore.ErrNotFound) {
+		t.Fatalf("Events after delete: err = %v", err)
+	}
+	list, err := s.ListSessions(ctx, "alice")
+	if err != nil || len(list) != 1 || list[0].ID != "b" {
+		t.Fatalf("ListSessions after delete = %v, %v", ids(list), err)
+	}
+	// The id is free again, with an empty log.
+	if err := s.CreateSession(ctx, session("a", "alice")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Events(ctx, "a", 0, 0); err != nil || len(got) != 0 {
+		t.Fatalf("recreated session has events %v, %v", got, err)
+	}
+	if calls, _, err := s.ToolCalls(ctx, "a"); err != nil || len(calls) != 0 {
+		t.Fatalf("recreated session has tool calls %v, %v", calls, err)
+	}
+}
+
+func testRestart(t *testing.T, s statestore.Store, reopen func(*testing.T, statestore.Store) statestore.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if err := s.CreateSession(ctx, session(id, "alice")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendN(t, s, "a", 1, 30)
+	if err := s.SetAgentSession(ctx, "a", "sess_9", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetState(ctx, "a", statestore.StateReady, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetState(ctx, "b", statestore.StateClosed, "closed by the client"); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents, err := s.Events(ctx, "a", 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCalls, _, err := s.ToolCalls(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s)
+	list, err := s.ListSessions(ctx, "")
+	if err != nil || len(list) != 2 || list[0].ID != "a" || list[1].ID != "b" {
+		t.Fatalf("ListSessions after restart = %v, %v", ids(list), err)
+	}
+	a := list[0]
+	if a.State != statestore.StateReady || a.AgentSessionID != "sess_9" || a.ProtocolVersion != 2 ||
+		a.LastSeq != 30 || a.TrimmedSeq != 10 || a.Owner != "alice" || a.Cwd != "/w" {
+		t.Fatalf("session a after restart = %+v", a)
+	}
+	if list[1].State != statestore.StateClosed || list[1].Detail != "closed by the client" {
+		t.Fatalf("session b after restart = %+v", list[1])
+	}
+	gotEvents, err := s.Events(ctx, "a", 10, 0)
+	if err != nil || !slices.EqualFunc(gotEvents, wantEvents, eventEqual) {
+		t.Fatalf("events after restart: %d (err %v), want %d", len(gotEvents), err, len(wantEvents))
+	}
+	gotCalls, asOf, err := s.ToolCalls(ctx, "a")
+	if err != nil || asOf != 30 || !slices.EqualFunc(gotCalls, wantCalls, func(x, y *acpv2.ToolCall) bool { return proto.Equal(x, y) }) {
+		t.Fatalf("tool calls after restart = %v as of %d, %v", gotCalls, asOf, err)
+	}
+	// The log continues where it was.
+	appendN(t, s, "a", 31, 31)
+	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(31, "again")}, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+		t.Fatalf("reused seq after restart: err = %v", err)
+	}
+}
+
+func testShared(t *testing.T, a, b statestore.Store) {
+	ctx := context.Background()
+	if err := a.CreateSession(ctx, session("s", "alice")); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, a, "s", 1, 5)
+	rec, err := b.GetSession(ctx, "s")
+	if err != nil || rec.LastSeq != 5 || rec.Owner != "alice" {
+		t.Fatalf("GetSession on the second replica = %+v, %v", rec, err)
+	}
+	got, err := b.Events(ctx, "s", 0, 0)
+	if err != nil || len(got) != 5 {
+		t.Fatalf("Events on the second replica = %d, %v", len(got), err)
+	}
+	// Two writers cannot fork the log: the second one to use a seq loses.
+	if err := b.Append(ctx, "s", []*acpv2.SessionEvent{Event(6, "b")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(ctx, "s", []*acpv2.SessionEvent{Event(6, "a")}, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+		t.Fatalf("second writer of seq 6: err = %v, want ErrSeqConflict", err)
+	}
+}
+
+func testLeases(t *testing.T, a, b statestore.Store) {
+	la, ok := a.(statestore.Leaser)
+	if !ok {
+		t.Fatalf("%T is shared between replicas but is not a Leaser", a)
+	}
+	lb := b.(statestore.Leaser)
+	ctx := context.Background()
+	if err := a.CreateSession(ctx, session("s", "")); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := lb.LeaseHolder(ctx, "s"); err != nil || h != "" {
+		t.Fatalf("holder before any lease = %q, %v", h, err)
+	}
+	const ttl = 300 * time.Millisecond
+	if err := la.AcquireLease(ctx, "s", "replica-a", ttl); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.AcquireLease(ctx, "s", "replica-b", ttl); !errors.Is(err, statestore.ErrLeaseHeld) {
+		t.Fatalf("acquire of a held lease: err = %v, want ErrLeaseHeld", err)
+	}
+	if h, err := lb.LeaseHolder(ctx, "s"); err != nil || h != "replica-a" {
+		t.Fatalf("holder = %q, %v, want replica-a", h, err)
+	}
+	// Renewing keeps it past the first ttl.
+	for i := 0; i < 3; i++ {
+		time.Sleep(ttl / 2)
+		if err := la.AcquireLease(ctx, "s", "replica-a", ttl); err != nil {
+			t.Fatalf("renew %d: %v", i, err)
+		}
+	}
+	if h, _ := lb.LeaseHolder(ctx, "s"); h != "replica-a" {
+		t.Fatalf("holder after renewals = %q", h)
+	}
+	// Releasing by someone else does nothing; by the holder frees it.
+	if err := lb.ReleaseLease(ctx, "s", "replica-b"); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := lb.LeaseHolder(ctx, "s"); h != "replica-a" {
+		t.Fatalf("holder after a foreign release = %q", h)
+	}
+	if err := la.ReleaseLease(ctx, "s", "replica-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.AcquireLease(ctx, "s", "replica-b", ttl); err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	// A holder that stops renewing loses the lease when it lapses.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := la.LeaseHolder(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an unrenewed lease did not lapse")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := la.AcquireLease(ctx, "s", "replica-a", ttl); err != nil {
+		t.Fatalf("acquire after lapse: %v", err)
+	}
+}
