@@ -87,6 +87,7 @@ type Agent struct {
 
 	version     acpjson.Version
 	authMethods []string
+	caps        Capabilities
 
 	exited  chan struct{} // closed when the process is reaped
 	waitErr error         // the process's exit, set before exited closes
@@ -258,6 +259,17 @@ func (a *Agent) initialize(ctx context.Context) error {
 		AuthMethods     []struct {
 			ID string `json:"id"`
 		} `json:"authMethods"`
+		// v1
+		AgentCapabilities struct {
+			LoadSession         bool `json:"loadSession"`
+			SessionCapabilities struct {
+				Resume json.RawMessage `json:"resume"`
+			} `json:"sessionCapabilities"`
+		} `json:"agentCapabilities"`
+		// v2
+		Capabilities struct {
+			Session json.RawMessage `json:"session"`
+		} `json:"capabilities"`
 	}
 	if err := a.call(ctx, "initialize", params, &res); err != nil {
 		return fmt.Errorf("agent: initialize: %w", err)
@@ -271,8 +283,76 @@ func (a *Agent) initialize(ctx context.Context) error {
 	for _, m := range res.AuthMethods {
 		a.authMethods = append(a.authMethods, m.ID)
 	}
+	// An object (even {}) offers the capability; omitted or null does not.
+	offered := func(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '{' }
+	if a.version == acpjson.V1 {
+		a.caps.Load = res.AgentCapabilities.LoadSession
+		a.caps.Resume = offered(res.AgentCapabilities.SessionCapabilities.Resume)
+	} else {
+		// In v2 session/resume is one of the baseline session methods.
+		a.caps.Resume = offered(res.Capabilities.Session)
+	}
 	return nil
 }
+
+// Capabilities are the optional agent methods the gateway uses.
+type Capabilities struct {
+	// Load: session/load (ACP v1 agentCapabilities.loadSession).
+	Load bool
+	// Resume: session/resume (v1 sessionCapabilities.resume, v2 baseline).
+	Resume bool
+}
+
+// Capabilities returns what the agent offered at initialize.
+func (a *Agent) Capabilities() Capabilities { return a.caps }
+
+// Resume re-attaches to the agent's session id with session/resume, which
+// does not replay the conversation.
+func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) error {
+	return a.call(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": []any{}}, nil)
+}
+
+// Load re-attaches to the agent's session id with session/load. The agent
+// replays the conversation as session/update notifications before it
+// answers; the Client decides what to do with them.
+func (a *Agent) Load(ctx context.Context, sessionID, cwd string) error {
+	return a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": []any{}}, nil)
+}
+
+// SetMode sends session/set_mode (ACP v1; v2 has no such method).
+func (a *Agent) SetMode(ctx context.Context, sessionID, modeID string) error {
+	if a.version != acpjson.V1 {
+		return ErrUnsupported
+	}
+	return a.call(ctx, "session/set_mode", map[string]any{"sessionId": sessionID, "modeId": modeID}, nil)
+}
+
+// SetConfigOption sends session/set_config_option with value (a string
+// value id or a bool) and returns the options the agent reports.
+func (a *Agent) SetConfigOption(ctx context.Context, sessionID, configID string, value any) (json.RawMessage, error) {
+	params := map[string]any{"sessionId": sessionID, "configId": configID, "value": value}
+	switch value.(type) {
+	case bool:
+		params["type"] = "boolean"
+	case string:
+		if a.version != acpjson.V1 {
+			params["type"] = "id"
+		}
+	default:
+		return nil, fmt.Errorf("agent: config option value of type %T", value)
+	}
+	var res struct {
+		ConfigOptions json.RawMessage `json:"configOptions"`
+	}
+	if err := a.call(ctx, "session/set_config_option", params, &res); err != nil {
+		return nil, err
+	}
+	return res.ConfigOptions, nil
+}
+
+// ErrUnsupported is returned for a method the agent's protocol version does
+// not have.
+var ErrUnsupported = errors.New("agent: the agent's ACP version has no such method")
 
 // call makes a request and fails fast when the agent ends meanwhile.
 func (a *Agent) call(ctx context.Context, method string, params, result any) error {
@@ -340,7 +420,8 @@ func (a *Agent) NewSession(ctx context.Context, cwd string) (string, error) {
 	return res.SessionID, nil
 }
 
-// Prompt sends a prompt turn and waits for its stop reason.
+// Prompt sends a prompt turn and waits for its stop reason, which is empty
+// when the agent's answer has none.
 func (a *Agent) Prompt(ctx context.Context, sessionID string, prompt []*acpv2.ContentBlock) (string, error) {
 	blocks := make([]json.RawMessage, len(prompt))
 	for i, b := range prompt {
@@ -356,10 +437,8 @@ func (a *Agent) Prompt(ctx context.Context, sessionID string, prompt []*acpv2.Co
 	if err := a.call(ctx, "session/prompt", map[string]any{"sessionId": sessionID, "prompt": blocks}, &res); err != nil {
 		return "", err
 	}
-	if res.StopReason == "" {
-		// ACP v2 reports the stop reason in a state_update instead.
-		res.StopReason = "end_turn"
-	}
+	// Empty from an ACP v2 agent, which reports the stop reason in an idle
+	// state_update instead.
 	return res.StopReason, nil
 }
 

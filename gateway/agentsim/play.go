@@ -97,6 +97,8 @@ func (r *run) step(st Step) (outcome, error) {
 		return next, nil
 	case st.ReadFile != "":
 		return r.readFile(r.expandPath(st.ReadFile))
+	case st.Terminal != "":
+		return r.terminal(st.Terminal)
 	case st.WriteFile != nil:
 		return r.writeFile(r.expandPath(st.WriteFile.Path), st.WriteFile.Content)
 	}
@@ -169,6 +171,33 @@ func (r *run) permission(p *Permission) (outcome, error) {
 		return next, fmt.Errorf("session/request_permission: option %q has kind %q, neither allow nor reject", o.OptionID, o.Kind)
 	}
 	return next, fmt.Errorf("session/request_permission: unknown option %q selected", res.Outcome.OptionID)
+}
+
+// notifyIdle sends the ACP v2 idle state_update that ends a turn.
+func (r *run) notifyIdle(stopReason string) {
+	update, _ := json.Marshal(struct {
+		SessionUpdate string `json:"sessionUpdate"`
+		State         string `json:"state"`
+		StopReason    string `json:"stopReason"`
+	}{"state_update", "idle", stopReason})
+	_, _ = r.update(update)
+}
+
+func (r *run) terminal(command string) (outcome, error) {
+	var res struct {
+		TerminalID string `json:"terminalId"`
+	}
+	err := r.conn.Call(r.a.ctx, "terminal/create", struct {
+		SessionID string `json:"sessionId"`
+		Command   string `json:"command"`
+	}{r.sess.id, command}, &res)
+	if err != nil {
+		if r.gone(err) {
+			return aborted, nil
+		}
+		return r.say("terminal: " + errorText(err))
+	}
+	return r.say("terminal " + res.TerminalID)
 }
 
 func (r *run) readFile(path string) (outcome, error) {

@@ -26,6 +26,17 @@ type Script struct {
 	// session/load, which replays nothing and returns {}. Without it
 	// session/load is an unknown method.
 	LoadSession bool `json:"loadSession"`
+	// LoadReplay is played during session/load, before it is answered: an
+	// agent replays the loaded conversation as session/update
+	// notifications.
+	LoadReplay []Step `json:"loadReplay,omitempty"`
+	// Resume advertises session/resume (ACP v1
+	// agentCapabilities.sessionCapabilities.resume, v2 capabilities.session)
+	// and serves it. Without it session/resume is an unknown method.
+	Resume bool `json:"resume,omitempty"`
+	// ConfigOptions is the configOptions array that answers
+	// session/set_config_option; empty means [].
+	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
 	// AuthMethods are the advertised authentication method ids. When it is
 	// not empty, session/new and session/load fail with the JSON-RPC error
 	// code -32000 (authentication required) until authenticate succeeded
@@ -45,7 +56,9 @@ type Turn struct {
 	// Steps are played in order.
 	Steps []Step `json:"steps"`
 	// StopReason answers the prompt when every step was played; empty means
-	// DefaultStopReason. A cancelled turn always answers "cancelled".
+	// DefaultStopReason. A cancelled turn always answers "cancelled". With
+	// protocol version 2 it is sent in an idle state_update instead, and the
+	// prompt's answer is {}.
 	StopReason string `json:"stopReason,omitempty"`
 }
 
@@ -79,6 +92,10 @@ type Step struct {
 	// WriteFile calls fs/write_text_file and reports "wrote <path>" or
 	// "write <path>: <error message>" as an agent_message_chunk text update.
 	WriteFile *WriteFile `json:"writeFile,omitempty"`
+	// Terminal calls terminal/create with this command and reports
+	// "terminal <id>" or "terminal: <error message>" as an
+	// agent_message_chunk text update.
+	Terminal string `json:"terminal,omitempty"`
 }
 
 // Permission is a session/request_permission call and what follows it.
@@ -163,6 +180,14 @@ func (s Script) Validate() error {
 	if err := validateSteps("startup", s.Startup); err != nil {
 		return err
 	}
+	if err := validateSteps("loadReplay", s.LoadReplay); err != nil {
+		return err
+	}
+	if len(s.ConfigOptions) > 0 {
+		if err := jsonKind(s.ConfigOptions, '['); err != nil {
+			return fmt.Errorf("agentsim: configOptions: %w", err)
+		}
+	}
 	for i, t := range s.Turns {
 		if err := validateSteps(fmt.Sprintf("turns[%d].steps", i), t.Steps); err != nil {
 			return err
@@ -234,6 +259,9 @@ func (st Step) validate(where string) error {
 	}
 	if st.WriteFile != nil {
 		actions = append(actions, "writeFile")
+	}
+	if st.Terminal != "" {
+		actions = append(actions, "terminal")
 	}
 	if len(actions) > 1 {
 		return fmt.Errorf("agentsim: %s does more than one thing: %s", where, strings.Join(actions, ", "))

@@ -171,7 +171,13 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 			a.methodNotFound(conn, req)
 			return
 		}
-		a.loadSession(conn, req)
+		a.spawn(func() { a.loadSession(conn, req) })
+	case "session/resume":
+		if !a.script.Resume {
+			a.methodNotFound(conn, req)
+			return
+		}
+		a.resumeSession(conn, req)
 	case "session/prompt":
 		a.prompt(conn, req)
 	case "session/cancel":
@@ -202,7 +208,7 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	for _, m := range a.script.AuthMethods {
 		methods = append(methods, authMethod{ID: m, Name: m})
 	}
-	a.reply(conn, req, initializeResult{
+	res := initializeResult{
 		ProtocolVersion: pv,
 		AgentCapabilities: agentCapabilities{
 			LoadSession:        a.script.LoadSession,
@@ -210,7 +216,12 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		},
 		AuthMethods: methods,
 		AgentInfo:   implementation{Name: "agentsim", Title: "acp-gateway simulated agent", Version: "1"},
-	})
+	}
+	if a.script.Resume {
+		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: &struct{}{}}
+		res.Capabilities = &v2Capabilities{Session: &struct{}{}}
+	}
+	a.reply(conn, req, res)
 }
 
 func (a *agent) authenticate(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
@@ -266,31 +277,58 @@ func (a *agent) newSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	}{id})
 }
 
+// loadSession serves session/load: it plays LoadReplay, then answers.
 func (a *agent) loadSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	if e := a.authError(); e != nil {
+	sess, e := a.reopen(req)
+	if e != nil {
 		a.replyError(conn, req, e)
 		return
+	}
+	r := &run{a: a, conn: conn, ctx: a.ctx, sess: sess, cwd: sess.cwd}
+	if o, err := r.play(a.script.LoadReplay); err != nil {
+		a.fail(conn, req, err)
+		return
+	} else if o != next {
+		return
+	}
+	a.reply(conn, req, struct{}{})
+}
+
+// resumeSession serves session/resume, which replays nothing.
+func (a *agent) resumeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if _, e := a.reopen(req); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	a.reply(conn, req, struct{}{})
+}
+
+// reopen makes the session named by a session/load or session/resume
+// request known to this process: a simulated agent keeps no history, so any
+// id is accepted.
+func (a *agent) reopen(req *jsonrpc2.Request) (*session, *jsonrpc2.Error) {
+	if e := a.authError(); e != nil {
+		return nil, e
 	}
 	var p struct {
 		SessionID string `json:"sessionId"`
 		Cwd       string `json:"cwd"`
 	}
 	if e := decodeParams(req, &p); e != nil {
-		a.replyError(conn, req, e)
-		return
+		return nil, e
 	}
 	if p.SessionID == "" {
-		a.replyError(conn, req, invalidParams("missing sessionId"))
-		return
+		return nil, invalidParams("missing sessionId")
 	}
 	a.mu.Lock()
-	if s := a.sessions[p.SessionID]; s != nil {
-		s.cwd = p.Cwd
-	} else {
-		a.sessions[p.SessionID] = &session{id: p.SessionID, cwd: p.Cwd, active: map[*run]context.CancelFunc{}}
+	defer a.mu.Unlock()
+	s := a.sessions[p.SessionID]
+	if s == nil {
+		s = &session{id: p.SessionID, active: map[*run]context.CancelFunc{}}
+		a.sessions[p.SessionID] = s
 	}
-	a.mu.Unlock()
-	a.reply(conn, req, struct{}{})
+	s.cwd = p.Cwd
+	return s, nil
 }
 
 // lookup returns the session named by the request's sessionId, or the error
@@ -353,6 +391,13 @@ func (a *agent) prompt(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		if o == cancelled || tctx.Err() != nil {
 			stop = "cancelled"
 		}
+		if a.protocolVersion() >= 2 {
+			// ACP v2 reports the end of a turn with an idle state_update;
+			// the session/prompt answer only acknowledges the prompt.
+			r.notifyIdle(stop)
+			a.reply(conn, req, struct{}{})
+			return
+		}
 		a.reply(conn, req, struct {
 			StopReason string `json:"stopReason"`
 		}{stop})
@@ -360,6 +405,13 @@ func (a *agent) prompt(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if !ok {
 		done()
 	}
+}
+
+func (a *agent) protocolVersion() int {
+	if a.script.ProtocolVersion == 0 {
+		return DefaultProtocolVersion
+	}
+	return a.script.ProtocolVersion
 }
 
 func (a *agent) cancel(req *jsonrpc2.Request) {
@@ -417,9 +469,13 @@ func (a *agent) setConfigOption(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		a.replyError(conn, req, e)
 		return
 	}
+	opts := a.script.ConfigOptions
+	if len(opts) == 0 {
+		opts = json.RawMessage("[]")
+	}
 	a.reply(conn, req, struct {
-		ConfigOptions []struct{} `json:"configOptions"`
-	}{[]struct{}{}})
+		ConfigOptions json.RawMessage `json:"configOptions"`
+	}{opts})
 }
 
 func (a *agent) methodNotFound(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
@@ -467,13 +523,24 @@ func invalidParams(format string, args ...any) *jsonrpc2.Error {
 type initializeResult struct {
 	ProtocolVersion   int               `json:"protocolVersion"`
 	AgentCapabilities agentCapabilities `json:"agentCapabilities"`
-	AuthMethods       []authMethod      `json:"authMethods"`
-	AgentInfo         implementation    `json:"agentInfo"`
+	// Capabilities is the ACP v2 name of agentCapabilities.
+	Capabilities *v2Capabilities `json:"capabilities,omitempty"`
+	AuthMethods  []authMethod    `json:"authMethods"`
+	AgentInfo    implementation  `json:"agentInfo"`
 }
 
 type agentCapabilities struct {
-	LoadSession        bool               `json:"loadSession"`
-	PromptCapabilities promptCapabilities `json:"promptCapabilities"`
+	LoadSession         bool                 `json:"loadSession"`
+	PromptCapabilities  promptCapabilities   `json:"promptCapabilities"`
+	SessionCapabilities *sessionCapabilities `json:"sessionCapabilities,omitempty"`
+}
+
+type sessionCapabilities struct {
+	Resume *struct{} `json:"resume,omitempty"`
+}
+
+type v2Capabilities struct {
+	Session *struct{} `json:"session,omitempty"`
 }
 
 type promptCapabilities struct {

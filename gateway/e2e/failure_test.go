@@ -148,14 +148,15 @@ func TestAgentFailuresEndTheTurnWithAnError(t *testing.T) {
 			if !strings.Contains(end.GetError(), want) || end.GetStopReason() != "" {
 				t.Fatalf("turn_ended = %v, want an error mentioning %q", end, want)
 			}
-			// The session keeps what it had and refuses further prompts.
-			_, err := g.connect.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
-			if err != nil {
-				t.Fatal(err)
+			// The session keeps what it had, shows the agent as lost, and
+			// refuses further prompts: this agent cannot be re-attached.
+			snap := snapshot(t, g, id)
+			if snap.GetState() != "agent_lost" || !strings.Contains(snap.GetStateDetail(), want) {
+				t.Fatalf("session state %q (%q), want agent_lost mentioning %q", snap.GetState(), snap.GetStateDetail(), want)
 			}
-			err = promptErr(g, id, "again")
-			if codeOf(err) != connect.CodeUnavailable {
-				t.Fatalf("prompt to a session whose agent is gone: %v, want unavailable", err)
+			err := promptErr(g, id, "again")
+			if codeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "neither session/load nor session/resume") {
+				t.Fatalf("prompt to a session whose agent is gone: %v, want failed_precondition", err)
 			}
 		})
 	}

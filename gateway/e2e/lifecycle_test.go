@@ -56,8 +56,8 @@ func TestIdleAgentIsEnded(t *testing.T) {
 		t.Fatal("the idle agent was not ended")
 	}
 	err := promptErr(g, id, "x")
-	if codeOf(err) != connect.CodeUnavailable {
-		t.Fatalf("prompt after the idle agent ended: %v, want unavailable", err)
+	if codeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("prompt after the idle agent ended: %v, want failed_precondition", err)
 	}
 	// The session's state survives its agent.
 	if n := len(snapshot(t, g, id).GetToolCalls()); n != 2 {

@@ -40,8 +40,7 @@ var v2Turn = agentsim.Turn{Steps: []agentsim.Step{
 	update(`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"t1","content":{"type":"content","content":{"type":"text","text":"after replace"}}}`),
 	update(`{"sessionUpdate":"tool_call_update","toolCallId":"t1","rawInput":null,"title":null,"status":"completed"}`),
 	update(`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"t2","content":{"type":"diff","path":"/w/x","newText":"y"}}`),
-	update(`{"sessionUpdate":"state_update","state":"idle","stopReason":"end_turn"}`),
-}}
+}, StopReason: "max_tokens"} // sent in the idle state_update that ends a v2 turn
 
 // checkMerge replays the turn's deltas onto an empty merge state and checks
 // every merged tool_call event and the final snapshot against it.
@@ -164,6 +163,14 @@ func TestV2TurnWithChunksAndClears(t *testing.T) {
 	}
 	if !cleared {
 		t.Fatal("the clear patch did not reach the client as a clear (omitted kind, cleared title and rawInput)")
+	}
+	// A v2 turn ends at its idle state_update, with the stop reason there.
+	n := len(events)
+	if idle := events[n-2].GetStateUpdate(); idle.GetState() != "idle" || idle.GetStopReason() != "max_tokens" {
+		t.Fatalf("event before turn_ended = %v, want the idle state_update", events[n-2])
+	}
+	if end := events[n-1].GetTurnEnded(); end.GetStopReason() != "max_tokens" || end.GetReason() != acpv2.StopReason_STOP_REASON_MAX_TOKENS {
+		t.Fatalf("turn_ended = %v, want max_tokens from the idle state_update", end)
 	}
 }
 

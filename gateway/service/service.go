@@ -81,7 +81,8 @@ func toConnect(err error) error {
 	case errors.Is(err, session.ErrUnknownAgent), errors.Is(err, session.ErrInvalid):
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrNoTurn), errors.Is(err, session.ErrClosed),
-		errors.Is(err, session.ErrAlreadyAnswered):
+		errors.Is(err, session.ErrAlreadyAnswered), errors.Is(err, session.ErrCannotReattach),
+		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused):
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown):
 		code = connect.CodeUnavailable
@@ -289,6 +290,7 @@ func (s *Service) ListSessions(ctx context.Context, _ *connect.Request[acpv2.Lis
 	for _, r := range recs {
 		out.Sessions = append(out.Sessions, &acpv2.SessionSummary{
 			SessionId: r.ID, Agent: r.Agent, Cwd: r.Cwd, LastSeq: r.LastSeq, CreatedAt: timestamppb.New(r.CreatedAt),
+			State: string(r.State), StateDetail: r.Detail,
 		})
 	}
 	return connect.NewResponse(out), nil
@@ -304,4 +306,48 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[acpv2.C
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&acpv2.CloseSessionResponse{}), nil
+}
+
+// SetMode implements acpv2connect.SessionServiceHandler.
+func (s *Service) SetMode(ctx context.Context, req *connect.Request[acpv2.SetModeRequest]) (*connect.Response[acpv2.SetModeResponse], error) {
+	if err := checkID("mode_id", req.Msg.GetModeId()); err != nil {
+		return nil, err
+	}
+	sess, err := s.session(ctx, req.Msg.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.SetMode(ctx, req.Msg.GetModeId()); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&acpv2.SetModeResponse{}), nil
+}
+
+// SetConfigOption implements acpv2connect.SessionServiceHandler.
+func (s *Service) SetConfigOption(ctx context.Context, req *connect.Request[acpv2.SetConfigOptionRequest]) (*connect.Response[acpv2.SetConfigOptionResponse], error) {
+	m := req.Msg
+	if err := checkID("config_id", m.GetConfigId()); err != nil {
+		return nil, err
+	}
+	var value any
+	switch v := m.GetValue().(type) {
+	case *acpv2.SetConfigOptionRequest_ValueId:
+		if err := checkID("value_id", v.ValueId); err != nil {
+			return nil, err
+		}
+		value = v.ValueId
+	case *acpv2.SetConfigOptionRequest_Boolean:
+		value = v.Boolean
+	default:
+		return nil, invalid("give one of value_id and boolean")
+	}
+	sess, err := s.session(ctx, m.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	opts, err := sess.SetConfigOption(ctx, m.GetConfigId(), value)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&acpv2.SetConfigOptionResponse{ConfigOptions: opts}), nil
 }

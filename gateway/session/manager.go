@@ -30,6 +30,9 @@ var (
 	ErrNoTurn          = errors.New("no turn is running in this session")
 	ErrClosed          = errors.New("session is closed")
 	ErrAgentGone       = errors.New("the session's agent is gone")
+	ErrCannotReattach  = errors.New("the session's agent ended and cannot be re-attached")
+	ErrUnsupported     = errors.New("not supported by the session's agent")
+	ErrAgentRefused    = errors.New("the agent refused the request")
 	ErrAlreadyAnswered = errors.New("permission request already answered")
 	ErrNoRequest       = errors.New("no such permission request")
 	ErrLagging         = errors.New("watcher fell too far behind")
@@ -147,7 +150,7 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	m.mu.Lock()
 	m.sessions[rec.ID] = s
 	m.mu.Unlock()
-	if err := s.start(ctx, authMethod); err != nil {
+	if err := s.attach(ctx, authMethod, false); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -32,14 +32,24 @@ type Session struct {
 	detail         string
 	agent          *agent.Agent
 	agentSessionID string
+	authMethod     string
 	version        acpjson.Version
-	tools          *merge.State
-	seq            uint64
-	subs           map[*Subscription]struct{}
-	turn           bool
-	perms          map[string]*permission
-	nextPerm       int
-	idle           *time.Timer
+	attaching      bool
+	// loading is set while the agent replays its conversation for
+	// session/load: the log holds those updates already.
+	loading bool
+	// turnIdle is closed when an idle state_update arrives during a turn:
+	// an ACP v2 turn ends there, with the stop reason it carries, rather
+	// than at the session/prompt answer.
+	turnIdle   chan struct{}
+	stopReason string
+	tools      *merge.State
+	seq        uint64
+	subs       map[*Subscription]struct{}
+	turn       bool
+	perms      map[string]*permission
+	nextPerm   int
+	idle       *time.Timer
 }
 
 type permission struct {
@@ -65,9 +75,12 @@ func newSession(m *Manager, rec *statestore.Session, command []string) *Session 
 // ID is the session's id.
 func (s *Session) ID() string { return s.rec.ID }
 
-// start spawns the agent, authenticates with authMethod when one is named,
-// and creates the agent-side session.
-func (s *Session) start(ctx context.Context, authMethod string) error {
+// attach spawns the agent and authenticates with authMethod when one is
+// named. A new session gets session/new; a re-attach (after the agent was
+// lost) gets session/resume or session/load with the agent's session id,
+// whichever the agent offers, and fails with ErrCannotReattach when it
+// offers neither.
+func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) error {
 	a, err := agent.Start(ctx, s.m.agentConfig(s))
 	if err != nil {
 		s.setState(statestore.StateAgentLost, err.Error())
@@ -86,27 +99,99 @@ func (s *Session) start(ctx context.Context, authMethod string) error {
 			return fail(fmt.Errorf("%w: authenticate: %v", ErrAgentGone, err))
 		}
 	}
-	agentSID, err := a.NewSession(ctx, s.rec.Cwd)
-	if err != nil {
+	authErr := func(err error) bool {
 		var rpcErr *agent.RPCError
-		if errors.As(err, &rpcErr) && rpcErr.Code == agent.CodeAuthRequired {
-			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethods()))
-		}
-		return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
+		return errors.As(err, &rpcErr) && rpcErr.Code == agent.CodeAuthRequired
 	}
 	s.mu.Lock()
-	s.agent, s.agentSessionID, s.version = a, agentSID, a.Version()
+	agentSID := s.agentSessionID
+	s.mu.Unlock()
+	var how string
+	switch {
+	case !reattach:
+		agentSID, err = a.NewSession(ctx, s.rec.Cwd)
+		if authErr(err) {
+			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethods()))
+		}
+		if err != nil {
+			return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
+		}
+	case agentSID == "":
+		return fail(fmt.Errorf("%w: the agent never created its side of the session", ErrCannotReattach))
+	case a.Capabilities().Resume:
+		how = "re-attached with session/resume"
+		err = a.Resume(ctx, agentSID, s.rec.Cwd)
+	case a.Capabilities().Load:
+		how = "re-attached with session/load"
+		// The agent replays the conversation, which the log holds already.
+		s.mu.Lock()
+		s.loading = true
+		s.mu.Unlock()
+		err = a.Load(ctx, agentSID, s.rec.Cwd)
+		s.mu.Lock()
+		s.loading = false
+		s.mu.Unlock()
+	default:
+		return fail(fmt.Errorf("%w: the agent offers neither session/load nor session/resume", ErrCannotReattach))
+	}
+	if err != nil {
+		if authErr(err) {
+			return fail(fmt.Errorf("%w: the agent requires authentication to re-attach", ErrCannotReattach))
+		}
+		return fail(fmt.Errorf("%w: %s: %v", ErrAgentGone, how, err))
+	}
+	s.mu.Lock()
+	if s.state == statestore.StateClosed {
+		s.mu.Unlock()
+		a.Close()
+		return ErrClosed
+	}
+	s.agent, s.agentSessionID, s.version, s.authMethod = a, agentSID, a.Version(), authMethod
 	s.mu.Unlock()
 	if err := s.m.opts.Store.SetAgentSession(ctx, s.rec.ID, agentSID, int(a.Version())); err != nil {
 		s.log.Error("store: recording the agent session", "error", err)
 	}
-	s.setState(statestore.StateReady, "")
-	s.m.wg.Add(1)
-	go s.watchAgent(a)
 	s.mu.Lock()
+	s.setStateLocked(statestore.StateReady, how)
+	if reattach {
+		s.log.Info("agent " + how)
+		_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateReady, how)}, nil)
+	}
 	s.touchLocked()
 	s.mu.Unlock()
+	s.m.wg.Add(1)
+	go s.watchAgent(a)
 	return nil
+}
+
+func stateEvent(state statestore.State, detail string) *acpv2.SessionEvent {
+	return &acpv2.SessionEvent{Event: &acpv2.SessionEvent_StateChanged{
+		StateChanged: &acpv2.SessionStateChanged{State: string(state), Detail: detail}}}
+}
+
+// reattach starts a new agent for a session whose agent was lost. Only one
+// request re-attaches at a time; the others are told to retry.
+func (s *Session) reattach(ctx context.Context) error {
+	s.mu.Lock()
+	switch {
+	case s.state == statestore.StateClosed:
+		s.mu.Unlock()
+		return ErrClosed
+	case s.agent != nil:
+		s.mu.Unlock()
+		return nil
+	case s.attaching:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: it is being re-attached; retry", ErrAgentGone)
+	}
+	s.attaching = true
+	authMethod := s.authMethod
+	s.mu.Unlock()
+	err := s.attach(ctx, authMethod, true)
+	s.mu.Lock()
+	s.attaching = false
+	s.mu.Unlock()
+	return err
 }
 
 func (s *Session) setState(state statestore.State, detail string) {
@@ -149,6 +234,7 @@ func (s *Session) agentLostLocked(a *agent.Agent) {
 	if s.state != statestore.StateClosed {
 		s.log.Warn("agent lost", "reason", a.Err())
 		s.setStateLocked(statestore.StateAgentLost, a.Err().Error())
+		_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateAgentLost, a.Err().Error())}, nil)
 	}
 }
 
@@ -179,6 +265,9 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 func (s *Session) SessionUpdate(_ string, raw json.RawMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.loading {
+		return // history replayed by session/load
+	}
 	u, err := acpjson.DecodeUpdate(raw, s.version)
 	if err != nil {
 		// Keep what the agent sent rather than drop it.
@@ -186,6 +275,11 @@ func (s *Session) SessionUpdate(_ string, raw json.RawMessage) {
 		if u = acpjson.KeepUnknown(raw); u == nil {
 			return
 		}
+	}
+	if st := u.GetStateUpdate(); st.GetState() == "idle" && s.turnIdle != nil {
+		s.stopReason = st.GetStopReason()
+		close(s.turnIdle)
+		s.turnIdle = nil
 	}
 	ev := eventOf(u)
 	events := []*acpv2.SessionEvent{ev}
@@ -284,7 +378,13 @@ func (s *Session) RespondPermission(id, optionID string, cancel bool) error {
 
 // Prompt starts a turn and returns a subscription positioned just before
 // its turn_started event.
+//
+// A session whose agent was lost gets a new agent first, re-attached to the
+// agent's side of the session where the agent allows it.
 func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Subscription, error) {
+	if err := s.reattach(ctx); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -302,6 +402,7 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 		return nil, err
 	}
 	s.turn = true
+	s.stopReason, s.turnIdle = "", make(chan struct{})
 	s.stopIdleLocked()
 	a, agentSID := s.agent, s.agentSessionID
 	s.m.wg.Add(1)
@@ -311,9 +412,20 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 
 func (s *Session) runTurn(a *agent.Agent, agentSID string, prompt []*acpv2.ContentBlock) {
 	defer s.m.wg.Done()
+	s.mu.Lock()
+	idle := s.turnIdle
+	s.mu.Unlock()
 	reason, err := a.Prompt(context.Background(), agentSID, prompt)
+	if err == nil && a.Version() >= acpjson.V2 {
+		select {
+		case <-idle:
+		case <-a.Done():
+			err = a.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.turnIdle = nil
 	// A permission request cannot outlive its turn.
 	for id := range s.perms {
 		s.resolveLocked(id, cancelled())
@@ -322,6 +434,12 @@ func (s *Session) runTurn(a *agent.Agent, agentSID string, prompt []*acpv2.Conte
 		// Record the loss before the turn's end, so that a client reacting
 		// to turn_ended finds the agent gone.
 		s.agentLostLocked(a)
+	}
+	if reason == "" {
+		reason = s.stopReason
+	}
+	if reason == "" {
+		reason = "end_turn"
 	}
 	ended := &acpv2.TurnEnded{StopReason: reason, Reason: acpjson.StopReason(reason)}
 	if err != nil {
@@ -366,12 +484,14 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return &acpv2.SessionSnapshot{
-		SessionId: s.rec.ID,
-		ToolCalls: s.tools.Snapshot(),
-		Agent:     s.rec.Agent,
-		Cwd:       s.rec.Cwd,
-		LastSeq:   s.seq,
-		CreatedAt: timestamppb.New(s.rec.CreatedAt),
+		SessionId:   s.rec.ID,
+		ToolCalls:   s.tools.Snapshot(),
+		Agent:       s.rec.Agent,
+		Cwd:         s.rec.Cwd,
+		LastSeq:     s.seq,
+		CreatedAt:   timestamppb.New(s.rec.CreatedAt),
+		State:       string(s.state),
+		StateDetail: s.detail,
 	}
 }
 
@@ -389,8 +509,9 @@ func (s *Session) Close() error {
 	if a != nil {
 		a.Close()
 	}
-	s.setState(statestore.StateClosed, "closed by the client")
 	s.mu.Lock()
+	s.setStateLocked(statestore.StateClosed, "closed by the client")
+	_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateClosed, "closed by the client")}, nil)
 	for sub := range s.subs {
 		s.unsubscribeLocked(sub, ErrClosed)
 	}
@@ -437,4 +558,78 @@ func (s *Session) stopIdleLocked() {
 		s.idle.Stop()
 		s.idle = nil
 	}
+}
+
+// liveAgent returns the session's agent, re-attaching a lost one first.
+func (s *Session) liveAgent(ctx context.Context) (*agent.Agent, string, error) {
+	if err := s.reattach(ctx); err != nil {
+		return nil, "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.agent == nil {
+		return nil, "", fmt.Errorf("%w (%s)", ErrAgentGone, s.detail)
+	}
+	return s.agent, s.agentSessionID, nil
+}
+
+// JSON-RPC error codes an agent answers unsupported or malformed calls with.
+const (
+	jsonrpc2MethodNotFound = -32601
+	jsonrpc2InvalidParams  = -32602
+)
+
+// agentCallErr maps an agent's answer to a session error.
+func agentCallErr(method string, err error) error {
+	var rpcErr *agent.RPCError
+	switch {
+	case errors.Is(err, agent.ErrUnsupported):
+		return fmt.Errorf("%w: the agent's ACP version has no %s", ErrUnsupported, method)
+	case errors.As(err, &rpcErr) && rpcErr.Code == jsonrpc2MethodNotFound:
+		return fmt.Errorf("%w: the agent does not implement %s", ErrUnsupported, method)
+	case errors.As(err, &rpcErr) && rpcErr.Code == jsonrpc2InvalidParams:
+		return fmt.Errorf("%w: the agent refused the %s arguments: %s", ErrInvalid, method, rpcErr.Message)
+	case errors.As(err, &rpcErr):
+		return fmt.Errorf("%w: %s", ErrAgentRefused, rpcErr.Message)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrAgentGone, method, err)
+}
+
+// SetMode switches the agent's session mode (ACP v1 session/set_mode). The
+// agent reports the switch with a current_mode_update.
+func (s *Session) SetMode(ctx context.Context, modeID string) error {
+	a, sid, err := s.liveAgent(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.SetMode(ctx, sid, modeID); err != nil {
+		return agentCallErr("session/set_mode", err)
+	}
+	return nil
+}
+
+// SetConfigOption sets configID to value (a string value id or a bool) and
+// returns every option with its value. The options are also recorded as a
+// config_option_update event, so watchers see the change.
+func (s *Session) SetConfigOption(ctx context.Context, configID string, value any) ([]*acpv2.SessionConfigOption, error) {
+	a, sid, err := s.liveAgent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := a.SetConfigOption(ctx, sid, configID, value)
+	if err != nil {
+		return nil, agentCallErr("session/set_config_option", err)
+	}
+	update := &acpv2.ConfigOptionUpdate{}
+	if len(raw) > 0 {
+		if err := acpjson.Decode([]byte(`{"configOptions":`+string(raw)+`}`), update, a.Version()); err != nil {
+			return nil, fmt.Errorf("%w: the agent answered session/set_config_option with options that do not decode: %v", ErrAgentRefused, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_ConfigOptionUpdate{ConfigOptionUpdate: update}}}, nil); err != nil {
+		return nil, err
+	}
+	return update.GetConfigOptions(), nil
 }

@@ -58,6 +58,8 @@ type SessionEvent struct {
 	//	*SessionEvent_PermissionResolved
 	//	*SessionEvent_TurnStarted
 	//	*SessionEvent_TurnEnded
+	//	*SessionEvent_Snapshot
+	//	*SessionEvent_StateChanged
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -330,6 +332,24 @@ func (x *SessionEvent) GetTurnEnded() *TurnEnded {
 	return nil
 }
 
+func (x *SessionEvent) GetSnapshot() *SessionSnapshot {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetStateChanged() *SessionStateChanged {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_StateChanged); ok {
+			return x.StateChanged
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -437,6 +457,18 @@ type SessionEvent_TurnEnded struct {
 	TurnEnded *TurnEnded `protobuf:"bytes,44,opt,name=turn_ended,json=turnEnded,proto3,oneof"`
 }
 
+type SessionEvent_Snapshot struct {
+	// The session's merged state, sent by Watch in place of events that
+	// retention dropped: its seq is the last event it reflects, and the
+	// events that follow continue from there. Never stored.
+	Snapshot *SessionSnapshot `protobuf:"bytes,45,opt,name=snapshot,proto3,oneof"`
+}
+
+type SessionEvent_StateChanged struct {
+	// The session's agent was lost or (re-)attached.
+	StateChanged *SessionStateChanged `protobuf:"bytes,46,opt,name=state_changed,json=stateChanged,proto3,oneof"`
+}
+
 func (*SessionEvent_UserMessageChunk) isSessionEvent_Event() {}
 
 func (*SessionEvent_AgentMessageChunk) isSessionEvent_Event() {}
@@ -485,6 +517,66 @@ func (*SessionEvent_TurnStarted) isSessionEvent_Event() {}
 
 func (*SessionEvent_TurnEnded) isSessionEvent_Event() {}
 
+func (*SessionEvent_Snapshot) isSessionEvent_Event() {}
+
+func (*SessionEvent_StateChanged) isSessionEvent_Event() {}
+
+// SessionStateChanged records a change of the session's agent: `ready`
+// (attached, or re-attached after a loss), `agent_lost` (the agent process
+// ended; the next Prompt re-attaches where the agent allows it), `closed`.
+type SessionStateChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// Why, e.g. how the agent ended or how it was re-attached.
+	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionStateChanged) Reset() {
+	*x = SessionStateChanged{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionStateChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionStateChanged) ProtoMessage() {}
+
+func (x *SessionStateChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionStateChanged.ProtoReflect.Descriptor instead.
+func (*SessionStateChanged) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SessionStateChanged) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SessionStateChanged) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // PermissionRequest is an agent's `session/request_permission`, relayed.
 type PermissionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -505,7 +597,7 @@ type PermissionRequest struct {
 
 func (x *PermissionRequest) Reset() {
 	*x = PermissionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[1]
+	mi := &file_acp_v2_session_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +609,7 @@ func (x *PermissionRequest) String() string {
 func (*PermissionRequest) ProtoMessage() {}
 
 func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[1]
+	mi := &file_acp_v2_session_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +622,7 @@ func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
 func (*PermissionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{1}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PermissionRequest) GetRequestId() string {
@@ -586,7 +678,7 @@ type PermissionResolved struct {
 
 func (x *PermissionResolved) Reset() {
 	*x = PermissionResolved{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[2]
+	mi := &file_acp_v2_session_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +690,7 @@ func (x *PermissionResolved) String() string {
 func (*PermissionResolved) ProtoMessage() {}
 
 func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[2]
+	mi := &file_acp_v2_session_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +703,7 @@ func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionResolved.ProtoReflect.Descriptor instead.
 func (*PermissionResolved) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{2}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PermissionResolved) GetRequestId() string {
@@ -638,7 +730,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	mi := &file_acp_v2_session_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +742,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	mi := &file_acp_v2_session_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +755,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{3}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TurnStarted) GetPrompt() []*ContentBlock {
@@ -690,7 +782,7 @@ type TurnEnded struct {
 
 func (x *TurnEnded) Reset() {
 	*x = TurnEnded{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	mi := &file_acp_v2_session_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +794,7 @@ func (x *TurnEnded) String() string {
 func (*TurnEnded) ProtoMessage() {}
 
 func (x *TurnEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	mi := &file_acp_v2_session_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +807,7 @@ func (x *TurnEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnEnded.ProtoReflect.Descriptor instead.
 func (*TurnEnded) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{4}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TurnEnded) GetStopReason() string {
@@ -748,15 +840,19 @@ type SessionSnapshot struct {
 	Agent     string      `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
 	Cwd       string      `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// The seq of the session's last event.
-	LastSeq       uint64                 `protobuf:"varint,5,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	LastSeq   uint64                 `protobuf:"varint,5,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// `starting`, `ready`, `agent_lost` or `closed`.
+	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	// Why the session is in its state, e.g. how its agent ended.
+	StateDetail   string `protobuf:"bytes,8,opt,name=state_detail,json=stateDetail,proto3" json:"state_detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionSnapshot) Reset() {
 	*x = SessionSnapshot{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[5]
+	mi := &file_acp_v2_session_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +864,7 @@ func (x *SessionSnapshot) String() string {
 func (*SessionSnapshot) ProtoMessage() {}
 
 func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[5]
+	mi := &file_acp_v2_session_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +877,7 @@ func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshot.ProtoReflect.Descriptor instead.
 func (*SessionSnapshot) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{5}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionSnapshot) GetSessionId() string {
@@ -826,21 +922,39 @@ func (x *SessionSnapshot) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *SessionSnapshot) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SessionSnapshot) GetStateDetail() string {
+	if x != nil {
+		return x.StateDetail
+	}
+	return ""
+}
+
 // SessionSummary describes a session without its tool calls.
 type SessionSummary struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Agent         string                 `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
-	Cwd           string                 `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
-	LastSeq       uint64                 `protobuf:"varint,4,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Agent     string                 `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	Cwd       string                 `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	LastSeq   uint64                 `protobuf:"varint,4,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// `starting`, `ready`, `agent_lost` or `closed`.
+	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// Why the session is in its state, e.g. how its agent ended.
+	StateDetail   string `protobuf:"bytes,7,opt,name=state_detail,json=stateDetail,proto3" json:"state_detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +966,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +979,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{6}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -903,6 +1017,20 @@ func (x *SessionSummary) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *SessionSummary) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SessionSummary) GetStateDetail() string {
+	if x != nil {
+		return x.StateDetail
+	}
+	return ""
+}
+
 // CreateSessionRequest names the agent and its working directory.
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -919,7 +1047,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1059,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1072,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateSessionRequest) GetAgent() string {
@@ -978,7 +1106,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1118,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1131,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateSessionResponse) GetSessionId() string {
@@ -1024,7 +1152,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1164,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1177,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PromptRequest) GetSessionId() string {
@@ -1079,7 +1207,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1219,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1232,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PromptResponse) GetEvent() *SessionEvent {
@@ -1133,7 +1261,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1273,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1286,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchRequest) GetSessionId() string {
@@ -1188,7 +1316,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1328,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1341,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchResponse) GetEvent() *SessionEvent {
@@ -1240,7 +1368,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1380,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1393,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -1284,7 +1412,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1424,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1437,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
 }
 
 // RespondPermissionRequest answers a permission request with an option, or
@@ -1326,7 +1454,7 @@ type RespondPermissionRequest struct {
 
 func (x *RespondPermissionRequest) Reset() {
 	*x = RespondPermissionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1466,7 @@ func (x *RespondPermissionRequest) String() string {
 func (*RespondPermissionRequest) ProtoMessage() {}
 
 func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1479,7 @@ func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionRequest.ProtoReflect.Descriptor instead.
 func (*RespondPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RespondPermissionRequest) GetSessionId() string {
@@ -1391,7 +1519,7 @@ type RespondPermissionResponse struct {
 
 func (x *RespondPermissionResponse) Reset() {
 	*x = RespondPermissionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1531,7 @@ func (x *RespondPermissionResponse) String() string {
 func (*RespondPermissionResponse) ProtoMessage() {}
 
 func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1544,7 @@ func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionResponse.ProtoReflect.Descriptor instead.
 func (*RespondPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
 }
 
 // GetSessionRequest names a session.
@@ -1429,7 +1557,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1569,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1582,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -1474,7 +1602,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1614,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1627,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetSessionResponse) GetSession() *SessionSnapshot {
@@ -1518,7 +1646,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1658,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1671,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
 }
 
 // ListSessionsResponse lists sessions.
@@ -1556,7 +1684,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1696,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1709,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -1601,7 +1729,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1741,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1754,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1645,7 +1773,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1785,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,14 +1798,250 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
+}
+
+// SetModeRequest names the mode to switch to.
+type SetModeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ModeId        string                 `protobuf:"bytes,2,opt,name=mode_id,json=modeId,proto3" json:"mode_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModeRequest) Reset() {
+	*x = SetModeRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModeRequest) ProtoMessage() {}
+
+func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
+func (*SetModeRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SetModeRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetModeRequest) GetModeId() string {
+	if x != nil {
+		return x.ModeId
+	}
+	return ""
+}
+
+// SetModeResponse is empty.
+type SetModeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModeResponse) Reset() {
+	*x = SetModeResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModeResponse) ProtoMessage() {}
+
+func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
+func (*SetModeResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+}
+
+// SetConfigOptionRequest sets one configuration option.
+type SetConfigOptionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ConfigId  string                 `protobuf:"bytes,2,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	// Types that are valid to be assigned to Value:
+	//
+	//	*SetConfigOptionRequest_ValueId
+	//	*SetConfigOptionRequest_Boolean
+	Value         isSetConfigOptionRequest_Value `protobuf_oneof:"value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConfigOptionRequest) Reset() {
+	*x = SetConfigOptionRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConfigOptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConfigOptionRequest) ProtoMessage() {}
+
+func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
+func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetConfigOptionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetConfigOptionRequest) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *SetConfigOptionRequest) GetValue() isSetConfigOptionRequest_Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *SetConfigOptionRequest) GetValueId() string {
+	if x != nil {
+		if x, ok := x.Value.(*SetConfigOptionRequest_ValueId); ok {
+			return x.ValueId
+		}
+	}
+	return ""
+}
+
+func (x *SetConfigOptionRequest) GetBoolean() bool {
+	if x != nil {
+		if x, ok := x.Value.(*SetConfigOptionRequest_Boolean); ok {
+			return x.Boolean
+		}
+	}
+	return false
+}
+
+type isSetConfigOptionRequest_Value interface {
+	isSetConfigOptionRequest_Value()
+}
+
+type SetConfigOptionRequest_ValueId struct {
+	// The id of one of a select option's values.
+	ValueId string `protobuf:"bytes,3,opt,name=value_id,json=valueId,proto3,oneof"`
+}
+
+type SetConfigOptionRequest_Boolean struct {
+	// A boolean option's value.
+	Boolean bool `protobuf:"varint,4,opt,name=boolean,proto3,oneof"`
+}
+
+func (*SetConfigOptionRequest_ValueId) isSetConfigOptionRequest_Value() {}
+
+func (*SetConfigOptionRequest_Boolean) isSetConfigOptionRequest_Value() {}
+
+// SetConfigOptionResponse returns every option with its current value.
+type SetConfigOptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConfigOptions []*SessionConfigOption `protobuf:"bytes,1,rep,name=config_options,json=configOptions,proto3" json:"config_options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConfigOptionResponse) Reset() {
+	*x = SetConfigOptionResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConfigOptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConfigOptionResponse) ProtoMessage() {}
+
+func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
+func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
+	if x != nil {
+		return x.ConfigOptions
+	}
+	return nil
 }
 
 var File_acp_v2_session_service_proto protoreflect.FileDescriptor
 
 const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1cacp/v2/session_service.proto\x12\x06acp.v2\x1a\x14acp/v2/content.proto\x1a\x1bacp/v2/session_update.proto\x1a\x16acp/v2/tool_call.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\r\n" +
+	"\x1cacp/v2/session_service.proto\x12\x06acp.v2\x1a\x14acp/v2/content.proto\x1a\x1bacp/v2/session_update.proto\x1a\x16acp/v2/tool_call.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x0e\n" +
 	"\fSessionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12D\n" +
@@ -1707,8 +2071,13 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x13permission_resolved\x18* \x01(\v2\x1a.acp.v2.PermissionResolvedH\x00R\x12permissionResolved\x128\n" +
 	"\fturn_started\x18+ \x01(\v2\x13.acp.v2.TurnStartedH\x00R\vturnStarted\x122\n" +
 	"\n" +
-	"turn_ended\x18, \x01(\v2\x11.acp.v2.TurnEndedH\x00R\tturnEndedB\a\n" +
-	"\x05event\"\x8a\x02\n" +
+	"turn_ended\x18, \x01(\v2\x11.acp.v2.TurnEndedH\x00R\tturnEnded\x125\n" +
+	"\bsnapshot\x18- \x01(\v2\x17.acp.v2.SessionSnapshotH\x00R\bsnapshot\x12B\n" +
+	"\rstate_changed\x18. \x01(\v2\x1b.acp.v2.SessionStateChangedH\x00R\fstateChangedB\a\n" +
+	"\x05event\"C\n" +
+	"\x13SessionStateChanged\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x8a\x02\n" +
 	"\x11PermissionRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
@@ -1727,7 +2096,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\vstop_reason\x18\x01 \x01(\tR\n" +
 	"stopReason\x12*\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x12.acp.v2.StopReasonR\x06reason\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\xdf\x01\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x98\x02\n" +
 	"\x0fSessionSnapshot\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
@@ -1737,7 +2106,9 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x03cwd\x18\x04 \x01(\tR\x03cwd\x12\x19\n" +
 	"\blast_seq\x18\x05 \x01(\x04R\alastSeq\x129\n" +
 	"\n" +
-	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xad\x01\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12!\n" +
+	"\fstate_detail\x18\b \x01(\tR\vstateDetail\"\xe6\x01\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -1745,7 +2116,9 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12\x19\n" +
 	"\blast_seq\x18\x04 \x01(\x04R\alastSeq\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"_\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12!\n" +
+	"\fstate_detail\x18\a \x01(\tR\vstateDetail\"_\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x1f\n" +
@@ -1791,7 +2164,21 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse2\xbf\x04\n" +
+	"\x14CloseSessionResponse\"H\n" +
+	"\x0eSetModeRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
+	"\amode_id\x18\x02 \x01(\tR\x06modeId\"\x11\n" +
+	"\x0fSetModeResponse\"\x96\x01\n" +
+	"\x16SetConfigOptionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tconfig_id\x18\x02 \x01(\tR\bconfigId\x12\x1b\n" +
+	"\bvalue_id\x18\x03 \x01(\tH\x00R\avalueId\x12\x1a\n" +
+	"\aboolean\x18\x04 \x01(\bH\x00R\abooleanB\a\n" +
+	"\x05value\"]\n" +
+	"\x17SetConfigOptionResponse\x12B\n" +
+	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions2\xcf\x05\n" +
 	"\x0eSessionService\x12L\n" +
 	"\rCreateSession\x12\x1c.acp.v2.CreateSessionRequest\x1a\x1d.acp.v2.CreateSessionResponse\x129\n" +
 	"\x06Prompt\x12\x15.acp.v2.PromptRequest\x1a\x16.acp.v2.PromptResponse0\x01\x126\n" +
@@ -1801,7 +2188,9 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
 	"GetSession\x12\x19.acp.v2.GetSessionRequest\x1a\x1a.acp.v2.GetSessionResponse\x12I\n" +
 	"\fListSessions\x12\x1b.acp.v2.ListSessionsRequest\x1a\x1c.acp.v2.ListSessionsResponse\x12I\n" +
-	"\fCloseSession\x12\x1b.acp.v2.CloseSessionRequest\x1a\x1c.acp.v2.CloseSessionResponseB\x8f\x01\n" +
+	"\fCloseSession\x12\x1b.acp.v2.CloseSessionRequest\x1a\x1c.acp.v2.CloseSessionResponse\x12:\n" +
+	"\aSetMode\x12\x16.acp.v2.SetModeRequest\x1a\x17.acp.v2.SetModeResponse\x12R\n" +
+	"\x0fSetConfigOption\x12\x1e.acp.v2.SetConfigOptionRequest\x1a\x1f.acp.v2.SetConfigOptionResponseB\x8f\x01\n" +
 	"\n" +
 	"com.acp.v2B\x13SessionServiceProtoP\x01Z3github.com/acp-gateway/acp-gateway/gen/acp/v2;acpv2\xa2\x02\x03AXX\xaa\x02\x06Acp.V2\xca\x02\x06Acp\\V2\xe2\x02\x12Acp\\V2\\GPBMetadata\xea\x02\aAcp::V2b\x06proto3"
 
@@ -1817,118 +2206,131 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
-	(*PermissionRequest)(nil),         // 1: acp.v2.PermissionRequest
-	(*PermissionResolved)(nil),        // 2: acp.v2.PermissionResolved
-	(*TurnStarted)(nil),               // 3: acp.v2.TurnStarted
-	(*TurnEnded)(nil),                 // 4: acp.v2.TurnEnded
-	(*SessionSnapshot)(nil),           // 5: acp.v2.SessionSnapshot
-	(*SessionSummary)(nil),            // 6: acp.v2.SessionSummary
-	(*CreateSessionRequest)(nil),      // 7: acp.v2.CreateSessionRequest
-	(*CreateSessionResponse)(nil),     // 8: acp.v2.CreateSessionResponse
-	(*PromptRequest)(nil),             // 9: acp.v2.PromptRequest
-	(*PromptResponse)(nil),            // 10: acp.v2.PromptResponse
-	(*WatchRequest)(nil),              // 11: acp.v2.WatchRequest
-	(*WatchResponse)(nil),             // 12: acp.v2.WatchResponse
-	(*CancelRequest)(nil),             // 13: acp.v2.CancelRequest
-	(*CancelResponse)(nil),            // 14: acp.v2.CancelResponse
-	(*RespondPermissionRequest)(nil),  // 15: acp.v2.RespondPermissionRequest
-	(*RespondPermissionResponse)(nil), // 16: acp.v2.RespondPermissionResponse
-	(*GetSessionRequest)(nil),         // 17: acp.v2.GetSessionRequest
-	(*GetSessionResponse)(nil),        // 18: acp.v2.GetSessionResponse
-	(*ListSessionsRequest)(nil),       // 19: acp.v2.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 20: acp.v2.ListSessionsResponse
-	(*CloseSessionRequest)(nil),       // 21: acp.v2.CloseSessionRequest
-	(*CloseSessionResponse)(nil),      // 22: acp.v2.CloseSessionResponse
-	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 24: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 25: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 26: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 27: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 28: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 29: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 30: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 31: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 32: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 33: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 34: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 35: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 36: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 37: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 38: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 39: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 40: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 41: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 42: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 43: acp.v2.ContentBlock
-	(StopReason)(0),                   // 44: acp.v2.StopReason
+	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
+	(*PermissionRequest)(nil),         // 2: acp.v2.PermissionRequest
+	(*PermissionResolved)(nil),        // 3: acp.v2.PermissionResolved
+	(*TurnStarted)(nil),               // 4: acp.v2.TurnStarted
+	(*TurnEnded)(nil),                 // 5: acp.v2.TurnEnded
+	(*SessionSnapshot)(nil),           // 6: acp.v2.SessionSnapshot
+	(*SessionSummary)(nil),            // 7: acp.v2.SessionSummary
+	(*CreateSessionRequest)(nil),      // 8: acp.v2.CreateSessionRequest
+	(*CreateSessionResponse)(nil),     // 9: acp.v2.CreateSessionResponse
+	(*PromptRequest)(nil),             // 10: acp.v2.PromptRequest
+	(*PromptResponse)(nil),            // 11: acp.v2.PromptResponse
+	(*WatchRequest)(nil),              // 12: acp.v2.WatchRequest
+	(*WatchResponse)(nil),             // 13: acp.v2.WatchResponse
+	(*CancelRequest)(nil),             // 14: acp.v2.CancelRequest
+	(*CancelResponse)(nil),            // 15: acp.v2.CancelResponse
+	(*RespondPermissionRequest)(nil),  // 16: acp.v2.RespondPermissionRequest
+	(*RespondPermissionResponse)(nil), // 17: acp.v2.RespondPermissionResponse
+	(*GetSessionRequest)(nil),         // 18: acp.v2.GetSessionRequest
+	(*GetSessionResponse)(nil),        // 19: acp.v2.GetSessionResponse
+	(*ListSessionsRequest)(nil),       // 20: acp.v2.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 21: acp.v2.ListSessionsResponse
+	(*CloseSessionRequest)(nil),       // 22: acp.v2.CloseSessionRequest
+	(*CloseSessionResponse)(nil),      // 23: acp.v2.CloseSessionResponse
+	(*SetModeRequest)(nil),            // 24: acp.v2.SetModeRequest
+	(*SetModeResponse)(nil),           // 25: acp.v2.SetModeResponse
+	(*SetConfigOptionRequest)(nil),    // 26: acp.v2.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),   // 27: acp.v2.SetConfigOptionResponse
+	(*timestamppb.Timestamp)(nil),     // 28: google.protobuf.Timestamp
+	(*ContentChunk)(nil),              // 29: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),            // 30: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),      // 31: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                      // 32: acp.v2.Plan
+	(*PlanUpdate)(nil),                // 33: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),   // 34: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),         // 35: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),        // 36: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),         // 37: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),               // 38: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),             // 39: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),               // 40: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),            // 41: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),       // 42: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),             // 43: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                  // 44: acp.v2.ToolCall
+	(*PermissionOption)(nil),          // 45: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),           // 46: google.protobuf.Struct
+	(*PermissionOutcome)(nil),         // 47: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),              // 48: acp.v2.ContentBlock
+	(StopReason)(0),                   // 49: acp.v2.StopReason
+	(*SessionConfigOption)(nil),       // 50: acp.v2.SessionConfigOption
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	23, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	24, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	24, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	24, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	25, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	26, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	27, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	28, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	29, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	30, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	31, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	32, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	33, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	34, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	34, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	34, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	35, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	36, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	37, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	38, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	39, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
-	1,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
-	2,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
-	3,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
-	4,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
-	25, // 25: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	39, // 26: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	40, // 27: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	41, // 28: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	42, // 29: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	43, // 30: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	44, // 31: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	39, // 32: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	23, // 33: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	23, // 34: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	43, // 35: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
-	0,  // 36: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	23, // 37: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	0,  // 38: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	23, // 39: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	5,  // 40: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
-	6,  // 41: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	7,  // 42: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	9,  // 43: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	11, // 44: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	13, // 45: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	15, // 46: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	17, // 47: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	19, // 48: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	21, // 49: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	8,  // 50: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	10, // 51: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	12, // 52: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	14, // 53: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	16, // 54: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	18, // 55: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	20, // 56: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	22, // 57: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	50, // [50:58] is the sub-list for method output_type
-	42, // [42:50] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	28, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	29, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	29, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	29, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	30, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	31, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	32, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	33, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	34, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	35, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	36, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	37, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	38, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	39, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	39, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	39, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	40, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	41, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	42, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	43, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	44, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
+	3,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
+	4,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
+	5,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
+	6,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
+	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
+	30, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	44, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	45, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	46, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	47, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	48, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	49, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	44, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	28, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	28, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	48, // 37: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	0,  // 38: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
+	28, // 39: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 40: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
+	28, // 41: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	6,  // 42: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
+	7,  // 43: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
+	50, // 44: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	8,  // 45: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	10, // 46: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	12, // 47: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	14, // 48: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	16, // 49: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	18, // 50: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	20, // 51: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	22, // 52: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	24, // 53: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	26, // 54: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	9,  // 55: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	11, // 56: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	13, // 57: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	15, // 58: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	17, // 59: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	19, // 60: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	21, // 61: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	23, // 62: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	25, // 63: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	27, // 64: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	55, // [55:65] is the sub-list for method output_type
+	45, // [45:55] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -1964,6 +2366,12 @@ func file_acp_v2_session_service_proto_init() {
 		(*SessionEvent_PermissionResolved)(nil),
 		(*SessionEvent_TurnStarted)(nil),
 		(*SessionEvent_TurnEnded)(nil),
+		(*SessionEvent_Snapshot)(nil),
+		(*SessionEvent_StateChanged)(nil),
+	}
+	file_acp_v2_session_service_proto_msgTypes[26].OneofWrappers = []any{
+		(*SetConfigOptionRequest_ValueId)(nil),
+		(*SetConfigOptionRequest_Boolean)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1971,7 +2379,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

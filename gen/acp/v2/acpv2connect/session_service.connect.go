@@ -54,6 +54,11 @@ const (
 	// SessionServiceCloseSessionProcedure is the fully-qualified name of the SessionService's
 	// CloseSession RPC.
 	SessionServiceCloseSessionProcedure = "/acp.v2.SessionService/CloseSession"
+	// SessionServiceSetModeProcedure is the fully-qualified name of the SessionService's SetMode RPC.
+	SessionServiceSetModeProcedure = "/acp.v2.SessionService/SetMode"
+	// SessionServiceSetConfigOptionProcedure is the fully-qualified name of the SessionService's
+	// SetConfigOption RPC.
+	SessionServiceSetConfigOptionProcedure = "/acp.v2.SessionService/SetConfigOption"
 )
 
 // SessionServiceClient is a client for the acp.v2.SessionService service.
@@ -74,6 +79,11 @@ type SessionServiceClient interface {
 	ListSessions(context.Context, *connect.Request[v2.ListSessionsRequest]) (*connect.Response[v2.ListSessionsResponse], error)
 	// CloseSession ends the session and its agent.
 	CloseSession(context.Context, *connect.Request[v2.CloseSessionRequest]) (*connect.Response[v2.CloseSessionResponse], error)
+	// SetMode switches the session's mode (ACP v1 `session/set_mode`).
+	SetMode(context.Context, *connect.Request[v2.SetModeRequest]) (*connect.Response[v2.SetModeResponse], error)
+	// SetConfigOption sets one session configuration option (ACP
+	// `session/set_config_option`) and returns all of them.
+	SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error)
 }
 
 // NewSessionServiceClient constructs a client for the acp.v2.SessionService service. By default, it
@@ -135,6 +145,18 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("CloseSession")),
 			connect.WithClientOptions(opts...),
 		),
+		setMode: connect.NewClient[v2.SetModeRequest, v2.SetModeResponse](
+			httpClient,
+			baseURL+SessionServiceSetModeProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("SetMode")),
+			connect.WithClientOptions(opts...),
+		),
+		setConfigOption: connect.NewClient[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse](
+			httpClient,
+			baseURL+SessionServiceSetConfigOptionProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("SetConfigOption")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -148,6 +170,8 @@ type sessionServiceClient struct {
 	getSession        *connect.Client[v2.GetSessionRequest, v2.GetSessionResponse]
 	listSessions      *connect.Client[v2.ListSessionsRequest, v2.ListSessionsResponse]
 	closeSession      *connect.Client[v2.CloseSessionRequest, v2.CloseSessionResponse]
+	setMode           *connect.Client[v2.SetModeRequest, v2.SetModeResponse]
+	setConfigOption   *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -190,6 +214,16 @@ func (c *sessionServiceClient) CloseSession(ctx context.Context, req *connect.Re
 	return c.closeSession.CallUnary(ctx, req)
 }
 
+// SetMode calls acp.v2.SessionService.SetMode.
+func (c *sessionServiceClient) SetMode(ctx context.Context, req *connect.Request[v2.SetModeRequest]) (*connect.Response[v2.SetModeResponse], error) {
+	return c.setMode.CallUnary(ctx, req)
+}
+
+// SetConfigOption calls acp.v2.SessionService.SetConfigOption.
+func (c *sessionServiceClient) SetConfigOption(ctx context.Context, req *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error) {
+	return c.setConfigOption.CallUnary(ctx, req)
+}
+
 // SessionServiceHandler is an implementation of the acp.v2.SessionService service.
 type SessionServiceHandler interface {
 	// CreateSession starts an agent for a new session.
@@ -208,6 +242,11 @@ type SessionServiceHandler interface {
 	ListSessions(context.Context, *connect.Request[v2.ListSessionsRequest]) (*connect.Response[v2.ListSessionsResponse], error)
 	// CloseSession ends the session and its agent.
 	CloseSession(context.Context, *connect.Request[v2.CloseSessionRequest]) (*connect.Response[v2.CloseSessionResponse], error)
+	// SetMode switches the session's mode (ACP v1 `session/set_mode`).
+	SetMode(context.Context, *connect.Request[v2.SetModeRequest]) (*connect.Response[v2.SetModeResponse], error)
+	// SetConfigOption sets one session configuration option (ACP
+	// `session/set_config_option`) and returns all of them.
+	SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error)
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -265,6 +304,18 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("CloseSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServiceSetModeHandler := connect.NewUnaryHandler(
+		SessionServiceSetModeProcedure,
+		svc.SetMode,
+		connect.WithSchema(sessionServiceMethods.ByName("SetMode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sessionServiceSetConfigOptionHandler := connect.NewUnaryHandler(
+		SessionServiceSetConfigOptionProcedure,
+		svc.SetConfigOption,
+		connect.WithSchema(sessionServiceMethods.ByName("SetConfigOption")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/acp.v2.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceCreateSessionProcedure:
@@ -283,6 +334,10 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceListSessionsHandler.ServeHTTP(w, r)
 		case SessionServiceCloseSessionProcedure:
 			sessionServiceCloseSessionHandler.ServeHTTP(w, r)
+		case SessionServiceSetModeProcedure:
+			sessionServiceSetModeHandler.ServeHTTP(w, r)
+		case SessionServiceSetConfigOptionProcedure:
+			sessionServiceSetConfigOptionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -322,4 +377,12 @@ func (UnimplementedSessionServiceHandler) ListSessions(context.Context, *connect
 
 func (UnimplementedSessionServiceHandler) CloseSession(context.Context, *connect.Request[v2.CloseSessionRequest]) (*connect.Response[v2.CloseSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.CloseSession is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) SetMode(context.Context, *connect.Request[v2.SetModeRequest]) (*connect.Response[v2.SetModeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.SetMode is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.SetConfigOption is not implemented"))
 }
