@@ -157,7 +157,10 @@ func Demo() Script {
 	)
 	return Script{
 		ProtocolVersion: 1,
-		Turns:           []Turn{{Steps: steps, StopReason: "end_turn"}},
+		// A session outlives its demo agent (idle reaping, a gateway
+		// restart): the next prompt re-attaches with session/resume.
+		Resume: true,
+		Turns:  []Turn{{Steps: steps, StopReason: "end_turn"}},
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -133,6 +134,8 @@ type gateway struct {
 	// clients by protocol and transport.
 	clients map[string]acpv2connect.SessionServiceClient
 	connect acpv2connect.SessionServiceClient
+	// stop shuts the gateway down (once; the test's cleanup calls it too).
+	stop func()
 }
 
 type gatewayOpts struct {
@@ -143,6 +146,10 @@ type gatewayOpts struct {
 	startTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxAgentLine      int
+	// store is the gateway's store; nil means a new memory store.
+	store statestore.Store
+	// maxEnded caps the closed sessions kept.
+	maxEnded int
 	// log receives the gateway's JSON logs; nil discards them.
 	log io.Writer
 }
@@ -159,10 +166,13 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if o.log == nil {
 		o.log = io.Discard
 	}
+	if o.store == nil {
+		o.store = statestore.NewMemory(statestore.Options{})
+	}
 	mgr := session.NewManager(session.Options{
 		Agents:            o.agents,
 		Env:               []string{"PATH=" + os.Getenv("PATH")},
-		Store:             statestore.NewMemory(statestore.Options{}),
+		Store:             o.store,
 		Log:               slog.New(slog.NewJSONHandler(o.log, nil)),
 		PermissionTimeout: o.permissionTimeout,
 		WatchBuffer:       o.watchBuffer,
@@ -170,7 +180,11 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		AgentStopGrace:    500 * time.Millisecond,
 		IdleTimeout:       o.idleTimeout,
 		MaxAgentLine:      o.maxAgentLine,
+		MaxEndedSessions:  o.maxEnded,
 	})
+	if err := mgr.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	srv := server.New(service.New(mgr, service.WithHeartbeat(o.heartbeat)), server.Options{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -191,19 +205,23 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		"grpc-web over HTTP/1.1":      acpv2connect.NewSessionServiceClient(h1, base, connect.WithGRPCWeb()),
 	}}
 	g.connect = acpv2connect.NewSessionServiceClient(h1, base, connect.WithProtoJSON())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		mgr.Close()
-		h1.CloseIdleConnections()
-		h2.CloseIdleConnections()
-	})
+	var once sync.Once
+	g.stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := srv.Shutdown(ctx); err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+			mgr.Close()
+			h1.CloseIdleConnections()
+			h2.CloseIdleConnections()
+		})
+	}
+	t.Cleanup(g.stop)
 	return g
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -30,6 +31,7 @@ const (
 
 // Service implements acpv2connect.SessionServiceHandler.
 type Service struct {
+	fwd       *forwarder
 	mgr       *session.Manager
 	heartbeat time.Duration
 	user      func(context.Context) string
@@ -48,7 +50,7 @@ func WithUser(f func(context.Context) string) Option { return func(s *Service) {
 
 // New returns a Service over mgr.
 func New(mgr *session.Manager, opts ...Option) *Service {
-	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, user: func(context.Context) string { return "" }}
+	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, user: func(context.Context) string { return "" }, fwd: newForwarder()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -84,7 +86,7 @@ func toConnect(err error) error {
 		errors.Is(err, session.ErrAlreadyAnswered), errors.Is(err, session.ErrCannotReattach),
 		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown):
+	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved):
 		code = connect.CodeUnavailable
 	case errors.Is(err, session.ErrLagging):
 		code = connect.CodeAborted
@@ -99,17 +101,23 @@ func toConnect(err error) error {
 	return connect.NewError(code, err)
 }
 
-func (s *Service) session(ctx context.Context, id string) (*session.Session, error) {
+// session returns the local session id, or the client of the replica that
+// runs it, to which the request is forwarded.
+func (s *Service) session(ctx context.Context, h http.Header, id string) (*session.Session, acpv2connect.SessionServiceClient, error) {
 	if err := checkID("session_id", id); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sess, err := s.mgr.Get(ctx, s.user(ctx), id)
-	if err != nil {
-		return nil, toConnect(err)
+	var remote *session.RemoteError
+	if errors.As(err, &remote) {
+		c, err := s.fwd.client(h, remote.Holder)
+		return nil, c, err
 	}
-	return sess, nil
+	if err != nil {
+		return nil, nil, toConnect(err)
+	}
+	return sess, nil, nil
 }
-
 // CreateSession implements acpv2connect.SessionServiceHandler.
 func (s *Service) CreateSession(ctx context.Context, req *connect.Request[acpv2.CreateSessionRequest]) (*connect.Response[acpv2.CreateSessionResponse], error) {
 	m := req.Msg
@@ -143,9 +151,16 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 			return invalid("prompt[%d] is an empty content block", i)
 		}
 	}
-	sess, err := s.session(ctx, m.GetSessionId())
+	sess, remote, err := s.session(ctx, req.Header(), m.GetSessionId())
 	if err != nil {
 		return err
+	}
+	if remote != nil {
+		in, err := remote.Prompt(ctx, forwarded(req))
+		if err != nil {
+			return err
+		}
+		return relay(in, stream.ResponseHeader(), stream.Send)
 	}
 	sub, err := sess.Prompt(ctx, m.GetPrompt())
 	if err != nil {
@@ -162,11 +177,13 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 
 // Watch implements acpv2connect.SessionServiceHandler.
 func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchRequest], stream *connect.ServerStream[acpv2.WatchResponse]) error {
-	sess, err := s.session(ctx, req.Msg.GetSessionId())
-	if err != nil {
+	if err := checkID("session_id", req.Msg.GetSessionId()); err != nil {
 		return err
 	}
-	sub := sess.Watch(req.Msg.GetAfterSeq())
+	sub, err := s.mgr.Watch(ctx, s.user(ctx), req.Msg.GetSessionId(), req.Msg.GetAfterSeq())
+	if err != nil {
+		return toConnect(err)
+	}
 	defer sub.Close()
 	err = s.pump(ctx, sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
 		return false, stream.Send(&acpv2.WatchResponse{Event: ev, Heartbeat: hb})
@@ -182,7 +199,7 @@ type header interface{ Set(key, value string) }
 // pump sends sub's events through send, starting with a heartbeat and
 // then heartbeats while idle, until send says stop, the subscription ends or
 // the client goes.
-func (s *Service) pump(ctx context.Context, sub *session.Subscription, h header, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) error {
+func (s *Service) pump(ctx context.Context, sub session.Stream, h header, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) error {
 	// Tell buffering proxies (nginx) to pass the stream through.
 	h.Set("X-Accel-Buffering", "no")
 	ctx, cancel := context.WithCancel(ctx)
@@ -220,6 +237,10 @@ func (s *Service) pump(ctx context.Context, sub *session.Subscription, h header,
 					return connect.NewError(connect.CodeAborted, fmt.Errorf(
 						"this stream fell too far behind and was cut off; resume with Watch afterSeq=%d", sub.LastSeq()))
 				}
+				if errors.Is(n.err, session.ErrMoved) {
+					return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+						"%w; resume with Watch afterSeq=%d", n.err, sub.LastSeq()))
+				}
 				if errors.Is(n.err, session.ErrClosed) {
 					return n.err
 				}
@@ -242,9 +263,9 @@ func (s *Service) pump(ctx context.Context, sub *session.Subscription, h header,
 
 // Cancel implements acpv2connect.SessionServiceHandler.
 func (s *Service) Cancel(ctx context.Context, req *connect.Request[acpv2.CancelRequest]) (*connect.Response[acpv2.CancelResponse], error) {
-	sess, err := s.session(ctx, req.Msg.GetSessionId())
-	if err != nil {
-		return nil, err
+	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
+	if err != nil || remote != nil {
+		return forward(ctx, err, remote, req, remote.Cancel)
 	}
 	if err := sess.Cancel(ctx); err != nil {
 		return nil, toConnect(err)
@@ -261,9 +282,9 @@ func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[ac
 	if m.GetCancelled() == (m.GetOptionId() != "") {
 		return nil, invalid("give exactly one of option_id and cancelled")
 	}
-	sess, err := s.session(ctx, m.GetSessionId())
-	if err != nil {
-		return nil, err
+	sess, remote, err := s.session(ctx, req.Header(), m.GetSessionId())
+	if err != nil || remote != nil {
+		return forward(ctx, err, remote, req, remote.RespondPermission)
 	}
 	if err := sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled()); err != nil {
 		return nil, toConnect(err)
@@ -273,11 +294,14 @@ func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[ac
 
 // GetSession implements acpv2connect.SessionServiceHandler.
 func (s *Service) GetSession(ctx context.Context, req *connect.Request[acpv2.GetSessionRequest]) (*connect.Response[acpv2.GetSessionResponse], error) {
-	sess, err := s.session(ctx, req.Msg.GetSessionId())
-	if err != nil {
+	if err := checkID("session_id", req.Msg.GetSessionId()); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&acpv2.GetSessionResponse{Session: sess.Snapshot()}), nil
+	snap, err := s.mgr.Snapshot(ctx, s.user(ctx), req.Msg.GetSessionId())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&acpv2.GetSessionResponse{Session: snap}), nil
 }
 
 // ListSessions implements acpv2connect.SessionServiceHandler.
@@ -298,9 +322,9 @@ func (s *Service) ListSessions(ctx context.Context, _ *connect.Request[acpv2.Lis
 
 // CloseSession implements acpv2connect.SessionServiceHandler.
 func (s *Service) CloseSession(ctx context.Context, req *connect.Request[acpv2.CloseSessionRequest]) (*connect.Response[acpv2.CloseSessionResponse], error) {
-	sess, err := s.session(ctx, req.Msg.GetSessionId())
-	if err != nil {
-		return nil, err
+	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
+	if err != nil || remote != nil {
+		return forward(ctx, err, remote, req, remote.CloseSession)
 	}
 	if err := sess.Close(); err != nil {
 		return nil, toConnect(err)
@@ -313,9 +337,9 @@ func (s *Service) SetMode(ctx context.Context, req *connect.Request[acpv2.SetMod
 	if err := checkID("mode_id", req.Msg.GetModeId()); err != nil {
 		return nil, err
 	}
-	sess, err := s.session(ctx, req.Msg.GetSessionId())
-	if err != nil {
-		return nil, err
+	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
+	if err != nil || remote != nil {
+		return forward(ctx, err, remote, req, remote.SetMode)
 	}
 	if err := sess.SetMode(ctx, req.Msg.GetModeId()); err != nil {
 		return nil, toConnect(err)
@@ -341,9 +365,9 @@ func (s *Service) SetConfigOption(ctx context.Context, req *connect.Request[acpv
 	default:
 		return nil, invalid("give one of value_id and boolean")
 	}
-	sess, err := s.session(ctx, m.GetSessionId())
-	if err != nil {
-		return nil, err
+	sess, remote, err := s.session(ctx, req.Header(), m.GetSessionId())
+	if err != nil || remote != nil {
+		return forward(ctx, err, remote, req, remote.SetConfigOption)
 	}
 	opts, err := sess.SetConfigOption(ctx, m.GetConfigId(), value)
 	if err != nil {

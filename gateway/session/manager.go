@@ -37,7 +37,17 @@ var (
 	ErrNoRequest       = errors.New("no such permission request")
 	ErrLagging         = errors.New("watcher fell too far behind")
 	ErrShutdown        = errors.New("gateway is shutting down")
+	ErrMoved           = errors.New("the session moved to another gateway replica")
 )
+
+// RemoteError is returned for a session whose agent runs on another gateway
+// replica, which holds its lease: requests that need the agent go there.
+type RemoteError struct {
+	// Holder is the owning replica's advertised address.
+	Holder string
+}
+
+func (e *RemoteError) Error() string { return "the session is served by the replica at " + e.Holder }
 
 // Defaults for Options fields left zero.
 const (
@@ -71,16 +81,36 @@ type Options struct {
 	AgentStopGrace time.Duration
 	// MaxAgentLine bounds one line of agent output.
 	MaxAgentLine int
+	// MaxEndedSessions caps the closed sessions kept in the store; the
+	// oldest go first. Zero keeps them all.
+	MaxEndedSessions int
+	// Replica is this gateway's advertised address (a base URL other
+	// replicas can call). It names the holder of the leases this gateway
+	// takes when Store is shared (a statestore.Leaser).
+	Replica string
+	// LeaseTTL is how long a lease on a session lives unless renewed; a
+	// replica that dies loses its sessions this long after. Renewal runs
+	// every LeaseTTL/3.
+	LeaseTTL time.Duration
 }
+
+// DefaultLeaseTTL is the lease TTL when Options.LeaseTTL is zero.
+const DefaultLeaseTTL = 10 * time.Second
 
 // Manager owns the sessions of one gateway process.
 type Manager struct {
 	opts Options
 
+	// leaser is the store's lease API when the store is shared, else nil.
+	leaser statestore.Leaser
+
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool
 	wg       sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
+	upkeep   sync.WaitGroup
 }
 
 // NewManager returns a Manager.
@@ -100,7 +130,20 @@ func NewManager(opts Options) *Manager {
 	if opts.Store == nil {
 		opts.Store = statestore.NewMemory(statestore.Options{})
 	}
-	return &Manager{opts: opts, sessions: map[string]*Session{}}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	m := &Manager{opts: opts, sessions: map[string]*Session{}, stop: make(chan struct{})}
+	if l, ok := opts.Store.(statestore.Leaser); ok {
+		if opts.Replica == "" {
+			opts.Replica = "replica-" + newID()
+			m.opts.Replica = opts.Replica
+		}
+		m.leaser = l
+		m.upkeep.Add(1)
+		go m.keepLeases()
+	}
+	return m
 }
 
 // AgentNames lists the configured agents, sorted.
@@ -146,6 +189,11 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	if err := m.opts.Store.CreateSession(ctx, rec); err != nil {
 		return nil, err
 	}
+	if m.leaser != nil {
+		if err := m.leaser.AcquireLease(ctx, rec.ID, m.opts.Replica, m.opts.LeaseTTL); err != nil {
+			return nil, err
+		}
+	}
 	s := newSession(m, rec, command)
 	m.mu.Lock()
 	m.sessions[rec.ID] = s
@@ -156,15 +204,68 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	return s, nil
 }
 
-// Get returns user's session id. Another user's session is not found.
+// Get returns user's session id, to act on its agent. Another user's
+// session is not found. A session this gateway does not run yet (after a
+// restart, or whose replica died) is taken over, with its agent lost until
+// a prompt re-attaches it; one that another live replica runs is a
+// *RemoteError naming that replica.
 func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
+	if s := m.local(id); s != nil {
+		if s.rec.Owner != user {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return s, nil
+	}
+	rec, err := m.record(ctx, user, id)
+	if err != nil {
+		return nil, err
+	}
+	if m.leaser != nil {
+		err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL)
+		if errors.Is(err, statestore.ErrLeaseHeld) {
+			holder, herr := m.leaser.LeaseHolder(ctx, id)
+			if herr == nil && holder != "" {
+				return nil, &RemoteError{Holder: holder}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		// Holding the lease, read what the last owner left.
+		if rec, err = m.opts.Store.GetSession(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	s, err := m.restore(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
-	s, ok := m.sessions[id]
-	m.mu.Unlock()
-	if !ok || s.rec.Owner != user {
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrShutdown
+	}
+	if prev := m.sessions[id]; prev != nil {
+		return prev, nil // restored by a concurrent request
+	}
+	m.sessions[id] = s
+	return s, nil
+}
+
+// local returns the session if this gateway runs it.
+func (m *Manager) local(id string) *Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions[id]
+}
+
+// record returns the stored record of user's session id.
+func (m *Manager) record(ctx context.Context, user, id string) (*statestore.Session, error) {
+	rec, err := m.opts.Store.GetSession(ctx, id)
+	if errors.Is(err, statestore.ErrNotFound) || (err == nil && rec.Owner != user) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	return s, nil
+	return rec, err
 }
 
 // List returns the records of user's sessions.
@@ -191,6 +292,18 @@ func (m *Manager) Close() {
 	}
 	wg.Wait()
 	m.wg.Wait()
+	m.stopOnce.Do(func() { close(m.stop) })
+	m.upkeep.Wait()
+	if m.leaser != nil {
+		// Hand the sessions over at once rather than when the leases lapse.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range all {
+			if err := m.leaser.ReleaseLease(ctx, s.rec.ID, m.opts.Replica); err != nil {
+				m.opts.Log.Warn("store: releasing a lease", "session", s.rec.ID, "error", err)
+			}
+		}
+	}
 }
 
 func (m *Manager) agentConfig(s *Session) agent.Config {

@@ -35,6 +35,9 @@ type Session struct {
 	authMethod     string
 	version        acpjson.Version
 	attaching      bool
+	// moved is set when another replica took the session over: this one
+	// no longer writes to its log.
+	moved bool
 	// loading is set while the agent replays its conversation for
 	// session/load: the log holds those updates already.
 	loading bool
@@ -183,6 +186,12 @@ func (s *Session) reattach(ctx context.Context) error {
 	case s.attaching:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: it is being re-attached; retry", ErrAgentGone)
+	case s.moved:
+		s.mu.Unlock()
+		return ErrMoved
+	case len(s.command) == 0:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: agent %q is not configured on this gateway", ErrCannotReattach, s.rec.Agent)
 	}
 	s.attaching = true
 	authMethod := s.authMethod
@@ -231,7 +240,7 @@ func (s *Session) agentLostLocked(a *agent.Agent) {
 	for id := range s.perms {
 		s.resolveLocked(id, cancelled())
 	}
-	if s.state != statestore.StateClosed {
+	if s.state != statestore.StateClosed && !s.moved {
 		s.log.Warn("agent lost", "reason", a.Err())
 		s.setStateLocked(statestore.StateAgentLost, a.Err().Error())
 		_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateAgentLost, a.Err().Error())}, nil)
@@ -245,6 +254,9 @@ func cancelled() *acpv2.PermissionOutcome {
 // emitLocked numbers events, stores them with the tool calls they changed,
 // and then hands them to the watchers. s.mu must be held.
 func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+	if s.moved {
+		return ErrMoved
+	}
 	now := timestamppb.Now()
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
@@ -516,7 +528,25 @@ func (s *Session) Close() error {
 		s.unsubscribeLocked(sub, ErrClosed)
 	}
 	s.mu.Unlock()
+	s.m.pruneEnded(context.Background())
 	return nil
+}
+
+// evict lets go of a session another replica took over: its agent ends
+// without a word in the log, which is the new owner's, and its watchers are
+// told to resume elsewhere.
+func (s *Session) evict() {
+	s.mu.Lock()
+	s.moved = true
+	a := s.agent
+	s.stopIdleLocked()
+	for sub := range s.subs {
+		s.unsubscribeLocked(sub, ErrMoved)
+	}
+	s.mu.Unlock()
+	if a != nil {
+		a.Close()
+	}
 }
 
 // shutdown ends the agent for a gateway shutdown.

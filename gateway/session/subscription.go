@@ -78,12 +78,14 @@ func (sub *Subscription) publish(events []*acpv2.SessionEvent) {
 func (sub *Subscription) Next(ctx context.Context) (*acpv2.SessionEvent, error) {
 	if sub.next < sub.liveFrom {
 		if len(sub.page) == 0 {
-			events, err := sub.s.m.opts.Store.Events(ctx, sub.s.rec.ID, sub.next-1, replayPage)
+			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage)
 			if err != nil {
 				return nil, err
 			}
 			for _, ev := range events {
-				if ev.GetSeq() < sub.liveFrom {
+				// A snapshot in place of trimmed events may reflect live
+				// events too: those are then skipped.
+				if ev.GetSeq() < sub.liveFrom || ev.GetSnapshot() != nil {
 					sub.page = append(sub.page, ev)
 				}
 			}

@@ -1,0 +1,306 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	"github.com/acp-gateway/acp-gateway/gateway/merge"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/statestore"
+)
+
+// detailGatewayGone is why a session whose gateway stopped without ending
+// it has no agent.
+const detailGatewayGone = "the gateway that ran the agent stopped"
+
+// Recover runs once at start-up on a store this gateway alone uses (a bolt
+// file): sessions a previous run left starting or ready lost their agent
+// with that run, and are recorded so. On a shared store the lease upkeep
+// does this for sessions whose replica died.
+func (m *Manager) Recover(ctx context.Context) error {
+	if m.leaser != nil {
+		return nil
+	}
+	recs, err := m.opts.Store.ListSessions(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if live(rec.State) {
+			if err := m.markLost(ctx, rec); err != nil {
+				return fmt.Errorf("session %s: %w", rec.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+func live(st statestore.State) bool {
+	return st == statestore.StateStarting || st == statestore.StateReady
+}
+
+// markLost records that the agent of a session no gateway runs is gone:
+// the event for watchers, then the state.
+func (m *Manager) markLost(ctx context.Context, rec *statestore.Session) error {
+	ev := stateEvent(statestore.StateAgentLost, detailGatewayGone)
+	ev.Seq, ev.Time = rec.LastSeq+1, timestamppb.Now()
+	if err := m.opts.Store.Append(ctx, rec.ID, []*acpv2.SessionEvent{ev}, nil); err != nil {
+		return err
+	}
+	rec.LastSeq, rec.State, rec.Detail = ev.Seq, statestore.StateAgentLost, detailGatewayGone
+	return m.opts.Store.SetState(ctx, rec.ID, statestore.StateAgentLost, detailGatewayGone)
+}
+
+// restore builds the in-memory session of a stored record. Its agent is
+// gone: a session left live is marked lost first.
+func (m *Manager) restore(ctx context.Context, rec *statestore.Session) (*Session, error) {
+	if live(rec.State) {
+		if err := m.markLost(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
+	calls, asOf, err := m.opts.Store.ToolCalls(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	s := newSession(m, rec, m.opts.Agents[rec.Agent])
+	s.tools = merge.Restore(calls)
+	s.seq = max(asOf, rec.LastSeq)
+	s.detail = rec.Detail
+	s.agentSessionID = rec.AgentSessionID
+	s.version = acpjson.Version(rec.ProtocolVersion)
+	return s, nil
+}
+
+// Snapshot returns the merged state of user's session id, from this
+// gateway's session or from the store.
+func (m *Manager) Snapshot(ctx context.Context, user, id string) (*acpv2.SessionSnapshot, error) {
+	if s := m.local(id); s != nil {
+		if s.rec.Owner != user {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return s.Snapshot(), nil
+	}
+	rec, err := m.record(ctx, user, id)
+	if err != nil {
+		return nil, err
+	}
+	return storedSnapshot(ctx, m.opts.Store, rec)
+}
+
+func storedSnapshot(ctx context.Context, st statestore.Store, rec *statestore.Session) (*acpv2.SessionSnapshot, error) {
+	calls, asOf, err := st.ToolCalls(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &acpv2.SessionSnapshot{
+		SessionId: rec.ID, ToolCalls: calls, Agent: rec.Agent, Cwd: rec.Cwd, LastSeq: asOf,
+		CreatedAt: timestamppb.New(rec.CreatedAt), State: string(rec.State), StateDetail: rec.Detail,
+	}, nil
+}
+
+// readEvents reads stored events after seq after. Events dropped by
+// retention are replaced by one snapshot event whose seq is the last event
+// it reflects, so a reader never silently misses state.
+func readEvents(ctx context.Context, st statestore.Store, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
+	events, err := st.Events(ctx, id, after, limit)
+	if !errors.Is(err, statestore.ErrTrimmed) {
+		return events, err
+	}
+	rec, err := st.GetSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := storedSnapshot(ctx, st, rec)
+	if err != nil {
+		return nil, err
+	}
+	return []*acpv2.SessionEvent{{Seq: snap.GetLastSeq(), Time: timestamppb.Now(),
+		Event: &acpv2.SessionEvent_Snapshot{Snapshot: snap}}}, nil
+}
+
+// Stream is a source of a session's events in seq order.
+type Stream interface {
+	// Next returns the next event, or why the stream ended.
+	Next(ctx context.Context) (*acpv2.SessionEvent, error)
+	// LastSeq is the seq of the last event Next returned.
+	LastSeq() uint64
+	// Close ends the stream.
+	Close()
+}
+
+// Watch streams user's session id from afterSeq: live from this gateway's
+// session, or followed in the store when another replica runs it (or none
+// does), so a watcher keeps its stream when that replica dies.
+func (m *Manager) Watch(ctx context.Context, user, id string, afterSeq uint64) (Stream, error) {
+	if s := m.local(id); s != nil {
+		if s.rec.Owner != user {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return s.Watch(afterSeq), nil
+	}
+	if _, err := m.record(ctx, user, id); err != nil {
+		return nil, err
+	}
+	return &follower{st: m.opts.Store, id: id, next: afterSeq + 1}, nil
+}
+
+// follower reads a session's events from the store, waiting for new ones.
+type follower struct {
+	st   statestore.Store
+	id   string
+	next uint64
+	page []*acpv2.SessionEvent
+	done bool
+}
+
+func (f *follower) Next(ctx context.Context) (*acpv2.SessionEvent, error) {
+	for len(f.page) == 0 {
+		if f.done {
+			return nil, ErrClosed
+		}
+		events, err := readEvents(ctx, f.st, f.id, f.next-1, replayPage)
+		if err != nil {
+			return nil, err
+		}
+		if len(events) > 0 {
+			f.page = events
+			break
+		}
+		if err := f.st.WaitEvents(ctx, f.id, f.next-1); err != nil {
+			if errors.Is(err, statestore.ErrNotFound) {
+				return nil, ErrClosed
+			}
+			return nil, err
+		}
+	}
+	ev := f.page[0]
+	f.page = f.page[1:]
+	f.next = ev.GetSeq() + 1
+	if ev.GetStateChanged().GetState() == string(statestore.StateClosed) {
+		f.done, f.page = true, nil
+	}
+	return ev, nil
+}
+
+func (f *follower) LastSeq() uint64 { return f.next - 1 }
+
+func (f *follower) Close() {}
+
+// keepLeases renews the leases of the sessions this gateway runs, lets go
+// of sessions another replica took, and marks lost the sessions of
+// replicas that died.
+func (m *Manager) keepLeases() {
+	defer m.upkeep.Done()
+	tick := time.NewTicker(m.opts.LeaseTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.opts.LeaseTTL/3)
+		m.renewLeases(ctx)
+		m.sweepOrphans(ctx)
+		cancel()
+	}
+}
+
+func (m *Manager) renewLeases(ctx context.Context) {
+	m.mu.Lock()
+	var all []*Session
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		s.mu.Lock()
+		closed := s.state == statestore.StateClosed
+		s.mu.Unlock()
+		if closed {
+			m.forget(ctx, s)
+			continue
+		}
+		err := m.leaser.AcquireLease(ctx, s.rec.ID, m.opts.Replica, m.opts.LeaseTTL)
+		if errors.Is(err, statestore.ErrLeaseHeld) {
+			m.opts.Log.Warn("another replica took the session", "session", s.rec.ID, "error", err)
+			s.evict()
+			m.forget(ctx, s)
+		} else if err != nil {
+			m.opts.Log.Error("store: renewing a lease", "session", s.rec.ID, "error", err)
+		}
+	}
+}
+
+// forget drops a session this gateway no longer runs.
+func (m *Manager) forget(ctx context.Context, s *Session) {
+	m.mu.Lock()
+	if m.sessions[s.rec.ID] == s {
+		delete(m.sessions, s.rec.ID)
+	}
+	m.mu.Unlock()
+	if err := m.leaser.ReleaseLease(ctx, s.rec.ID, m.opts.Replica); err != nil {
+		m.opts.Log.Warn("store: releasing a lease", "session", s.rec.ID, "error", err)
+	}
+}
+
+// sweepOrphans marks lost the live sessions no replica holds a lease on:
+// their replica died.
+func (m *Manager) sweepOrphans(ctx context.Context) {
+	recs, err := m.opts.Store.ListSessions(ctx, "")
+	if err != nil {
+		m.opts.Log.Error("store: listing sessions", "error", err)
+		return
+	}
+	for _, rec := range recs {
+		if !live(rec.State) || m.local(rec.ID) != nil {
+			continue
+		}
+		if err := m.leaser.AcquireLease(ctx, rec.ID, m.opts.Replica, m.opts.LeaseTTL); err != nil {
+			continue // held: its replica is alive
+		}
+		if fresh, err := m.opts.Store.GetSession(ctx, rec.ID); err == nil && live(fresh.State) {
+			if err := m.markLost(ctx, fresh); err != nil {
+				m.opts.Log.Error("store: marking a session lost", "session", rec.ID, "error", err)
+			} else {
+				m.opts.Log.Info("marked lost: its replica stopped renewing its lease", "session", rec.ID)
+			}
+		}
+		if err := m.leaser.ReleaseLease(ctx, rec.ID, m.opts.Replica); err != nil {
+			m.opts.Log.Warn("store: releasing a lease", "session", rec.ID, "error", err)
+		}
+	}
+}
+
+// pruneEnded deletes the oldest closed sessions beyond MaxEndedSessions.
+func (m *Manager) pruneEnded(ctx context.Context) {
+	if m.opts.MaxEndedSessions <= 0 {
+		return
+	}
+	recs, err := m.opts.Store.ListSessions(ctx, "")
+	if err != nil {
+		m.opts.Log.Error("store: listing sessions", "error", err)
+		return
+	}
+	var ended []*statestore.Session
+	for _, r := range recs {
+		if r.State == statestore.StateClosed {
+			ended = append(ended, r)
+		}
+	}
+	for _, r := range ended[:max(0, len(ended)-m.opts.MaxEndedSessions)] {
+		if err := m.opts.Store.DeleteSession(ctx, r.ID); err != nil {
+			m.opts.Log.Error("store: deleting an ended session", "session", r.ID, "error", err)
+			continue
+		}
+		m.mu.Lock()
+		delete(m.sessions, r.ID)
+		m.mu.Unlock()
+	}
+}

@@ -1,0 +1,669 @@
+// Package boltstore is a statestore.Store kept in one bbolt file, for a
+// gateway that runs as a single process and must not lose its sessions
+// when it restarts.
+//
+// # Layout
+//
+// The file holds these top-level buckets:
+//
+//	meta      "version" -> format version ("1"); other versions are refused
+//	sessions  session id -> session record (JSON)
+//	order     big-endian creation counter -> session id, so ListSessions
+//	          returns the oldest session first
+//	events    session id -> bucket: big-endian seq -> acpv2.SessionEvent
+//	calls     session id -> bucket: big-endian first-seen index -> acpv2.ToolCall
+//	callidx   session id -> bucket: tool call id -> big-endian first-seen index
+//
+// Events and tool calls are stored as protobuf. The session record carries
+// LastSeq and TrimmedSeq, so an Append writes its events, the tool calls
+// they changed and the record's new LastSeq in one transaction. Kept seqs
+// are dense: they run from TrimmedSeq+1 to LastSeq, and retention deletes
+// from the low end. A session's buckets hang off shared top-level buckets
+// rather than off one bucket per session, so that an Append rewrites one
+// page fewer.
+//
+// # Batching
+//
+// Every bbolt commit waits for the disk (two fdatasyncs). So that many
+// sessions appending at once do not each pay for one, writes go through
+// bbolt's DB.Batch, which runs the calls that arrive within a millisecond
+// of each other in one transaction and commits them together. A write that
+// finds no other write under way commits on its own straight away instead,
+// so a lone writer does not wait out the batch delay.
+//
+// DB.Batch may run a call more than once (when another call in its batch
+// fails, the batch is rolled back and run again without it), and it runs a
+// call that returns an error again on its own. So a write reads everything
+// it needs from the transaction each time it runs, and takes its encoded
+// input ready-made. Refusals that a caller provokes (an unknown session, a
+// taken id, a seq that does not follow the log) are found before the call
+// writes anything and are handed back to the caller through a variable,
+// with the call returning nil, so they neither fail nor re-run the other
+// calls in the batch.
+//
+// # Waiting
+//
+// The file belongs to one process (bbolt locks it), so WaitEvents is woken
+// by the Appends of this process: each waited-on session has a channel
+// that an Append or DeleteSession closes.
+package boltstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/statestore"
+)
+
+// formatVersion is the version of the layout this package writes.
+const formatVersion = "1"
+
+// Bucket and key names.
+var (
+	bucketMeta     = []byte("meta")
+	bucketSessions = []byte("sessions")
+	bucketOrder    = []byte("order")
+	bucketEvents   = []byte("events")
+	bucketCalls    = []byte("calls")
+	bucketCallIdx  = []byte("callidx")
+	keyVersion     = []byte("version")
+)
+
+const (
+	// lockTimeout is how long Open waits for another process to release
+	// the file.
+	lockTimeout = 3 * time.Second
+	// maxBatchDelay is how long a batched write waits for others to join
+	// it.
+	maxBatchDelay = 1 * time.Millisecond
+)
+
+// errClosed is returned by every call on a closed Store.
+var errClosed = errors.New("statestore: bolt store is closed")
+
+// Store is a statestore.Store kept in a bbolt file. It is safe for
+// concurrent use by the goroutines of one process; bbolt locks the file
+// against other processes.
+type Store struct {
+	db     *bolt.DB
+	path   string
+	opts   statestore.Options
+	closed atomic.Bool
+	// writers counts the writes under way, to let a lone write skip the
+	// batch delay.
+	writers atomic.Int64
+
+	mu sync.Mutex
+	// waits holds a channel per session that WaitEvents waits on; the next
+	// Append or DeleteSession of the session closes and removes it.
+	waits map[string]chan struct{}
+}
+
+var _ statestore.Store = (*Store)(nil)
+
+// Open opens the store in the bbolt file at path, creating the file and
+// its parent directories when they are missing. It fails after a few
+// seconds when another process holds the file.
+func Open(path string, opts statestore.Options) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("statestore: create directory for bolt file: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("statestore: bolt file %s is locked by another process", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("statestore: open bolt file %s: %w", path, err)
+	}
+	db.MaxBatchDelay = maxBatchDelay
+	if err := db.Update(initialize); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("statestore: bolt file %s: %w", path, err)
+	}
+	return &Store{db: db, path: path, opts: opts, waits: map[string]chan struct{}{}}, nil
+}
+
+// initialize checks the format version of the file, and creates the
+// top-level buckets of a new file.
+func initialize(tx *bolt.Tx) error {
+	if meta := tx.Bucket(bucketMeta); meta != nil {
+		if v := meta.Get(keyVersion); string(v) != formatVersion {
+			return fmt.Errorf("unknown format version %q (this gateway reads version %s)", v, formatVersion)
+		}
+	} else {
+		if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			return fmt.Errorf("not a gateway state file: it has bucket %q but no format version", name)
+		}); err != nil {
+			return err
+		}
+		meta, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(keyVersion, []byte(formatVersion)); err != nil {
+			return err
+		}
+	}
+	for _, name := range append([][]byte{bucketSessions, bucketOrder}, logBuckets...) {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// record is a session record as stored.
+type record struct {
+	ID              string    `json:"id"`
+	Owner           string    `json:"owner,omitempty"`
+	Agent           string    `json:"agent,omitempty"`
+	Cwd             string    `json:"cwd,omitempty"`
+	State           string    `json:"state,omitempty"`
+	AgentSessionID  string    `json:"agent_session_id,omitempty"`
+	ProtocolVersion int       `json:"protocol_version,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+	LastSeq         uint64    `json:"last_seq,omitempty"`
+	TrimmedSeq      uint64    `json:"trimmed_seq,omitempty"`
+	Detail          string    `json:"detail,omitempty"`
+	// Order is the session's key in the order bucket.
+	Order uint64 `json:"order"`
+}
+
+func toRecord(s *statestore.Session, order uint64) *record {
+	return &record{
+		ID: s.ID, Owner: s.Owner, Agent: s.Agent, Cwd: s.Cwd, State: string(s.State),
+		AgentSessionID: s.AgentSessionID, ProtocolVersion: s.ProtocolVersion, CreatedAt: s.CreatedAt,
+		LastSeq: s.LastSeq, TrimmedSeq: s.TrimmedSeq, Detail: s.Detail, Order: order,
+	}
+}
+
+func (r *record) session() *statestore.Session {
+	return &statestore.Session{
+		ID: r.ID, Owner: r.Owner, Agent: r.Agent, Cwd: r.Cwd, State: statestore.State(r.State),
+		AgentSessionID: r.AgentSessionID, ProtocolVersion: r.ProtocolVersion, CreatedAt: r.CreatedAt,
+		LastSeq: r.LastSeq, TrimmedSeq: r.TrimmedSeq, Detail: r.Detail,
+	}
+}
+
+// u64 returns v as an 8-byte big-endian key, so keys sort as numbers.
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), v) }
+
+// corrupt reports a stored value that cannot be read.
+func corrupt(what string, err error) error {
+	return fmt.Errorf("corrupt %s: %w", what, err)
+}
+
+// passed reports whether err is to reach the caller as it is: a refusal
+// of the caller's request rather than a failure of the store.
+func passed(err error) bool {
+	return errors.Is(err, statestore.ErrNotFound) || errors.Is(err, statestore.ErrExists) ||
+		errors.Is(err, statestore.ErrSeqConflict) || errors.Is(err, statestore.ErrTrimmed) ||
+		errors.Is(err, errClosed)
+}
+
+// wrap gives a failure of op on session id its context.
+func wrap(op, id string, err error) error {
+	if err == nil || passed(err) {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("statestore: bolt %s: %w", op, err)
+	}
+	return fmt.Errorf("statestore: bolt %s session %s: %w", op, id, err)
+}
+
+// getRecord reads the record of session id.
+func getRecord(tx *bolt.Tx, id string) (*record, error) {
+	data := tx.Bucket(bucketSessions).Get([]byte(id))
+	if data == nil {
+		return nil, fmt.Errorf("%w: %s", statestore.ErrNotFound, id)
+	}
+	return decodeRecord(id, data)
+}
+
+func decodeRecord(id string, data []byte) (*record, error) {
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, corrupt("record", err)
+	}
+	if r.ID != id {
+		return nil, corrupt("record", fmt.Errorf("it holds session %q", r.ID))
+	}
+	return &r, nil
+}
+
+func putRecord(tx *bolt.Tx, r *record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	return tx.Bucket(bucketSessions).Put([]byte(r.ID), data)
+}
+
+// logBuckets are the top-level buckets that hold a bucket per session.
+var logBuckets = [][]byte{bucketEvents, bucketCalls, bucketCallIdx}
+
+// logOf returns session id's bucket in the top-level bucket name.
+func logOf(tx *bolt.Tx, id string, name []byte) (*bolt.Bucket, error) {
+	b := tx.Bucket(name).Bucket([]byte(id))
+	if b == nil {
+		return nil, corrupt("log", fmt.Errorf("its %s bucket is missing", name))
+	}
+	return b, nil
+}
+
+// update runs fn, as op on session id, in a write transaction, batched
+// with the writes of other goroutines when there are any. fn may run more
+// than once and must find any refusal (see passed) before it writes; a
+// refusal is returned to the caller without failing the batch.
+func (s *Store) update(op, id string, fn func(tx *bolt.Tx) error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	var refusal error
+	run := func(tx *bolt.Tx) error {
+		refusal = nil
+		err := fn(tx)
+		if passed(err) {
+			refusal = err
+			return nil
+		}
+		return err
+	}
+	var err error
+	if s.writers.Add(1) == 1 {
+		err = s.db.Update(run)
+	} else {
+		err = s.db.Batch(run)
+	}
+	s.writers.Add(-1)
+	if err != nil {
+		return wrap(op, id, err)
+	}
+	return refusal
+}
+
+// view runs fn, as op on session id, in a read transaction.
+func (s *Store) view(op, id string, fn func(tx *bolt.Tx) error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	return wrap(op, id, s.db.View(fn))
+}
+
+// CreateSession implements statestore.Store.
+func (s *Store) CreateSession(_ context.Context, sess *statestore.Session) error {
+	return s.update("create", sess.ID, func(tx *bolt.Tx) error {
+		key := []byte(sess.ID)
+		if tx.Bucket(bucketSessions).Get(key) != nil {
+			return fmt.Errorf("%w: %s", statestore.ErrExists, sess.ID)
+		}
+		order := tx.Bucket(bucketOrder)
+		n, err := order.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := putRecord(tx, toRecord(sess, n)); err != nil {
+			return err
+		}
+		if err := order.Put(u64(n), key); err != nil {
+			return err
+		}
+		if err := deleteLogs(tx, key); err != nil {
+			return err
+		}
+		for _, name := range logBuckets {
+			if _, err := tx.Bucket(name).CreateBucket(key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GetSession implements statestore.Store.
+func (s *Store) GetSession(_ context.Context, id string) (*statestore.Session, error) {
+	var out *statestore.Session
+	err := s.view("get", id, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		out = r.session()
+		return nil
+	})
+	return out, err
+}
+
+// ListSessions implements statestore.Store.
+func (s *Store) ListSessions(_ context.Context, owner string) ([]*statestore.Session, error) {
+	var out []*statestore.Session
+	err := s.view("list sessions", "", func(tx *bolt.Tx) error {
+		sessions := tx.Bucket(bucketSessions)
+		return tx.Bucket(bucketOrder).ForEach(func(_, v []byte) error {
+			id := string(v)
+			data := sessions.Get(v)
+			if data == nil {
+				return fmt.Errorf("session %s: %w", id, corrupt("session list", errors.New("it lists the session but holds no record")))
+			}
+			r, err := decodeRecord(id, data)
+			if err != nil {
+				return fmt.Errorf("session %s: %w", id, err)
+			}
+			if owner == "" || r.Owner == owner {
+				out = append(out, r.session())
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// modify changes the record of session id with change.
+func (s *Store) modify(op, id string, change func(r *record)) error {
+	return s.update(op, id, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		change(r)
+		return putRecord(tx, r)
+	})
+}
+
+// SetState implements statestore.Store.
+func (s *Store) SetState(_ context.Context, id string, state statestore.State, detail string) error {
+	return s.modify("set state of", id, func(r *record) { r.State, r.Detail = string(state), detail })
+}
+
+// SetAgentSession implements statestore.Store.
+func (s *Store) SetAgentSession(_ context.Context, id, agentSessionID string, protocolVersion int) error {
+	return s.modify("set agent session of", id, func(r *record) {
+		r.AgentSessionID, r.ProtocolVersion = agentSessionID, protocolVersion
+	})
+}
+
+// encoded is a protobuf message ready to be stored.
+type encoded struct {
+	key  []byte
+	data []byte
+}
+
+// encodeAll marshals msgs outside the write transaction, keyed by key.
+func encodeAll[M proto.Message](id, what string, msgs []M, key func(M) []byte) ([]encoded, error) {
+	out := make([]encoded, len(msgs))
+	for i, m := range msgs {
+		data, err := proto.Marshal(m)
+		if err != nil {
+			return nil, wrap("encode "+what+" of", id, err)
+		}
+		out[i] = encoded{key(m), data}
+	}
+	return out, nil
+}
+
+// Append implements statestore.Store.
+func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+	evs, err := encodeAll(id, "event", events, func(e *acpv2.SessionEvent) []byte { return u64(e.GetSeq()) })
+	if err != nil {
+		return err
+	}
+	calls, err := encodeAll(id, "tool call", changed, func(tc *acpv2.ToolCall) []byte { return []byte(tc.GetToolCallId()) })
+	if err != nil {
+		return err
+	}
+	err = s.update("append to", id, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		if err := statestore.CheckSeqs(r.LastSeq, events); err != nil {
+			return fmt.Errorf("%w (session %s)", err, id)
+		}
+		if err := putCalls(tx, id, calls); err != nil || len(evs) == 0 {
+			return err
+		}
+		if err := s.putEvents(tx, r, evs); err != nil {
+			return err
+		}
+		return putRecord(tx, r)
+	})
+	if err == nil && len(events) > 0 {
+		s.wake(id)
+	}
+	return err
+}
+
+// putEvents stores evs, advances r.LastSeq and drops the events beyond the
+// retention cap.
+func (s *Store) putEvents(tx *bolt.Tx, r *record, evs []encoded) error {
+	b, err := logOf(tx, r.ID, bucketEvents)
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		if err := b.Put(e.key, e.data); err != nil {
+			return err
+		}
+	}
+	r.LastSeq = binary.BigEndian.Uint64(evs[len(evs)-1].key)
+	if keep := uint64(s.opts.MaxEvents); keep > 0 && r.LastSeq-r.TrimmedSeq > keep {
+		for seq := r.TrimmedSeq + 1; seq <= r.LastSeq-keep; seq++ {
+			if err := b.Delete(u64(seq)); err != nil {
+				return err
+			}
+		}
+		r.TrimmedSeq = r.LastSeq - keep
+	}
+	return nil
+}
+
+// putCalls stores changed tool calls over their earlier snapshots, and
+// gives the new ones the next first-seen index.
+func putCalls(tx *bolt.Tx, id string, calls []encoded) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	list, err := logOf(tx, id, bucketCalls)
+	if err != nil {
+		return err
+	}
+	idx, err := logOf(tx, id, bucketCallIdx)
+	if err != nil {
+		return err
+	}
+	for _, c := range calls {
+		at := idx.Get(c.key)
+		if at == nil {
+			n, err := list.NextSequence()
+			if err != nil {
+				return err
+			}
+			at = u64(n)
+			if err := idx.Put(c.key, at); err != nil {
+				return err
+			}
+		}
+		if err := list.Put(at, c.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Events implements statestore.Store.
+func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
+	var out []*acpv2.SessionEvent
+	err := s.view("read events of", id, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		if after < r.TrimmedSeq {
+			return fmt.Errorf("%w: session %s keeps events after seq %d, asked after %d", statestore.ErrTrimmed, id, r.TrimmedSeq, after)
+		}
+		b, err := logOf(tx, id, bucketEvents)
+		if err != nil {
+			return err
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(u64(after + 1)); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
+			e := &acpv2.SessionEvent{}
+			if err := proto.Unmarshal(v, e); err != nil {
+				return corrupt(fmt.Sprint("event ", binary.BigEndian.Uint64(k)), err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// WaitEvents implements statestore.Store. It is woken by the Appends made
+// through s.
+func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
+	for {
+		// Take the channel before reading the record, so an Append that
+		// commits after the read closes it.
+		s.mu.Lock()
+		ch := s.waits[id]
+		if ch == nil {
+			ch = make(chan struct{})
+			s.waits[id] = ch
+		}
+		s.mu.Unlock()
+		rec, err := s.GetSession(ctx, id)
+		if err != nil {
+			return err
+		}
+		if rec.LastSeq > after {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// wake wakes the waiters on session id.
+func (s *Store) wake(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch := s.waits[id]; ch != nil {
+		close(ch)
+		delete(s.waits, id)
+	}
+}
+
+// ToolCalls implements statestore.Store.
+func (s *Store) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uint64, error) {
+	var (
+		out  []*acpv2.ToolCall
+		asOf uint64
+	)
+	err := s.view("read tool calls of", id, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		asOf = r.LastSeq
+		b, err := logOf(tx, id, bucketCalls)
+		if err != nil {
+			return err
+		}
+		return b.ForEach(func(k, v []byte) error {
+			tc := &acpv2.ToolCall{}
+			if err := proto.Unmarshal(v, tc); err != nil {
+				return corrupt(fmt.Sprint("tool call ", binary.BigEndian.Uint64(k)), err)
+			}
+			out = append(out, tc)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, asOf, nil
+}
+
+// DeleteSession implements statestore.Store.
+func (s *Store) DeleteSession(_ context.Context, id string) error {
+	err := s.update("delete", id, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if errors.Is(err, statestore.ErrNotFound) {
+			return err
+		}
+		// A corrupt record can be deleted too; as its order key is
+		// unknown, its order entry is looked up by id.
+		key := []byte(id)
+		if err == nil {
+			err = tx.Bucket(bucketOrder).Delete(u64(r.Order))
+		} else {
+			err = deleteOrderOf(tx, key)
+		}
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketSessions).Delete(key); err != nil {
+			return err
+		}
+		return deleteLogs(tx, key)
+	})
+	if err == nil {
+		s.wake(id)
+	}
+	return err
+}
+
+// deleteLogs removes the events and tool calls of session id.
+func deleteLogs(tx *bolt.Tx, id []byte) error {
+	for _, name := range logBuckets {
+		if err := tx.Bucket(name).DeleteBucket(id); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteOrderOf removes the order entries that name session id.
+func deleteOrderOf(tx *bolt.Tx, id []byte) error {
+	c := tx.Bucket(bucketOrder).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if string(v) == string(id) {
+			return c.Delete()
+		}
+	}
+	return nil
+}
+
+// Close implements statestore.Store. It ends the waits in progress; calls
+// made after it fail.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return errClosed
+	}
+	s.mu.Lock()
+	for id, ch := range s.waits {
+		close(ch)
+		delete(s.waits, id)
+	}
+	s.mu.Unlock()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("statestore: close bolt file %s: %w", s.path, err)
+	}
+	return nil
+}
