@@ -118,6 +118,7 @@ func (s *Service) session(ctx context.Context, h http.Header, id string) (*sessi
 	}
 	return sess, nil, nil
 }
+
 // CreateSession implements acpv2connect.SessionServiceHandler.
 func (s *Service) CreateSession(ctx context.Context, req *connect.Request[acpv2.CreateSessionRequest]) (*connect.Response[acpv2.CreateSessionResponse], error) {
 	m := req.Msg
