@@ -1,0 +1,186 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts the store runs. Script.Run sends EVALSHA and falls back to
+// EVAL when Redis does not have the script cached (after a restart, say).
+// Seqs are Lua numbers, exact up to 2^53, and are formatted with %d so
+// that they never come out in exponent form.
+
+// createScript stores a new session record and lists it.
+// KEYS: rec, ev, tc, tco, created counter, index sets...
+// ARGV: id, then the record's fields and values.
+// Returns 0 when the session exists, 1 when created.
+var createScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+-- Whatever a former session of this id left must not show through.
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+local n = redis.call('INCR', KEYS[5])
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+for k = 6, #KEYS do redis.call('ZADD', KEYS[k], n, ARGV[1]) end
+return 1
+`)
+
+// updateScript sets fields of an existing session record, and may change
+// the time to live of the session's keys.
+// KEYS: rec, ev, tc, tco.
+// ARGV: ttl (ms > 0: expire the keys then; -1: keep them forever; 0: leave
+// as is), then fields and values.
+// Returns 0 when the session does not exist, 1 when updated.
+var updateScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local ttl = tonumber(ARGV[1])
+for _, k in ipairs(KEYS) do
+  if ttl > 0 then redis.call('PEXPIRE', k, ttl) elseif ttl < 0 then redis.call('PERSIST', k) end
+end
+return 1
+`)
+
+// deleteScript removes a session's keys and its index entries.
+// KEYS: rec, ev, tc, tco, lease, index sets...
+// ARGV: id.
+// Returns 0 when the session does not exist, 1 when deleted.
+var deleteScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+for k = 6, #KEYS do redis.call('ZREM', KEYS[k], ARGV[1]) end
+return 1
+`)
+
+// pruneScript drops index entries whose session record is gone (expired),
+// checking again, so that a session created since the caller looked
+// stays listed.
+// KEYS: index set, then the record of each id in ARGV.
+// ARGV: ids.
+var pruneScript = redis.NewScript(`
+for i, id in ipairs(ARGV) do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then redis.call('ZREM', KEYS[1], id) end
+end
+return 0
+`)
+
+// Replies of appendScript, in the first element of its reply; the second
+// is the session's last seq.
+const (
+	appendNotFound = 0
+	appendDone     = 1
+	appendConflict = 2
+	// appendStored: the events are stored already, byte for byte: a retry
+	// of an append whose reply was lost.
+	appendStored = 3
+)
+
+// appendScript appends events and merges tool calls.
+// KEYS: rec, ev, tc, tco.
+// ARGV: number of events n, seq of the first, MaxEvents, then the n
+// events' bytes, then a tool call id and bytes for each changed call.
+// The caller has checked that the events' seqs are consecutive.
+var appendScript = redis.NewScript(`
+local rec, ev, tc, tco = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local last = redis.call('HGET', rec, 'last')
+if not last then return {0, 0} end
+last = tonumber(last)
+local n, first, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local trimmed = tonumber(redis.call('HGET', rec, 'trimmed') or '0')
+if n > 0 and first ~= last + 1 then
+  -- The seq of event s is in ARGV[4 + s - first]. If the kept ones among
+  -- these seqs hold exactly these bytes, this is a retry of an append that
+  -- was done.
+  local stop = first + n - 1
+  local from = math.max(first, trimmed + 1)
+  if first >= 1 and stop <= last and from <= stop then
+    local got = redis.call('XRANGE', ev, string.format('%d-0', from), string.format('%d-0', stop))
+    if #got == stop - from + 1 then
+      for i, e in ipairs(got) do
+        if e[2][2] ~= ARGV[4 + from + i - 1 - first] then return {2, last} end
+      end
+      return {3, last}
+    end
+  end
+  return {2, last}
+end
+for i = 1, n do
+  redis.call('XADD', ev, string.format('%d-0', first + i - 1), 'e', ARGV[3 + i])
+end
+if n > 0 then
+  last = first + n - 1
+  redis.call('HSET', rec, 'last', string.format('%d', last))
+  if max > 0 and last - trimmed > max then
+    trimmed = last - max
+    redis.call('XTRIM', ev, 'MINID', string.format('%d-0', trimmed + 1))
+    redis.call('HSET', rec, 'trimmed', string.format('%d', trimmed))
+  end
+end
+for i = 4 + n, #ARGV, 2 do
+  if redis.call('HSET', tc, ARGV[i], ARGV[i + 1]) == 1 then redis.call('RPUSH', tco, ARGV[i]) end
+end
+-- A closed session's keys expire together, new ones included.
+local ttl = redis.call('PTTL', rec)
+if ttl > 0 then
+  for k = 2, 4 do redis.call('PEXPIRE', KEYS[k], ttl) end
+end
+return {1, last}
+`)
+
+// acquireScript takes a lease, or extends it for its holder.
+// KEYS: lease. ARGV: holder, ttl in ms.
+// Returns "" when holder has the lease, else the holder that has it.
+var acquireScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return ''
+end
+return cur
+`)
+
+// releaseScript deletes a lease if holder has it.
+// KEYS: lease. ARGV: holder.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// Replies of the read scripts, in the first element of their reply.
+const (
+	readNotFound = 0
+	readDone     = 1
+	readTrimmed  = 2
+)
+
+// eventsScript reads events, checking them against the record.
+// KEYS: rec, ev. ARGV: after, XRANGE start, count (0: all).
+// Returns {0} when the session does not exist, {2, trimmed} when events
+// after after were trimmed, else {1, trimmed, the events' bytes...}.
+var eventsScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'last', 'trimmed')
+if not v[1] then return {0} end
+local trimmed = tonumber(v[2])
+if tonumber(ARGV[1]) < trimmed then return {2, trimmed} end
+local got
+if tonumber(ARGV[3]) > 0 then
+  got = redis.call('XRANGE', KEYS[2], ARGV[2], '+', 'COUNT', ARGV[3])
+else
+  got = redis.call('XRANGE', KEYS[2], ARGV[2], '+')
+end
+local r = {1, trimmed}
+for _, e in ipairs(got) do r[#r + 1] = e[2][2] end
+return r
+`)
+
+// toolCallsScript reads the tool calls in first-seen order, and the seq
+// they reflect.
+// KEYS: rec, tc, tco.
+// Returns {0} when the session does not exist, else {1, last seq, the
+// calls' bytes...}.
+var toolCallsScript = redis.NewScript(`
+local last = redis.call('HGET', KEYS[1], 'last')
+if not last then return {0} end
+local r = {1, last}
+for _, id in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+  r[#r + 1] = redis.call('HGET', KEYS[2], id) or ''
+end
+return r
+`)
