@@ -89,6 +89,10 @@ type serveConfig struct {
 	permissionTimeout time.Duration
 	idleTimeout       time.Duration
 	envAllow          listFlag
+	maxEvents         int
+	maxEnded          int
+	advertise         string
+	leaseTTL          time.Duration
 }
 
 // listFlag collects a repeatable string flag.
@@ -132,7 +136,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
-	fs.StringVar(&cfg.store, "store", "memory:", "state store URL")
+	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
+	fs.IntVar(&cfg.maxEvents, "max-events", 100000, "events kept per session; older ones are dropped and Watch starts with a snapshot (0: keep all)")
+	fs.IntVar(&cfg.maxEnded, "max-ended-sessions", 1000, "closed sessions kept in the store; the oldest are deleted (0: keep all)")
+	fs.StringVar(&cfg.advertise, "advertise", "", "base URL other replicas reach this one at, for a shared store (default http://LISTEN when it names a host)")
+	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", session.DefaultLeaseTTL, "with a shared store: how long a dead replica keeps its sessions")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", service.DefaultHeartbeat, "interval of heartbeats on idle server streams")
 	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
@@ -172,8 +180,19 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		}
 		cfg.agents["demo"] = []string{self, "demo-agent"}
 	}
-	if cfg.store != "memory:" {
-		return nil, fmt.Errorf("--store %q: only memory: is supported in this version", cfg.store)
+	if err := checkStoreURL(cfg.store); err != nil {
+		return nil, fmt.Errorf("--store %q: %v", cfg.store, err)
+	}
+	if cfg.maxEvents < 0 || cfg.maxEnded < 0 {
+		return nil, errors.New("--max-events and --max-ended-sessions must not be negative")
+	}
+	if cfg.leaseTTL < 300*time.Millisecond {
+		return nil, fmt.Errorf("--lease-ttl must be at least 300ms, got %v", cfg.leaseTTL)
+	}
+	if cfg.advertise == "" {
+		if host, _, _ := net.SplitHostPort(cfg.listen); host != "" && host != "0.0.0.0" && host != "::" {
+			cfg.advertise = "http://" + cfg.listen
+		}
 	}
 	return cfg, nil
 }
@@ -183,19 +202,35 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer l.Close()
 	log := slog.New(slog.NewJSONHandler(stdout, nil))
+	store, err := openStore(ctx, cfg.store, statestore.Options{MaxEvents: cfg.maxEvents})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	advertise := cfg.advertise
+	if advertise == "" || strings.HasSuffix(advertise, ":0") {
+		advertise = "http://" + l.Addr().String() // the port the kernel chose
+	}
 	mgr := session.NewManager(session.Options{
 		Agents:            cfg.agents,
 		Env:               agentEnv(cfg.envAllow),
-		Store:             statestore.NewMemory(statestore.Options{}),
+		Store:             store,
 		Log:               log,
 		PermissionTimeout: cfg.permissionTimeout,
 		IdleTimeout:       cfg.idleTimeout,
+		MaxEndedSessions:  cfg.maxEnded,
+		Replica:           advertise,
+		LeaseTTL:          cfg.leaseTTL,
 	})
 	defer mgr.Close()
+	if err := mgr.Recover(ctx); err != nil {
+		return fmt.Errorf("recovering sessions from the store: %w", err)
+	}
 	svc := service.New(mgr, service.WithHeartbeat(cfg.heartbeat))
 	srv := server.New(svc, server.Options{CORSOrigins: cfg.corsOrigins})
-	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames())
+	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", redactURL(cfg.store), "replica", advertise)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	select {

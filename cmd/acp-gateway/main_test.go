@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,9 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"agent bad quoting", []string{"serve", "--agent", `x=node "agent.js`}, `agent "x"`},
 		{"agent twice", []string{"serve", "--agent", "x=a", "--agent", "x=b"}, "given twice"},
 		{"unsupported store", []string{"serve", "--store", "etcd://x"}, "--store"},
+		{"bolt without path", []string{"serve", "--store", "bolt:"}, "file path"},
+		{"negative retention", []string{"serve", "--max-events", "-1"}, "--max-events"},
+		{"short lease", []string{"serve", "--lease-ttl", "1ms"}, "--lease-ttl"},
 		{"stray argument", []string{"serve", "extra"}, "no arguments"},
 		{"wildcard cors", []string{"serve", "--cors-origin", "*"}, "wildcard"},
 		{"bad heartbeat", []string{"serve", "--heartbeat", "0s"}, "--heartbeat"},
@@ -141,12 +145,15 @@ func TestTryPlaysTheDemoTurn(t *testing.T) {
 
 // startServe runs `serve` on a loopback port until ctx ends. It returns the
 // address from the serve log line and a channel with serve's exit status.
-func startServe(t *testing.T, ctx context.Context) (string, <-chan int) {
+// startServe runs serve on a loopback port with a bolt store in a new
+// temporary directory, unless args name another store.
+func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-chan int) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	exited := make(chan int, 1)
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--store", "bolt:" + filepath.Join(t.TempDir(), "s.db")}, args...)
 	go func() {
-		exited <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, pw, io.Discard)
+		exited <- run(ctx, args, pw, io.Discard)
 		pw.Close()
 	}()
 	var line struct{ Addr string }

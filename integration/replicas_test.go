@@ -1,0 +1,262 @@
+// Package integration runs the real acp-gateway binary: several replicas on
+// one Redis, killed and restarted as in production.
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+)
+
+// binary is the acp-gateway binary TestMain builds.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "acp-gateway-integration")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "acp-gateway")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/acp-gateway")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building acp-gateway:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// redisURL is the Redis database the replica tests own: they empty it.
+func redisURL(t *testing.T) string {
+	u := os.Getenv("ACP_GATEWAY_TEST_REDIS_REPLICAS")
+	if u == "" {
+		u = "redis://127.0.0.1:6379/10"
+	}
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	defer c.Close()
+	if err := c.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatalf("Redis at %s (start it with scripts/deps.sh): %v", u, err)
+	}
+	return u
+}
+
+type replica struct {
+	name   string
+	cmd    *exec.Cmd
+	base   string
+	client acpv2connect.SessionServiceClient
+}
+
+// startReplica runs `acp-gateway serve` on a loopback port.
+func startReplica(t *testing.T, name string, args ...string) *replica {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{name: name, cmd: cmd}
+	t.Cleanup(func() { r.kill() })
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		var l struct{ Msg, Addr string }
+		if json.Unmarshal(lines.Bytes(), &l) == nil && l.Msg == "serving" {
+			r.base = "http://" + l.Addr
+			break
+		}
+	}
+	if r.base == "" {
+		t.Fatalf("replica %s did not start", name)
+	}
+	go io.Copy(io.Discard, out)
+	r.client = acpv2connect.NewSessionServiceClient(http.DefaultClient, r.base, connect.WithProtoJSON())
+	return r
+}
+
+// kill ends the replica with SIGKILL, as a crash would: it gets no chance
+// to hand anything over.
+func (r *replica) kill() {
+	if r.cmd.ProcessState == nil {
+		_ = r.cmd.Process.Signal(syscall.SIGKILL)
+		_ = r.cmd.Wait()
+	}
+}
+
+func text(s string) []*acpv2.ContentBlock {
+	return []*acpv2.ContentBlock{{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: s}}}}
+}
+
+// promptThrough runs a demo turn through r, answering its permission
+// requests through answer, and returns the turn's events.
+func promptThrough(t *testing.T, r *replica, answer *replica, id string) []*acpv2.SessionEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := r.client.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: text("go")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var events []*acpv2.SessionEvent
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if ev == nil {
+			continue
+		}
+		events = append(events, ev)
+		if p := ev.GetPermissionRequest(); p != nil {
+			_, err := answer.client.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{
+				SessionId: id, RequestId: p.GetRequestId(), OptionId: p.GetOptions()[0].GetOptionId()}))
+			if err != nil {
+				t.Fatalf("RespondPermission through %s: %v", answer.name, err)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("Prompt through %s: %v", r.name, err)
+	}
+	if len(events) == 0 || events[len(events)-1].GetTurnEnded() == nil {
+		t.Fatalf("the turn through %s did not end with turn_ended", r.name)
+	}
+	return events
+}
+
+// watcher collects a Watch stream's events in the background.
+type watcher struct {
+	events chan *acpv2.SessionEvent
+	errc   chan error
+}
+
+func watch(t *testing.T, r *replica, id string, after uint64) *watcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := r.client.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id, AfterSeq: after}))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	w := &watcher{events: make(chan *acpv2.SessionEvent, 1024), errc: make(chan error, 1)}
+	go func() {
+		for stream.Receive() {
+			if ev := stream.Msg().GetEvent(); ev != nil {
+				w.events <- ev
+			}
+		}
+		w.errc <- stream.Err()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		stream.Close()
+	})
+	return w
+}
+
+// next returns the watcher's next n events.
+func (w *watcher) next(t *testing.T, n int) []*acpv2.SessionEvent {
+	t.Helper()
+	var out []*acpv2.SessionEvent
+	timeout := time.After(20 * time.Second)
+	for len(out) < n {
+		select {
+		case ev := <-w.events:
+			out = append(out, ev)
+		case err := <-w.errc:
+			t.Fatalf("the watch ended after %d of %d events: %v", len(out), n, err)
+		case <-timeout:
+			t.Fatalf("the watch got %d of %d events", len(out), n)
+		}
+	}
+	return out
+}
+
+func snapshot(t *testing.T, r *replica, id string) *acpv2.SessionSnapshot {
+	t.Helper()
+	res, err := r.client.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+	if err != nil {
+		t.Fatalf("GetSession on %s: %v", r.name, err)
+	}
+	return res.Msg.GetSession()
+}
+
+func equalEvents(a, b []*acpv2.SessionEvent) bool {
+	return slices.EqualFunc(a, b, func(x, y *acpv2.SessionEvent) bool { return proto.Equal(x, y) })
+}
+
+func TestTwoReplicasOnOneRedis(t *testing.T) {
+	store := redisURL(t)
+	args := []string{"--store", store, "--lease-ttl", "600ms"}
+	a := startReplica(t, "A", args...)
+	b := startReplica(t, "B", args...)
+	ctx := context.Background()
+
+	created, err := a.client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "demo", Cwd: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetSessionId()
+	w := watch(t, b, id, 0)
+
+	// Prompt and RespondPermission through B reach the agent on A.
+	first := promptThrough(t, b, b, id)
+	if !slices.ContainsFunc(first, func(ev *acpv2.SessionEvent) bool { return ev.GetPermissionResolved() != nil }) {
+		t.Fatal("the permission request answered through B was not resolved")
+	}
+	// A watch on B sees every event of the turn, in order.
+	if seen := w.next(t, len(first)); !equalEvents(seen, first) {
+		t.Fatal("the watch on B differs from the turn's events")
+	}
+	// GetSession agrees on both replicas.
+	sa, sb := snapshot(t, a, id), snapshot(t, b, id)
+	if !proto.Equal(sa, sb) || sa.GetLastSeq() != first[len(first)-1].GetSeq() || len(sa.GetToolCalls()) == 0 {
+		t.Fatalf("GetSession disagrees:\nA %v\nB %v", sa, sb)
+	}
+
+	// A dies. B keeps serving the session's state, and the watch on B
+	// goes on without a gap: first the agent's loss, once A's lease lapses.
+	a.kill()
+	if sb := snapshot(t, b, id); !proto.Equal(sb.GetToolCalls()[0], sa.GetToolCalls()[0]) {
+		t.Fatal("B's snapshot changed when A died")
+	}
+	lost := w.next(t, 1)[0]
+	if lost.GetSeq() != sa.GetLastSeq()+1 || lost.GetStateChanged().GetState() != "agent_lost" {
+		t.Fatalf("after A died the watch got %v, want the agent's loss at seq %d", lost, sa.GetLastSeq()+1)
+	}
+	// The next prompt on B takes the session over and re-attaches a new
+	// agent with session/resume; the watcher sees that turn too.
+	second := promptThrough(t, b, b, id)
+	seen := w.next(t, len(second)+1)
+	if seen[0].GetStateChanged().GetState() != "ready" || !equalEvents(seen[1:], second) {
+		t.Fatalf("the watch on B after the take-over: %v", seen[0])
+	}
+	if got := snapshot(t, b, id); got.GetState() != "ready" || got.GetLastSeq() != second[len(second)-1].GetSeq() {
+		t.Fatalf("after the take-over: state %q last seq %d", got.GetState(), got.GetLastSeq())
+	}
+}
