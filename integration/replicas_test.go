@@ -212,7 +212,7 @@ func equalEvents(a, b []*acpv2.SessionEvent) bool {
 
 func TestTwoReplicasOnOneRedis(t *testing.T) {
 	store := redisURL(t)
-	args := []string{"--store", store, "--lease-ttl", "600ms"}
+	args := []string{"--store", store, "--lease-ttl", "1500ms"}
 	a := startReplica(t, "A", args...)
 	b := startReplica(t, "B", args...)
 	ctx := context.Background()
