@@ -264,6 +264,17 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 	}
 	if err := s.m.opts.Store.Append(context.Background(), s.rec.ID, events, changed); err != nil {
 		s.log.Error("store: appending events", "error", err)
+		if errors.Is(err, statestore.ErrSeqConflict) && s.m.leaser != nil {
+			// Another replica wrote to the log: it took the session over
+			// (this one missed its lease renewals). Step aside.
+			s.moved = true
+			go func() {
+				s.evict()
+				ctx, cancel := context.WithTimeout(context.Background(), s.m.opts.LeaseTTL)
+				defer cancel()
+				s.m.forget(ctx, s)
+			}()
+		}
 		return err
 	}
 	s.seq += uint64(len(events))

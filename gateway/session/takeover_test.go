@@ -1,0 +1,91 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/statestore"
+)
+
+// sharedMemory is a memory store with leases, standing in for a store two
+// replicas share.
+type sharedMemory struct {
+	*statestore.Memory
+	mu     sync.Mutex
+	leases map[string]string
+}
+
+func (s *sharedMemory) AcquireLease(_ context.Context, id, holder string, _ time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.leases[id]; h != "" && h != holder {
+		return statestore.ErrLeaseHeld
+	}
+	s.leases[id] = holder
+	return nil
+}
+
+func (s *sharedMemory) ReleaseLease(_ context.Context, id, holder string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases[id] == holder {
+		delete(s.leases, id)
+	}
+	return nil
+}
+
+func (s *sharedMemory) LeaseHolder(_ context.Context, id string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leases[id], nil
+}
+
+func TestReplicaStepsAsideWhenAnotherWroteTheLog(t *testing.T) {
+	st := &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}
+	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: time.Hour})
+	defer m.Close()
+	ctx := context.Background()
+	rec := &statestore.Session{ID: "s1", Agent: "x", Cwd: "/", State: statestore.StateAgentLost, CreatedAt: time.Now()}
+	if err := st.CreateSession(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.Get(ctx, "", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.Watch(0)
+	// Another replica, believing a's lease lapsed, appends to the log.
+	if err := st.Append(ctx, "s1", []*acpv2.SessionEvent{{Seq: 1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	err = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_TurnStarted{TurnStarted: &acpv2.TurnStarted{}}}}, nil)
+	s.mu.Unlock()
+	if !errors.Is(err, statestore.ErrSeqConflict) {
+		t.Fatalf("the stale replica's append: err = %v, want ErrSeqConflict", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := w.Next(wctx); !errors.Is(err, ErrMoved) {
+		t.Fatalf("watcher of the stale session: err = %v, want ErrMoved", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for m.local("s1") != nil || leaseOf(st, "s1") == "a" {
+		if time.Now().After(deadline) {
+			t.Fatal("the stale replica kept the session or its lease")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := s.Prompt(ctx, nil); !errors.Is(err, ErrMoved) {
+		t.Fatalf("prompt to the stale session: err = %v, want ErrMoved", err)
+	}
+}
+
+func leaseOf(st *sharedMemory, id string) string {
+	h, _ := st.LeaseHolder(context.Background(), id)
+	return h
+}
