@@ -203,6 +203,28 @@ func TestBadRequests(t *testing.T) {
 	check("unknown session", err, connect.CodeNotFound)
 	_, err = g.connect.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{}))
 	check("empty session id", err, connect.CodeInvalidArgument)
+	// Every RPC naming an unknown session gets not_found.
+	const unknown = "s_unknown"
+	_, err = g.connect.Cancel(ctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: unknown}))
+	check("Cancel of an unknown session", err, connect.CodeNotFound)
+	_, err = g.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{SessionId: unknown, RequestId: "perm-1", Cancelled: true}))
+	check("RespondPermission of an unknown session", err, connect.CodeNotFound)
+	_, err = g.connect.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: unknown}))
+	check("CloseSession of an unknown session", err, connect.CodeNotFound)
+	_, err = g.connect.SetMode(ctx, connect.NewRequest(&acpv2.SetModeRequest{SessionId: unknown, ModeId: "m"}))
+	check("SetMode of an unknown session", err, connect.CodeNotFound)
+	_, err = g.connect.SetConfigOption(ctx, connect.NewRequest(&acpv2.SetConfigOptionRequest{SessionId: unknown, ConfigId: "c",
+		Value: &acpv2.SetConfigOptionRequest_Boolean{Boolean: true}}))
+	check("SetConfigOption of an unknown session", err, connect.CodeNotFound)
+	check("Prompt of an unknown session", promptErr(g, unknown, "x"), connect.CodeNotFound)
+	watch, err := g.connect.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: unknown}))
+	if err == nil {
+		for watch.Receive() {
+		}
+		err = watch.Err()
+		watch.Close()
+	}
+	check("Watch of an unknown session", err, connect.CodeNotFound)
 	_, err = g.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{SessionId: id, RequestId: "perm-1"}))
 	check("neither option nor cancelled", err, connect.CodeInvalidArgument)
 	check("empty prompt", promptErr(g, id, ""), connect.CodeInvalidArgument)

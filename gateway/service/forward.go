@@ -73,12 +73,10 @@ func forwarded[T any](in *connect.Request[T]) *connect.Request[T] {
 	return out
 }
 
-// forward returns err when set, else sends the request to the owner with call.
-func forward[Req, Res any](ctx context.Context, err error, remote acpv2connect.SessionServiceClient, in *connect.Request[Req],
+// forward sends a unary request to the owning replica with call, one of
+// its client's methods.
+func forward[Req, Res any](ctx context.Context, in *connect.Request[Req],
 	call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*connect.Response[Res], error) {
-	if err != nil {
-		return nil, err
-	}
 	res, err := call(ctx, forwarded(in))
 	if err != nil {
 		return nil, err

@@ -265,8 +265,11 @@ func (s *Service) pump(ctx context.Context, sub session.Stream, h header, send f
 // Cancel implements acpv2connect.SessionServiceHandler.
 func (s *Service) Cancel(ctx context.Context, req *connect.Request[acpv2.CancelRequest]) (*connect.Response[acpv2.CancelResponse], error) {
 	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
-	if err != nil || remote != nil {
-		return forward(ctx, err, remote, req, remote.Cancel)
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		return forward(ctx, req, remote.Cancel)
 	}
 	if err := sess.Cancel(ctx); err != nil {
 		return nil, toConnect(err)
@@ -284,8 +287,11 @@ func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[ac
 		return nil, invalid("give exactly one of option_id and cancelled")
 	}
 	sess, remote, err := s.session(ctx, req.Header(), m.GetSessionId())
-	if err != nil || remote != nil {
-		return forward(ctx, err, remote, req, remote.RespondPermission)
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		return forward(ctx, req, remote.RespondPermission)
 	}
 	if err := sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled()); err != nil {
 		return nil, toConnect(err)
@@ -324,8 +330,11 @@ func (s *Service) ListSessions(ctx context.Context, _ *connect.Request[acpv2.Lis
 // CloseSession implements acpv2connect.SessionServiceHandler.
 func (s *Service) CloseSession(ctx context.Context, req *connect.Request[acpv2.CloseSessionRequest]) (*connect.Response[acpv2.CloseSessionResponse], error) {
 	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
-	if err != nil || remote != nil {
-		return forward(ctx, err, remote, req, remote.CloseSession)
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		return forward(ctx, req, remote.CloseSession)
 	}
 	if err := sess.Close(); err != nil {
 		return nil, toConnect(err)
@@ -339,8 +348,11 @@ func (s *Service) SetMode(ctx context.Context, req *connect.Request[acpv2.SetMod
 		return nil, err
 	}
 	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
-	if err != nil || remote != nil {
-		return forward(ctx, err, remote, req, remote.SetMode)
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		return forward(ctx, req, remote.SetMode)
 	}
 	if err := sess.SetMode(ctx, req.Msg.GetModeId()); err != nil {
 		return nil, toConnect(err)
@@ -367,8 +379,11 @@ func (s *Service) SetConfigOption(ctx context.Context, req *connect.Request[acpv
 		return nil, invalid("give one of value_id and boolean")
 	}
 	sess, remote, err := s.session(ctx, req.Header(), m.GetSessionId())
-	if err != nil || remote != nil {
-		return forward(ctx, err, remote, req, remote.SetConfigOption)
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		return forward(ctx, req, remote.SetConfigOption)
 	}
 	opts, err := sess.SetConfigOption(ctx, m.GetConfigId(), value)
 	if err != nil {
