@@ -70,7 +70,7 @@ func (m *Manager) restore(ctx context.Context, rec *statestore.Session) (*Sessio
 	}
 	s := newSession(m, rec, m.opts.Agents[rec.Agent])
 	s.tools = merge.Restore(calls)
-	s.seq = max(asOf, rec.LastSeq)
+	s.seq = asOf
 	s.detail = rec.Detail
 	s.agentSessionID = rec.AgentSessionID
 	s.version = acpjson.Version(rec.ProtocolVersion)

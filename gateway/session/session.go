@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sourcegraph/jsonrpc2"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -549,19 +550,16 @@ func (s *Session) Close() error {
 func (s *Session) evict() {
 	s.mu.Lock()
 	s.moved = true
-	a := s.agent
-	s.stopIdleLocked()
-	for sub := range s.subs {
-		s.unsubscribeLocked(sub, ErrMoved)
-	}
 	s.mu.Unlock()
-	if a != nil {
-		a.Close()
-	}
+	s.release(ErrMoved)
 }
 
 // shutdown ends the agent for a gateway shutdown.
-func (s *Session) shutdown() {
+func (s *Session) shutdown() { s.release(ErrShutdown) }
+
+// release ends the agent, then the watchers' streams with err, so that
+// they get whatever the agent's end records first.
+func (s *Session) release(err error) {
 	s.mu.Lock()
 	a := s.agent
 	s.stopIdleLocked()
@@ -571,7 +569,7 @@ func (s *Session) shutdown() {
 	}
 	s.mu.Lock()
 	for sub := range s.subs {
-		s.unsubscribeLocked(sub, ErrShutdown)
+		s.unsubscribeLocked(sub, err)
 	}
 	s.mu.Unlock()
 }
@@ -614,21 +612,15 @@ func (s *Session) liveAgent(ctx context.Context) (*agent.Agent, string, error) {
 	return s.agent, s.agentSessionID, nil
 }
 
-// JSON-RPC error codes an agent answers unsupported or malformed calls with.
-const (
-	jsonrpc2MethodNotFound = -32601
-	jsonrpc2InvalidParams  = -32602
-)
-
 // agentCallErr maps an agent's answer to a session error.
 func agentCallErr(method string, err error) error {
 	var rpcErr *agent.RPCError
 	switch {
 	case errors.Is(err, agent.ErrUnsupported):
 		return fmt.Errorf("%w: the agent's ACP version has no %s", ErrUnsupported, method)
-	case errors.As(err, &rpcErr) && rpcErr.Code == jsonrpc2MethodNotFound:
+	case errors.As(err, &rpcErr) && rpcErr.Code == jsonrpc2.CodeMethodNotFound:
 		return fmt.Errorf("%w: the agent does not implement %s", ErrUnsupported, method)
-	case errors.As(err, &rpcErr) && rpcErr.Code == jsonrpc2InvalidParams:
+	case errors.As(err, &rpcErr) && rpcErr.Code == jsonrpc2.CodeInvalidParams:
 		return fmt.Errorf("%w: the agent refused the %s arguments: %s", ErrInvalid, method, rpcErr.Message)
 	case errors.As(err, &rpcErr):
 		return fmt.Errorf("%w: %s", ErrAgentRefused, rpcErr.Message)
