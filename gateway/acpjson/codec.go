@@ -56,13 +56,8 @@ func (e *Error) Error() string {
 // means unchanged. Unknown and `_`-prefixed updates are kept whole in
 // SessionUpdate.unknown.
 func DecodeUpdate(data []byte, v Version) (*acpv2.SessionUpdate, error) {
-	obj, err := parseObject(data)
-	if err != nil {
-		return nil, err
-	}
-	d := decoder{version: v}
 	u := &acpv2.SessionUpdate{}
-	if err := d.sessionUpdate(obj, u); err != nil {
+	if err := Decode(data, u, v); err != nil {
 		return nil, err
 	}
 	return u, nil
@@ -73,10 +68,8 @@ func DecodeUpdate(data []byte, v Version) (*acpv2.SessionUpdate, error) {
 // becomes the body as it is; any other JSON value is kept under the member
 // "update". It returns nil for data that is not JSON at all.
 func KeepUnknown(data []byte) *acpv2.SessionUpdate {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, _, err := parseJSON(data) // anything after the first value is ignored
+	if err != nil {
 		return nil
 	}
 	obj, ok := v.(map[string]any)
@@ -99,7 +92,7 @@ func Decode(data []byte, m proto.Message, v Version) error {
 	if u, ok := m.(*acpv2.SessionUpdate); ok {
 		return d.sessionUpdate(obj, u)
 	}
-	return d.object(obj, m.ProtoReflect(), "")
+	return d.object(obj, m.ProtoReflect())
 }
 
 // EncodeUpdate encodes u as the `update` member of an ACP `session/update`
@@ -111,11 +104,7 @@ func Decode(data []byte, m proto.Message, v Version) error {
 // scalar clears are dropped (v1 cannot express them), collection clears are
 // sent as `[]`, and updates with no v1 form return [ErrNoV1Form].
 func EncodeUpdate(u *acpv2.SessionUpdate, v Version) ([]byte, error) {
-	e := encoder{version: v}
-	if err := e.sessionUpdate(u); err != nil {
-		return nil, err
-	}
-	return e.buf.Bytes(), nil
+	return Encode(u, v)
 }
 
 // EncodeToolCallV1 encodes a merged tool call as a v1 `tool_call` session
@@ -134,26 +123,36 @@ func EncodeToolCallV1(tc *acpv2.ToolCall) ([]byte, error) {
 // ACP JSON of version v.
 func Encode(m proto.Message, v Version) ([]byte, error) {
 	e := encoder{version: v}
+	var err error
 	if u, ok := m.(*acpv2.SessionUpdate); ok {
-		if err := e.sessionUpdate(u); err != nil {
-			return nil, err
-		}
-		return e.buf.Bytes(), nil
+		err = e.sessionUpdate(u)
+	} else {
+		err = e.object(m.ProtoReflect())
 	}
-	if err := e.object(m.ProtoReflect()); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return e.buf.Bytes(), nil
 }
 
-func parseObject(data []byte) (map[string]any, error) {
+// parseJSON parses the JSON value at the start of data, with numbers as
+// json.Number. trailing reports whether anything but whitespace follows it.
+func parseJSON(data []byte) (v any, trailing bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	var v any
 	if err := dec.Decode(&v); err != nil {
+		return nil, false, err
+	}
+	rest := data[dec.InputOffset():]
+	return v, len(bytes.TrimLeft(rest, " \t\r\n")) > 0, nil
+}
+
+func parseObject(data []byte) (map[string]any, error) {
+	v, trailing, err := parseJSON(data)
+	if err != nil {
 		return nil, &Error{Reason: "not valid JSON: " + err.Error()}
 	}
-	if dec.More() {
+	if trailing {
 		return nil, &Error{Reason: "trailing data after the JSON object"}
 	}
 	obj, ok := v.(map[string]any)

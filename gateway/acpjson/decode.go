@@ -2,8 +2,10 @@ package acpjson
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -38,11 +40,11 @@ func (d *decoder) sessionUpdate(obj map[string]any, u *acpv2.SessionUpdate) erro
 		return &Error{Path: "sessionUpdate", Reason: "want a string, got " + jsonKind(tag)}
 	}
 	dd := *d
-	name, known := updateTags[s]
+	fd, known := updateTags[s]
 	if s == "tool_call" {
 		// v1 creation, and a v1 agent re-sending tool_call for a known id:
 		// both are the v2 upsert, with v1's null meaning unchanged.
-		name, known = "tool_call_update", true
+		fd, known = updateTags["tool_call_update"], true
 		dd.version = V1
 	}
 	if !known {
@@ -50,9 +52,8 @@ func (d *decoder) sessionUpdate(obj map[string]any, u *acpv2.SessionUpdate) erro
 		return nil
 	}
 	m := u.ProtoReflect()
-	fd := mdSessionUpdate.Fields().ByName(name)
 	child := m.NewField(fd).Message()
-	if err := dd.fill(obj, "", []string{"sessionUpdate"}, target{child, info(child.Descriptor())}); err != nil {
+	if err := dd.fill(obj, []string{"sessionUpdate"}, target{child, info(child.Descriptor())}); err != nil {
 		return err
 	}
 	m.Set(fd, protoreflect.ValueOfMessage(child))
@@ -70,23 +71,46 @@ type target struct {
 	in *msgInfo
 }
 
+// Error paths: the decoding functions below do not know where in the
+// document they are. An *Error they return has a Path relative to the value
+// they were given ("" for that value itself), and each caller prefixes it
+// with the member name or index it passed down (see within), so that a path
+// is only built for an error that is returned.
+
+// within returns err with its path made relative to the value one level up:
+// elem is the member name or the index ("[2]") under which err occurred.
+func within(err error, elem string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		switch {
+		case e.Path == "":
+			e.Path = elem
+		case e.Path[0] == '[':
+			e.Path = elem + e.Path
+		default:
+			e.Path = elem + "." + e.Path
+		}
+	}
+	return err
+}
+
 // object decodes obj into m.
-func (d *decoder) object(obj map[string]any, m protoreflect.Message, path string) error {
+func (d *decoder) object(obj map[string]any, m protoreflect.Message) error {
 	in := info(m.Descriptor())
 	if in == nil {
-		return &Error{Path: path, Reason: fmt.Sprintf("%s is not an ACP type", m.Descriptor().FullName())}
+		return &Error{Reason: fmt.Sprintf("%s is not an ACP type", m.Descriptor().FullName())}
 	}
 	if in.union != nil {
-		d.union(obj, m, in, path)
+		d.union(obj, m, in)
 		return nil
 	}
-	return d.fill(obj, path, nil, target{m, in})
+	return d.fill(obj, nil, target{m, in})
 }
 
 // union decodes a discriminated union. It never fails: an object whose
 // discriminator is unknown, or whose variant does not decode, is kept whole
 // in the union's unknown field.
-func (d *decoder) union(obj map[string]any, m protoreflect.Message, in *msgInfo, path string) {
+func (d *decoder) union(obj map[string]any, m protoreflect.Message, in *msgInfo) {
 	u := in.union
 	tag, _ := obj[u.key].(string)
 	v, ok := u.byTag[tag]
@@ -97,11 +121,11 @@ func (d *decoder) union(obj map[string]any, m protoreflect.Message, in *msgInfo,
 			inner, isObj := obj[v.nested].(map[string]any)
 			if !isObj {
 				err = &Error{Reason: "variant is not an object"}
-			} else if err = d.object(inner, child, path+"."+v.nested); err == nil {
-				err = d.fill(obj, path, []string{u.key, v.nested}, target{m, in})
+			} else if err = d.object(inner, child); err == nil {
+				err = d.fill(obj, []string{u.key, v.nested}, target{m, in})
 			}
 		} else {
-			err = d.fill(obj, path, []string{u.key}, target{child, info(child.Descriptor())}, target{m, in})
+			err = d.fill(obj, []string{u.key}, target{child, info(child.Descriptor())}, target{m, in})
 		}
 		if err == nil {
 			m.Set(v.field, protoreflect.ValueOfMessage(child))
@@ -120,7 +144,7 @@ func (d *decoder) union(obj map[string]any, m protoreflect.Message, in *msgInfo,
 // members no target models go to the `extra` of the first target that has
 // one. A member whose value has the wrong shape is kept in that `extra` too,
 // so nothing is lost, unless its field is required or no target has extra.
-func (d *decoder) fill(obj map[string]any, path string, skip []string, ts ...target) error {
+func (d *decoder) fill(obj map[string]any, skip []string, ts ...target) error {
 	var extraOf *target
 	for i := range ts {
 		if ts[i].in.extra != nil {
@@ -140,19 +164,17 @@ func (d *decoder) fill(obj map[string]any, path string, skip []string, ts ...tar
 	}
 members:
 	for key, val := range obj {
-		for _, s := range skip {
-			if key == s {
-				continue members
-			}
+		if slices.Contains(skip, key) {
+			continue
 		}
 		for _, t := range ts {
 			fd := d.fieldFor(t.in, key)
 			if fd == nil {
 				continue
 			}
-			if err := d.member(t.m, t.in, fd, val, path+"."+key); err != nil {
-				if extraOf == nil || isRequired(t.in, fd) {
-					return err
+			if err := d.member(t.m, t.in, fd, val); err != nil {
+				if extraOf == nil || slices.Contains(t.in.required, fd) {
+					return within(err, key)
 				}
 				keep(key, val)
 			}
@@ -163,7 +185,7 @@ members:
 	for _, t := range ts {
 		for _, fd := range t.in.required {
 			if !t.m.Has(fd) {
-				return &Error{Path: trimDot(path + "." + t.in.keys[fd.Number()]), Reason: "required"}
+				return &Error{Path: t.in.keys[fd.Number()], Reason: "required"}
 			}
 		}
 	}
@@ -171,22 +193,6 @@ members:
 		extraOf.m.Set(extraOf.in.extra, protoreflect.ValueOfMessage(toStruct(extra).ProtoReflect()))
 	}
 	return nil
-}
-
-func trimDot(p string) string {
-	if len(p) > 0 && p[0] == '.' {
-		return p[1:]
-	}
-	return p
-}
-
-func isRequired(in *msgInfo, fd protoreflect.FieldDescriptor) bool {
-	for _, r := range in.required {
-		if r == fd {
-			return true
-		}
-	}
-	return false
 }
 
 // fieldFor returns the field that models ACP member key, or nil.
@@ -204,11 +210,11 @@ func (d *decoder) fieldFor(in *msgInfo, key string) protoreflect.FieldDescriptor
 }
 
 // member decodes one member's value into field fd of m.
-func (d *decoder) member(m protoreflect.Message, in *msgInfo, fd protoreflect.FieldDescriptor, val any, path string) error {
+func (d *decoder) member(m protoreflect.Message, in *msgInfo, fd protoreflect.FieldDescriptor, val any) error {
 	if in.desc == mdEmbeddedResource && fd.ContainingOneof() != nil {
 		obj, ok := val.(map[string]any)
 		if !ok {
-			return &Error{Path: trimDot(path), Reason: "want an object, got " + jsonKind(val)}
+			return &Error{Reason: "want an object, got " + jsonKind(val)}
 		}
 		if _, isBlob := obj["blob"]; isBlob {
 			fd = in.desc.Fields().ByName("blob_resource")
@@ -228,20 +234,20 @@ func (d *decoder) member(m protoreflect.Message, in *msgInfo, fd protoreflect.Fi
 	if fd.IsList() {
 		arr, ok := val.([]any)
 		if !ok {
-			return &Error{Path: trimDot(path), Reason: "want an array, got " + jsonKind(val)}
+			return &Error{Reason: "want an array, got " + jsonKind(val)}
 		}
 		list := m.NewField(fd).List()
 		for i, item := range arr {
-			v, err := d.scalar(list.NewElement, fd, item, fmt.Sprintf("%s[%d]", path, i))
+			v, err := d.scalar(list.NewElement, fd, item)
 			if err != nil {
-				return err
+				return within(err, "["+strconv.Itoa(i)+"]")
 			}
 			list.Append(v)
 		}
 		m.Set(fd, protoreflect.ValueOfList(list))
 		return nil
 	}
-	v, err := d.scalar(func() protoreflect.Value { return m.NewField(fd) }, fd, val, path)
+	v, err := d.scalar(func() protoreflect.Value { return m.NewField(fd) }, fd, val)
 	if err != nil {
 		return err
 	}
@@ -250,9 +256,9 @@ func (d *decoder) member(m protoreflect.Message, in *msgInfo, fd protoreflect.Fi
 }
 
 // scalar decodes one value of fd's kind (one element, for a list).
-func (d *decoder) scalar(newMsg func() protoreflect.Value, fd protoreflect.FieldDescriptor, val any, path string) (protoreflect.Value, error) {
+func (d *decoder) scalar(newMsg func() protoreflect.Value, fd protoreflect.FieldDescriptor, val any) (protoreflect.Value, error) {
 	bad := func(want string) (protoreflect.Value, error) {
-		return protoreflect.Value{}, &Error{Path: trimDot(path), Reason: "want " + want + ", got " + jsonKind(val)}
+		return protoreflect.Value{}, &Error{Reason: "want " + want + ", got " + jsonKind(val)}
 	}
 	switch fd.Kind() {
 	case protoreflect.StringKind:
@@ -319,7 +325,7 @@ func (d *decoder) scalar(newMsg func() protoreflect.Value, fd protoreflect.Field
 		child := v.Message()
 		in := info(child.Descriptor())
 		if in != nil && in.patch != nil {
-			if err := d.patchValue(child, in.patch, val, path); err != nil {
+			if err := d.patchValue(child, in.patch, val); err != nil {
 				return protoreflect.Value{}, err
 			}
 			return v, nil
@@ -328,29 +334,29 @@ func (d *decoder) scalar(newMsg func() protoreflect.Value, fd protoreflect.Field
 		if !ok {
 			return bad("an object")
 		}
-		if err := d.object(obj, child, path); err != nil {
+		if err := d.object(obj, child); err != nil {
 			return protoreflect.Value{}, err
 		}
 		return v, nil
 	}
-	return protoreflect.Value{}, &Error{Path: trimDot(path), Reason: fmt.Sprintf("unsupported field kind %v", fd.Kind())}
+	return protoreflect.Value{}, &Error{Reason: fmt.Sprintf("unsupported field kind %v", fd.Kind())}
 }
 
 // patchValue sets the `value` case of a tri-state wrapper from a non-null
 // JSON value. A wrapper around a list message takes a JSON array.
-func (d *decoder) patchValue(p protoreflect.Message, vf protoreflect.FieldDescriptor, val any, path string) error {
+func (d *decoder) patchValue(p protoreflect.Message, vf protoreflect.FieldDescriptor, val any) error {
 	if vf.Kind() == protoreflect.MessageKind {
 		if items := vf.Message().Fields().ByName("items"); items != nil && items.IsList() {
 			list := p.NewField(vf).Message()
 			in := info(list.Descriptor())
-			if err := d.member(list, in, items, val, path); err != nil {
+			if err := d.member(list, in, items, val); err != nil {
 				return err
 			}
 			p.Set(vf, protoreflect.ValueOfMessage(list))
 			return nil
 		}
 	}
-	v, err := d.scalar(func() protoreflect.Value { return p.NewField(vf) }, vf, val, path)
+	v, err := d.scalar(func() protoreflect.Value { return p.NewField(vf) }, vf, val)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package acpjson
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -23,7 +24,7 @@ type encoder struct {
 
 func (e *encoder) sessionUpdate(u *acpv2.SessionUpdate) error {
 	m := u.ProtoReflect()
-	fd := m.WhichOneof(mdSessionUpdate.Oneofs().ByName("update"))
+	fd := m.WhichOneof(updateOneof)
 	if fd == nil {
 		return fmt.Errorf("acpjson: empty SessionUpdate")
 	}
@@ -132,7 +133,7 @@ func (e *encoder) fields(m protoreflect.Message, first bool) error {
 	}
 	if in.extra != nil && m.Has(in.extra) {
 		extra := m.Get(in.extra).Message().Interface().(*structpb.Struct)
-		for _, k := range sortedKeys(extra.GetFields()) {
+		for _, k := range slices.Sorted(maps.Keys(extra.GetFields())) {
 			e.key(k)
 			e.value(extra.GetFields()[k])
 		}
@@ -267,7 +268,7 @@ func (e *encoder) value(v *structpb.Value) {
 	case *structpb.Value_StructValue:
 		fields := k.StructValue.GetFields()
 		e.buf.WriteByte('{')
-		for i, key := range sortedKeys(fields) {
+		for i, key := range slices.Sorted(maps.Keys(fields)) {
 			if i > 0 {
 				e.buf.WriteByte(',')
 			}
@@ -281,17 +282,11 @@ func (e *encoder) value(v *structpb.Value) {
 	}
 }
 
-func sortedKeys(m map[string]*structpb.Value) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// appendFloat formats f as encoding/json does: integers without exponent,
-// others in the shortest form that round-trips.
+// appendFloat writes f as a JSON number with the fewest digits that
+// round-trip: in plain notation when f is 0 or 1e-6 <= |f| < 1e21, else in
+// exponent notation. It picks the notation as encoding/json does but keeps
+// strconv's two-digit exponent, writing 1e-07 where encoding/json writes
+// 1e-7. NaN and ±Inf, which JSON cannot hold, are written as null.
 func appendFloat(b []byte, f float64) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(b, "null"...)

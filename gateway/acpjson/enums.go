@@ -3,6 +3,8 @@ package acpjson
 import (
 	"strings"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
@@ -30,61 +32,48 @@ func (e enum[E]) of(wire string) E {
 	return e.unknown
 }
 
-var toolKinds = enum[acpv2.ToolKind]{
-	known: map[string]acpv2.ToolKind{
-		"read":        acpv2.ToolKind_TOOL_KIND_READ,
-		"edit":        acpv2.ToolKind_TOOL_KIND_EDIT,
-		"delete":      acpv2.ToolKind_TOOL_KIND_DELETE,
-		"move":        acpv2.ToolKind_TOOL_KIND_MOVE,
-		"search":      acpv2.ToolKind_TOOL_KIND_SEARCH,
-		"execute":     acpv2.ToolKind_TOOL_KIND_EXECUTE,
-		"think":       acpv2.ToolKind_TOOL_KIND_THINK,
-		"fetch":       acpv2.ToolKind_TOOL_KIND_FETCH,
-		"switch_mode": acpv2.ToolKind_TOOL_KIND_SWITCH_MODE,
-		"other":       acpv2.ToolKind_TOOL_KIND_OTHER,
-	},
-	unspecified: acpv2.ToolKind_TOOL_KIND_UNSPECIFIED,
-	custom:      acpv2.ToolKind_TOOL_KIND_CUSTOM,
-	unknown:     acpv2.ToolKind_TOOL_KIND_UNKNOWN,
+// enumOf builds the typed view of an ACP enum from its descriptor. Each value
+// is named after its wire string: TOOL_KIND_SWITCH_MODE is "switch_mode",
+// the prefix being the zero value's name without UNSPECIFIED. The values
+// UNSPECIFIED, CUSTOM and UNKNOWN have no wire string.
+func enumOf[E ~int32](ed protoreflect.EnumDescriptor) enum[E] {
+	values := ed.Values()
+	prefix, ok := strings.CutSuffix(string(values.ByNumber(0).Name()), "UNSPECIFIED")
+	if !ok {
+		panic("acpjson: enum " + string(ed.FullName()) + " has no UNSPECIFIED zero value")
+	}
+	e := enum[E]{known: make(map[string]E, values.Len())}
+	var custom, unknown bool
+	for i := 0; i < values.Len(); i++ {
+		vd := values.Get(i)
+		v := E(vd.Number())
+		name, ok := strings.CutPrefix(string(vd.Name()), prefix)
+		if !ok {
+			panic("acpjson: enum value " + string(vd.FullName()) + " lacks the prefix " + prefix)
+		}
+		switch name {
+		case "UNSPECIFIED":
+			e.unspecified = v
+		case "CUSTOM":
+			e.custom, custom = v, true
+		case "UNKNOWN":
+			e.unknown, unknown = v, true
+		default:
+			e.known[strings.ToLower(name)] = v
+		}
+	}
+	if !custom || !unknown {
+		panic("acpjson: enum " + string(ed.FullName()) + " lacks CUSTOM or UNKNOWN")
+	}
+	return e
 }
 
-var toolCallStatuses = enum[acpv2.ToolCallStatus]{
-	known: map[string]acpv2.ToolCallStatus{
-		"pending":     acpv2.ToolCallStatus_TOOL_CALL_STATUS_PENDING,
-		"in_progress": acpv2.ToolCallStatus_TOOL_CALL_STATUS_IN_PROGRESS,
-		"completed":   acpv2.ToolCallStatus_TOOL_CALL_STATUS_COMPLETED,
-		"failed":      acpv2.ToolCallStatus_TOOL_CALL_STATUS_FAILED,
-		"cancelled":   acpv2.ToolCallStatus_TOOL_CALL_STATUS_CANCELLED,
-	},
-	unspecified: acpv2.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED,
-	custom:      acpv2.ToolCallStatus_TOOL_CALL_STATUS_CUSTOM,
-	unknown:     acpv2.ToolCallStatus_TOOL_CALL_STATUS_UNKNOWN,
-}
-
-var stopReasons = enum[acpv2.StopReason]{
-	known: map[string]acpv2.StopReason{
-		"end_turn":          acpv2.StopReason_STOP_REASON_END_TURN,
-		"max_tokens":        acpv2.StopReason_STOP_REASON_MAX_TOKENS,
-		"max_turn_requests": acpv2.StopReason_STOP_REASON_MAX_TURN_REQUESTS,
-		"refusal":           acpv2.StopReason_STOP_REASON_REFUSAL,
-		"cancelled":         acpv2.StopReason_STOP_REASON_CANCELLED,
-	},
-	unspecified: acpv2.StopReason_STOP_REASON_UNSPECIFIED,
-	custom:      acpv2.StopReason_STOP_REASON_CUSTOM,
-	unknown:     acpv2.StopReason_STOP_REASON_UNKNOWN,
-}
-
-var permissionOptionKinds = enum[acpv2.PermissionOptionKind]{
-	known: map[string]acpv2.PermissionOptionKind{
-		"allow_once":    acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_ALLOW_ONCE,
-		"allow_always":  acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_ALLOW_ALWAYS,
-		"reject_once":   acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_REJECT_ONCE,
-		"reject_always": acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_REJECT_ALWAYS,
-	},
-	unspecified: acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_UNSPECIFIED,
-	custom:      acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_CUSTOM,
-	unknown:     acpv2.PermissionOptionKind_PERMISSION_OPTION_KIND_UNKNOWN,
-}
+var (
+	toolKinds             = enumOf[acpv2.ToolKind](acpv2.ToolKind(0).Descriptor())
+	toolCallStatuses      = enumOf[acpv2.ToolCallStatus](acpv2.ToolCallStatus(0).Descriptor())
+	stopReasons           = enumOf[acpv2.StopReason](acpv2.StopReason(0).Descriptor())
+	permissionOptionKinds = enumOf[acpv2.PermissionOptionKind](acpv2.PermissionOptionKind(0).Descriptor())
+)
 
 // ToolKind returns the typed form of a tool kind wire value.
 func ToolKind(wire string) acpv2.ToolKind { return toolKinds.of(wire) }

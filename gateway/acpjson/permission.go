@@ -35,8 +35,8 @@ func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 	}
 	if tc != nil {
 		req.ToolCall = &acpv2.ToolCallUpdate{}
-		if err := d.object(tc, req.ToolCall.ProtoReflect(), "toolCall"); err != nil {
-			return nil, err
+		if err := d.object(tc, req.ToolCall.ProtoReflect()); err != nil {
+			return nil, within(err, "toolCall")
 		}
 	}
 	opts, ok := obj["options"].([]any)
@@ -49,11 +49,8 @@ func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 			return nil, &Error{Path: fmt.Sprintf("options[%d]", i), Reason: "want an object, got " + jsonKind(o)}
 		}
 		po := &acpv2.PermissionOption{}
-		if err := d.object(om, po.ProtoReflect(), fmt.Sprintf("options[%d]", i)); err != nil {
-			return nil, err
-		}
-		if po.GetOptionId() == "" {
-			return nil, &Error{Path: fmt.Sprintf("options[%d].optionId", i), Reason: "required"}
+		if err := d.object(om, po.ProtoReflect()); err != nil {
+			return nil, within(err, fmt.Sprintf("options[%d]", i))
 		}
 		req.Options = append(req.Options, po)
 	}

@@ -1,6 +1,7 @@
 package acpjson
 
 import (
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -88,6 +89,7 @@ func init() {
 	require(&acpv2.ToolCallUpdate{}, "tool_call_id")
 	require(&acpv2.ToolCallContentChunk{}, "tool_call_id", "content")
 	require(&acpv2.ToolCall{}, "tool_call_id")
+	require(&acpv2.PermissionOption{}, "option_id")
 
 	omitEmpty(&acpv2.ToolCall{}, "kind", "status", "content", "locations")
 	omitEmpty(&acpv2.Annotations{}, "audience")
@@ -130,9 +132,7 @@ func register(md protoreflect.MessageDescriptor) {
 	}
 }
 
-func field(m interface {
-	ProtoReflect() protoreflect.Message
-}, name protoreflect.Name) protoreflect.FieldDescriptor {
+func field(m proto.Message, name protoreflect.Name) protoreflect.FieldDescriptor {
 	fd := m.ProtoReflect().Descriptor().Fields().ByName(name)
 	if fd == nil {
 		panic("acpjson: no field " + string(name))
@@ -140,9 +140,7 @@ func field(m interface {
 	return fd
 }
 
-func defineUnion(m interface {
-	ProtoReflect() protoreflect.Message
-}, key string, unknown protoreflect.Name, variants map[string]variant) {
+func defineUnion(m proto.Message, key string, unknown protoreflect.Name, variants map[string]variant) {
 	in := info(m.ProtoReflect().Descriptor())
 	u := &union{key: key, byTag: variants, tagOf: map[protoreflect.FieldNumber]string{}}
 	u.unknown = field(m, unknown)
@@ -153,18 +151,14 @@ func defineUnion(m interface {
 	in.union = u
 }
 
-func require(m interface {
-	ProtoReflect() protoreflect.Message
-}, names ...protoreflect.Name) {
+func require(m proto.Message, names ...protoreflect.Name) {
 	in := info(m.ProtoReflect().Descriptor())
 	for _, n := range names {
 		in.required = append(in.required, field(m, n))
 	}
 }
 
-func omitEmpty(m interface {
-	ProtoReflect() protoreflect.Message
-}, names ...protoreflect.Name) {
+func omitEmpty(m proto.Message, names ...protoreflect.Name) {
 	in := info(m.ProtoReflect().Descriptor())
 	for _, n := range names {
 		in.omitEmpty[field(m, n).Number()] = true
@@ -175,28 +169,19 @@ func isStruct(fd protoreflect.FieldDescriptor) bool {
 	return fd.Message() != nil && fd.Message().FullName() == "google.protobuf.Struct"
 }
 
-// updateTags maps a `sessionUpdate` value to its SessionUpdate field, for
-// both v1 and v2 names. v1 `tool_call` is handled separately.
-var updateTags = map[string]protoreflect.Name{
-	"user_message_chunk":        "user_message_chunk",
-	"agent_message_chunk":       "agent_message_chunk",
-	"agent_thought_chunk":       "agent_thought_chunk",
-	"tool_call_update":          "tool_call_update",
-	"tool_call_content_chunk":   "tool_call_content_chunk",
-	"plan":                      "plan",
-	"plan_update":               "plan_update",
-	"available_commands_update": "available_commands_update",
-	"current_mode_update":       "current_mode_update",
-	"config_option_update":      "config_option_update",
-	"session_info_update":       "session_info_update",
-	"usage_update":              "usage_update",
-	"user_message":              "user_message",
-	"agent_message":             "agent_message",
-	"agent_thought":             "agent_thought",
-	"state_update":              "state_update",
-	"terminal_update":           "terminal_update",
-	"terminal_output_chunk":     "terminal_output_chunk",
-}
+// updateTags maps a `sessionUpdate` value to its SessionUpdate field: every
+// member of the `update` oneof but `unknown`, by its proto name, which is
+// the same in v1 and v2. v1 `tool_call` is handled separately.
+var updateTags = func() map[string]protoreflect.FieldDescriptor {
+	fields := updateOneof.Fields()
+	tags := make(map[string]protoreflect.FieldDescriptor, fields.Len())
+	for i := 0; i < fields.Len(); i++ {
+		if fd := fields.Get(i); fd.Name() != "unknown" {
+			tags[string(fd.Name())] = fd
+		}
+	}
+	return tags
+}()
 
 // v1Tags lists the SessionUpdate variants ACP v1 can carry as they are.
 var v1Tags = map[string]bool{
@@ -217,4 +202,5 @@ var (
 	mdSessionConfigOption = (&acpv2.SessionConfigOption{}).ProtoReflect().Descriptor()
 	mdEmbeddedResource    = (&acpv2.EmbeddedResource{}).ProtoReflect().Descriptor()
 	mdSessionUpdate       = (&acpv2.SessionUpdate{}).ProtoReflect().Descriptor()
+	updateOneof           = mdSessionUpdate.Oneofs().ByName("update")
 )

@@ -202,6 +202,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"not JSON", `{"sessionUpdate":`, ""},
 		{"not an object", `[1,2]`, ""},
 		{"trailing data", `{"sessionUpdate":"plan","entries":[]} {}`, ""},
+		{"trailing bracket", `{"sessionUpdate":"plan","entries":[]} }`, ""},
 		{"no discriminator", `{"toolCallId":"c1"}`, "sessionUpdate"},
 		{"discriminator not a string", `{"sessionUpdate":5}`, "sessionUpdate"},
 		{"tool call without id", `{"sessionUpdate":"tool_call_update","title":"x"}`, "toolCallId"},

@@ -130,18 +130,8 @@ func (s *State) ApplyChunk(c *acpv2.ToolCallContentChunk) (*acpv2.ToolCall, erro
 		e.buf = append(e.buf, item)
 	}
 	n := len(e.buf)
-	next := &acpv2.ToolCall{
-		ToolCallId: prev.ToolCallId,
-		Title:      prev.Title,
-		Kind:       prev.Kind,
-		Status:     prev.Status,
-		Content:    e.buf[:n:n],
-		Locations:  prev.Locations,
-		RawInput:   prev.RawInput,
-		RawOutput:  prev.RawOutput,
-		Meta:       prev.Meta,
-		Extra:      prev.Extra,
-	}
+	next := applyUpdate(id, prev, nil)
+	next.Content = e.buf[:n:n]
 	e.call = next
 	return next, nil
 }
@@ -189,7 +179,7 @@ func (s *State) add(id string, e entry) {
 }
 
 // applyUpdate returns a new ToolCall: prev (nil for an unseen id) with u
-// applied. It modifies neither prev nor u.
+// applied, or a copy of prev when u is nil. It modifies neither prev nor u.
 func applyUpdate(id string, prev *acpv2.ToolCall, u *acpv2.ToolCallUpdate) *acpv2.ToolCall {
 	return &acpv2.ToolCall{
 		ToolCallId: id,
