@@ -171,14 +171,21 @@ func TestAgentThatHangsOrDiesAtStartup(t *testing.T) {
 		"missing": {"/nonexistent/agent-binary"},
 		"v9":      agentCommand(t, agentsim.Script{ProtocolVersion: 9, Turns: []agentsim.Turn{{}}}),
 	}})
-	for name, want := range map[string]string{"hang": "initialize", "die": "status 1", "missing": "no such file", "v9": "protocol version 9"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			_, err := g.connect.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: name, Cwd: t.TempDir()}))
-			if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), want) {
-				t.Fatalf("CreateSession: %v, want unavailable mentioning %q", err, want)
-			}
-		})
+	t.Run("each", func(t *testing.T) {
+		for name, want := range map[string]string{"hang": "initialize", "die": "status 1", "missing": "no such file", "v9": "protocol version 9"} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				_, err := g.connect.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: name, Cwd: t.TempDir()}))
+				if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), want) {
+					t.Fatalf("CreateSession: %v, want unavailable mentioning %q", err, want)
+				}
+			})
+		}
+	})
+	// A session that never started is not kept: its client never got its id.
+	list, err := g.connect.ListSessions(context.Background(), connect.NewRequest(&acpv2.ListSessionsRequest{}))
+	if err != nil || len(list.Msg.GetSessions()) != 0 {
+		t.Fatalf("ListSessions after failed creations = %v, %v; want none", list.Msg.GetSessions(), err)
 	}
 }
 
@@ -296,6 +303,61 @@ func TestCloseKillsTheAgentsProcessGroup(t *testing.T) {
 	err = promptErr(g, id, "x")
 	if codeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("prompt to a closed session: %v", err)
+	}
+	// A watch opened after the close replays the log, ending with the
+	// closed event, and then ends rather than waiting for ever.
+	late, err := g.connect.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *acpv2.SessionEvent
+	for late.Receive() {
+		if ev := late.Msg().GetEvent(); ev != nil {
+			last = ev
+		}
+	}
+	if err := late.Err(); err != nil || last.GetStateChanged().GetState() != "closed" {
+		t.Fatalf("a watch opened after the close: last event %v, err %v; want the closed event and a clean end", last, err)
+	}
+	if _, err := g.connect.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id})); err != nil {
+		t.Fatalf("closing a closed session again: %v", err)
+	}
+}
+
+func TestCloseDuringATurnEndsItsStream(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{})
+	id := g.create(t, "perm")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := g.connect.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+		if stream.Msg().GetEvent().GetPermissionRequest() != nil {
+			break // the turn waits on the answer
+		}
+	}
+	if _, err := g.connect.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id})); err != nil {
+		t.Fatal(err)
+	}
+	var last *acpv2.SessionEvent
+	for stream.Receive() {
+		if ev := stream.Msg().GetEvent(); ev != nil {
+			last = ev
+		}
+	}
+	// Either the turn's end reached the stream first, with the agent's
+	// end as its error, or the close cut the stream: then with
+	// failed_precondition, never an unknown code.
+	switch err := stream.Err(); {
+	case err != nil:
+		if codeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "closed") {
+			t.Fatalf("a prompt stream of a session closed mid-turn ended with %v, want failed_precondition", err)
+		}
+	case last.GetTurnEnded() == nil || last.GetTurnEnded().GetError() == "":
+		t.Fatalf("a prompt stream of a session closed mid-turn ended cleanly after %v, want turn_ended with an error", last)
 	}
 }
 

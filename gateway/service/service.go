@@ -242,9 +242,6 @@ func (s *Service) pump(ctx context.Context, sub session.Stream, h header, send f
 					return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
 						"%w; resume with Watch afterSeq=%d", n.err, sub.LastSeq()))
 				}
-				if errors.Is(n.err, session.ErrClosed) {
-					return n.err
-				}
 				return toConnect(n.err)
 			}
 			stop, err := send(n.ev, nil)

@@ -196,12 +196,36 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	}
 	s := newSession(m, rec, command)
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.discard(rec.ID)
+		return nil, ErrShutdown
+	}
 	m.sessions[rec.ID] = s
 	m.mu.Unlock()
 	if err := s.attach(ctx, authMethod, false); err != nil {
+		m.mu.Lock()
+		delete(m.sessions, rec.ID)
+		m.mu.Unlock()
+		m.discard(rec.ID)
 		return nil, err
 	}
 	return s, nil
+}
+
+// discard deletes a session whose creation failed: the client never got
+// its id.
+func (m *Manager) discard(id string) {
+	ctx, cancel := m.storeContext()
+	defer cancel()
+	if err := m.opts.Store.DeleteSession(ctx, id); err != nil {
+		m.opts.Log.Warn("store: deleting a session that failed to start", "session", id, "error", err)
+	}
+	if m.leaser != nil {
+		if err := m.leaser.ReleaseLease(ctx, id, m.opts.Replica); err != nil {
+			m.opts.Log.Warn("store: releasing a lease", "session", id, "error", err)
+		}
+	}
 }
 
 // Get returns user's session id, to act on its agent. Another user's
@@ -239,6 +263,15 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 	s, err := m.restore(ctx, rec)
 	if err != nil {
 		return nil, err
+	}
+	if rec.State == statestore.StateClosed {
+		// Nothing will run here: answer from it without keeping it.
+		if m.leaser != nil {
+			if err := m.leaser.ReleaseLease(ctx, id, m.opts.Replica); err != nil {
+				m.opts.Log.Warn("store: releasing a lease", "session", id, "error", err)
+			}
+		}
+		return s, nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

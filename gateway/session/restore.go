@@ -230,15 +230,45 @@ func (m *Manager) renewLeases(ctx context.Context) {
 		err := m.leaser.AcquireLease(ctx, s.rec.ID, m.opts.Replica, m.opts.LeaseTTL)
 		if errors.Is(err, statestore.ErrLeaseHeld) {
 			m.opts.Log.Warn("another replica took the session", "session", s.rec.ID, "error", err)
-			s.evict()
-			m.forget(ctx, s)
+			m.drop(s)
 		} else if err != nil {
 			m.opts.Log.Error("store: renewing a lease", "session", s.rec.ID, "error", err)
 		}
 	}
 }
 
-// forget drops a session this gateway no longer runs.
+// drop lets go of a session another replica took over.
+func (m *Manager) drop(s *Session) {
+	s.evict()
+	ctx, cancel := m.storeContext()
+	defer cancel()
+	m.forget(ctx, s)
+}
+
+// storeContext bounds a store call made while a session's lock is held,
+// so that one stuck call cannot hold up the lease upkeep of every session.
+func (m *Manager) storeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), m.opts.LeaseTTL/3)
+}
+
+// ended lets go of a closed session: it stays in the store (up to
+// MaxEndedSessions) and is read from there.
+func (m *Manager) ended(s *Session) {
+	ctx, cancel := m.storeContext()
+	defer cancel()
+	if m.leaser != nil {
+		m.forget(ctx, s)
+	} else {
+		m.mu.Lock()
+		if m.sessions[s.rec.ID] == s {
+			delete(m.sessions, s.rec.ID)
+		}
+		m.mu.Unlock()
+	}
+	m.pruneEnded(ctx)
+}
+
+// forget drops a session this gateway no longer runs and its lease.
 func (m *Manager) forget(ctx context.Context, s *Session) {
 	m.mu.Lock()
 	if m.sessions[s.rec.ID] == s {

@@ -52,7 +52,6 @@ type Session struct {
 	subs       map[*Subscription]struct{}
 	turn       bool
 	perms      map[string]*permission
-	nextPerm   int
 	idle       *time.Timer
 }
 
@@ -213,7 +212,9 @@ func (s *Session) setState(state statestore.State, detail string) {
 // setStateLocked records the session's state. s.mu must be held.
 func (s *Session) setStateLocked(state statestore.State, detail string) {
 	s.state, s.detail = state, detail
-	if err := s.m.opts.Store.SetState(context.Background(), s.rec.ID, state, detail); err != nil {
+	ctx, cancel := s.m.storeContext()
+	defer cancel()
+	if err := s.m.opts.Store.SetState(ctx, s.rec.ID, state, detail); err != nil {
 		s.log.Error("store: recording the session state", "error", err)
 	}
 }
@@ -263,17 +264,18 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
 	}
-	if err := s.m.opts.Store.Append(context.Background(), s.rec.ID, events, changed); err != nil {
+	ctx, cancel := s.m.storeContext()
+	defer cancel()
+	if err := s.m.opts.Store.Append(ctx, s.rec.ID, events, changed); err != nil {
 		s.log.Error("store: appending events", "error", err)
 		if errors.Is(err, statestore.ErrSeqConflict) && s.m.leaser != nil {
 			// Another replica wrote to the log: it took the session over
 			// (this one missed its lease renewals). Step aside.
 			s.moved = true
+			s.m.wg.Add(1)
 			go func() {
-				s.evict()
-				ctx, cancel := context.WithTimeout(context.Background(), s.m.opts.LeaseTTL)
-				defer cancel()
-				s.m.forget(ctx, s)
+				defer s.m.wg.Done()
+				s.m.drop(s)
 			}()
 		}
 		return err
@@ -334,8 +336,9 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 		s.log.Warn("agent sent a malformed permission request", "error", err)
 		return nil, err
 	}
-	s.nextPerm++
-	id := fmt.Sprintf("perm-%d", s.nextPerm)
+	// Named after the seq of its event: unique in the session for good,
+	// across restarts and replicas.
+	id := fmt.Sprintf("perm-%d", s.seq+1)
 	req.RequestId = id
 	if req.GetToolCall() != nil {
 		// The call it names may not have been reported yet: preview it
@@ -430,15 +433,14 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 	s.stopIdleLocked()
 	a, agentSID := s.agent, s.agentSessionID
 	s.m.wg.Add(1)
-	go s.runTurn(a, agentSID, prompt)
+	go s.runTurn(a, agentSID, prompt, s.turnIdle)
 	return sub, nil
 }
 
-func (s *Session) runTurn(a *agent.Agent, agentSID string, prompt []*acpv2.ContentBlock) {
+// runTurn runs a prompt turn; idle is closed by the idle state_update that
+// ends an ACP v2 turn.
+func (s *Session) runTurn(a *agent.Agent, agentSID string, prompt []*acpv2.ContentBlock, idle <-chan struct{}) {
 	defer s.m.wg.Done()
-	s.mu.Lock()
-	idle := s.turnIdle
-	s.mu.Unlock()
 	reason, err := a.Prompt(context.Background(), agentSID, prompt)
 	if err == nil && a.Version() >= acpjson.V2 {
 		select {
@@ -499,6 +501,11 @@ func (s *Session) Watch(afterSeq uint64) *Subscription {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub := s.subscribeLocked(afterSeq)
+	if s.state == statestore.StateClosed {
+		// Nothing more will come: the stored events, then the end.
+		s.unsubscribeLocked(sub, ErrClosed)
+		return sub
+	}
 	s.stopIdleLocked()
 	return sub
 }
@@ -519,7 +526,8 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 	}
 }
 
-// Close ends the session and its agent. Watchers' streams end.
+// Close ends the session and its agent. Watchers' streams end, after the
+// closed event.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.state == statestore.StateClosed {
@@ -527,8 +535,8 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.state = statestore.StateClosed
-	a := s.agent
 	s.stopIdleLocked()
+	a := s.agent
 	s.mu.Unlock()
 	if a != nil {
 		a.Close()
@@ -536,11 +544,9 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	s.setStateLocked(statestore.StateClosed, "closed by the client")
 	_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateClosed, "closed by the client")}, nil)
-	for sub := range s.subs {
-		s.unsubscribeLocked(sub, ErrClosed)
-	}
 	s.mu.Unlock()
-	s.m.pruneEnded(context.Background())
+	s.release(ErrClosed)
+	s.m.ended(s)
 	return nil
 }
 
