@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -566,7 +567,7 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 	case "fs/write_text_file":
 		return a.fs.write(params)
 	}
-	if len(req.Method) > len("terminal/") && req.Method[:len("terminal/")] == "terminal/" {
+	if strings.HasPrefix(req.Method, "terminal/") {
 		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound,
 			Message: "terminals are not offered by this gateway (clientCapabilities.terminal is false)"}
 	}

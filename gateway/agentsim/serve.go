@@ -200,10 +200,7 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	} else if o != next {
 		return
 	}
-	pv := a.script.ProtocolVersion
-	if pv == 0 {
-		pv = DefaultProtocolVersion
-	}
+	pv := a.protocolVersion()
 	methods := make([]authMethod, 0, len(a.script.AuthMethods))
 	for _, m := range a.script.AuthMethods {
 		methods = append(methods, authMethod{ID: m, Name: m})
@@ -331,6 +328,29 @@ func (a *agent) reopen(req *jsonrpc2.Request) (*session, *jsonrpc2.Error) {
 	return s, nil
 }
 
+// sessionOf returns the session named by the request's params.sessionId,
+// decoding the rest of the params into p when it is not nil. When the
+// params are bad or the session unknown it answers the error itself and
+// reports false.
+func (a *agent) sessionOf(conn *jsonrpc2.Conn, req *jsonrpc2.Request, p any) (*session, bool) {
+	var id struct {
+		SessionID string `json:"sessionId"`
+	}
+	e := decodeParams(req, &id)
+	if e == nil && p != nil {
+		e = decodeParams(req, p)
+	}
+	var sess *session
+	if e == nil {
+		sess, e = a.lookup(id.SessionID)
+	}
+	if e != nil {
+		a.replyError(conn, req, e)
+		return nil, false
+	}
+	return sess, true
+}
+
 // lookup returns the session named by the request's sessionId, or the error
 // to answer.
 func (a *agent) lookup(id string) (*session, *jsonrpc2.Error) {
@@ -343,17 +363,8 @@ func (a *agent) lookup(id string) (*session, *jsonrpc2.Error) {
 }
 
 func (a *agent) prompt(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	var p struct {
-		SessionID string          `json:"sessionId"`
-		Prompt    json.RawMessage `json:"prompt"`
-	}
-	if e := decodeParams(req, &p); e != nil {
-		a.replyError(conn, req, e)
-		return
-	}
-	sess, e := a.lookup(p.SessionID)
-	if e != nil {
-		a.replyError(conn, req, e)
+	sess, ok := a.sessionOf(conn, req, nil)
+	if !ok {
 		return
 	}
 	a.mu.Lock()
@@ -374,7 +385,7 @@ func (a *agent) prompt(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		a.mu.Unlock()
 		cancel()
 	}
-	ok := a.spawn(func() {
+	ok = a.spawn(func() {
 		defer done()
 		o, err := r.play(turn.Steps)
 		switch {
@@ -432,41 +443,25 @@ func (a *agent) cancel(req *jsonrpc2.Request) {
 
 func (a *agent) setMode(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	var p struct {
-		SessionID string `json:"sessionId"`
-		ModeID    string `json:"modeId"`
+		ModeID string `json:"modeId"`
 	}
-	if e := decodeParams(req, &p); e != nil {
-		a.replyError(conn, req, e)
-		return
-	}
-	sess, e := a.lookup(p.SessionID)
-	if e != nil {
-		a.replyError(conn, req, e)
+	sess, ok := a.sessionOf(conn, req, &p)
+	if !ok {
 		return
 	}
 	a.reply(conn, req, struct{}{})
-	update, err := json.Marshal(struct {
+	update, _ := json.Marshal(struct {
 		SessionUpdate string `json:"sessionUpdate"`
 		CurrentModeID string `json:"currentModeId"`
 	}{"current_mode_update", p.ModeID})
-	if err == nil {
-		err = conn.Notify(a.ctx, "session/update", updateParams{SessionID: sess.id, Update: update})
-	}
-	if err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
-		a.logger.Printf("session/update: %v", err)
+	r := &run{a: a, conn: conn, ctx: a.ctx, sess: sess}
+	if _, err := r.update(update); err != nil {
+		a.logger.Printf("%v", err)
 	}
 }
 
 func (a *agent) setConfigOption(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	var p struct {
-		SessionID string `json:"sessionId"`
-	}
-	if e := decodeParams(req, &p); e != nil {
-		a.replyError(conn, req, e)
-		return
-	}
-	if _, e := a.lookup(p.SessionID); e != nil {
-		a.replyError(conn, req, e)
+	if _, ok := a.sessionOf(conn, req, nil); !ok {
 		return
 	}
 	opts := a.script.ConfigOptions

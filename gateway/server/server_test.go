@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -31,8 +32,8 @@ func start(t *testing.T, opts server.Options) string {
 
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
-	ready := false
-	base := start(t, server.Options{Ready: func() bool { return ready }})
+	var ready atomic.Bool
+	base := start(t, server.Options{Ready: ready.Load})
 	get := func(path string) int {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -47,7 +48,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	if got := get("/readyz"); got != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz before ready = %d", got)
 	}
-	ready = true
+	ready.Store(true)
 	if got := get("/readyz"); got != http.StatusOK {
 		t.Fatalf("/readyz when ready = %d", got)
 	}
