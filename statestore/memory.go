@@ -123,7 +123,9 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	if max := m.opts.MaxEvents; max > 0 && len(s.events) > max {
 		drop := len(s.events) - max
 		s.rec.TrimmedSeq += uint64(drop)
-		s.events = append([]*acpv2.SessionEvent(nil), s.events[drop:]...)
+		// Reslice: append reallocates (copying only the kept events) once
+		// the array is full, so a full session is not copied per append.
+		s.events = s.events[drop:]
 	}
 	for _, tc := range changed {
 		if i, ok := s.calls[tc.GetToolCallId()]; ok {
@@ -140,17 +142,6 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	return nil
 }
 
-// CheckSeqs verifies that events continue a log whose last seq is last,
-// for stores to call before they append.
-func CheckSeqs(last uint64, events []*acpv2.SessionEvent) error {
-	for i, e := range events {
-		if want := last + uint64(i) + 1; e.GetSeq() != want {
-			return fmt.Errorf("%w: got seq %d, want %d", ErrSeqConflict, e.GetSeq(), want)
-		}
-	}
-	return nil
-}
-
 // Events implements Store.
 func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
 	m.mu.RLock()
@@ -160,7 +151,7 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) (
 		return nil, err
 	}
 	if after < s.rec.TrimmedSeq {
-		return nil, fmt.Errorf("%w: session %s keeps events after seq %d, asked after %d", ErrTrimmed, id, s.rec.TrimmedSeq, after)
+		return nil, TrimmedError(id, s.rec.TrimmedSeq, after)
 	}
 	// Kept seqs are dense, so seq n sits at index n-TrimmedSeq-1.
 	skip := after - s.rec.TrimmedSeq

@@ -11,6 +11,7 @@ package statestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -125,4 +126,21 @@ type Leaser interface {
 	ReleaseLease(ctx context.Context, id, holder string) error
 	// LeaseHolder returns the holder of id's live lease, or "" when none is.
 	LeaseHolder(ctx context.Context, id string) (string, error)
+}
+
+// CheckSeqs verifies that events continue a log whose last seq is last,
+// for stores to call before they append.
+func CheckSeqs(last uint64, events []*acpv2.SessionEvent) error {
+	for i, e := range events {
+		if want := last + uint64(i) + 1; e.GetSeq() != want {
+			return fmt.Errorf("%w: got seq %d, want %d", ErrSeqConflict, e.GetSeq(), want)
+		}
+	}
+	return nil
+}
+
+// TrimmedError is the ErrTrimmed of a read after seq after from session id,
+// whose events up to trimmed were dropped.
+func TrimmedError(id string, trimmed, after uint64) error {
+	return fmt.Errorf("%w: session %s keeps events after seq %d, asked after %d", ErrTrimmed, id, trimmed, after)
 }

@@ -84,6 +84,7 @@ type serveConfig struct {
 	listen            string
 	agents            map[string][]string
 	store             string
+	storeShown        string // store with any password hidden
 	corsOrigins       listFlag
 	heartbeat         time.Duration
 	permissionTimeout time.Duration
@@ -180,9 +181,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		}
 		cfg.agents["demo"] = []string{self, "demo-agent"}
 	}
-	if err := checkStoreURL(cfg.store); err != nil {
-		return nil, fmt.Errorf("--store %q: %v", cfg.store, err)
+	shown, err := checkStoreURL(cfg.store)
+	if err != nil {
+		return nil, fmt.Errorf("--store: %v", err)
 	}
+	cfg.storeShown = shown
 	if cfg.maxEvents < 0 || cfg.maxEnded < 0 {
 		return nil, errors.New("--max-events and --max-ended-sessions must not be negative")
 	}
@@ -230,7 +233,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	svc := service.New(mgr, service.WithHeartbeat(cfg.heartbeat))
 	srv := server.New(svc, server.Options{CORSOrigins: cfg.corsOrigins})
-	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", redactURL(cfg.store), "replica", advertise)
+	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	select {

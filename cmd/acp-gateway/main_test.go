@@ -37,6 +37,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"agent twice", []string{"serve", "--agent", "x=a", "--agent", "x=b"}, "given twice"},
 		{"unsupported store", []string{"serve", "--store", "etcd://x"}, "--store"},
 		{"bolt without path", []string{"serve", "--store", "bolt:"}, "file path"},
+		{"bad redis db", []string{"serve", "--store", "redis://127.0.0.1:6379/abc"}, "--store"},
 		{"negative retention", []string{"serve", "--max-events", "-1"}, "--max-events"},
 		{"short lease", []string{"serve", "--lease-ttl", "1ms"}, "--lease-ttl"},
 		{"stray argument", []string{"serve", "extra"}, "no arguments"},
@@ -162,4 +163,17 @@ func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-ch
 	}
 	go io.Copy(io.Discard, pr)
 	return line.Addr, exited
+}
+
+func TestBadRedisURLNeverShowsItsPassword(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{"redis://u:s3cret@h:6379/%zz", "redis://u:s3cret@h:6379/abc"} {
+		var stderr bytes.Buffer
+		if code := run(context.Background(), []string{"serve", "--store", url}, io.Discard, &stderr); code != exitUsage {
+			t.Fatalf("%s: exit %d, want %d", url, code, exitUsage)
+		}
+		if strings.Contains(stderr.String(), "s3cret") || !strings.Contains(stderr.String(), "--store") {
+			t.Fatalf("%s: stderr %q shows the password or does not name --store", url, stderr.String())
+		}
+	}
 }

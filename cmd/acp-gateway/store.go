@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,23 +27,22 @@ func defaultBoltPath() string {
 	return filepath.Join(dir, "acp-gateway", "sessions.db")
 }
 
-// checkStoreURL reports what is wrong with a --store value.
-func checkStoreURL(raw string) error {
+// checkStoreURL reports what is wrong with a --store value, and returns
+// the value as it may be shown (a Redis password hidden).
+func checkStoreURL(raw string) (string, error) {
 	switch {
 	case raw == "memory:":
-		return nil
+		return raw, nil
 	case strings.HasPrefix(raw, "bolt:"):
 		if strings.TrimPrefix(raw, "bolt:") == "" {
-			return errors.New("bolt: needs a file path, as in bolt:/var/lib/acp-gateway/sessions.db")
+			return "", errors.New("bolt: needs a file path, as in bolt:/var/lib/acp-gateway/sessions.db")
 		}
-		return nil
+		return raw, nil
 	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
-		if _, err := url.Parse(raw); err != nil {
-			return err
-		}
-		return nil
+		shown, _, err := redisstore.ParseURL(raw)
+		return shown, err
 	}
-	return errors.New("want memory:, bolt:PATH or redis://HOST:PORT/DB")
+	return "", errors.New("want memory:, bolt:PATH or redis://HOST:PORT/DB")
 }
 
 // openStore opens the store a checked --store value names.
@@ -57,12 +55,4 @@ func openStore(ctx context.Context, raw string, opts statestore.Options) (states
 	default:
 		return redisstore.Open(ctx, raw, redisstore.Options{Options: opts})
 	}
-}
-
-// redactURL hides a password in a store URL, for logs.
-func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return raw
 }

@@ -512,7 +512,7 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 			return err
 		}
 		if after < r.TrimmedSeq {
-			return fmt.Errorf("%w: session %s keeps events after seq %d, asked after %d", statestore.ErrTrimmed, id, r.TrimmedSeq, after)
+			return statestore.TrimmedError(id, r.TrimmedSeq, after)
 		}
 		b, err := logOf(tx, id, bucketEvents)
 		if err != nil {

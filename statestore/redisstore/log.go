@@ -75,7 +75,7 @@ func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) 
 		strconv.FormatUint(after, 10), "("+streamID(after), max(limit, 0))
 	if err != nil {
 		if errors.Is(err, errTrimmed) {
-			err = fmt.Errorf("%w: session %s keeps events after seq %d, asked after %d", statestore.ErrTrimmed, id, trimmed, after)
+			err = statestore.TrimmedError(id, trimmed, after)
 		}
 		return nil, err
 	}

@@ -92,13 +92,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 
 // open is Open with a hook that adjusts the client options, for tests.
 func open(ctx context.Context, rawURL string, opts Options, tweak func(*redis.Options)) (*Store, error) {
-	shown, err := checkURL(rawURL)
+	shown, ro, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
-	}
-	ro, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: bad Redis URL %s: %w", shown, err)
 	}
 	if ro.MaxRetries == 0 {
 		ro.MaxRetries = 16
@@ -149,22 +145,26 @@ func open(ctx context.Context, rawURL string, opts Options, tweak func(*redis.Op
 	return s, nil
 }
 
-// checkURL accepts redis:// and rediss:// URLs, and returns the URL as it
-// may be shown in messages, without its password.
-func checkURL(rawURL string) (string, error) {
+// ParseURL checks a redis:// or rediss:// URL as Open would, and returns it
+// with its password hidden (for messages and logs) and the client options
+// it names. Its errors never show the password.
+func ParseURL(rawURL string) (shown string, opts *redis.Options, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // ue names the URL, password and all
 		}
-		return "", fmt.Errorf("redisstore: bad Redis URL: %w", err)
+		return "", nil, fmt.Errorf("redisstore: bad Redis URL: %w", err)
 	}
-	shown := u.Redacted()
+	shown = u.Redacted()
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return "", fmt.Errorf("redisstore: Redis URL %s has scheme %q, want redis:// or rediss://", shown, u.Scheme)
+		return "", nil, fmt.Errorf("redisstore: Redis URL %s has scheme %q, want redis:// or rediss://", shown, u.Scheme)
 	}
-	return shown, nil
+	if opts, err = redis.ParseURL(rawURL); err != nil {
+		return "", nil, fmt.Errorf("redisstore: bad Redis URL %s: %w", shown, err)
+	}
+	return shown, opts, nil
 }
 
 // Close implements statestore.Store. It closes the store's connections;

@@ -405,8 +405,8 @@ func testDelete(t *testing.T, s statestore.Store) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, statestore.ErrNotFound) && err != nil {
-			t.Fatalf("WaitEvents on a deleted session: err = %v", err)
+		if !errors.Is(err, statestore.ErrNotFound) {
+			t.Fatalf("WaitEvents on a deleted session: err = %v, want ErrNotFound", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("WaitEvents not ended by the deletion")
@@ -532,15 +532,26 @@ func testLeases(t *testing.T, a, b statestore.Store) {
 	if h, err := lb.LeaseHolder(ctx, "s"); err != nil || h != "replica-a" {
 		t.Fatalf("holder = %q, %v, want replica-a", h, err)
 	}
-	// Renewing keeps it past the first ttl.
-	for i := 0; i < 3; i++ {
-		time.Sleep(ttl / 2)
-		if err := la.AcquireLease(ctx, "s", "replica-a", ttl); err != nil {
-			t.Fatalf("renew %d: %v", i, err)
-		}
+	// Renewing extends it: past the first ttl, another holder still
+	// cannot take it. (Without the extension the lease would have lapsed,
+	// and this acquire would succeed.)
+	const long = 2 * time.Second
+	if err := la.ReleaseLease(ctx, "s", "replica-a"); err != nil {
+		t.Fatal(err)
 	}
-	if h, _ := lb.LeaseHolder(ctx, "s"); h != "replica-a" {
-		t.Fatalf("holder after renewals = %q", h)
+	if err := la.AcquireLease(ctx, "s", "replica-a", long); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(long * 6 / 10)
+	if err := la.AcquireLease(ctx, "s", "replica-a", long); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	time.Sleep(long * 6 / 10)
+	if err := lb.AcquireLease(ctx, "s", "replica-b", ttl); !errors.Is(err, statestore.ErrLeaseHeld) {
+		t.Fatalf("acquire past the first ttl of a renewed lease: err = %v, want ErrLeaseHeld", err)
+	}
+	if err := la.AcquireLease(ctx, "s", "replica-a", ttl); err != nil {
+		t.Fatal(err)
 	}
 	// Releasing by someone else does nothing; by the holder frees it.
 	if err := lb.ReleaseLease(ctx, "s", "replica-b"); err != nil {
