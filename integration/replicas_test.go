@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,24 +26,30 @@ import (
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
 
-// binary is the acp-gateway binary TestMain builds.
-var binary string
-
-func TestMain(m *testing.M) {
+// buildBinary builds the acp-gateway binary once, when a test first needs
+// it (a benchmark-only run builds nothing).
+var buildBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "acp-gateway-integration")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return "", err
 	}
-	binary = filepath.Join(dir, "acp-gateway")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/acp-gateway")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building acp-gateway:", err)
-		os.Exit(1)
+	buildDir = dir
+	bin := filepath.Join(dir, "acp-gateway")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/acp-gateway").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building acp-gateway: %v\n%s", err, out)
 	}
+	return bin, nil
+})
+
+// buildDir holds the binary once built; TestMain removes it.
+var buildDir string
+
+func TestMain(m *testing.M) {
 	code := m.Run()
-	os.RemoveAll(dir)
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
 	os.Exit(code)
 }
 
@@ -74,6 +81,10 @@ type replica struct {
 // startReplica runs `acp-gateway serve` on a loopback port.
 func startReplica(t *testing.T, name string, args ...string) *replica {
 	t.Helper()
+	binary, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
@@ -242,7 +253,7 @@ func TestTwoReplicasOnOneRedis(t *testing.T) {
 	// A dies. B keeps serving the session's state, and the watch on B
 	// goes on without a gap: first the agent's loss, once A's lease lapses.
 	a.kill()
-	if sb := snapshot(t, b, id); !proto.Equal(sb.GetToolCalls()[0], sa.GetToolCalls()[0]) {
+	if sb := snapshot(t, b, id); !slices.EqualFunc(sb.GetToolCalls(), sa.GetToolCalls(), func(x, y *acpv2.ToolCall) bool { return proto.Equal(x, y) }) {
 		t.Fatal("B's snapshot changed when A died")
 	}
 	lost := w.next(t, 1)[0]

@@ -26,8 +26,10 @@ func openBolt(t *testing.T, path string, opts statestore.Options) statestore.Sto
 	return st
 }
 
-func eventsEqual(a, b []*acpv2.SessionEvent) bool {
-	return slices.EqualFunc(a, b, func(x, y *acpv2.SessionEvent) bool { return proto.Equal(x, y) })
+func eventsEqual(a, b []*acpv2.SessionEvent) bool { return slices.EqualFunc(a, b, eventEqual) }
+
+func toolCallsEqual(a, b []*acpv2.ToolCall) bool {
+	return slices.EqualFunc(a, b, func(x, y *acpv2.ToolCall) bool { return proto.Equal(x, y) })
 }
 
 func TestSessionsSurviveAGatewayRestart(t *testing.T) {
@@ -62,7 +64,7 @@ func TestSessionsSurviveAGatewayRestart(t *testing.T) {
 	if after.GetState() != "agent_lost" {
 		t.Fatalf("state after the restart %q, want agent_lost", after.GetState())
 	}
-	if !slices.EqualFunc(after.GetToolCalls(), before.GetToolCalls(), func(x, y *acpv2.ToolCall) bool { return proto.Equal(x, y) }) {
+	if !toolCallsEqual(after.GetToolCalls(), before.GetToolCalls()) {
 		t.Fatalf("tool calls after the restart differ:\n%v\n%v", after.GetToolCalls(), before.GetToolCalls())
 	}
 	// The log replays as it was, followed by the loss of the agent.
@@ -127,7 +129,7 @@ func TestWatchFromTrimmedSeqStartsWithSnapshot(t *testing.T) {
 		if snap == nil || got[0].GetSeq() != last || snap.GetLastSeq() != last {
 			t.Fatalf("Watch(after %d) starts with %v, want a snapshot as of seq %d", after, got[0], last)
 		}
-		if !slices.EqualFunc(snap.GetToolCalls(), snapshot(t, g, id).GetToolCalls(), func(x, y *acpv2.ToolCall) bool { return proto.Equal(x, y) }) {
+		if !toolCallsEqual(snap.GetToolCalls(), snapshot(t, g, id).GetToolCalls()) {
 			t.Fatalf("the snapshot's tool calls differ from GetSession's")
 		}
 	}

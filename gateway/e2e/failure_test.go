@@ -268,15 +268,7 @@ func TestCloseKillsTheAgentsProcessGroup(t *testing.T) {
 	g := startGateway(t, gatewayOpts{agents: map[string][]string{"sh": cmd}})
 	before := childProcesses()
 	id := g.create(t, "sh")
-	var agentPid int
-	for _, pid := range childProcesses() {
-		if !containsInt(before, pid) {
-			agentPid = pid
-		}
-	}
-	if agentPid == 0 {
-		t.Fatal("no agent process found")
-	}
+	agentPid := newChild(t, before)
 	turn(t, g.connect, id, nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -361,14 +353,6 @@ func TestCloseDuringATurnEndsItsStream(t *testing.T) {
 	}
 }
 
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
 
 // TestAgentsThatEndByThemselvesLeakNothing is not parallel: it counts this
 // process's file descriptors.

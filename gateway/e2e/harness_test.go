@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +109,19 @@ func childProcesses() []int {
 
 // processGroupAlive reports whether a living process is in group pgid.
 // Zombies left for this machine's init to reap do not count.
+// newChild returns the child process of this test process that was not
+// among before; the test fails when there is none.
+func newChild(t *testing.T, before []int) int {
+	t.Helper()
+	for _, p := range childProcesses() {
+		if !slices.Contains(before, p) {
+			return p
+		}
+	}
+	t.Fatal("no new child process found")
+	return 0
+}
+
 func processGroupAlive(pgid int) bool {
 	for _, p := range processes() {
 		if p.pgrp == pgid && !p.zombie {

@@ -36,17 +36,13 @@ func TestAuthenticationMethodFromTheSessionRequest(t *testing.T) {
 // TestIdleAgentIsEnded is not parallel: it identifies the agent among this
 // process's children.
 func TestIdleAgentIsEnded(t *testing.T) {
-	g := startGateway(t, gatewayOpts{idleTimeout: 300 * time.Millisecond, agents: map[string][]string{
+	// Long enough that the prompt right after the creation finds the agent.
+	g := startGateway(t, gatewayOpts{idleTimeout: time.Second, agents: map[string][]string{
 		"v1": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{v1Turn}}),
 	}})
 	before := childProcesses()
 	id := g.create(t, "v1")
-	var pid int
-	for _, p := range childProcesses() {
-		if !containsInt(before, p) {
-			pid = p
-		}
-	}
+	pid := newChild(t, before)
 	turn(t, g.connect, id, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for processGroupAlive(pid) && time.Now().Before(deadline) {
