@@ -353,7 +353,6 @@ func TestCloseDuringATurnEndsItsStream(t *testing.T) {
 	}
 }
 
-
 // TestAgentsThatEndByThemselvesLeakNothing is not parallel: it counts this
 // process's file descriptors.
 func TestAgentsThatEndByThemselvesLeakNothing(t *testing.T) {
