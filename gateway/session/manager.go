@@ -110,7 +110,9 @@ type Manager struct {
 	wg       sync.WaitGroup
 	stop     chan struct{}
 	stopOnce sync.Once
-	upkeep   sync.WaitGroup
+	// restoring serialises restoring sessions from the store.
+	restoring sync.Mutex
+	upkeep    sync.WaitGroup
 }
 
 // NewManager returns a Manager.
@@ -235,10 +237,14 @@ func (m *Manager) discard(id string) {
 // *RemoteError naming that replica.
 func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 	if s := m.local(id); s != nil {
-		if s.rec.Owner != user {
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-		}
-		return s, nil
+		return owned(s, user)
+	}
+	// One restore at a time, so two requests cannot both mark the same
+	// session lost (the second would fail on its seq).
+	m.restoring.Lock()
+	defer m.restoring.Unlock()
+	if s := m.local(id); s != nil {
+		return owned(s, user) // restored meanwhile
 	}
 	rec, err := m.record(ctx, user, id)
 	if err != nil {
@@ -278,10 +284,15 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 	if m.closed {
 		return nil, ErrShutdown
 	}
-	if prev := m.sessions[id]; prev != nil {
-		return prev, nil // restored by a concurrent request
-	}
 	m.sessions[id] = s
+	return s, nil
+}
+
+// owned returns s when user owns it; another user's session is not found.
+func owned(s *Session, user string) (*Session, error) {
+	if s.rec.Owner != user {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, s.rec.ID)
+	}
 	return s, nil
 }
 

@@ -81,8 +81,8 @@ func (m *Manager) restore(ctx context.Context, rec *statestore.Session) (*Sessio
 // gateway's session or from the store.
 func (m *Manager) Snapshot(ctx context.Context, user, id string) (*acpv2.SessionSnapshot, error) {
 	if s := m.local(id); s != nil {
-		if s.rec.Owner != user {
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		if _, err := owned(s, user); err != nil {
+			return nil, err
 		}
 		return s.Snapshot(), nil
 	}
@@ -139,8 +139,8 @@ type Stream interface {
 // does), so a watcher keeps its stream when that replica dies.
 func (m *Manager) Watch(ctx context.Context, user, id string, afterSeq uint64) (Stream, error) {
 	if s := m.local(id); s != nil {
-		if s.rec.Owner != user {
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		if _, err := owned(s, user); err != nil {
+			return nil, err
 		}
 		return s.Watch(afterSeq), nil
 	}

@@ -89,3 +89,40 @@ func leaseOf(st *sharedMemory, id string) string {
 	h, _ := st.LeaseHolder(context.Background(), id)
 	return h
 }
+
+// slowStore widens the window between reading a session and acting on it.
+type slowStore struct{ *statestore.Memory }
+
+func (s slowStore) GetSession(ctx context.Context, id string) (*statestore.Session, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.Memory.GetSession(ctx, id)
+}
+
+func TestConcurrentRequestsRestoreASessionOnce(t *testing.T) {
+	st := slowStore{statestore.NewMemory(statestore.Options{})}
+	ctx := context.Background()
+	// What a crashed gateway leaves: a session recorded ready.
+	rec := &statestore.Session{ID: "s1", Agent: "x", Cwd: "/", State: statestore.StateReady, CreatedAt: time.Now()}
+	if err := st.CreateSession(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Options{Store: st, IdleTimeout: -1})
+	defer m.Close()
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := m.Get(ctx, "", "s1")
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent Get of a session to restore: %v", err)
+		}
+	}
+	events, err := st.Events(ctx, "s1", 0, 0)
+	if err != nil || len(events) != 1 || events[0].GetStateChanged().GetState() != "agent_lost" {
+		t.Fatalf("log after the restore = %v, %v; want one agent_lost event", events, err)
+	}
+}
