@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/kballard/go-shellquote"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
@@ -94,6 +96,8 @@ type serveConfig struct {
 	maxEnded          int
 	advertise         string
 	leaseTTL          time.Duration
+	metricsListen     string
+	sessionSeries     int
 }
 
 // listFlag collects a repeatable string flag.
@@ -142,6 +146,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxEnded, "max-ended-sessions", 1000, "closed sessions kept in the store; the oldest are deleted (0: keep all)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "base URL other replicas reach this one at, for a shared store (default http://LISTEN when it names a host)")
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", session.DefaultLeaseTTL, "with a shared store: how long a dead replica keeps its sessions")
+	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "also serve GET /metrics on this address (it is always on --listen)")
+	fs.IntVar(&cfg.sessionSeries, "session-metrics-max", metrics.DefaultMaxSessionSeries, "sessions that get per-session metric series at once; more are counted in the aggregates only (0: no per-session series)")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", service.DefaultHeartbeat, "interval of heartbeats on idle server streams")
 	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
@@ -189,6 +195,14 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.maxEvents < 0 || cfg.maxEnded < 0 {
 		return nil, errors.New("--max-events and --max-ended-sessions must not be negative")
 	}
+	if cfg.metricsListen != "" {
+		if _, _, err := net.SplitHostPort(cfg.metricsListen); err != nil {
+			return nil, fmt.Errorf("--metrics-listen %q: %v", cfg.metricsListen, err)
+		}
+	}
+	if cfg.sessionSeries < 0 {
+		return nil, fmt.Errorf("--session-metrics-max must not be negative, got %d", cfg.sessionSeries)
+	}
 	if cfg.leaseTTL < 300*time.Millisecond {
 		return nil, fmt.Errorf("--lease-ttl must be at least 300ms, got %v", cfg.leaseTTL)
 	}
@@ -207,6 +221,11 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	defer l.Close()
 	log := slog.New(slog.NewJSONHandler(stdout, nil))
+	series := cfg.sessionSeries
+	if series == 0 {
+		series = -1 // off
+	}
+	met := metrics.New(metrics.Options{MaxSessionSeries: series})
 	store, err := openStore(ctx, cfg.store, statestore.Options{MaxEvents: cfg.maxEvents})
 	if err != nil {
 		return err
@@ -226,23 +245,52 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		MaxEndedSessions:  cfg.maxEnded,
 		Replica:           advertise,
 		LeaseTTL:          cfg.leaseTTL,
+		Metrics:           met,
 	})
 	defer mgr.Close()
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sessions from the store: %w", err)
 	}
-	svc := service.New(mgr, service.WithHeartbeat(cfg.heartbeat))
-	srv := server.New(svc, server.Options{CORSOrigins: cfg.corsOrigins})
+	svc := service.New(mgr, service.WithHeartbeat(cfg.heartbeat), service.WithMetrics(met))
+	srv := server.New(svc, server.Options{
+		CORSOrigins: cfg.corsOrigins,
+		Extra:       map[string]http.Handler{"GET /metrics": met.Handler()},
+	})
+	var metricsSrv *http.Server
+	var metricsL net.Listener
+	if cfg.metricsListen != "" {
+		if metricsL, err = net.Listen("tcp", cfg.metricsListen); err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", met.Handler())
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
 	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise)
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
+	if metricsSrv != nil {
+		log.Info("serving metrics", "addr", metricsL.Addr().String())
+		go func() {
+			if err := metricsSrv.Serve(metricsL); !errors.Is(err, http.ErrServerClosed) {
+				done <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+	}
+	var serveErr error
 	select {
-	case err := <-done:
-		return err
+	case serveErr = <-done:
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if metricsSrv != nil {
+		_ = metricsSrv.Shutdown(shutdownCtx)
+	}
+	if serveErr != nil {
+		_ = srv.Shutdown(shutdownCtx)
+		return serveErr
+	}
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return err
 	}

@@ -43,6 +43,8 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"stray argument", []string{"serve", "extra"}, "no arguments"},
 		{"wildcard cors", []string{"serve", "--cors-origin", "*"}, "wildcard"},
 		{"bad heartbeat", []string{"serve", "--heartbeat", "0s"}, "--heartbeat"},
+		{"bad metrics listen", []string{"serve", "--metrics-listen", "x"}, "--metrics-listen"},
+		{"negative session series", []string{"serve", "--session-metrics-max", "-2"}, "--session-metrics-max"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -175,5 +177,53 @@ func TestBadRedisURLNeverShowsItsPassword(t *testing.T) {
 		if strings.Contains(stderr.String(), "s3cret") || !strings.Contains(stderr.String(), "--store") {
 			t.Fatalf("%s: stderr %q shows the password or does not name --store", url, stderr.String())
 		}
+	}
+}
+
+func TestMetricsOnTheMainAndTheMetricsListener(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--store", "memory:"}, pw, io.Discard)
+		pw.Close()
+	}()
+	addrs := map[string]string{}
+	dec := json.NewDecoder(bufio.NewReader(pr))
+	for len(addrs) < 2 {
+		var line struct{ Msg, Addr string }
+		if err := dec.Decode(&line); err != nil {
+			t.Fatalf("log lines: %v (have %v)", err, addrs)
+		}
+		if line.Addr != "" {
+			addrs[line.Msg] = line.Addr
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	for _, addr := range []string{addrs["serving"], addrs["serving metrics"]} {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("acp_gateway_build_info")) {
+			t.Fatalf("GET %s/metrics: %s without acp_gateway_build_info", addr, resp.Status)
+		}
+	}
+	// The metrics listener serves nothing else.
+	resp, err := http.Get("http://" + addrs["serving metrics"] + "/acp.v2.SessionService/ListSessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("the metrics listener answered an RPC path with %s", resp.Status)
+	}
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Fatalf("serve exited %d", code)
 	}
 }

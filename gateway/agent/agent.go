@@ -75,6 +75,40 @@ type Config struct {
 	// MaxLine bounds one line of agent output; a longer line is a protocol
 	// error that ends the agent.
 	MaxLine int
+	// BytesIn and BytesOut, when set, count the bytes read from the
+	// agent's stdout and written to its stdin.
+	BytesIn, BytesOut Counter
+}
+
+// Counter counts bytes; a prometheus.Counter is one.
+type Counter interface{ Add(float64) }
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	c Counter
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.c.Add(float64(n))
+	}
+	return n, err
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	io.WriteCloser
+	c Counter
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.WriteCloser.Write(p)
+	if n > 0 {
+		c.c.Add(float64(n))
+	}
+	return n, err
 }
 
 // Agent is a running agent process.
@@ -94,6 +128,8 @@ type Agent struct {
 	waitErr error         // the process's exit, set before exited closes
 	done    chan struct{} // closed when the agent is gone: exited or disconnected
 	doneErr atomic.Pointer[error]
+	reason  string        // a word for why it ended, set before done closes
+	closing atomic.Bool   // Close was called: the gateway ended the agent
 
 	closeOnce sync.Once
 }
@@ -168,7 +204,15 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		close(a.exited)
 	}()
 
-	rw := &stdio{r: &lineLimiter{r: outR, max: cfg.MaxLine}, w: stdin}
+	var out io.Reader = outR
+	var in io.WriteCloser = stdin
+	if cfg.BytesIn != nil {
+		out = countingReader{out, cfg.BytesIn}
+	}
+	if cfg.BytesOut != nil {
+		in = countingWriter{in, cfg.BytesOut}
+	}
+	rw := &stdio{r: &lineLimiter{r: out, max: cfg.MaxLine}, w: in}
 	a.stream = &recordingStream{ObjectStream: jsonrpc2.NewPlainObjectStream(rw)}
 	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a},
 		jsonrpc2.SetLogger(discardLogger{}))
@@ -189,39 +233,76 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 // watch marks the agent done when its process exits or its stream breaks.
 func (a *Agent) watch() {
 	var err error
+	exited := func() {
+		var how string
+		how, a.reason = describeExit(a.waitErr)
+		err = fmt.Errorf("%w: %s", ErrExited, how)
+	}
 	select {
 	case <-a.exited:
-		err = fmt.Errorf("%w: %s", ErrExited, describeExit(a.waitErr))
+		exited()
 	case <-a.conn.DisconnectNotify():
 		if rerr := a.stream.err(); rerr != nil && !errors.Is(rerr, io.EOF) {
 			err = fmt.Errorf("%w: protocol error: %v", ErrExited, rerr)
+			a.reason = ReasonProtocolError
 		} else {
 			// Output closed: the process is exiting. Report its status.
 			select {
 			case <-a.exited:
-				err = fmt.Errorf("%w: %s", ErrExited, describeExit(a.waitErr))
+				exited()
 			case <-time.After(a.cfg.StopGrace):
 				err = fmt.Errorf("%w: closed its output", ErrExited)
+				a.reason = ReasonExited
 			}
 		}
+	}
+	if a.closing.Load() && a.reason != ReasonProtocolError {
+		a.reason = ReasonStopped
 	}
 	a.doneErr.Store(&err)
 	close(a.done)
 	a.cfg.Log.Info("agent ended", "reason", err.Error())
 }
 
-func describeExit(err error) string {
+// Reasons an agent ended, as [Agent.Reason] gives them.
+const (
+	// ReasonStopped: the gateway ended it (Close).
+	ReasonStopped = "stopped"
+	// ReasonExited: it exited with status 0, or closed its output, on its own.
+	ReasonExited = "exited"
+	// ReasonFailed: it exited with a non-zero status.
+	ReasonFailed = "failed"
+	// ReasonKilled: a signal the gateway did not send ended it.
+	ReasonKilled = "killed"
+	// ReasonProtocolError: its output broke the protocol (a line too long,
+	// a line that is not JSON).
+	ReasonProtocolError = "protocol_error"
+)
+
+// describeExit explains a process's exit, with the reason it counts as.
+func describeExit(err error) (string, string) {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by signal " + ws.Signal().String()
+			return "killed by signal " + ws.Signal().String(), ReasonKilled
 		}
-		return fmt.Sprintf("exited with status %d", ee.ExitCode())
+		return fmt.Sprintf("exited with status %d", ee.ExitCode()), ReasonFailed
 	}
 	if err != nil {
-		return err.Error()
+		return err.Error(), ReasonFailed
 	}
-	return "exited with status 0"
+	return "exited with status 0", ReasonExited
+}
+
+// Reason says in one word why the agent ended (one of the Reason
+// constants), or "" while it runs.
+func (a *Agent) Reason() string {
+	select {
+	case <-a.done:
+		return a.reason
+	default:
+		return ""
+	}
 }
 
 // Done is closed when the agent has ended: its process exited or its
@@ -435,7 +516,11 @@ func (a *Agent) Prompt(ctx context.Context, sessionID string, prompt []*acpv2.Co
 	var res struct {
 		StopReason string `json:"stopReason"`
 	}
-	if err := a.call(ctx, "session/prompt", map[string]any{"sessionId": sessionID, "prompt": blocks}, &res); err != nil {
+	params := map[string]any{"sessionId": sessionID, "prompt": blocks}
+	if meta := traceMeta(ctx); meta != nil {
+		params["_meta"] = meta
+	}
+	if err := a.call(ctx, "session/prompt", params, &res); err != nil {
 		return "", err
 	}
 	// Empty from an ACP v2 agent, which reports the stop reason in an idle
@@ -453,6 +538,7 @@ func (a *Agent) Cancel(ctx context.Context, sessionID string) error {
 // the process is reaped. Whatever else is left in the group is killed.
 func (a *Agent) Close() {
 	a.closeOnce.Do(func() {
+		a.closing.Store(true)
 		_ = a.conn.Close() // closes the agent's stdin
 		pgid := a.cmd.Process.Pid
 		select {

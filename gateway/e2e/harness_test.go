@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
@@ -142,9 +143,10 @@ func agentCommand(t testing.TB, s agentsim.Script) []string {
 }
 
 type gateway struct {
-	base string
-	mgr  *session.Manager
-	srv  *server.Server
+	base    string
+	mgr     *session.Manager
+	srv     *server.Server
+	metrics *metrics.Metrics
 	// clients by protocol and transport.
 	clients map[string]acpv2connect.SessionServiceClient
 	connect acpv2connect.SessionServiceClient
@@ -166,6 +168,9 @@ type gatewayOpts struct {
 	maxEnded int
 	// log receives the gateway's JSON logs; nil discards them.
 	log io.Writer
+	// sessionSeries caps the sessions with per-session metrics (0: the
+	// default cap, negative: none).
+	sessionSeries int
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -183,7 +188,9 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if o.store == nil {
 		o.store = statestore.NewMemory(statestore.Options{})
 	}
+	met := metrics.New(metrics.Options{MaxSessionSeries: o.sessionSeries})
 	mgr := session.NewManager(session.Options{
+		Metrics:           met,
 		Agents:            o.agents,
 		Env:               []string{"PATH=" + os.Getenv("PATH")},
 		Store:             o.store,
@@ -199,7 +206,8 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if err := mgr.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(service.New(mgr, service.WithHeartbeat(o.heartbeat)), server.Options{})
+	srv := server.New(service.New(mgr, service.WithHeartbeat(o.heartbeat), service.WithMetrics(met)),
+		server.Options{Extra: map[string]http.Handler{"GET /metrics": met.Handler()}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +220,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	h2c := new(http.Protocols)
 	h2c.SetUnencryptedHTTP2(true)
 	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
-	g := &gateway{base: base, mgr: mgr, srv: srv, clients: map[string]acpv2connect.SessionServiceClient{
+	g := &gateway{base: base, mgr: mgr, srv: srv, metrics: met, clients: map[string]acpv2connect.SessionServiceClient{
 		"connect+proto over HTTP/1.1": acpv2connect.NewSessionServiceClient(h1, base),
 		"connect+json over h2c":       acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
 		"grpc over h2c":               acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
@@ -35,6 +36,7 @@ type Service struct {
 	mgr       *session.Manager
 	heartbeat time.Duration
 	user      func(context.Context) string
+	metrics   *metrics.Metrics
 }
 
 var _ acpv2connect.SessionServiceHandler = (*Service)(nil)
@@ -45,6 +47,9 @@ type Option func(*Service)
 // WithHeartbeat sets the heartbeat interval of server streams.
 func WithHeartbeat(d time.Duration) Option { return func(s *Service) { s.heartbeat = d } }
 
+// WithMetrics records the streams' metrics in m.
+func WithMetrics(m *metrics.Metrics) Option { return func(s *Service) { s.metrics = m } }
+
 // WithUser sets how the calling user is found from a request's context.
 func WithUser(f func(context.Context) string) Option { return func(s *Service) { s.user = f } }
 
@@ -53,6 +58,9 @@ func New(mgr *session.Manager, opts ...Option) *Service {
 	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, user: func(context.Context) string { return "" }, fwd: newForwarder()}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.metrics == nil {
+		s.metrics = metrics.New(metrics.Options{MaxSessionSeries: -1})
 	}
 	return s
 }
@@ -168,7 +176,7 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 		return toConnect(err)
 	}
 	defer sub.Close()
-	return s.pump(ctx, sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
+	return s.pump(ctx, "Prompt", sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
 		if err := stream.Send(&acpv2.PromptResponse{Event: ev, Heartbeat: hb}); err != nil {
 			return false, err
 		}
@@ -186,7 +194,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 		return toConnect(err)
 	}
 	defer sub.Close()
-	err = s.pump(ctx, sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
+	err = s.pump(ctx, "Watch", sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
 		return false, stream.Send(&acpv2.WatchResponse{Event: ev, Heartbeat: hb})
 	})
 	if errors.Is(err, session.ErrClosed) {
@@ -200,7 +208,8 @@ type header interface{ Set(key, value string) }
 // pump sends sub's events through send, starting with a heartbeat and
 // then heartbeats while idle, until send says stop, the subscription ends or
 // the client goes.
-func (s *Service) pump(ctx context.Context, sub session.Stream, h header, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) error {
+func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h header, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) error {
+	defer s.metrics.StreamOpened(rpc)()
 	// Tell buffering proxies (nginx) to pass the stream through.
 	h.Set("X-Accel-Buffering", "no")
 	ctx, cancel := context.WithCancel(ctx)
@@ -235,6 +244,7 @@ func (s *Service) pump(ctx context.Context, sub session.Stream, h header, send f
 		case n := <-ch:
 			if n.err != nil {
 				if errors.Is(n.err, session.ErrLagging) {
+					s.metrics.CutOff(rpc)
 					return connect.NewError(connect.CodeAborted, fmt.Errorf(
 						"this stream fell too far behind and was cut off; resume with Watch afterSeq=%d", sub.LastSeq()))
 				}
@@ -245,8 +255,12 @@ func (s *Service) pump(ctx context.Context, sub session.Stream, h header, send f
 				return toConnect(n.err)
 			}
 			stop, err := send(n.ev, nil)
-			if err != nil || stop {
+			if err != nil {
 				return err
+			}
+			s.metrics.EventSent(rpc)
+			if stop {
+				return nil
 			}
 			tick.Reset(s.heartbeat)
 		case <-tick.C:

@@ -25,3 +25,12 @@ func eventOf(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 	ev.ProtoReflect().Set(target, protoreflect.ValueOfMessage(um.Get(fd).Message()))
 	return ev
 }
+
+// updateKind names u's update in snake case (tool_call_update,
+// agent_message_chunk, ...), for the metrics.
+func updateKind(u *acpv2.SessionUpdate) string {
+	if fd := u.ProtoReflect().WhichOneof(updateOneof); fd != nil {
+		return string(fd.Name())
+	}
+	return "unknown"
+}

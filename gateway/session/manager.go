@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
+	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -92,6 +93,9 @@ type Options struct {
 	// replica that dies loses its sessions this long after. Renewal runs
 	// every LeaseTTL/3.
 	LeaseTTL time.Duration
+	// Metrics records the sessions' metrics; nil means metrics nobody
+	// reads. The store is instrumented with it too.
+	Metrics *metrics.Metrics
 }
 
 // DefaultLeaseTTL is the lease TTL when Options.LeaseTTL is zero.
@@ -135,6 +139,10 @@ func NewManager(opts Options) *Manager {
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New(metrics.Options{MaxSessionSeries: -1})
+	}
+	opts.Store = opts.Metrics.InstrumentStore(opts.Store)
 	m := &Manager{opts: opts, sessions: map[string]*Session{}, stop: make(chan struct{})}
 	if l, ok := opts.Store.(statestore.Leaser); ok {
 		if opts.Replica == "" {
@@ -203,15 +211,14 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		m.discard(rec.ID)
 		return nil, ErrShutdown
 	}
-	m.sessions[rec.ID] = s
+	m.registerLocked(s)
 	m.mu.Unlock()
 	if err := s.attach(ctx, authMethod, false); err != nil {
-		m.mu.Lock()
-		delete(m.sessions, rec.ID)
-		m.mu.Unlock()
+		m.unregister(s)
 		m.discard(rec.ID)
 		return nil, err
 	}
+	s.met.Created()
 	return s, nil
 }
 
@@ -284,8 +291,31 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 	if m.closed {
 		return nil, ErrShutdown
 	}
-	m.sessions[id] = s
+	m.registerLocked(s)
 	return s, nil
+}
+
+// registerLocked adds s to the sessions this gateway runs, and starts its
+// metrics. m.mu must be held.
+func (m *Manager) registerLocked(s *Session) {
+	m.sessions[s.rec.ID] = s
+	s.met = m.opts.Metrics.StartSession(s.rec.ID, s.rec.Agent, false)
+	s.mu.Lock()
+	for _, tc := range s.tools.Snapshot() {
+		s.trackToolLocked(tc)
+	}
+	s.mu.Unlock()
+}
+
+// unregister removes s from the sessions this gateway runs, if it is
+// there, and ends its metrics.
+func (m *Manager) unregister(s *Session) {
+	m.mu.Lock()
+	if m.sessions[s.rec.ID] == s {
+		delete(m.sessions, s.rec.ID)
+	}
+	m.mu.Unlock()
+	s.met.End()
 }
 
 // owned returns s when user owns it; another user's session is not found.
@@ -351,6 +381,7 @@ func (m *Manager) Close() {
 }
 
 func (m *Manager) agentConfig(s *Session) agent.Config {
+	in, out := s.met.AgentIO()
 	return agent.Config{
 		Command:      s.command,
 		Dir:          s.rec.Cwd,
@@ -360,5 +391,7 @@ func (m *Manager) agentConfig(s *Session) agent.Config {
 		StartTimeout: m.opts.AgentStartTimeout,
 		StopGrace:    m.opts.AgentStopGrace,
 		MaxLine:      m.opts.MaxAgentLine,
+		BytesIn:      in,
+		BytesOut:     out,
 	}
 }

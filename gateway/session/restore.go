@@ -259,22 +259,14 @@ func (m *Manager) ended(s *Session) {
 	if m.leaser != nil {
 		m.forget(ctx, s)
 	} else {
-		m.mu.Lock()
-		if m.sessions[s.rec.ID] == s {
-			delete(m.sessions, s.rec.ID)
-		}
-		m.mu.Unlock()
+		m.unregister(s)
 	}
 	m.pruneEnded(ctx)
 }
 
 // forget drops a session this gateway no longer runs and its lease.
 func (m *Manager) forget(ctx context.Context, s *Session) {
-	m.mu.Lock()
-	if m.sessions[s.rec.ID] == s {
-		delete(m.sessions, s.rec.ID)
-	}
-	m.mu.Unlock()
+	m.unregister(s)
 	if err := m.leaser.ReleaseLease(ctx, s.rec.ID, m.opts.Replica); err != nil {
 		m.opts.Log.Warn("store: releasing a lease", "session", s.rec.ID, "error", err)
 	}
@@ -329,8 +321,8 @@ func (m *Manager) pruneEnded(ctx context.Context) {
 			m.opts.Log.Error("store: deleting an ended session", "session", r.ID, "error", err)
 			continue
 		}
-		m.mu.Lock()
-		delete(m.sessions, r.ID)
-		m.mu.Unlock()
+		if s := m.local(r.ID); s != nil {
+			m.unregister(s)
+		}
 	}
 }

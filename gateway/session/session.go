@@ -16,6 +16,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
+	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
@@ -53,25 +54,62 @@ type Session struct {
 	turn       bool
 	perms      map[string]*permission
 	idle       *time.Timer
+	// met records the session's metrics while this gateway runs it; nil
+	// otherwise.
+	met *metrics.Session
+	// toolSeen follows each tool call's status for the metrics.
+	toolSeen  map[string]*toolSeen
+	turnStart time.Time
 }
 
 type permission struct {
 	options  []*acpv2.PermissionOption
 	reply    chan *acpv2.PermissionOutcome
 	resolved bool
+	timedOut bool
+	asked    time.Time
 	timer    *time.Timer
+}
+
+// toolSeen is what the metrics follow of one tool call.
+type toolSeen struct {
+	first  time.Time
+	status string
+	done   bool
 }
 
 func newSession(m *Manager, rec *statestore.Session, command []string) *Session {
 	return &Session{
-		m:       m,
-		rec:     *rec,
-		command: command,
-		log:     m.opts.Log.With("session", rec.ID, "agent", rec.Agent, "user", rec.Owner),
-		state:   rec.State,
-		tools:   merge.New(),
-		subs:    map[*Subscription]struct{}{},
-		perms:   map[string]*permission{},
+		m:        m,
+		rec:      *rec,
+		command:  command,
+		log:      m.opts.Log.With("session", rec.ID, "agent", rec.Agent, "user", rec.Owner),
+		state:    rec.State,
+		tools:    merge.New(),
+		subs:     map[*Subscription]struct{}{},
+		perms:    map[string]*permission{},
+		toolSeen: map[string]*toolSeen{},
+	}
+}
+
+// trackToolLocked follows tc's status in the metrics: the per-session count
+// by status, and the tool call's duration once it completes or fails.
+// s.mu must be held.
+func (s *Session) trackToolLocked(tc *acpv2.ToolCall) {
+	t := s.toolSeen[tc.GetToolCallId()]
+	if t == nil {
+		t = &toolSeen{first: time.Now()}
+		s.toolSeen[tc.GetToolCallId()] = t
+	}
+	status := tc.GetStatus()
+	if status == "" {
+		status = "pending" // ACP's default
+	}
+	s.met.ToolStatus(t.status, status)
+	t.status = status
+	if !t.done && (status == "completed" || status == "failed") {
+		t.done = true
+		s.met.ToolCallFinished(tc.GetKind(), status, time.Since(t.first))
 	}
 }
 
@@ -84,13 +122,17 @@ func (s *Session) ID() string { return s.rec.ID }
 // whichever the agent offers, and fails with ErrCannotReattach when it
 // offers neither.
 func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) error {
+	started := time.Now()
 	a, err := agent.Start(ctx, s.m.agentConfig(s))
 	if err != nil {
+		s.met.AgentExited("start_failed")
 		s.setState(statestore.StateAgentLost, err.Error())
 		return fmt.Errorf("%w: %v", ErrAgentGone, err)
 	}
+	s.met.AgentStarted(time.Since(started))
 	fail := func(err error) error {
 		a.Close()
+		s.met.AgentExited(a.Reason())
 		s.setState(statestore.StateAgentLost, err.Error())
 		return err
 	}
@@ -147,6 +189,7 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	if s.state == statestore.StateClosed {
 		s.mu.Unlock()
 		a.Close()
+		s.met.AgentExited(a.Reason())
 		return ErrClosed
 	}
 	s.agent, s.agentSessionID, s.version, s.authMethod = a, agentSID, a.Version(), authMethod
@@ -224,6 +267,7 @@ func (s *Session) setStateLocked(state statestore.State, detail string) {
 func (s *Session) watchAgent(a *agent.Agent) {
 	defer s.m.wg.Done()
 	<-a.Done()
+	s.met.AgentExited(a.Reason())
 	s.mu.Lock()
 	s.agentLostLocked(a)
 	s.mu.Unlock()
@@ -281,6 +325,7 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 		return err
 	}
 	s.seq += uint64(len(events))
+	s.met.Events(len(events))
 	for sub := range s.subs {
 		sub.publish(events)
 	}
@@ -307,6 +352,7 @@ func (s *Session) SessionUpdate(_ string, raw json.RawMessage) {
 		close(s.turnIdle)
 		s.turnIdle = nil
 	}
+	s.met.Update(updateKind(u))
 	ev := eventOf(u)
 	events := []*acpv2.SessionEvent{ev}
 	var changed []*acpv2.ToolCall
@@ -321,6 +367,7 @@ func (s *Session) SessionUpdate(_ string, raw json.RawMessage) {
 		s.log.Warn("tool-call update not merged", "error", err)
 	}
 	if merged != nil {
+		s.trackToolLocked(merged)
 		changed = []*acpv2.ToolCall{merged}
 		events = append(events, &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}})
 	}
@@ -347,7 +394,7 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 			req.Preview = preview
 		}
 	}
-	p := &permission{options: req.GetOptions(), reply: make(chan *acpv2.PermissionOutcome, 1)}
+	p := &permission{options: req.GetOptions(), reply: make(chan *acpv2.PermissionOutcome, 1), asked: time.Now()}
 	s.perms[id] = p
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: req}}}, nil); err != nil {
 		delete(s.perms, id)
@@ -358,10 +405,27 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 		defer s.mu.Unlock()
 		if !p.resolved {
 			s.log.Info("permission request timed out", "request", id)
+			p.timedOut = true
 			s.resolveLocked(id, cancelled())
 		}
 	})
 	return p.reply, nil
+}
+
+// outcomeLabel names outcome for the metrics: the chosen option's kind,
+// cancelled or timed_out.
+func (p *permission) outcomeLabel(outcome *acpv2.PermissionOutcome) string {
+	if p.timedOut {
+		return "timed_out"
+	}
+	if id := outcome.GetSelectedOptionId(); id != "" {
+		for _, o := range p.options {
+			if o.GetOptionId() == id {
+				return o.GetKind()
+			}
+		}
+	}
+	return "cancelled"
 }
 
 // resolveLocked answers permission request id. s.mu must be held.
@@ -374,6 +438,7 @@ func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome) {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
+	s.met.PermissionAnswered(p.outcomeLabel(outcome), time.Since(p.asked))
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionResolved{
 		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome}}}}, nil)
 	p.reply <- outcome
@@ -428,7 +493,7 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 		s.unsubscribeLocked(sub, err)
 		return nil, err
 	}
-	s.turn = true
+	s.turn, s.turnStart = true, time.Now()
 	s.stopReason, s.turnIdle = "", make(chan struct{})
 	s.stopIdleLocked()
 	a, agentSID := s.agent, s.agentSessionID
@@ -471,7 +536,9 @@ func (s *Session) runTurn(a *agent.Agent, agentSID string, prompt []*acpv2.Conte
 	if err != nil {
 		ended = &acpv2.TurnEnded{Error: err.Error()}
 		s.log.Warn("turn failed", "error", err)
+		reason = "error"
 	}
+	s.met.TurnEnded(reason, time.Since(s.turnStart))
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: ended}}}, nil)
 	s.turn = false
 	s.touchLocked()
@@ -561,7 +628,10 @@ func (s *Session) evict() {
 }
 
 // shutdown ends the agent for a gateway shutdown.
-func (s *Session) shutdown() { s.release(ErrShutdown) }
+func (s *Session) shutdown() {
+	s.release(ErrShutdown)
+	s.met.End()
+}
 
 // release ends the agent, then the watchers' streams with err, so that
 // they get whatever the agent's end records first.

@@ -39,6 +39,7 @@ func (s *Session) subscribeLocked(afterSeq uint64) *Subscription {
 		ended:    make(chan struct{}),
 	}
 	s.subs[sub] = struct{}{}
+	s.met.Watchers(1)
 	return sub
 }
 
@@ -48,6 +49,7 @@ func (s *Session) unsubscribeLocked(sub *Subscription, err error) {
 		return
 	}
 	delete(s.subs, sub)
+	s.met.Watchers(-1)
 	sub.end(err)
 	s.touchLocked()
 }

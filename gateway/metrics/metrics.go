@@ -1,0 +1,238 @@
+// Package metrics defines the gateway's Prometheus metrics: aggregates by
+// agent, and per-session series labelled session_id that are removed when
+// the session ends, under a cap that keeps their cardinality bounded.
+//
+// Every name starts with acp_gateway_, counters end in _total, durations
+// are histograms in seconds and sizes are in bytes, as the Prometheus naming
+// conventions ask.
+package metrics
+
+import (
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultMaxSessionSeries is the number of sessions that get per-session
+// series when Options.MaxSessionSeries is zero. Each such session costs
+// about ten series; a thousand sessions keep a scrape near ten thousand
+// series, which one Prometheus handles comfortably per target.
+const DefaultMaxSessionSeries = 1000
+
+// Options configure Metrics.
+type Options struct {
+	// MaxSessionSeries caps the sessions that have per-session series at
+	// once. Sessions beyond it are counted in the aggregates only (and in
+	// acp_gateway_session_series_skipped_total). Zero means
+	// DefaultMaxSessionSeries; negative turns per-session series off.
+	MaxSessionSeries int
+}
+
+const namespace = "acp_gateway"
+
+// Buckets of the duration histograms, in seconds.
+var (
+	startBuckets      = prometheus.ExponentialBuckets(0.01, 2, 12)   // 10ms to 20s
+	turnBuckets       = prometheus.ExponentialBuckets(0.1, 2.5, 12)  // 100ms to 100min
+	toolCallBuckets   = prometheus.ExponentialBuckets(0.01, 3, 12)   // 10ms to 30min
+	permissionBuckets = prometheus.ExponentialBuckets(0.1, 2.5, 10)  // 100ms to 10min
+	storeBuckets      = prometheus.ExponentialBuckets(0.0001, 4, 10) // 100µs to 26s
+)
+
+// Metrics holds the gateway's collectors in their own registry.
+type Metrics struct {
+	reg *prometheus.Registry
+	max int
+
+	sessionsActive  *prometheus.GaugeVec
+	sessionsCreated *prometheus.CounterVec
+
+	agentStarts    *prometheus.CounterVec
+	agentExits     *prometheus.CounterVec
+	agentStartTime *prometheus.HistogramVec
+	agentBytesIn   *prometheus.CounterVec
+	agentBytesOut  *prometheus.CounterVec
+
+	turns        *prometheus.CounterVec
+	turnDuration *prometheus.HistogramVec
+	updates      *prometheus.CounterVec
+	toolCalls    *prometheus.CounterVec
+	toolDuration *prometheus.HistogramVec
+	permissions  *prometheus.CounterVec
+	permAnswer   *prometheus.HistogramVec
+
+	streams    *prometheus.GaugeVec
+	eventsSent *prometheus.CounterVec
+	cutOff     *prometheus.CounterVec
+
+	storeLatency *prometheus.HistogramVec
+	storeErrors  *prometheus.CounterVec
+
+	seriesSkipped prometheus.Counter
+	seriesActive  prometheus.Gauge
+
+	// Per-session series.
+	sUpdates  *prometheus.CounterVec
+	sEvents   *prometheus.CounterVec
+	sTools    *prometheus.GaugeVec
+	sWatchers *prometheus.GaugeVec
+	sActivity *prometheus.GaugeVec
+
+	mu     sync.Mutex
+	series int // sessions with per-session series now
+}
+
+// New returns Metrics registered in a new registry with the Go runtime and
+// process collectors and acp_gateway_build_info.
+func New(opts Options) *Metrics {
+	limit := opts.MaxSessionSeries
+	if limit == 0 {
+		limit = DefaultMaxSessionSeries
+	}
+	f := factory{prometheus.NewRegistry()}
+	agent := []string{"agent"}
+	session := []string{"session_id", "agent"}
+	m := &Metrics{
+		reg: f.reg,
+		max: limit,
+
+		sessionsActive: f.gauge("sessions_active",
+			"Sessions this gateway runs now (not closed), by agent.", agent),
+		sessionsCreated: f.counter("sessions_created_total",
+			"Sessions created on this gateway, by agent.", agent),
+
+		agentStarts: f.counter("agent_starts_total",
+			"Agent processes started and initialised, by agent.", agent),
+		agentExits: f.counter("agent_exits_total",
+			"Agent processes ended, by agent and reason: stopped (by the gateway: close, idle, shutdown), "+
+				"exited (status 0 on its own), failed (non-zero status), killed (by a signal not the gateway's), "+
+				"protocol_error (bad output), start_failed (never initialised).", []string{"agent", "reason"}),
+		agentStartTime: f.histogram("agent_start_duration_seconds",
+			"Time from spawning an agent to its answer to initialize.", agent, startBuckets),
+		agentBytesIn: f.counter("agent_received_bytes_total",
+			"Bytes read from agents' stdout.", agent),
+		agentBytesOut: f.counter("agent_sent_bytes_total",
+			"Bytes written to agents' stdin.", agent),
+
+		turns: f.counter("turns_total",
+			"Prompt turns ended, by agent and stop reason (error when the turn failed).", []string{"agent", "stop_reason"}),
+		turnDuration: f.histogram("turn_duration_seconds",
+			"Duration of prompt turns, from the prompt to the turn's end.", agent, turnBuckets),
+		updates: f.counter("updates_total",
+			"Session updates received from agents, by agent and update kind.", []string{"agent", "kind"}),
+		toolCalls: f.counter("tool_calls_total",
+			"Tool calls that reached a final status (completed or failed), by agent, tool kind and status.",
+			[]string{"agent", "kind", "status"}),
+		toolDuration: f.histogram("tool_call_duration_seconds",
+			"Time from a tool call's first update to its final status.", []string{"agent", "kind", "status"}, toolCallBuckets),
+		permissions: f.counter("permission_requests_total",
+			"Permission requests answered, by agent and outcome: the kind of the chosen option "+
+				"(allow_once, reject_always, ...), cancelled, or timed_out.", []string{"agent", "outcome"}),
+		permAnswer: f.histogram("permission_answer_duration_seconds",
+			"Time from a permission request to its answer.", agent, permissionBuckets),
+
+		streams: f.gauge("streams_connected",
+			"Server streams open now, by RPC (Prompt, Watch).", []string{"rpc"}),
+		eventsSent: f.counter("events_sent_total",
+			"Session events sent on server streams, by RPC.", []string{"rpc"}),
+		cutOff: f.counter("streams_cut_off_total",
+			"Server streams cut off because the client fell too far behind, by RPC.", []string{"rpc"}),
+
+		storeLatency: f.histogram("store_operation_duration_seconds",
+			"Latency of state store operations, by operation.", []string{"operation"}, storeBuckets),
+		storeErrors: f.counter("store_errors_total",
+			"State store operations that failed, by operation.", []string{"operation"}),
+
+		seriesSkipped: f.counter("session_series_skipped_total",
+			"Sessions that got no per-session series because the cap was reached or they are off.", nil).WithLabelValues(),
+		seriesActive: f.gauge("session_series_sessions",
+			"Sessions that have per-session series now.", nil).WithLabelValues(),
+
+		sUpdates: f.counter("session_updates_total",
+			"Session updates received from the agent, per session.", session),
+		sEvents: f.counter("session_events_total",
+			"Events recorded in the session's log, per session.", session),
+		sTools: f.gauge("session_tool_calls",
+			"Tool calls of the session, by current status.", append(session, "status")),
+		sWatchers: f.gauge("session_watchers",
+			"Streams following the session on this gateway.", session),
+		sActivity: f.gauge("session_last_activity_timestamp_seconds",
+			"When the session last recorded an event, in Unix seconds.", session),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(),
+	)
+	return m
+}
+
+// factory makes collectors and registers them.
+type factory struct{ reg *prometheus.Registry }
+
+func (f factory) counter(name, help string, labels []string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string, labels []string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) histogram(name, help string, labels []string, buckets []float64) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}
+
+// buildInfo is acp_gateway_build_info: 1, labelled with the module version,
+// VCS revision and Go version of the binary.
+func buildInfo() prometheus.Collector {
+	version, revision, goVersion := "unknown", "unknown", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version, goVersion = bi.Main.Version, bi.GoVersion
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info",
+		Help:        "Build of this gateway: always 1, labelled with version, revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	}, func() float64 { return 1 })
+}
+
+// Registry is the registry holding every collector.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the Prometheus text (or OpenMetrics) exposition.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// StreamOpened counts a server stream of rpc as connected; the returned
+// function counts it gone.
+func (m *Metrics) StreamOpened(rpc string) (closed func()) {
+	g := m.streams.WithLabelValues(rpc)
+	g.Inc()
+	return func() { g.Dec() }
+}
+
+// EventSent counts an event sent on a stream of rpc.
+func (m *Metrics) EventSent(rpc string) { m.eventsSent.WithLabelValues(rpc).Inc() }
+
+// CutOff counts a stream of rpc cut off for lagging.
+func (m *Metrics) CutOff(rpc string) { m.cutOff.WithLabelValues(rpc).Inc() }
+
+// Since is time.Since in seconds.
+func since(t time.Time) float64 { return time.Since(t).Seconds() }
