@@ -128,8 +128,8 @@ type Agent struct {
 	waitErr error         // the process's exit, set before exited closes
 	done    chan struct{} // closed when the agent is gone: exited or disconnected
 	doneErr atomic.Pointer[error]
-	reason  string        // a word for why it ended, set before done closes
-	closing atomic.Bool   // Close was called: the gateway ended the agent
+	reason  string      // a word for why it ended, set before done closes
+	closing atomic.Bool // Close was called: the gateway ended the agent
 
 	closeOnce sync.Once
 }
