@@ -1,0 +1,81 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+)
+
+// NewInterceptor returns a connect.Interceptor that authenticates every unary
+// and streaming handler call with a, and calls the handler with the user in
+// its context (see [User]).
+//
+// A failure is answered with connect.CodeUnauthenticated, the error's message
+// (a wraps [ErrUnauthenticated]) or a generic one (anything else, whose text is
+// not known to be safe), and a `WWW-Authenticate: Bearer` header. The
+// interceptor does nothing on the client side.
+func NewInterceptor(a Authenticator) connect.Interceptor {
+	return &interceptor{auth: a}
+}
+
+type interceptor struct {
+	auth Authenticator
+}
+
+// authenticate returns ctx carrying the user h authenticates, or the
+// connect.Error to answer with. On failure it sets the WWW-Authenticate
+// challenge in response, the response headers, or when that is nil in the
+// error's metadata. (Response headers work for every protocol; gRPC sends an
+// error's metadata as trailers, where net/http drops WWW-Authenticate.)
+func (i *interceptor) authenticate(ctx context.Context, h, response http.Header) (context.Context, *connect.Error) {
+	user, err := i.auth.Authenticate(ctx, h)
+	if err == nil && user != "" {
+		return WithUser(ctx, user), nil
+	}
+	msg := "unauthenticated"
+	if err != nil && errors.Is(err, ErrUnauthenticated) {
+		msg = err.Error()
+	}
+	cerr := connect.NewError(connect.CodeUnauthenticated, errors.New(msg))
+	if response == nil {
+		response = cerr.Meta()
+	}
+	response.Set("WWW-Authenticate", "Bearer")
+	return nil, cerr
+}
+
+// WrapUnary implements connect.Interceptor.
+func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		var response http.Header
+		if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+			response = info.ResponseHeader()
+		}
+		ctx, cerr := i.authenticate(ctx, req.Header(), response)
+		if cerr != nil {
+			return nil, cerr
+		}
+		return next(ctx, req)
+	}
+}
+
+// WrapStreamingClient implements connect.Interceptor; it is a pass-through.
+func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler implements connect.Interceptor.
+func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, cerr := i.authenticate(ctx, conn.RequestHeader(), conn.ResponseHeader())
+		if cerr != nil {
+			return cerr
+		}
+		return next(ctx, conn)
+	}
+}

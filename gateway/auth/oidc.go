@@ -1,0 +1,202 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+// DefaultUserClaim is the claim that names the user when
+// OIDCConfig.UserClaim is empty.
+const DefaultUserClaim = "sub"
+
+// signingAlgs are the JWS algorithms accepted with a JWKS file or URL: the
+// asymmetric ones. "none" and the HMAC algorithms (HS256...) are never
+// accepted, so a public key cannot be misused as an HMAC secret.
+var signingAlgs = []jose.SignatureAlgorithm{
+	jose.RS256, jose.RS384, jose.RS512,
+	jose.PS256, jose.PS384, jose.PS512,
+	jose.ES256, jose.ES384, jose.ES512,
+	jose.EdDSA,
+}
+
+// OIDCConfig configures an OIDC authenticator.
+type OIDCConfig struct {
+	// Issuer is required; it must equal the token's iss claim.
+	Issuer string
+	// Audience, when non-empty, must be one of the token's aud values. When
+	// empty, a token for any audience of Issuer is accepted.
+	Audience string
+	// JWKSFile is a local JSON Web Key Set file holding the issuer's public
+	// keys. It is read once, by NewOIDC.
+	JWKSFile string
+	// JWKSURL is the address of the issuer's JSON Web Key Set. When both
+	// JWKSFile and JWKSURL are empty, it is found by OpenID Connect discovery
+	// from Issuer + "/.well-known/openid-configuration".
+	JWKSURL string
+	// UserClaim names the claim that holds the user, DefaultUserClaim when
+	// empty. It must be a non-empty string in every accepted token.
+	UserClaim string
+}
+
+// OIDC authenticates bearer JWTs signed by an OpenID Connect issuer. The
+// token's signature, iss, aud (when configured), exp and nbf are checked.
+// OIDC is safe for concurrent use.
+type OIDC struct {
+	verifier  *oidc.IDTokenVerifier
+	userClaim string
+}
+
+// NewOIDC returns an OIDC authenticator for cfg. It reads cfg.JWKSFile, or
+// with neither a file nor a URL performs discovery over the network. ctx
+// bounds discovery, and its values (such as an HTTP client set with
+// oidc.ClientContext) are used for later key fetches; its cancellation is not.
+func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
+	if cfg.Issuer == "" {
+		return nil, errors.New("oidc: issuer is required")
+	}
+	if cfg.JWKSFile != "" && cfg.JWKSURL != "" {
+		return nil, errors.New("oidc: give a JWKS file or a JWKS URL, not both")
+	}
+	vcfg := &oidc.Config{
+		ClientID:          cfg.Audience,
+		SkipClientIDCheck: cfg.Audience == "",
+	}
+	for _, alg := range signingAlgs {
+		vcfg.SupportedSigningAlgs = append(vcfg.SupportedSigningAlgs, string(alg))
+	}
+	var verifier *oidc.IDTokenVerifier
+	switch {
+	case cfg.JWKSFile != "":
+		keys, err := readJWKS(cfg.JWKSFile)
+		if err != nil {
+			return nil, err
+		}
+		verifier = oidc.NewVerifier(cfg.Issuer, keys, vcfg)
+	case cfg.JWKSURL != "":
+		verifier = oidc.NewVerifier(cfg.Issuer, oidc.NewRemoteKeySet(ctx, cfg.JWKSURL), vcfg)
+	default:
+		provider, err := oidc.NewProvider(ctx, cfg.Issuer)
+		if err != nil {
+			return nil, fmt.Errorf("oidc: discovery for issuer %q: %w", cfg.Issuer, err)
+		}
+		// The provider's advertised algorithms, less "none" and HS*.
+		vcfg.SupportedSigningAlgs = nil
+		verifier = provider.VerifierContext(ctx, vcfg)
+	}
+	claim := cfg.UserClaim
+	if claim == "" {
+		claim = DefaultUserClaim
+	}
+	return &OIDC{verifier: verifier, userClaim: claim}, nil
+}
+
+// Authenticate implements Authenticator for `Authorization: Bearer JWT`.
+func (o *OIDC) Authenticate(ctx context.Context, h http.Header) (string, error) {
+	raw, ok := BearerToken(h)
+	if !ok {
+		return "", errNoToken
+	}
+	if !isJWT(raw) {
+		return "", &authError{msg: "bearer token is not a JWT", other: true}
+	}
+	tok, err := o.verifier.Verify(ctx, raw)
+	if err != nil {
+		if _, expired := errors.AsType[*oidc.TokenExpiredError](err); expired {
+			return "", unauthenticated("token expired", err)
+		}
+		return "", unauthenticated("invalid token", err)
+	}
+	var claims map[string]json.RawMessage
+	if err := tok.Claims(&claims); err != nil {
+		return "", unauthenticated("invalid token", err)
+	}
+	var user string
+	if rawUser, ok := claims[o.userClaim]; !ok {
+		err = fmt.Errorf("oidc: no %q claim", o.userClaim)
+	} else if json.Unmarshal(rawUser, &user) != nil {
+		err = fmt.Errorf("oidc: %q claim is not a string", o.userClaim)
+	} else if user == "" {
+		err = fmt.Errorf("oidc: %q claim is empty", o.userClaim)
+	}
+	if err != nil {
+		return "", unauthenticated("token does not name a user", err)
+	}
+	return user, nil
+}
+
+// readJWKS reads a JSON Web Key Set file of public signing keys.
+func readJWKS(path string) (*jwks, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("oidc: JWKS file: %w", err)
+	}
+	var set jose.JSONWebKeySet
+	if err := json.Unmarshal(data, &set); err != nil {
+		return nil, fmt.Errorf("oidc: JWKS file %s: %w", path, err)
+	}
+	keys := &jwks{}
+	for i, k := range set.Keys {
+		if _, symmetric := k.Key.([]byte); symmetric {
+			return nil, fmt.Errorf("oidc: JWKS file %s: key %d (kid %q) is symmetric; only public keys are accepted", path, i, k.KeyID)
+		}
+		if !k.Valid() {
+			return nil, fmt.Errorf("oidc: JWKS file %s: key %d (kid %q) is not valid", path, i, k.KeyID)
+		}
+		if k.Use == "enc" {
+			continue
+		}
+		// Only the public half of a private key is kept.
+		pub := k.Public()
+		if pub.Key == nil {
+			return nil, fmt.Errorf("oidc: JWKS file %s: key %d (kid %q) has no usable public key", path, i, k.KeyID)
+		}
+		keys.keys = append(keys.keys, pub)
+	}
+	if len(keys.keys) == 0 {
+		return nil, fmt.Errorf("oidc: JWKS file %s: no signing keys", path)
+	}
+	return keys, nil
+}
+
+// jwks is an oidc.KeySet of fixed public keys. Unlike oidc.StaticKeySet it
+// honours key ids: a token naming a kid is only checked against that key.
+type jwks struct {
+	keys []jose.JSONWebKey
+}
+
+// VerifySignature implements oidc.KeySet.
+func (s *jwks) VerifySignature(_ context.Context, raw string) ([]byte, error) {
+	jws, err := jose.ParseSigned(raw, signingAlgs)
+	if err != nil {
+		return nil, fmt.Errorf("malformed jwt: %w", err)
+	}
+	if len(jws.Signatures) != 1 {
+		return nil, errors.New("want exactly one signature")
+	}
+	hdr := jws.Signatures[0].Header
+	tried := false
+	for i := range s.keys {
+		k := &s.keys[i]
+		if hdr.KeyID != "" && k.KeyID != hdr.KeyID {
+			continue
+		}
+		if k.Algorithm != "" && k.Algorithm != hdr.Algorithm {
+			continue
+		}
+		tried = true
+		if payload, err := jws.Verify(k); err == nil {
+			return payload, nil
+		}
+	}
+	if !tried {
+		return nil, fmt.Errorf("no key with id %q for algorithm %s", hdr.KeyID, hdr.Algorithm)
+	}
+	return nil, errors.New("signature does not verify")
+}

@@ -1,0 +1,363 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
+)
+
+func TestLoadTokens(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		content string
+		users   map[string]string // token -> user, for a good file
+		wantErr []string          // substrings of the error, after the path
+		secret  string            // must not appear in the error
+	}{
+		{
+			name:    "good",
+			content: "tok-alice alice\ntok-bob bob\ntok-alice2 alice\n",
+			users:   map[string]string{"tok-alice": "alice", "tok-bob": "bob", "tok-alice2": "alice"},
+		},
+		{
+			name:    "comments blanks and spacing",
+			content: "# the gateway's tokens\n\n   # indented comment\n\t tok-a \t alice  \r\n\ntok#b bob\n# trailing",
+			users:   map[string]string{"tok-a": "alice", "tok#b": "bob"},
+		},
+		{
+			name:    "no final newline",
+			content: "tok-a alice",
+			users:   map[string]string{"tok-a": "alice"},
+		},
+		{
+			name:    "one field",
+			content: "tok-a alice\n# c\nlonely-secret\n",
+			wantErr: []string{":3:", "TOKEN USER", "got 1 fields"},
+			secret:  "lonely-secret",
+		},
+		{
+			name:    "three fields",
+			content: "\nthree-secret alice bob\n",
+			wantErr: []string{":2:", "got 3 fields"},
+			secret:  "three-secret",
+		},
+		{
+			name:    "inline comment is not a comment",
+			content: "tok-a alice # admin\n",
+			wantErr: []string{":1:", "got 4 fields"},
+			secret:  "tok-a",
+		},
+		{
+			name:    "duplicate token",
+			content: "dup-secret alice\ntok-b bob\ndup-secret carol\n",
+			wantErr: []string{":3:", "duplicate token", "line 1"},
+			secret:  "dup-secret",
+		},
+		{
+			name:    "empty file",
+			content: "",
+			wantErr: []string{"no tokens"},
+		},
+		{
+			name:    "only comments",
+			content: "# tok-a alice\n\n",
+			wantErr: []string{"no tokens"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeFile(t, tt.content)
+			tokens, err := auth.LoadTokens(path)
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatalf("LoadTokens succeeded, want an error containing %q", tt.wantErr)
+				}
+				msg := err.Error()
+				if !strings.Contains(msg, path) {
+					t.Errorf("error %q does not name the file %s", msg, path)
+				}
+				for _, want := range tt.wantErr {
+					if !strings.Contains(msg, want) {
+						t.Errorf("error %q does not contain %q", msg, want)
+					}
+				}
+				if tt.secret != "" && strings.Contains(msg, tt.secret) {
+					t.Errorf("error %q contains the token", msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tokens.Len() != len(tt.users) {
+				t.Errorf("Len() = %d, want %d", tokens.Len(), len(tt.users))
+			}
+			for token, want := range tt.users {
+				got, err := tokens.Authenticate(t.Context(), bearer(token))
+				if err != nil || got != want {
+					t.Errorf("Authenticate(%q) = %q, %v; want %q", token, got, err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadTokensMissingFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "absent")
+	_, err := auth.LoadTokens(path)
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("LoadTokens(missing) = %v, want a not-exist error naming %s", err, path)
+	}
+}
+
+func TestTokensAuthenticateFailures(t *testing.T) {
+	t.Parallel()
+	tokens, err := auth.LoadTokens(writeFile(t, "good-token alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		header []string // Authorization values
+	}{
+		{"no header", nil},
+		{"unknown token", []string{"Bearer wrong-token"}},
+		{"prefix of a token", []string{"Bearer good-tok"}},
+		{"token with suffix", []string{"Bearer good-token2"}},
+		{"basic scheme", []string{"Basic good-token"}},
+		{"no scheme", []string{"good-token"}},
+		{"empty bearer", []string{"Bearer "}},
+		{"two headers", []string{"Bearer good-token", "Bearer good-token"}},
+		{"extra field", []string{"Bearer good-token x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := make(map[string][]string)
+			if tt.header != nil {
+				h["Authorization"] = tt.header
+			}
+			user, err := tokens.Authenticate(t.Context(), h)
+			if user != "" || !errors.Is(err, auth.ErrUnauthenticated) {
+				t.Fatalf("Authenticate = %q, %v; want ErrUnauthenticated", user, err)
+			}
+			if strings.Contains(err.Error(), "good-tok") || strings.Contains(err.Error(), "wrong-token") {
+				t.Errorf("error %q contains the token", err)
+			}
+		})
+	}
+	// The scheme is case-insensitive.
+	if user, err := tokens.Authenticate(t.Context(), map[string][]string{"Authorization": {"bearer good-token"}}); user != "alice" {
+		t.Errorf("lower-case scheme: Authenticate = %q, %v; want alice", user, err)
+	}
+}
+
+func TestReloadKeepsPreviousSetOnError(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "old-token alice\n")
+	tokens, err := auth.LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"bad-line\n", "", "x a\nx b\n"} {
+		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := tokens.Reload(); err == nil {
+			t.Fatalf("Reload of %q succeeded", bad)
+		}
+		if user, err := tokens.Authenticate(t.Context(), bearer("old-token")); user != "alice" {
+			t.Fatalf("after failed Reload of %q: Authenticate(old) = %q, %v; want alice", bad, user, err)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := tokens.Reload(); err == nil {
+		t.Fatal("Reload of a removed file succeeded")
+	}
+	if user, _ := tokens.Authenticate(t.Context(), bearer("old-token")); user != "alice" {
+		t.Fatal("removed file: old token no longer accepted")
+	}
+
+	if err := os.WriteFile(path, []byte("new-token bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tokens.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if user, err := tokens.Authenticate(t.Context(), bearer("new-token")); user != "bob" {
+		t.Errorf("Authenticate(new) = %q, %v; want bob", user, err)
+	}
+	if _, err := tokens.Authenticate(t.Context(), bearer("old-token")); err == nil {
+		t.Error("old token still accepted after a good Reload")
+	}
+}
+
+// startWatch runs tokens.Watch until the test ends and returns once Watch
+// has registered for SIGHUP.
+func startWatch(t *testing.T, tokens *auth.Tokens, every time.Duration, log *slog.Logger) {
+	t.Helper()
+	ready := make(chan struct{})
+	auth.SetOnWatching(tokens, func() { close(ready) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tokens.Watch(ctx, every, log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("Watch did not return after its context ended")
+		}
+	})
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Watch did not start")
+	}
+}
+
+func TestWatchPicksUpChanges(t *testing.T) {
+	t.Parallel()
+	const original = "token-1 alice\n"
+	// Each rewrite changes only what its name says, so each of size, mtime
+	// and inode is shown to be watched.
+	tests := []struct {
+		name    string
+		content string // the new file, with token-2 for bobby
+		rewrite func(t *testing.T, path, content string, old os.FileInfo)
+	}{
+		{
+			name:    "size",
+			content: "token-2 bobby\n# longer\n",
+			rewrite: func(t *testing.T, path, content string, old os.FileInfo) {
+				writeWithMtime(t, path, content, old.ModTime())
+			},
+		},
+		{
+			name:    "mtime",
+			content: "token-2 bobby\n",
+			rewrite: func(t *testing.T, path, content string, old os.FileInfo) {
+				writeWithMtime(t, path, content, old.ModTime().Add(time.Second))
+			},
+		},
+		{
+			name:    "inode",
+			content: "token-2 bobby\n",
+			rewrite: func(t *testing.T, path, content string, old os.FileInfo) {
+				tmp := path + ".new"
+				writeWithMtime(t, tmp, content, old.ModTime())
+				if err := os.Rename(tmp, path); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeFile(t, original)
+			tokens, err := auth.LoadTokens(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.name != "size" && len(tt.content) != len(original) {
+				t.Fatalf("content must keep the size %d", len(original))
+			}
+			logs := &syncBuffer{}
+			startWatch(t, tokens, 5*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
+			tt.rewrite(t, path, tt.content, old)
+			waitFor(t, "the rewritten file to be loaded", func() bool {
+				user, _ := tokens.Authenticate(t.Context(), bearer("token-2"))
+				return user == "bobby"
+			})
+			if _, err := tokens.Authenticate(t.Context(), bearer("token-1")); err == nil {
+				t.Error("the replaced token is still accepted")
+			}
+			waitFor(t, "the reload to be logged", func() bool {
+				return strings.Contains(logs.String(), "auth tokens reloaded")
+			})
+			if strings.Contains(logs.String(), "token-") {
+				t.Errorf("log contains a token:\n%s", logs)
+			}
+		})
+	}
+}
+
+// writeWithMtime writes content to path and sets its modification time.
+func writeWithMtime(t *testing.T, path, content string, mtime time.Time) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatchKeepsPreviousSetOnBadFile(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "token-1 alice\n")
+	tokens, err := auth.LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	startWatch(t, tokens, 5*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
+	if err := os.WriteFile(path, []byte("token-1 alice\nsecret-dup x\nsecret-dup y\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the failed reload to be logged", func() bool {
+		return strings.Contains(logs.String(), "level=ERROR")
+	})
+	if !strings.Contains(logs.String(), ":3: duplicate token") {
+		t.Errorf("log does not explain the failure:\n%s", logs)
+	}
+	if strings.Contains(logs.String(), "secret-dup") {
+		t.Errorf("log contains a token:\n%s", logs)
+	}
+	if user, err := tokens.Authenticate(t.Context(), bearer("token-1")); user != "alice" {
+		t.Errorf("after a bad rewrite: Authenticate = %q, %v; want alice", user, err)
+	}
+}
+
+func TestWatchReloadsOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "token-1 alice\n")
+	tokens, err := auth.LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No polling: only SIGHUP can make Watch reload.
+	startWatch(t, tokens, 0, slog.New(slog.DiscardHandler))
+	if err := os.WriteFile(path, []byte("token-2 bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Watch has called signal.Notify, so SIGHUP cannot kill the test process.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "SIGHUP to reload the file", func() bool {
+		user, _ := tokens.Authenticate(t.Context(), bearer("token-2"))
+		return user == "bob"
+	})
+}
