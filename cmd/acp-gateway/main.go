@@ -20,11 +20,14 @@ import (
 
 	"github.com/kballard/go-shellquote"
 
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/gateway/telemetry"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -62,6 +65,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if err := serve(ctx, cfg, stdout); err != nil {
 			fmt.Fprintf(stderr, "acp-gateway: %v\n", err)
+			if errors.As(err, new(configError)) {
+				return exitUsage
+			}
 			return 1
 		}
 		return 0
@@ -81,6 +87,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
+// configError is a problem of the configuration found while starting up,
+// such as an unreadable token file: it exits with exitUsage.
+type configError struct{ error }
+
+func (e configError) Unwrap() error { return e.error }
+
 // serveConfig is the configuration of `acp-gateway serve`.
 type serveConfig struct {
 	listen            string
@@ -98,6 +110,19 @@ type serveConfig struct {
 	leaseTTL          time.Duration
 	metricsListen     string
 	sessionSeries     int
+
+	authTokens       string
+	oidc             auth.OIDCConfig
+	maxSessions      int
+	maxUserSessions  int
+	maxPromptBytes   int
+	maxRequestBytes  int
+	maxResponseBytes int
+	maxAgentLine     int
+	rateLimit        float64
+	rateBurst        int
+	otlpEndpoint     string
+	logLevel         slog.Level
 }
 
 // listFlag collects a repeatable string flag.
@@ -148,17 +173,39 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", session.DefaultLeaseTTL, "with a shared store: how long a dead replica keeps its sessions")
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "also serve GET /metrics on this address (it is always on --listen)")
 	fs.IntVar(&cfg.sessionSeries, "session-metrics-max", metrics.DefaultMaxSessionSeries, "sessions that get per-session metric series at once; more are counted in the aggregates only (0: no per-session series)")
+	fs.StringVar(&cfg.authTokens, "auth-tokens", "", "file of TOKEN USER lines; with it (or --oidc-issuer) every RPC needs Authorization: Bearer (re-read on change and on SIGHUP)")
+	fs.StringVar(&cfg.oidc.Issuer, "oidc-issuer", "", "accept OIDC JWT bearer tokens from this issuer")
+	fs.StringVar(&cfg.oidc.Audience, "oidc-audience", "", "with --oidc-issuer: the audience tokens must name (empty: any)")
+	fs.StringVar(&cfg.oidc.JWKSFile, "oidc-jwks-file", "", "with --oidc-issuer: verify tokens with the keys of this local JWKS file")
+	fs.StringVar(&cfg.oidc.JWKSURL, "oidc-jwks-url", "", "with --oidc-issuer: verify tokens with the keys at this JWKS URL (default: the issuer's discovery document)")
+	fs.StringVar(&cfg.oidc.UserClaim, "oidc-user-claim", auth.DefaultUserClaim, "with --oidc-issuer: the claim naming the user")
+	fs.IntVar(&cfg.maxSessions, "max-sessions", 1000, "sessions this gateway runs at once (0: no limit)")
+	fs.IntVar(&cfg.maxUserSessions, "max-sessions-per-user", 20, "open sessions per user, across replicas sharing a store (0: no limit)")
+	fs.IntVar(&cfg.maxPromptBytes, "max-prompt-bytes", service.DefaultMaxPromptBytes, "largest prompt, encoded")
+	fs.IntVar(&cfg.maxRequestBytes, "max-request-bytes", server.DefaultReadMaxBytes, "largest request message")
+	fs.IntVar(&cfg.maxResponseBytes, "max-response-bytes", server.DefaultSendMaxBytes, "largest response message")
+	fs.IntVar(&cfg.maxAgentLine, "max-agent-line", agent.DefaultMaxLine, "longest line of agent output; a longer one ends the agent")
+	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per user (or client address without auth); a stream counts once (0: no limit)")
+	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
+	fs.StringVar(&cfg.otlpEndpoint, "otlp-endpoint", "", "export trace spans by OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
+	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", service.DefaultHeartbeat, "interval of heartbeats on idle server streams")
 	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
 	fs.Var(&cfg.envAllow, "agent-env", "a variable of the gateway's environment that agents inherit (repeatable; default "+strings.Join(defaultEnvAllow, ",")+")")
+	configPath := fs.String("config", "", "YAML file of settings named like these flags; flags given here win")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 		}
 		return nil, err
+	}
+	if *configPath != "" {
+		if err := applyConfig(fs, *configPath); err != nil {
+			return nil, err
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
@@ -203,6 +250,27 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.sessionSeries < 0 {
 		return nil, fmt.Errorf("--session-metrics-max must not be negative, got %d", cfg.sessionSeries)
 	}
+	for name, v := range map[string]int{
+		"--max-sessions": cfg.maxSessions, "--max-sessions-per-user": cfg.maxUserSessions,
+		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst,
+	} {
+		if v < 0 {
+			return nil, fmt.Errorf("%s must not be negative, got %d", name, v)
+		}
+	}
+	for name, v := range map[string]int{
+		"--max-request-bytes": cfg.maxRequestBytes, "--max-response-bytes": cfg.maxResponseBytes, "--max-agent-line": cfg.maxAgentLine,
+	} {
+		if v < 1024 {
+			return nil, fmt.Errorf("%s must be at least 1024, got %d", name, v)
+		}
+	}
+	if cfg.rateLimit < 0 {
+		return nil, fmt.Errorf("--rate-limit must not be negative, got %v", cfg.rateLimit)
+	}
+	if cfg.oidc.Issuer == "" && (cfg.oidc.Audience != "" || cfg.oidc.JWKSFile != "" || cfg.oidc.JWKSURL != "") {
+		return nil, errors.New("--oidc-audience, --oidc-jwks-file and --oidc-jwks-url need --oidc-issuer")
+	}
 	if cfg.leaseTTL < 300*time.Millisecond {
 		return nil, fmt.Errorf("--lease-ttl must be at least 300ms, got %v", cfg.leaseTTL)
 	}
@@ -220,7 +288,22 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	log := slog.New(slog.NewJSONHandler(stdout, nil))
+	log := slog.New(service.LogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.logLevel})))
+	authn, err := authenticator(ctx, cfg, log)
+	if err != nil {
+		return configError{err}
+	}
+	tracing, err := telemetry.New(ctx, telemetry.Endpoint(cfg.otlpEndpoint))
+	if err != nil {
+		return configError{err}
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(ctx); err != nil {
+			log.Warn("flushing trace spans", "error", err)
+		}
+	}()
 	series := cfg.sessionSeries
 	if series == 0 {
 		series = -1 // off
@@ -236,25 +319,43 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		advertise = "http://" + l.Addr().String() // the port the kernel chose
 	}
 	mgr := session.NewManager(session.Options{
-		Agents:            cfg.agents,
-		Env:               agentEnv(cfg.envAllow),
-		Store:             store,
-		Log:               log,
-		PermissionTimeout: cfg.permissionTimeout,
-		IdleTimeout:       cfg.idleTimeout,
-		MaxEndedSessions:  cfg.maxEnded,
-		Replica:           advertise,
-		LeaseTTL:          cfg.leaseTTL,
-		Metrics:           met,
+		Agents:             cfg.agents,
+		Env:                agentEnv(cfg.envAllow),
+		Store:              store,
+		Log:                log,
+		PermissionTimeout:  cfg.permissionTimeout,
+		IdleTimeout:        cfg.idleTimeout,
+		MaxEndedSessions:   cfg.maxEnded,
+		Replica:            advertise,
+		LeaseTTL:           cfg.leaseTTL,
+		Metrics:            met,
+		MaxSessions:        cfg.maxSessions,
+		MaxSessionsPerUser: cfg.maxUserSessions,
+		MaxAgentLine:       cfg.maxAgentLine,
 	})
 	defer mgr.Close()
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sessions from the store: %w", err)
 	}
-	svc := service.New(mgr, service.WithHeartbeat(cfg.heartbeat), service.WithMetrics(met))
+	svc := service.New(mgr, service.WithHeartbeat(cfg.heartbeat), service.WithMetrics(met),
+		service.WithUser(auth.User), service.WithMaxPromptBytes(cfg.maxPromptBytes))
+	ic := service.InterceptorConfig{
+		Log:          log,
+		Tracing:      tracing.Interceptor,
+		User:         auth.User,
+		RateLimit:    cfg.rateLimit,
+		RateBurst:    cfg.rateBurst,
+		SessionAgent: mgr.AgentOf,
+	}
+	if authn != nil {
+		ic.Auth = auth.NewInterceptor(authn)
+	}
 	srv := server.New(svc, server.Options{
-		CORSOrigins: cfg.corsOrigins,
-		Extra:       map[string]http.Handler{"GET /metrics": met.Handler()},
+		CORSOrigins:  cfg.corsOrigins,
+		Extra:        map[string]http.Handler{"GET /metrics": met.Handler()},
+		Interceptors: service.Interceptors(ic),
+		ReadMaxBytes: cfg.maxRequestBytes,
+		SendMaxBytes: cfg.maxResponseBytes,
 	})
 	var metricsSrv *http.Server
 	var metricsL net.Listener
@@ -266,7 +367,8 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		mux.Handle("GET /metrics", met.Handler())
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
-	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise)
+	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise,
+		"auth", authn != nil, "trace_export", tracing.Exporting)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
 	if metricsSrv != nil {
@@ -295,6 +397,35 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		return err
 	}
 	return <-done
+}
+
+// authenticator returns what authenticates calls: the token file, OIDC
+// JWTs, or both; nil when neither is configured. The token file is
+// re-read on change and SIGHUP until ctx ends.
+func authenticator(ctx context.Context, cfg *serveConfig, log *slog.Logger) (auth.Authenticator, error) {
+	var as []auth.Authenticator
+	if cfg.authTokens != "" {
+		tokens, err := auth.LoadTokens(cfg.authTokens)
+		if err != nil {
+			return nil, fmt.Errorf("--auth-tokens: %w", err)
+		}
+		go tokens.Watch(ctx, 2*time.Second, log)
+		as = append(as, tokens)
+	}
+	if cfg.oidc.Issuer != "" {
+		o, err := auth.NewOIDC(ctx, cfg.oidc)
+		if err != nil {
+			return nil, fmt.Errorf("--oidc-issuer: %w", err)
+		}
+		as = append(as, o)
+	}
+	switch len(as) {
+	case 0:
+		return nil, nil
+	case 1:
+		return as[0], nil
+	}
+	return auth.Chain(as...), nil
 }
 
 // agentEnv returns the allowed part of the gateway's environment.

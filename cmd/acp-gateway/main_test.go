@@ -227,3 +227,84 @@ func TestMetricsOnTheMainAndTheMetricsListener(t *testing.T) {
 		t.Fatalf("serve exited %d", code)
 	}
 }
+
+func TestConfigFileSetsWhatFlagsDoNot(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	conf := `listen: 127.0.0.1:9999
+store: "memory:"
+max-sessions: 7
+agent:
+  one: /bin/one --flag "a b"
+  two: /bin/two
+cors-origin: [https://a.example, https://b.example]
+`
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseServe([]string{"--config", path, "--listen", "127.0.0.1:7777"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.listen != "127.0.0.1:7777" {
+		t.Errorf("listen %q: the flag should win over the file", cfg.listen)
+	}
+	if cfg.store != "memory:" || cfg.maxSessions != 7 {
+		t.Errorf("store %q, max-sessions %d: not taken from the file", cfg.store, cfg.maxSessions)
+	}
+	if got := strings.Join(cfg.agents["one"], "|"); got != "/bin/one|--flag|a b" || len(cfg.agents) != 2 {
+		t.Errorf("agents %q", cfg.agents)
+	}
+	if got := strings.Join(cfg.corsOrigins, " "); got != "https://a.example https://b.example" {
+		t.Errorf("cors origins %q", got)
+	}
+}
+
+func TestBadConfigAndAuthFilesExit2(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	unknown := write("unknown.yaml", "listen: 127.0.0.1:0\nlsiten: x\n")
+	badValue := write("bad.yaml", "max-sessions: many\n")
+	notYAML := write("broken.yaml", "listen: [\n")
+	badTokens := write("tokens", "only-one-field\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown config key", []string{"serve", "--config", unknown}, `unknown setting "lsiten"`},
+		{"bad config value", []string{"serve", "--config", badValue}, "max-sessions"},
+		{"config not YAML", []string{"serve", "--config", notYAML}, "--config"},
+		{"missing config", []string{"serve", "--config", filepath.Join(dir, "none.yaml")}, "--config"},
+		{"bad token file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", badTokens}, "--auth-tokens"},
+		{"missing token file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", filepath.Join(dir, "none")}, "--auth-tokens"},
+		{"missing jwks file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--oidc-issuer", "https://issuer.example",
+			"--oidc-jwks-file", filepath.Join(dir, "none.json")}, "--oidc-issuer"},
+		{"jwks without issuer", []string{"serve", "--oidc-jwks-file", "x"}, "--oidc-issuer"},
+		{"small request limit", []string{"serve", "--max-request-bytes", "10"}, "--max-request-bytes"},
+		{"negative rate", []string{"serve", "--rate-limit", "-1"}, "--rate-limit"},
+		{"bad otlp endpoint", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--otlp-endpoint", "collector:4318"}, "OTLP endpoint"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stderr bytes.Buffer
+			if code := run(context.Background(), tc.args, io.Discard, &stderr); code != exitUsage {
+				t.Fatalf("exit %d, want %d (stderr %q)", code, exitUsage, stderr.String())
+			}
+			first, _, _ := strings.Cut(stderr.String(), "\n")
+			if !strings.Contains(first, tc.want) {
+				t.Fatalf("first stderr line %q does not name %q", first, tc.want)
+			}
+			if strings.Contains(stderr.String(), "only-one-field") {
+				t.Fatalf("stderr shows the token file's content: %q", stderr.String())
+			}
+		})
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
@@ -171,6 +172,13 @@ type gatewayOpts struct {
 	// sessionSeries caps the sessions with per-session metrics (0: the
 	// default cap, negative: none).
 	sessionSeries int
+	// auth, when set, authenticates every call.
+	auth auth.Authenticator
+	// Limits (zero: none, or the default for maxPromptBytes).
+	maxSessions, maxUserSessions, maxPromptBytes int
+	rateLimit                                    float64
+	rateBurst                                    int
+	readMaxBytes                                 int
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -188,26 +196,46 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if o.store == nil {
 		o.store = statestore.NewMemory(statestore.Options{})
 	}
+	log := slog.New(service.LogHandler(slog.NewJSONHandler(o.log, nil)))
 	met := metrics.New(metrics.Options{MaxSessionSeries: o.sessionSeries})
 	mgr := session.NewManager(session.Options{
-		Metrics:           met,
-		Agents:            o.agents,
-		Env:               []string{"PATH=" + os.Getenv("PATH")},
-		Store:             o.store,
-		Log:               slog.New(slog.NewJSONHandler(o.log, nil)),
-		PermissionTimeout: o.permissionTimeout,
-		WatchBuffer:       o.watchBuffer,
-		AgentStartTimeout: o.startTimeout,
-		AgentStopGrace:    500 * time.Millisecond,
-		IdleTimeout:       o.idleTimeout,
-		MaxAgentLine:      o.maxAgentLine,
-		MaxEndedSessions:  o.maxEnded,
+		Metrics:            met,
+		Agents:             o.agents,
+		Env:                []string{"PATH=" + os.Getenv("PATH")},
+		Store:              o.store,
+		Log:                log,
+		PermissionTimeout:  o.permissionTimeout,
+		WatchBuffer:        o.watchBuffer,
+		AgentStartTimeout:  o.startTimeout,
+		AgentStopGrace:     500 * time.Millisecond,
+		IdleTimeout:        o.idleTimeout,
+		MaxAgentLine:       o.maxAgentLine,
+		MaxEndedSessions:   o.maxEnded,
+		MaxSessions:        o.maxSessions,
+		MaxSessionsPerUser: o.maxUserSessions,
 	})
 	if err := mgr.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(service.New(mgr, service.WithHeartbeat(o.heartbeat), service.WithMetrics(met)),
-		server.Options{Extra: map[string]http.Handler{"GET /metrics": met.Handler()}})
+	svcOpts := []service.Option{service.WithHeartbeat(o.heartbeat), service.WithMetrics(met), service.WithUser(auth.User)}
+	if o.maxPromptBytes > 0 {
+		svcOpts = append(svcOpts, service.WithMaxPromptBytes(o.maxPromptBytes))
+	}
+	ic := service.InterceptorConfig{
+		Log:          log,
+		User:         auth.User,
+		RateLimit:    o.rateLimit,
+		RateBurst:    o.rateBurst,
+		SessionAgent: mgr.AgentOf,
+	}
+	if o.auth != nil {
+		ic.Auth = auth.NewInterceptor(o.auth)
+	}
+	srv := server.New(service.New(mgr, svcOpts...), server.Options{
+		Extra:        map[string]http.Handler{"GET /metrics": met.Handler()},
+		Interceptors: service.Interceptors(ic),
+		ReadMaxBytes: o.readMaxBytes,
+	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,9 @@ type Options struct {
 	Ready func() bool
 	// Extra handlers mounted on the mux (such as /metrics), by pattern.
 	Extra map[string]http.Handler
+	// Interceptors wrap every SessionService call, outermost first
+	// (authentication, rate limits, logging, tracing).
+	Interceptors []connect.Interceptor
 }
 
 // Server is one gateway HTTP server.
@@ -67,6 +70,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	mux.Handle(acpv2connect.NewSessionServiceHandler(svc,
 		connect.WithReadMaxBytes(opts.ReadMaxBytes),
 		connect.WithSendMaxBytes(opts.SendMaxBytes),
+		connect.WithInterceptors(opts.Interceptors...),
 	))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(acpv2connect.SessionServiceName)))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
@@ -37,6 +38,7 @@ type Service struct {
 	heartbeat time.Duration
 	user      func(context.Context) string
 	metrics   *metrics.Metrics
+	maxPrompt int
 }
 
 var _ acpv2connect.SessionServiceHandler = (*Service)(nil)
@@ -50,12 +52,19 @@ func WithHeartbeat(d time.Duration) Option { return func(s *Service) { s.heartbe
 // WithMetrics records the streams' metrics in m.
 func WithMetrics(m *metrics.Metrics) Option { return func(s *Service) { s.metrics = m } }
 
+// DefaultMaxPromptBytes bounds the encoded size of a prompt's content.
+const DefaultMaxPromptBytes = 1 << 20
+
+// WithMaxPromptBytes bounds the encoded (protobuf) size of a prompt's
+// content blocks; a larger prompt is refused with resource_exhausted.
+func WithMaxPromptBytes(n int) Option { return func(s *Service) { s.maxPrompt = n } }
+
 // WithUser sets how the calling user is found from a request's context.
 func WithUser(f func(context.Context) string) Option { return func(s *Service) { s.user = f } }
 
 // New returns a Service over mgr.
 func New(mgr *session.Manager, opts ...Option) *Service {
-	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, user: func(context.Context) string { return "" }, fwd: newForwarder()}
+	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, maxPrompt: DefaultMaxPromptBytes, user: func(context.Context) string { return "" }, fwd: newForwarder()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -98,6 +107,8 @@ func toConnect(err error) error {
 		code = connect.CodeUnavailable
 	case errors.Is(err, session.ErrLagging):
 		code = connect.CodeAborted
+	case errors.Is(err, session.ErrLimit):
+		code = connect.CodeResourceExhausted
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -159,6 +170,10 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 		if b.GetBlock() == nil {
 			return invalid("prompt[%d] is an empty content block", i)
 		}
+	}
+	if n := proto.Size(&acpv2.PromptRequest{Prompt: m.GetPrompt()}); s.maxPrompt > 0 && n > s.maxPrompt {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"the prompt is %d bytes; this gateway takes prompts of at most %d bytes", n, s.maxPrompt))
 	}
 	sess, remote, err := s.session(ctx, req.Header(), m.GetSessionId())
 	if err != nil {

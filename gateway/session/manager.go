@@ -39,6 +39,7 @@ var (
 	ErrLagging         = errors.New("watcher fell too far behind")
 	ErrShutdown        = errors.New("gateway is shutting down")
 	ErrMoved           = errors.New("the session moved to another gateway replica")
+	ErrLimit           = errors.New("limit reached")
 )
 
 // RemoteError is returned for a session whose agent runs on another gateway
@@ -93,6 +94,13 @@ type Options struct {
 	// replica that dies loses its sessions this long after. Renewal runs
 	// every LeaseTTL/3.
 	LeaseTTL time.Duration
+	// MaxSessions caps the sessions this gateway runs at once; zero means
+	// no cap.
+	MaxSessions int
+	// MaxSessionsPerUser caps one user's sessions that are not closed,
+	// counted in the store, so across replicas sharing it; zero means no
+	// cap.
+	MaxSessionsPerUser int
 	// Metrics records the sessions' metrics; nil means metrics nobody
 	// reads. The store is instrumented with it too.
 	Metrics *metrics.Metrics
@@ -116,7 +124,10 @@ type Manager struct {
 	stopOnce sync.Once
 	// restoring serialises restoring sessions from the store.
 	restoring sync.Mutex
-	upkeep    sync.WaitGroup
+	// creating serialises the limit checks of Create with the records
+	// they count.
+	creating sync.Mutex
+	upkeep   sync.WaitGroup
 }
 
 // NewManager returns a Manager.
@@ -185,18 +196,10 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("%w: cwd %q is not a directory on the gateway", ErrInvalid, cwd)
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil, ErrShutdown
-	}
-	m.mu.Unlock()
-
-	rec := &statestore.Session{
-		ID: newID(), Owner: user, Agent: agentName, Cwd: filepath.Clean(cwd),
-		State: statestore.StateStarting, CreatedAt: time.Now().UTC(),
-	}
-	if err := m.opts.Store.CreateSession(ctx, rec); err != nil {
+	m.creating.Lock()
+	rec, err := m.reserve(ctx, user, agentName, cwd)
+	m.creating.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	if m.leaser != nil {
@@ -220,6 +223,43 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	}
 	s.met.Created()
 	return s, nil
+}
+
+// reserve checks the limits and records a new session, starting.
+// m.creating must be held.
+func (m *Manager) reserve(ctx context.Context, user, agentName, cwd string) (*statestore.Session, error) {
+	m.mu.Lock()
+	closed, running := m.closed, len(m.sessions)
+	m.mu.Unlock()
+	if closed {
+		return nil, ErrShutdown
+	}
+	if limit := m.opts.MaxSessions; limit > 0 && running >= limit {
+		return nil, fmt.Errorf("%w: this gateway runs %d sessions, its limit; retry later or on another replica", ErrLimit, running)
+	}
+	if limit := m.opts.MaxSessionsPerUser; limit > 0 {
+		recs, err := m.opts.Store.ListSessions(ctx, user)
+		if err != nil {
+			return nil, err
+		}
+		open := 0
+		for _, r := range recs {
+			if r.State != statestore.StateClosed {
+				open++
+			}
+		}
+		if open >= limit {
+			return nil, fmt.Errorf("%w: you have %d open sessions, the limit per user; close one first", ErrLimit, open)
+		}
+	}
+	rec := &statestore.Session{
+		ID: newID(), Owner: user, Agent: agentName, Cwd: filepath.Clean(cwd),
+		State: statestore.StateStarting, CreatedAt: time.Now().UTC(),
+	}
+	if err := m.opts.Store.CreateSession(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // discard deletes a session whose creation failed: the client never got
@@ -394,4 +434,12 @@ func (m *Manager) agentConfig(s *Session) agent.Config {
 		BytesIn:      in,
 		BytesOut:     out,
 	}
+}
+
+// AgentOf names the agent of session id when this gateway runs it, else "".
+func (m *Manager) AgentOf(id string) string {
+	if s := m.local(id); s != nil {
+		return s.rec.Agent
+	}
+	return ""
 }

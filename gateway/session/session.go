@@ -195,12 +195,12 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	s.agent, s.agentSessionID, s.version, s.authMethod = a, agentSID, a.Version(), authMethod
 	s.mu.Unlock()
 	if err := s.m.opts.Store.SetAgentSession(ctx, s.rec.ID, agentSID, int(a.Version())); err != nil {
-		s.log.Error("store: recording the agent session", "error", err)
+		s.log.ErrorContext(ctx, "store: recording the agent session", "error", err)
 	}
 	s.mu.Lock()
 	s.setStateLocked(statestore.StateReady, how)
 	if reattach {
-		s.log.Info("agent " + how)
+		s.log.InfoContext(ctx, "agent "+how)
 		_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateReady, how)}, nil)
 	}
 	s.touchLocked()
@@ -498,15 +498,17 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 	s.stopIdleLocked()
 	a, agentSID := s.agent, s.agentSessionID
 	s.m.wg.Add(1)
-	go s.runTurn(a, agentSID, prompt, s.turnIdle)
+	// The turn outlives the request, but keeps its values: the trace
+	// context for the agent, the request id for the logs.
+	go s.runTurn(context.WithoutCancel(ctx), a, agentSID, prompt, s.turnIdle)
 	return sub, nil
 }
 
 // runTurn runs a prompt turn; idle is closed by the idle state_update that
 // ends an ACP v2 turn.
-func (s *Session) runTurn(a *agent.Agent, agentSID string, prompt []*acpv2.ContentBlock, idle <-chan struct{}) {
+func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, prompt []*acpv2.ContentBlock, idle <-chan struct{}) {
 	defer s.m.wg.Done()
-	reason, err := a.Prompt(context.Background(), agentSID, prompt)
+	reason, err := a.Prompt(ctx, agentSID, prompt)
 	if err == nil && a.Version() >= acpjson.V2 {
 		select {
 		case <-idle:
@@ -535,7 +537,7 @@ func (s *Session) runTurn(a *agent.Agent, agentSID string, prompt []*acpv2.Conte
 	ended := &acpv2.TurnEnded{StopReason: reason, Reason: acpjson.StopReason(reason)}
 	if err != nil {
 		ended = &acpv2.TurnEnded{Error: err.Error()}
-		s.log.Warn("turn failed", "error", err)
+		s.log.WarnContext(ctx, "turn failed", "error", err)
 		reason = "error"
 	}
 	s.met.TurnEnded(reason, time.Since(s.turnStart))

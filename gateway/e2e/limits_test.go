@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// wantExhausted fails the test unless err is resource_exhausted with a
+// message containing about.
+func wantExhausted(t *testing.T, what string, err error, about string) {
+	t.Helper()
+	if codeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), about) {
+		t.Fatalf("%s: %v, want resource_exhausted saying %q", what, err, about)
+	}
+}
+
+func TestSessionLimitsPerUserAndPerGateway(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{
+		auth:            tokenFile(t, "tok-a a", "tok-b b", "tok-c c"),
+		maxUserSessions: 2,
+		maxSessions:     3,
+	})
+	ctx := context.Background()
+	create := func(token string) (string, error) {
+		res, err := g.clientsAs(t, token)["connect+json"].CreateSession(ctx,
+			connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: t.TempDir()}))
+		if err != nil {
+			return "", err
+		}
+		return res.Msg.GetSessionId(), nil
+	}
+	a1, err := create("tok-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create("tok-a"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = create("tok-a")
+	wantExhausted(t, "a third session of one user", err, "limit per user")
+	if _, err := create("tok-b"); err != nil {
+		t.Fatalf("another user is not held back by a's limit: %v", err)
+	}
+	_, err = create("tok-c")
+	wantExhausted(t, "a fourth session on the gateway", err, "this gateway runs 3 sessions")
+
+	// Closing frees a place, for the user and the gateway.
+	if _, err := g.clientsAs(t, "tok-a")["connect+json"].CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: a1})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create("tok-a"); err != nil {
+		t.Fatalf("after closing one: %v", err)
+	}
+}
+
+func TestPromptAndMessageSizeLimits(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{maxPromptBytes: 1000, readMaxBytes: 64 << 10})
+	id := g.create(t, "perm")
+	wantExhausted(t, "a prompt over --max-prompt-bytes", promptErr(g, id, strings.Repeat("x", 2000)), "at most 1000 bytes")
+	// A request over the message limit is refused before it is decoded.
+	err := promptErr(g, id, strings.Repeat("x", 100<<10))
+	if codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("a request over the message limit: %v, want resource_exhausted", err)
+	}
+	// The session is unharmed.
+	if got := snapshot(t, g, id).GetLastSeq(); got != 0 {
+		t.Fatalf("refused prompts left events: last seq %d", got)
+	}
+}
+
+func TestRateLimitPerUser(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{
+		auth:      tokenFile(t, "tok-a a", "tok-b b"),
+		rateLimit: 0.001, // no refill within the test
+		rateBurst: 3,
+	})
+	ctx := context.Background()
+	list := func(token string) error {
+		_, err := g.clientsAs(t, token)["grpc"].ListSessions(ctx, connect.NewRequest(&acpv2.ListSessionsRequest{}))
+		return err
+	}
+	for i := range 3 {
+		if err := list("tok-a"); err != nil {
+			t.Fatalf("call %d within the burst: %v", i+1, err)
+		}
+	}
+	wantExhausted(t, "a call over the burst", list("tok-a"), "too many requests")
+	if err := list("tok-b"); err != nil {
+		t.Fatalf("another user is not held back: %v", err)
+	}
+}

@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/service"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// logLines parses JSON log output.
+func logLines(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", l, err)
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
+func TestLogsNameTheCallAndHoldNoSecrets(t *testing.T) {
+	t.Parallel()
+	const (
+		secretToken  = "tok-Zebra-7f3a"
+		secretPrompt = "PROMPT-Quokka-launch-codes"
+	)
+	exit3 := 3
+	logs := &syncBuffer{}
+	g := startGateway(t, gatewayOpts{
+		log:  logs,
+		auth: tokenFile(t, secretToken+" alice"),
+		agents: map[string][]string{
+			"crash": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Exit: &exit3}}}}}),
+		},
+	})
+	c := g.clientsAs(t, secretToken)["connect+json"]
+	ctx := context.Background()
+	res, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "crash", Cwd: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Msg.GetSessionId()
+	req := connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt(secretPrompt)})
+	req.Header().Set(service.RequestIDHeader, "req-prompt-1")
+	stream, err := c.Prompt(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	stream.Close()
+	if got := stream.ResponseHeader().Get(service.RequestIDHeader); got != "req-prompt-1" {
+		t.Errorf("response %s = %q, want the client's", service.RequestIDHeader, got)
+	}
+	// An id the client did not send is made up; a bad one is replaced.
+	lreq := connect.NewRequest(&acpv2.ListSessionsRequest{})
+	lreq.Header().Set(service.RequestIDHeader, "bad id with spaces")
+	lres, err := c.ListSessions(ctx, lreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lres.Header().Get(service.RequestIDHeader); got == "" || strings.Contains(got, " ") {
+		t.Errorf("request id of ListSessions %q", got)
+	}
+	g.stop()
+
+	out := logs.String()
+	for _, secret := range []string{secretToken, secretPrompt} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the logs contain %q", secret)
+		}
+	}
+	var promptLine, turnFailed map[string]any
+	for _, l := range logLines(t, out) {
+		if l["msg"] == "rpc" && l["procedure"] == "/acp.v2.SessionService/Prompt" {
+			promptLine = l
+		}
+		if l["msg"] == "turn failed" {
+			turnFailed = l
+		}
+		// Every line about a session names it, its agent and its user.
+		if l["session"] != nil && (l["agent"] != "crash" || l["user"] != "alice") {
+			t.Errorf("a line about session %v lacks its agent or user: %v", l["session"], l)
+		}
+	}
+	for what, l := range map[string]map[string]any{"the Prompt call": promptLine, "the failed turn": turnFailed} {
+		if l == nil {
+			t.Errorf("no log line for %s in:\n%s", what, out)
+			continue
+		}
+		if l["session"] != id || l["agent"] != "crash" || l["user"] != "alice" || l["request_id"] != "req-prompt-1" {
+			t.Errorf("the line for %s = %v, want session, agent, user and request_id", what, l)
+		}
+	}
+	if promptLine != nil && promptLine["code"] != "ok" {
+		t.Errorf("Prompt logged with code %v", promptLine["code"])
+	}
+}

@@ -1,0 +1,236 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// RequestIDHeader carries a request's id: taken from the client when it
+// sends a sane one, else made up, and always sent back.
+const RequestIDHeader = "X-Request-Id"
+
+var saneRequestID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// call is what the access log learns of a call as it passes the
+// interceptors.
+type call struct {
+	requestID string
+	user      string
+}
+
+type callKey struct{}
+
+// RequestID returns the id of the request ctx belongs to, or "".
+func RequestID(ctx context.Context) string {
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		return c.requestID
+	}
+	return ""
+}
+
+// InterceptorConfig configures [Interceptors].
+type InterceptorConfig struct {
+	// Log receives one line per call.
+	Log *slog.Logger
+	// Tracing, when set, starts spans (otelconnect); it runs first, so log
+	// lines can name the trace.
+	Tracing connect.Interceptor
+	// Auth authenticates calls; nil lets every call in as the empty user.
+	Auth connect.Interceptor
+	// User names the caller once Auth has run.
+	User func(context.Context) string
+	// RateLimit is the requests a second allowed per caller, in bursts of
+	// RateBurst; zero means no limit.
+	RateLimit float64
+	RateBurst int
+	// SessionAgent names the agent of a session, for the log.
+	SessionAgent func(id string) string
+}
+
+// Interceptors returns the interceptors of every SessionService call, outermost
+// first: tracing, request ids and the access log, authentication, then
+// per-caller rate limits.
+func Interceptors(cfg InterceptorConfig) []connect.Interceptor {
+	var out []connect.Interceptor
+	if cfg.Tracing != nil {
+		out = append(out, cfg.Tracing)
+	}
+	if cfg.User == nil {
+		cfg.User = func(context.Context) string { return "" }
+	}
+	var log *slog.Logger
+	if cfg.Log != nil {
+		log = slog.New(LogHandler(cfg.Log.Handler()))
+	}
+	out = append(out, &accessLog{log: log, agent: cfg.SessionAgent})
+	if cfg.Auth != nil {
+		out = append(out, cfg.Auth)
+	}
+	out = append(out, noteUser(cfg.User))
+	if cfg.RateLimit > 0 {
+		out = append(out, NewRateLimiter(cfg.RateLimit, max(1, cfg.RateBurst), cfg.User))
+	}
+	return out
+}
+
+// accessLog gives each call a request id and logs it when it ends: the
+// procedure, user, session and agent, code and duration. It never logs
+// headers (tokens) or message contents (prompts).
+type accessLog struct {
+	log   *slog.Logger
+	agent func(string) string
+}
+
+func (a *accessLog) start(ctx context.Context, h interface{ Get(string) string }) (context.Context, *call) {
+	c := &call{requestID: h.Get(RequestIDHeader)}
+	if !saneRequestID.MatchString(c.requestID) {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.requestID = hex.EncodeToString(b[:])
+	}
+	return context.WithValue(ctx, callKey{}, c), c
+}
+
+func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any, began time.Time, err error) {
+	if a.log == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("procedure", procedure),
+		slog.String("user", c.user),
+		slog.String("code", codeName(err)),
+		slog.Duration("duration", time.Since(began)),
+	}
+	if m, ok := msg.(interface{ GetSessionId() string }); ok && m.GetSessionId() != "" {
+		attrs = append(attrs, slog.String("session", m.GetSessionId()))
+		if a.agent != nil {
+			attrs = append(attrs, slog.String("agent", a.agent(m.GetSessionId())))
+		}
+	}
+	level := slog.LevelInfo
+	if connect.CodeOf(err) == connect.CodeInternal || connect.CodeOf(err) == connect.CodeUnknown {
+		level = slog.LevelError
+	}
+	// LogHandler adds request_id and trace_id from ctx.
+	a.log.LogAttrs(ctx, level, "rpc", attrs...)
+}
+
+func codeName(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return connect.CodeOf(err).String()
+}
+
+func (a *accessLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		began := time.Now()
+		ctx, c := a.start(ctx, req.Header())
+		res, err := next(ctx, req)
+		if res != nil {
+			res.Header().Set(RequestIDHeader, c.requestID)
+		} else if ce := (*connect.Error)(nil); errors.As(err, &ce) {
+			ce.Meta().Set(RequestIDHeader, c.requestID)
+		}
+		a.end(ctx, c, req.Spec().Procedure, req.Any(), began, err)
+		return res, err
+	}
+}
+
+func (a *accessLog) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a *accessLog) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		began := time.Now()
+		ctx, c := a.start(ctx, conn.RequestHeader())
+		conn.ResponseHeader().Set(RequestIDHeader, c.requestID)
+		conn = &firstMessage{StreamingHandlerConn: conn}
+		err := next(ctx, conn)
+		a.end(ctx, c, conn.Spec().Procedure, conn.(*firstMessage).msg, began, err)
+		return err
+	}
+}
+
+// firstMessage remembers the request message of a server stream, for the
+// log.
+type firstMessage struct {
+	connect.StreamingHandlerConn
+	msg any
+}
+
+func (f *firstMessage) Receive(m any) error {
+	err := f.StreamingHandlerConn.Receive(m)
+	if err == nil && f.msg == nil {
+		f.msg = m
+	}
+	return err
+}
+
+// noteUser tells the access log who the caller is, once authenticated.
+type noteUser func(context.Context) string
+
+func (n noteUser) note(ctx context.Context) {
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		c.user = n(ctx)
+	}
+}
+
+func (n noteUser) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		n.note(ctx)
+		return next(ctx, req)
+	}
+}
+
+func (n noteUser) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (n noteUser) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		n.note(ctx)
+		return next(ctx, conn)
+	}
+}
+
+// LogHandler wraps h so that each record logged with the context of a call
+// names the call's request_id (and trace_id when traced).
+func LogHandler(h slog.Handler) slog.Handler {
+	if _, ok := h.(contextHandler); ok {
+		return h
+	}
+	return contextHandler{h}
+}
+
+type contextHandler struct{ slog.Handler }
+
+func (h contextHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id := RequestID(ctx); id != "" {
+		r.AddAttrs(slog.String("request_id", id))
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h contextHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return contextHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h contextHandler) WithGroup(name string) slog.Handler {
+	return contextHandler{h.Handler.WithGroup(name)}
+}

@@ -1,0 +1,98 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/time/rate"
+)
+
+// rateLimiter gives each caller a token bucket: rps requests a second on
+// average, bursts of up to burst. A caller is the authenticated user, or
+// the client's IP address when no user is known.
+type rateLimiter struct {
+	rps   rate.Limit
+	burst int
+	user  func(context.Context) string
+
+	mu      sync.Mutex
+	buckets map[string]*rate.Limiter
+}
+
+// maxIdleBuckets is how many buckets are kept before full (idle) ones are
+// dropped: a dropped bucket comes back full, which is what it was.
+const maxIdleBuckets = 10000
+
+// NewRateLimiter returns an interceptor that answers a caller's requests
+// beyond rps a second (bursts of burst) with resource_exhausted. A server
+// stream counts once, when it opens. user names the caller.
+func NewRateLimiter(rps float64, burst int, user func(context.Context) string) connect.Interceptor {
+	return &rateLimiter{rps: rate.Limit(rps), burst: burst, user: user, buckets: map[string]*rate.Limiter{}}
+}
+
+func (l *rateLimiter) allow(ctx context.Context, peer connect.Peer) error {
+	key := "user:" + l.user(ctx)
+	if key == "user:" {
+		host, _, err := net.SplitHostPort(peer.Addr)
+		if err != nil {
+			host = peer.Addr
+		}
+		key = "addr:" + host
+	}
+	l.mu.Lock()
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) >= maxIdleBuckets {
+			for k, old := range l.buckets {
+				if old.Tokens() >= float64(l.burst) {
+					delete(l.buckets, k)
+				}
+			}
+		}
+		b = rate.NewLimiter(l.rps, l.burst)
+		l.buckets[key] = b
+	}
+	l.mu.Unlock()
+	r := b.Reserve()
+	if !r.OK() {
+		return connect.NewError(connect.CodeResourceExhausted, errors.New("too many requests"))
+	}
+	d := r.Delay()
+	if d == 0 {
+		return nil
+	}
+	r.Cancel()
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"too many requests: this gateway takes %g a second per caller (bursts of %d); retry in %v",
+		float64(l.rps), l.burst, d.Round(time.Millisecond)))
+}
+
+func (l *rateLimiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		if err := l.allow(ctx, req.Peer()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (l *rateLimiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (l *rateLimiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := l.allow(ctx, conn.Peer()); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
