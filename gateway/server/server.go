@@ -94,9 +94,12 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		handler = cors.New(cors.Options{
 			AllowedOrigins: opts.CORSOrigins,
 			AllowedMethods: connectcors.AllowedMethods(),
-			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
-			ExposedHeaders: connectcors.ExposedHeaders(),
-			MaxAge:         7200,
+			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization", "X-Request-Id", "Traceparent", "Tracestate"),
+			ExposedHeaders: append(connectcors.ExposedHeaders(), "WWW-Authenticate", "X-Request-Id"),
+			// Bearer tokens travel in Authorization, not cookies: browsers
+			// are never told to send credentials.
+			AllowCredentials: false,
+			MaxAge:           7200,
 		}).Handler(mux)
 	}
 	protocols := new(http.Protocols)

@@ -88,6 +88,25 @@ func TestCORSAllowsOnlyListedOrigins(t *testing.T) {
 	if got := preflight("https://evil.example.com"); got != "" {
 		t.Fatalf("unlisted origin allowed: %q", got)
 	}
+	// A browser may read the request id and the auth challenge, and is
+	// never asked to send cookies.
+	req, _ := http.NewRequest(http.MethodPost, base+"/acp.v2.SessionService/GetSession", strings.NewReader("{}"))
+	req.Header.Set("Origin", "https://app.example.com")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	exposed := strings.ToLower(strings.Join(resp.Header.Values("Access-Control-Expose-Headers"), ","))
+	for _, h := range []string{"x-request-id", "www-authenticate", "grpc-status"} {
+		if !strings.Contains(exposed, h) {
+			t.Errorf("Access-Control-Expose-Headers %q lacks %s", exposed, h)
+		}
+	}
+	if got := resp.Header.Get("Access-Control-Allow-Credentials"); got != "" {
+		t.Errorf("Access-Control-Allow-Credentials = %q", got)
+	}
 }
 
 func TestReflectionListsTheService(t *testing.T) {
