@@ -45,7 +45,9 @@ checkgenerate: generate ## Fail when regenerating changes gen/
 .PHONY: fuzz
 fuzz: ## Run each fuzz target briefly (FUZZTIME, default 10s)
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeUpdate$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodedUpdateMarshals$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
 	$(GO) test -run='^$$' -fuzz='^FuzzApply$$' -fuzztime=$(FUZZTIME) ./gateway/merge
+	$(GO) test -run='^$$' -fuzz='^FuzzRequests$$' -fuzztime=$(FUZZTIME) ./gateway/service
 
 .PHONY: benchcheck
 benchcheck: ## Run every benchmark once so none rots

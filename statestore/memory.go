@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -89,7 +90,7 @@ func (m *Memory) SetState(_ context.Context, id string, state State, detail stri
 	if err != nil {
 		return err
 	}
-	s.rec.State, s.rec.Detail = state, detail
+	s.rec.State, s.rec.Detail, s.rec.StateChangedAt = state, detail, time.Now().UTC()
 	return nil
 }
 

@@ -76,6 +76,9 @@ type Session struct {
 	TrimmedSeq uint64
 	// Detail says why the session is in its state, e.g. how the agent ended.
 	Detail string
+	// StateChangedAt is when SetState last set State (zero before the
+	// first SetState): for a closed session, when it closed.
+	StateChangedAt time.Time
 }
 
 // Store is a state store. Implementations are safe for concurrent use.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/sourcegraph/jsonrpc2"
 )
@@ -49,6 +50,46 @@ func (f *fileServer) rel(path string) (string, error) {
 	return rel, nil
 }
 
+// open opens rel inside the root, refusing anything but a regular file.
+// It opens without blocking: the request is served on the agent's read
+// loop, and opening a FIFO (which an agent can make in its cwd) would
+// otherwise wait for a peer for ever, stalling the session.
+func (f *fileServer) open(rel string, flag int) (*os.File, error) {
+	file, err := f.root.OpenFile(rel, flag|syscall.O_NONBLOCK, 0o644)
+	if errors.Is(err, syscall.ENXIO) {
+		// A FIFO opened for writing with no reader.
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: fmt.Sprintf("%s is not a regular file", filepath.ToSlash(rel))}
+	}
+	if err != nil {
+		return nil, fsError(err)
+	}
+	info, err := file.Stat()
+	if err != nil {
+		file.Close()
+		return nil, fsError(err)
+	}
+	if !info.Mode().IsRegular() {
+		file.Close()
+		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: fmt.Sprintf("%s is not a regular file (%s)", filepath.ToSlash(rel), kind(info.Mode()))}
+	}
+	return file, nil
+}
+
+// kind names a file's type for an error message.
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.Type().String()
+}
+
 func fsError(err error) *jsonrpc2.Error {
 	msg := err.Error()
 	var pe *fs.PathError
@@ -72,9 +113,9 @@ func (f *fileServer) read(params json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
 	}
-	file, err := f.root.Open(rel)
+	file, err := f.open(rel, os.O_RDONLY)
 	if err != nil {
-		return nil, fsError(err)
+		return nil, err
 	}
 	defer file.Close()
 	data, err := io.ReadAll(io.LimitReader(file, maxFileBytes+1))
@@ -136,8 +177,12 @@ func (f *fileServer) write(params json.RawMessage) (any, error) {
 			return nil, fsError(err)
 		}
 	}
-	file, err := f.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	file, err := f.open(rel, os.O_WRONLY|os.O_CREATE)
 	if err != nil {
+		return nil, err
+	}
+	if err := file.Truncate(0); err != nil {
+		file.Close()
 		return nil, fsError(err)
 	}
 	if _, err := file.WriteString(*p.Content); err != nil {

@@ -11,7 +11,9 @@
 // accepts the session/cancel notification. Prompt number n of a process
 // (counting from 0) plays Turns[n % len(Turns)]: each [Step] sends a
 // session/update, asks for permission, sleeps, writes a raw line or a stderr
-// line, calls fs/read_text_file or fs/write_text_file, exits or hangs.
+// line, calls fs/read_text_file or fs/write_text_file, exits or hangs; the
+// hostile steps flood the client with updates, write a line of a given
+// length, or write raw bytes that need not be UTF-8.
 //
 // A script in JSON looks like this:
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,6 +102,59 @@ func (r *run) step(st Step) (outcome, error) {
 		return r.terminal(st.Terminal)
 	case st.WriteFile != nil:
 		return r.writeFile(r.expandPath(st.WriteFile.Path), st.WriteFile.Content)
+	case st.Flood != nil:
+		return r.flood(st.Flood)
+	case st.LongLine > 0:
+		return r.longLine(st.LongLine)
+	case len(st.RawBytes) > 0:
+		if _, err := r.a.out.Write(append(append([]byte(nil), st.RawBytes...), '\n')); err != nil {
+			r.a.logger.Printf("writing raw bytes: %v", err)
+			return aborted, nil
+		}
+		return next, nil
+	}
+	return next, nil
+}
+
+// floodPlaceholder is replaced by the number of a flooded update.
+const floodPlaceholder = "{{n}}"
+
+// flood sends f.Update f.Count times, checking for cancellation in between.
+func (r *run) flood(f *Flood) (outcome, error) {
+	update := r.expandJSON(f.Update)
+	numbered := bytes.Contains(update, []byte(floodPlaceholder))
+	for i := 1; i <= f.Count; i++ {
+		if o := r.check(); o != next {
+			return o, nil
+		}
+		u := update
+		if numbered {
+			u = bytes.ReplaceAll(update, []byte(floodPlaceholder), []byte(strconv.Itoa(i)))
+		}
+		if o, err := r.update(u); err != nil || o != next {
+			return o, err
+		}
+	}
+	return next, nil
+}
+
+// longLine writes a session/update notification n bytes long.
+func (r *run) longLine(n int) (outcome, error) {
+	line := func(text string) []byte {
+		b, _ := json.Marshal(struct {
+			JSONRPC string       `json:"jsonrpc"`
+			Method  string       `json:"method"`
+			Params  updateParams `json:"params"`
+		}{"2.0", "session/update", updateParams{SessionID: r.sess.id, Update: textChunk("agent_message_chunk", text)}})
+		return b
+	}
+	b := line("")
+	if pad := n - len(b); pad > 0 {
+		b = line(strings.Repeat("x", pad))
+	}
+	if _, err := r.a.out.Write(append(b, '\n')); err != nil {
+		r.a.logger.Printf("writing a long line: %v", err)
+		return aborted, nil
 	}
 	return next, nil
 }

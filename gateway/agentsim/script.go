@@ -96,6 +96,27 @@ type Step struct {
 	// "terminal <id>" or "terminal: <error message>" as an
 	// agent_message_chunk text update.
 	Terminal string `json:"terminal,omitempty"`
+	// Flood sends one update many times, as fast as the output takes them.
+	Flood *Flood `json:"flood,omitempty"`
+	// LongLine writes one session/update notification (an
+	// agent_message_chunk whose text is padded with "x") that is this many
+	// bytes long without its newline, or as short as such a notification
+	// can be when that is longer. It tests a client's line limit.
+	LongLine int `json:"longLine,omitempty"`
+	// RawBytes is written to the output as is, followed by a newline. Unlike
+	// Raw it survives the script's JSON (as base64), so it can carry bytes
+	// that are not valid UTF-8.
+	RawBytes []byte `json:"rawBytes,omitempty"`
+}
+
+// Flood is an update sent Count times in a row.
+type Flood struct {
+	// Count is how many updates are sent.
+	Count int `json:"count"`
+	// Update is sent as params.update of each session/update; the
+	// placeholder {{n}} in it is replaced by the update's number, counting
+	// from 1.
+	Update json.RawMessage `json:"update"`
 }
 
 // Permission is a session/request_permission call and what follows it.
@@ -262,6 +283,27 @@ func (st Step) validate(where string) error {
 	}
 	if st.Terminal != "" {
 		actions = append(actions, "terminal")
+	}
+	if st.Flood != nil {
+		actions = append(actions, "flood")
+		if st.Flood.Count < 0 {
+			return fmt.Errorf("agentsim: %s.flood.count: negative count %d", where, st.Flood.Count)
+		}
+		if err := jsonKind(st.Flood.Update, '{'); err != nil {
+			return fmt.Errorf("agentsim: %s.flood.update: %w", where, err)
+		}
+	}
+	if st.LongLine < 0 {
+		return fmt.Errorf("agentsim: %s.longLine: negative length %d", where, st.LongLine)
+	}
+	if st.LongLine > 0 {
+		actions = append(actions, "longLine")
+	}
+	if len(st.RawBytes) > 0 {
+		actions = append(actions, "rawBytes")
+		if bytes.ContainsAny(st.RawBytes, "\r\n") {
+			return fmt.Errorf("agentsim: %s.rawBytes: must be one line", where)
+		}
 	}
 	if len(actions) > 1 {
 		return fmt.Errorf("agentsim: %s does more than one thing: %s", where, strings.Join(actions, ", "))

@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -70,7 +71,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	mux.Handle(acpv2connect.NewSessionServiceHandler(svc,
 		connect.WithReadMaxBytes(opts.ReadMaxBytes),
 		connect.WithSendMaxBytes(opts.SendMaxBytes),
-		connect.WithInterceptors(opts.Interceptors...),
+		connect.WithInterceptors(append([]connect.Interceptor{framing{}}, opts.Interceptors...)...),
 	))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(acpv2connect.SessionServiceName)))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
@@ -131,4 +132,32 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	return s.http.Shutdown(ctx)
+}
+
+// framing answers a streaming request whose message framing is broken (a
+// truncated envelope) with invalid_argument: connect-go reports it as
+// internal, which would blame the gateway for the client's bytes.
+type framing struct{}
+
+func (framing) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (framing) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (framing) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return next(ctx, framedConn{conn})
+	}
+}
+
+type framedConn struct{ connect.StreamingHandlerConn }
+
+func (c framedConn) Receive(m any) error {
+	err := c.StreamingHandlerConn.Receive(m)
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Code() == connect.CodeInternal {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("malformed request: %s", ce.Message()))
+	}
+	return err
 }

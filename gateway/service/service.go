@@ -170,6 +170,9 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 		if b.GetBlock() == nil {
 			return invalid("prompt[%d] is an empty content block", i)
 		}
+		if err := checkFinite(b.ProtoReflect(), fmt.Sprintf("prompt[%d]", i)); err != nil {
+			return err
+		}
 	}
 	if n := proto.Size(&acpv2.PromptRequest{Prompt: m.GetPrompt()}); s.maxPrompt > 0 && n > s.maxPrompt {
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -316,6 +317,15 @@ func (m *Manager) pruneEnded(ctx context.Context) {
 			ended = append(ended, r)
 		}
 	}
+	// The first closed go first; CreatedAt stands in for records from
+	// before StateChangedAt was kept.
+	closedAt := func(r *statestore.Session) time.Time {
+		if r.StateChangedAt.IsZero() {
+			return r.CreatedAt
+		}
+		return r.StateChangedAt
+	}
+	slices.SortStableFunc(ended, func(a, b *statestore.Session) int { return closedAt(a).Compare(closedAt(b)) })
 	for _, r := range ended[:max(0, len(ended)-m.opts.MaxEndedSessions)] {
 		if err := m.opts.Store.DeleteSession(ctx, r.ID); err != nil {
 			m.opts.Log.Error("store: deleting an ended session", "session", r.ID, "error", err)

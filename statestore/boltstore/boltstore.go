@@ -177,6 +177,7 @@ type record struct {
 	LastSeq         uint64    `json:"last_seq,omitempty"`
 	TrimmedSeq      uint64    `json:"trimmed_seq,omitempty"`
 	Detail          string    `json:"detail,omitempty"`
+	StateChangedAt  time.Time `json:"state_changed_at,omitzero"`
 	// Order is the session's key in the order bucket.
 	Order uint64 `json:"order"`
 }
@@ -185,7 +186,7 @@ func toRecord(s *statestore.Session, order uint64) *record {
 	return &record{
 		ID: s.ID, Owner: s.Owner, Agent: s.Agent, Cwd: s.Cwd, State: string(s.State),
 		AgentSessionID: s.AgentSessionID, ProtocolVersion: s.ProtocolVersion, CreatedAt: s.CreatedAt,
-		LastSeq: s.LastSeq, TrimmedSeq: s.TrimmedSeq, Detail: s.Detail, Order: order,
+		LastSeq: s.LastSeq, TrimmedSeq: s.TrimmedSeq, Detail: s.Detail, StateChangedAt: s.StateChangedAt, Order: order,
 	}
 }
 
@@ -193,7 +194,7 @@ func (r *record) session() *statestore.Session {
 	return &statestore.Session{
 		ID: r.ID, Owner: r.Owner, Agent: r.Agent, Cwd: r.Cwd, State: statestore.State(r.State),
 		AgentSessionID: r.AgentSessionID, ProtocolVersion: r.ProtocolVersion, CreatedAt: r.CreatedAt,
-		LastSeq: r.LastSeq, TrimmedSeq: r.TrimmedSeq, Detail: r.Detail,
+		LastSeq: r.LastSeq, TrimmedSeq: r.TrimmedSeq, Detail: r.Detail, StateChangedAt: r.StateChangedAt,
 	}
 }
 
@@ -385,7 +386,9 @@ func (s *Store) modify(op, id string, change func(r *record)) error {
 
 // SetState implements statestore.Store.
 func (s *Store) SetState(_ context.Context, id string, state statestore.State, detail string) error {
-	return s.modify("set state of", id, func(r *record) { r.State, r.Detail = string(state), detail })
+	return s.modify("set state of", id, func(r *record) {
+		r.State, r.Detail, r.StateChangedAt = string(state), detail, time.Now().UTC()
+	})
 }
 
 // SetAgentSession implements statestore.Store.

@@ -213,6 +213,7 @@ const (
 	fCreated = "created"
 	fLast    = "last"
 	fTrimmed = "trimmed"
+	fChanged = "changed"
 )
 
 // recordFields returns the hash fields and values of a session record.
@@ -246,6 +247,10 @@ func parseRecord(h map[string]string) (*statestore.Session, error) {
 	errs = append(errs, err)
 	r.TrimmedSeq, err = strconv.ParseUint(h[fTrimmed], 10, 64)
 	errs = append(errs, err)
+	if v := h[fChanged]; v != "" {
+		r.StateChangedAt, err = time.Parse(time.RFC3339Nano, v)
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("redisstore: corrupt record of session %s: %w", r.ID, err)
 	}

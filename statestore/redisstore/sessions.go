@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -112,7 +113,7 @@ func (s *Store) SetState(ctx context.Context, id string, state statestore.State,
 			ttl = max(s.endedTTL.Milliseconds(), 1)
 		}
 	}
-	return s.update(ctx, id, ttl, fState, string(state), fDetail, detail)
+	return s.update(ctx, id, ttl, fState, string(state), fDetail, detail, fChanged, time.Now().UTC().Format(time.RFC3339Nano))
 }
 
 // SetAgentSession implements statestore.Store.

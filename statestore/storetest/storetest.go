@@ -140,9 +140,11 @@ func testState(t *testing.T, s statestore.Store) {
 	if err := s.CreateSession(ctx, session("a", "")); err != nil {
 		t.Fatal(err)
 	}
+	before := time.Now().Add(-time.Millisecond)
 	if err := s.SetState(ctx, "a", statestore.StateAgentLost, "agent exited with status 3"); err != nil {
 		t.Fatal(err)
 	}
+	after := time.Now().Add(time.Millisecond)
 	if err := s.SetAgentSession(ctx, "a", "sess_123", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +155,9 @@ func testState(t *testing.T, s statestore.Store) {
 	if got.State != statestore.StateAgentLost || got.Detail != "agent exited with status 3" ||
 		got.AgentSessionID != "sess_123" || got.ProtocolVersion != 1 {
 		t.Fatalf("GetSession = %+v", got)
+	}
+	if got.StateChangedAt.Before(before) || got.StateChangedAt.After(after) {
+		t.Fatalf("StateChangedAt %v, want between %v and %v", got.StateChangedAt, before, after)
 	}
 }
 
