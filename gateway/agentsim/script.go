@@ -49,6 +49,10 @@ type Script struct {
 	// counting from 0, plays Turns[n % len(Turns)]. With no turns every
 	// prompt ends at once with DefaultStopReason.
 	Turns []Turn `json:"turns"`
+	// EchoMeta starts each turn with an agent_message_chunk whose text is
+	// "_meta: " and the session/prompt request's _meta as JSON ("null"
+	// when it has none), so tests can see what the gateway passed on.
+	EchoMeta bool `json:"echoMeta,omitempty"`
 }
 
 // Turn is what the agent does for one session/prompt.

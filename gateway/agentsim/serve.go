@@ -379,6 +379,19 @@ func (a *agent) prompt(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if len(a.script.Turns) > 0 {
 		turn = a.script.Turns[n%len(a.script.Turns)]
 	}
+	if a.script.EchoMeta {
+		var p struct {
+			Meta json.RawMessage `json:"_meta"`
+		}
+		if req.Params != nil {
+			_ = json.Unmarshal(*req.Params, &p)
+		}
+		if len(p.Meta) == 0 {
+			p.Meta = json.RawMessage("null")
+		}
+		echo := Step{Update: textChunk("agent_message_chunk", "_meta: "+string(p.Meta))}
+		turn.Steps = append([]Step{echo}, turn.Steps...)
+	}
 	done := func() {
 		a.mu.Lock()
 		delete(sess.active, r)

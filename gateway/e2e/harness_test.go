@@ -179,6 +179,8 @@ type gatewayOpts struct {
 	rateLimit                                    float64
 	rateBurst                                    int
 	readMaxBytes                                 int
+	// tracing, when set, is the tracing interceptor.
+	tracing connect.Interceptor
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -226,6 +228,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		User:         auth.User,
 		RateLimit:    o.rateLimit,
 		RateBurst:    o.rateBurst,
+		Tracing:      o.tracing,
 		SessionAgent: mgr.AgentOf,
 	}
 	if o.auth != nil {
