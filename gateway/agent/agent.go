@@ -161,7 +161,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
 	cmd.Dir = cfg.Dir
-	cmd.Env = cfg.Env
+	// Only what the configuration gives: a nil Env would make exec pass
+	// on the gateway's whole environment.
+	cmd.Env = append([]string{}, cfg.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

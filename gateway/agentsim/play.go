@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -96,6 +97,12 @@ func (r *run) step(st Step) (outcome, error) {
 	case st.Stderr != "":
 		_, _ = r.a.stderr.Write([]byte(st.Stderr + "\n"))
 		return next, nil
+	case st.Env != "":
+		text := "env " + st.Env + " unset"
+		if v, ok := os.LookupEnv(st.Env); ok {
+			text = "env " + st.Env + "=" + v
+		}
+		return r.play([]Step{{Update: textChunk("agent_message_chunk", text)}})
 	case st.ReadFile != "":
 		return r.readFile(r.expandPath(st.ReadFile))
 	case st.Terminal != "":

@@ -89,6 +89,9 @@ type Step struct {
 	Hang bool `json:"hang,omitempty"`
 	// Stderr writes this line to the stderr writer given to Serve.
 	Stderr string `json:"stderr,omitempty"`
+	// Env reports the agent's environment variable of this name as an
+	// agent_message_chunk text update "env NAME=value", or "env NAME unset".
+	Env string `json:"env,omitempty"`
 	// ReadFile calls fs/read_text_file for this path and reports the result
 	// as an agent_message_chunk text update "read <path>: <content>" or
 	// "read <path>: <error message>".
@@ -278,6 +281,9 @@ func (st Step) validate(where string) error {
 	}
 	if st.Stderr != "" {
 		actions = append(actions, "stderr")
+	}
+	if st.Env != "" {
+		actions = append(actions, "env")
 	}
 	if st.ReadFile != "" {
 		actions = append(actions, "readFile")

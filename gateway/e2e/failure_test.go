@@ -443,3 +443,32 @@ func TestAgentStderrIsLoggedWithItsSession(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Not parallel: it sets a variable in the gateway's own environment.
+func TestAgentsGetOnlyTheConfiguredEnvironment(t *testing.T) {
+	t.Setenv("ACP_GATEWAY_TEST_SECRET", "s3cret")
+	steps := []agentsim.Step{{Env: "ACP_GATEWAY_TEST_SECRET"}, {Env: "PATH"}}
+	agents := map[string][]string{"env": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: steps}}})}
+	for name, tc := range map[string]struct {
+		env    []string
+		nilEnv bool
+		want   []string
+	}{
+		"allowlist":     {[]string{"PATH=/usr/bin:/bin"}, false, []string{"env ACP_GATEWAY_TEST_SECRET unset", "env PATH=/usr/bin:/bin"}},
+		"nothing":       {[]string{}, false, []string{"env ACP_GATEWAY_TEST_SECRET unset", "env PATH unset"}},
+		"nothing (nil)": {nil, true, []string{"env ACP_GATEWAY_TEST_SECRET unset", "env PATH unset"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := startGateway(t, gatewayOpts{agents: agents, env: tc.env, nilEnv: tc.nilEnv})
+			var got []string
+			for _, ev := range turn(t, g.connect, g.create(t, "env"), nil) {
+				if text := ev.GetAgentMessageChunk().GetContent().GetText().GetText(); text != "" {
+					got = append(got, text)
+				}
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Fatalf("the agent saw %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -181,6 +181,10 @@ type gatewayOpts struct {
 	readMaxBytes                                 int
 	// tracing, when set, is the tracing interceptor.
 	tracing connect.Interceptor
+	// env is the agents' environment; nil means just PATH, unless nilEnv
+	// asks for nil itself (what an allowlist naming no set variable gives).
+	env    []string
+	nilEnv bool
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -195,6 +199,9 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if o.log == nil {
 		o.log = io.Discard
 	}
+	if o.env == nil && !o.nilEnv {
+		o.env = []string{"PATH=" + os.Getenv("PATH")}
+	}
 	if o.store == nil {
 		o.store = statestore.NewMemory(statestore.Options{})
 	}
@@ -203,7 +210,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	mgr := session.NewManager(session.Options{
 		Metrics:            met,
 		Agents:             o.agents,
-		Env:                []string{"PATH=" + os.Getenv("PATH")},
+		Env:                o.env,
 		Store:              o.store,
 		Log:                log,
 		PermissionTimeout:  o.permissionTimeout,
