@@ -704,6 +704,9 @@ func TestStalledWatcherIsCutOffOthersAreNot(t *testing.T) {
 	if len(got) >= n+2 {
 		t.Fatalf("the stalled watch got all %d events: it never stalled", len(got))
 	}
+	if v, _ := g.scrape(t).value("acp_gateway_streams_cut_off_total", "rpc=Watch"); v < 1 {
+		t.Errorf("acp_gateway_streams_cut_off_total{rpc=Watch} = %v after a cut-off", v)
+	}
 	checkSeqs(t, got, 1)
 	// Resuming where it was cut off gives the rest.
 	rest := watchAll(t, g.connect, id, uint64(len(got)), n+2-len(got))
