@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
 // logLines parses JSON log output.
@@ -104,4 +106,31 @@ func TestLogsNameTheCallAndHoldNoSecrets(t *testing.T) {
 	if promptLine != nil && promptLine["code"] != "ok" {
 		t.Errorf("Prompt logged with code %v", promptLine["code"])
 	}
+}
+
+// brokenGet is a store whose GetSession fails.
+type brokenGet struct{ statestore.Store }
+
+func (brokenGet) GetSession(context.Context, string) (*statestore.Session, error) {
+	return nil, errors.New("disk on fire")
+}
+
+func TestInternalErrorsAreLoggedNotShown(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	g := startGateway(t, gatewayOpts{log: logs, store: brokenGet{statestore.NewMemory(statestore.Options{})}})
+	_, err := g.connect.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: "s_1"}))
+	if codeOf(err) != connect.CodeInternal || strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("GetSession: %v, want internal without the cause", err)
+	}
+	g.stop()
+	for _, l := range logLines(t, logs.String()) {
+		if l["msg"] == "rpc" && l["procedure"] == "/acp.v2.SessionService/GetSession" {
+			if l["level"] != "ERROR" || l["error"] != "disk on fire" {
+				t.Fatalf("the rpc line %v does not give the cause at ERROR", l)
+			}
+			return
+		}
+	}
+	t.Fatalf("no rpc line for GetSession in:\n%s", logs.String())
 }

@@ -118,6 +118,11 @@ func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any,
 	level := slog.LevelInfo
 	if connect.CodeOf(err) == connect.CodeInternal || connect.CodeOf(err) == connect.CodeUnknown {
 		level = slog.LevelError
+		var ie *internalError
+		if errors.As(err, &ie) {
+			// What the client was not told, for the operator.
+			attrs = append(attrs, slog.String("error", ie.cause.Error()))
+		}
 	}
 	// LogHandler adds request_id and trace_id from ctx.
 	a.log.LogAttrs(ctx, level, "rpc", attrs...)

@@ -115,10 +115,16 @@ func toConnect(err error) error {
 		code = connect.CodeDeadlineExceeded
 	}
 	if code == connect.CodeInternal {
-		return connect.NewError(code, errors.New("internal error"))
+		return connect.NewError(code, &internalError{err})
 	}
 	return connect.NewError(code, err)
 }
+
+// internalError hides its cause from clients (its message is just
+// "internal error") but keeps it for the access log.
+type internalError struct{ cause error }
+
+func (e *internalError) Error() string { return "internal error" }
 
 // session returns the local session id, or the client of the replica that
 // runs it, to which the request is forwarded.
