@@ -4,6 +4,7 @@ SHELL := /usr/bin/env bash
 
 GO        ?= go
 BUF       := $(GO) tool buf
+NPM       ?= npm
 FUZZTIME  ?= 10s
 
 .PHONY: help
@@ -15,7 +16,7 @@ run: ## Run the gateway on 127.0.0.1:8080
 	$(GO) run ./cmd/acp-gateway serve
 
 .PHONY: ci
-ci: deps lint checkgenerate test fuzz benchcheck ## Everything CI runs, on a fresh machine
+ci: deps lint checkgenerate checkgenerate-ts checkconsole test fuzz benchcheck ## Everything CI runs, on a fresh machine
 	@echo "ci: all checks passed"
 
 .PHONY: deps
@@ -41,6 +42,26 @@ generate: ## Regenerate gen/ from proto/
 checkgenerate: generate ## Fail when regenerating changes gen/
 	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
 		echo "gen/ is stale: run 'make generate' and commit:"; git status --porcelain -- gen; exit 1; fi
+
+.PHONY: generate-ts
+generate-ts: ## Regenerate the TypeScript client (clients/ts/src/gen) from proto/
+	$(BUF) generate --template buf.gen.ts.yaml
+
+.PHONY: checkgenerate-ts
+checkgenerate-ts: ## Fail when regenerating clients/ts/src/gen would change it
+	./clients/ts/checkgenerate.sh
+
+.PHONY: console
+console: ## Rebuild the web console into gateway/console/dist
+	$(NPM) --prefix web/console run build
+
+.PHONY: checkconsole
+checkconsole: ## Type-check the web console; fail when gateway/console/dist is stale
+	$(NPM) --prefix web/console run check
+
+.PHONY: screenshots
+screenshots: ## Rewrite docs/screenshots/console-*.png from the browser test
+	$(GO) test -count=1 -run '^TestBrowser$$' ./gateway/console -update-screenshots
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target briefly (FUZZTIME, default 10s)

@@ -18,5 +18,19 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 fi
 redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null
 
+# The web console's browser test drives Debian's chromium (playwright-core
+# never downloads a browser of its own).
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
+# Node.js 20 or later (Debian 12's nodejs is 18).
+if [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 20 ]; then
+  echo "deps: Node.js 20 or later is needed, found $(node --version 2>/dev/null || echo none)" >&2
+  exit 1
+fi
+# protoc-gen-es for clients/ts; esbuild, TypeScript and playwright-core for web/console.
+npm ci --prefix clients/ts --no-audit --no-fund
+npm ci --prefix web/console --no-audit --no-fund
+
 # Go modules, including the pinned buf and protoc plugins run by `go tool`.
 go mod download

@@ -1,0 +1,323 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/gateway/console"
+	"github.com/acp-gateway/acp-gateway/gateway/server"
+	"github.com/acp-gateway/acp-gateway/gateway/service"
+	"github.com/acp-gateway/acp-gateway/gateway/session"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/statestore"
+)
+
+var updateScreenshots = flag.Bool("update-screenshots", false, "write the browser test's screenshots to docs/screenshots")
+
+// agentFlag as the only argument makes the test binary the demo agent.
+const agentFlag = "-console-demo-agent"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && os.Args[1] == agentFlag {
+		signal.Ignore(syscall.SIGPIPE)
+		if err := agentsim.Serve(context.Background(), os.Stdin, os.Stdout, agentsim.Demo(), os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "demo agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// browserSetup names what sets up everything TestBrowser needs.
+const browserSetup = "./scripts/deps.sh"
+
+const repoRoot = "../.."
+
+// TestBrowser runs web/console/test/browser.mjs in Debian's chromium against
+// a real gateway (memory store, the demo agent, token auth) with the console
+// mounted at "/" exactly as the binary mounts it.
+func TestBrowser(t *testing.T) {
+	node, chromium := browserTools(t)
+	token := "console-test-token"
+	g := startGateway(t, token)
+
+	shots := t.ArtifactDir()
+	if *updateScreenshots {
+		shots = filepath.Join(repoRoot, "docs", "screenshots")
+		if err := os.MkdirAll(shots, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shots, _ = filepath.Abs(shots)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join(repoRoot, "web", "console", "test", "browser.mjs"))
+	cmd.Env = append(os.Environ(),
+		"CONSOLE_URL="+g.base+"/",
+		"CONSOLE_TOKEN="+token,
+		"CONSOLE_CWD="+t.TempDir(),
+		"CONSOLE_DROP_URL="+g.base+"/test/drop",
+		"CONSOLE_SCREENSHOTS="+shots,
+		"CHROMIUM="+chromium,
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("browser.mjs: %v\nstdout:\n%s\nstderr:\n%s\nscreenshots in %s (kept with go test -artifacts)", err, stdout.String(), stderr.String(), shots)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var got struct {
+		SessionID  string `json:"sessionId"`
+		LastSeq    string `json:"lastSeq"`
+		Reconnects int    `json:"reconnects"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
+		t.Fatalf("browser.mjs output %q: %v", stdout.String(), err)
+	}
+
+	t.Logf("session %s: the page showed seq 1 to %s, reconnected %d times; Watch afterSeq after the cut: %v",
+		got.SessionID, got.LastSeq, got.Reconnects, g.watchesSinceDrop())
+
+	// The page saw every event of the session: its last seq is the session's.
+	res, err := g.client.GetSession(context.Background(), authorized(connect.NewRequest(&acpv2.GetSessionRequest{SessionId: got.SessionID}), token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strconv.FormatUint(res.Msg.GetSession().GetLastSeq(), 10); got.LastSeq != want {
+		t.Errorf("the page's last seq is %s, the session's %s", got.LastSeq, want)
+	}
+	// After the cut, the page resumed from where it was, not from the start.
+	after := g.watchesSinceDrop()
+	resumed := false
+	for _, seq := range after {
+		resumed = resumed || seq > 0
+	}
+	if !resumed {
+		t.Errorf("after the streams were cut, the page's Watch calls had afterSeq %v, want one > 0", after)
+	}
+}
+
+// browserTools returns node and chromium, or fails naming the commands
+// that install what is missing.
+func browserTools(t *testing.T) (node, chromium string) {
+	t.Helper()
+	var missing []string
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing = append(missing, "node on PATH (Node.js 20 or later)")
+	}
+	chromium = os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		missing = append(missing, chromium+" (apt-get install -y chromium)")
+	}
+	if _, err := os.Stat(filepath.Join(repoRoot, "web", "console", "node_modules", "playwright-core", "package.json")); err != nil {
+		missing = append(missing, "web/console/node_modules with playwright-core (npm ci --prefix web/console)")
+	}
+	if len(missing) > 0 {
+		t.Fatalf("the console's browser test needs %s; %s sets all of it up", strings.Join(missing, ", "), browserSetup)
+	}
+	return node, chromium
+}
+
+type gateway struct {
+	base   string
+	client acpv2connect.SessionServiceClient
+	conns  *conns
+
+	mu      sync.Mutex
+	watches []uint64 // afterSeq of each Watch call, in order
+	dropAt  int      // len(watches) when the connections were cut
+}
+
+func startGateway(t *testing.T, token string) *gateway {
+	t.Helper()
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(token+" tester\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.LoadTokens(tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := session.NewManager(session.Options{
+		Agents:         map[string][]string{"demo": {os.Args[0], agentFlag}},
+		Env:            []string{"PATH=" + os.Getenv("PATH")},
+		Store:          statestore.NewMemory(statestore.Options{}),
+		Log:            slog.New(slog.DiscardHandler),
+		AgentStopGrace: 500 * time.Millisecond,
+		IdleTimeout:    -1,
+	})
+	if err := mgr.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g := &gateway{dropAt: -1}
+	ics := service.Interceptors(service.InterceptorConfig{
+		Auth:         auth.NewInterceptor(authn),
+		User:         auth.User,
+		SessionAgent: mgr.AgentOf,
+	})
+	srv := server.New(service.New(mgr, service.WithUser(auth.User)), server.Options{
+		Interceptors: append(ics, watchRecorder{g}),
+		Extra: map[string]http.Handler{
+			"/":               console.Handler(mgr.AgentNames()),
+			"POST /test/drop": http.HandlerFunc(g.drop),
+		},
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.conns = &conns{Listener: l, open: map[*conn]bool{}}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(g.conns) }()
+	g.base = "http://" + l.Addr().String()
+	hc := &http.Client{Transport: &http.Transport{}}
+	g.client = acpv2connect.NewSessionServiceClient(hc, g.base)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		mgr.Close()
+		hc.CloseIdleConnections()
+	})
+	return g
+}
+
+// drop cuts every connection but the caller's, as a network failure would.
+func (g *gateway) drop(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	g.dropAt = len(g.watches)
+	g.mu.Unlock()
+	n := g.conns.closeExcept(r.RemoteAddr)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"dropped":%d}`, n)
+}
+
+// watchesSinceDrop returns the afterSeq of each Watch call made after drop.
+func (g *gateway) watchesSinceDrop() []uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dropAt < 0 {
+		return nil
+	}
+	return append([]uint64(nil), g.watches[g.dropAt:]...)
+}
+
+func authorized[T any](req *connect.Request[T], token string) *connect.Request[T] {
+	req.Header().Set("Authorization", "Bearer "+token)
+	return req
+}
+
+// watchRecorder records the afterSeq of every Watch call.
+type watchRecorder struct{ g *gateway }
+
+func (watchRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (watchRecorder) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (w watchRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, c connect.StreamingHandlerConn) error {
+		if c.Spec().Procedure == acpv2connect.SessionServiceWatchProcedure {
+			c = recordingConn{c, w.g}
+		}
+		return next(ctx, c)
+	}
+}
+
+type recordingConn struct {
+	connect.StreamingHandlerConn
+	g *gateway
+}
+
+func (c recordingConn) Receive(m any) error {
+	err := c.StreamingHandlerConn.Receive(m)
+	if req, ok := m.(*acpv2.WatchRequest); ok && err == nil {
+		c.g.mu.Lock()
+		c.g.watches = append(c.g.watches, req.GetAfterSeq())
+		c.g.mu.Unlock()
+	}
+	return err
+}
+
+// conns is a listener that can close the connections it accepted.
+type conns struct {
+	net.Listener
+	mu   sync.Mutex
+	open map[*conn]bool
+}
+
+type conn struct {
+	net.Conn
+	l    *conns
+	once sync.Once
+}
+
+func (l *conns) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &conn{Conn: c, l: l}
+	l.mu.Lock()
+	l.open[tc] = true
+	l.mu.Unlock()
+	return tc, nil
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.open, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// closeExcept closes every open connection but the one from remote.
+func (l *conns) closeExcept(remote string) int {
+	l.mu.Lock()
+	var victims []*conn
+	for c := range l.open {
+		if c.RemoteAddr().String() != remote {
+			victims = append(victims, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range victims {
+		_ = c.Close()
+	}
+	return len(victims)
+}

@@ -1,0 +1,2 @@
+// esbuild bundles imported CSS into assets/app-HASH.css.
+declare module "*.css";
