@@ -14,6 +14,7 @@ require (
 	connectrpc.com/grpchealth v1.4.0
 	connectrpc.com/grpcreflect v1.3.0
 	connectrpc.com/otelconnect v0.9.0
+	github.com/coder/acp-go-sdk v0.13.0
 	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/go-jose/go-jose/v4 v4.1.8
 	github.com/kballard/go-shellquote v0.0.0-20180428030007-95032a82bc51

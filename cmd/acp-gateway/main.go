@@ -23,6 +23,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/gateway/console"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
@@ -34,6 +35,7 @@ import (
 const usage = `usage:
   acp-gateway serve [--listen HOST:PORT] [--agent NAME=COMMAND_LINE]... [--store URL] [flags]
   acp-gateway try [--url URL] [--agent NAME]   (run one turn and print its events)
+  acp-gateway connect URL --agent NAME [--token TOKEN | --token-file FILE] [--cwd DIR]   (an editor's ACP agent, run on the gateway at URL)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
 
 Run 'acp-gateway serve --help' for every serve flag.
@@ -73,6 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "try":
 		return try(ctx, args[1:], stdout, stderr)
+	case "connect":
+		return connectCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "demo-agent":
 		if err := agentsim.Serve(ctx, os.Stdin, stdout, agentsim.Demo(), stderr); err != nil {
 			fmt.Fprintf(stderr, "acp-gateway demo-agent: %v\n", err)
@@ -122,6 +126,7 @@ type serveConfig struct {
 	rateLimit        float64
 	rateBurst        int
 	otlpEndpoint     string
+	console          bool
 	logLevel         slog.Level
 }
 
@@ -188,6 +193,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per user (or client address without auth); a stream counts once (0: no limit)")
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
 	fs.StringVar(&cfg.otlpEndpoint, "otlp-endpoint", "", "export trace spans by OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
+	fs.BoolVar(&cfg.console, "console", true, "serve the web console at / (its page and agent names need no token; the RPCs it makes do)")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", service.DefaultHeartbeat, "interval of heartbeats on idle server streams")
@@ -350,9 +356,15 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if authn != nil {
 		ic.Auth = auth.NewInterceptor(authn)
 	}
+	extra := map[string]http.Handler{"GET /metrics": met.Handler()}
+	if cfg.console {
+		// "/" rather than "GET /", which would conflict with the Connect
+		// handlers' patterns.
+		extra["/"] = console.Handler(mgr.AgentNames())
+	}
 	srv := server.New(svc, server.Options{
 		CORSOrigins:  cfg.corsOrigins,
-		Extra:        map[string]http.Handler{"GET /metrics": met.Handler()},
+		Extra:        extra,
 		Interceptors: service.Interceptors(ic),
 		ReadMaxBytes: cfg.maxRequestBytes,
 		SendMaxBytes: cfg.maxResponseBytes,

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -306,5 +307,27 @@ func TestBadConfigAndAuthFilesExit2(t *testing.T) {
 				t.Fatalf("stderr shows the token file's content: %q", stderr.String())
 			}
 		})
+	}
+}
+
+func TestConsoleIsServedAtTheRoot(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{true, false} {
+		ctx, cancel := context.WithCancel(context.Background())
+		addr, exited := startServe(t, ctx, "--console="+strconv.FormatBool(on))
+		resp, err := http.Get("http://" + addr + "/console/config.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if on && (resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"demo"`))) {
+			t.Errorf("console on: config.json %s %s, want the demo agent listed", resp.Status, body)
+		}
+		if !on && resp.StatusCode != http.StatusNotFound {
+			t.Errorf("--console=false: config.json %s, want 404", resp.Status)
+		}
+		cancel()
+		<-exited
 	}
 }

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/acp-gateway/acp-gateway/gateway/bridge"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+func TestConnectBadFlagsExit2WithOneLine(t *testing.T) {
+	t.Parallel()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no URL", []string{"connect", "--agent", "a"}, "one gateway URL"},
+		{"two URLs", []string{"connect", "http://a", "http://b", "--agent", "a"}, "one gateway URL"},
+		{"not http", []string{"connect", "ftp://host", "--agent", "a"}, "gateway URL"},
+		{"no host", []string{"connect", "http://", "--agent", "a"}, "gateway URL"},
+		{"no agent", []string{"connect", "http://127.0.0.1:8080"}, "--agent"},
+		{"two tokens", []string{"connect", "http://h", "--agent", "a", "--token", "x", "--token-file", tokenFile}, "at most one"},
+		{"missing token file", []string{"connect", "http://h", "--agent", "a", "--token-file", "/nonexistent/token"}, "--token-file"},
+		{"empty token file", []string{"connect", "http://h", "--agent", "a", "--token-file", empty}, "no token"},
+		{"relative cwd", []string{"connect", "http://h", "--agent", "a", "--cwd", "src"}, "--cwd"},
+		{"unknown flag", []string{"connect", "http://h", "--agent", "a", "--nope"}, "nope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			if code := run(context.Background(), tc.args, &stdout, &stderr); code != exitUsage {
+				t.Fatalf("exit %d, want %d (stderr %q)", code, exitUsage, stderr.String())
+			}
+			if lines := strings.Count(stderr.String(), "\n"); lines != 1 {
+				t.Errorf("stderr has %d lines, want 1: %q", lines, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not name %q", stderr.String(), tc.want)
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("stdout %q, want nothing", stdout.String())
+			}
+		})
+	}
+}
+
+func TestConnectFlagsAfterTheURLAndTheTokenFromTheEnvironment(t *testing.T) {
+	// Not parallel: t.Setenv.
+	t.Setenv(tokenEnv, "from-env")
+	cfg, err := parseConnect([]string{"--agent", "a", "https://gw.example.com", "--cwd", "/srv/p", "--keep-sessions"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.url != "https://gw.example.com" || cfg.agent != "a" || cfg.cwd != "/srv/p" || !cfg.keepSessions || cfg.token != "from-env" {
+		t.Errorf("config %+v", cfg)
+	}
+	cfg, err = parseConnect([]string{"https://gw.example.com", "--agent", "a", "--token", "from-flag"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.token != "from-flag" {
+		t.Errorf("token %q, want the flag's", cfg.token)
+	}
+}
+
+// TestConnectPlaysTheDemoForAnEditor runs `acp-gateway connect` through
+// run(), with the ACP SDK's client on its stdin and stdout, against `serve`
+// with a token file and the built-in demo agent.
+func TestConnectPlaysTheDemoForAnEditor(t *testing.T) {
+	// Not parallel: it sets the command's stdin.
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("demo-token alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("demo-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr, served := startServe(t, ctx, "--auth-tokens", tokens)
+	base := "http://" + addr
+	workdir := t.TempDir()
+
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	old := stdin
+	stdin = inR
+	defer func() { stdin = old }()
+	var stderr bytes.Buffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"connect", base, "--agent", "demo", "--token-file", tokenFile, "--cwd", workdir}, outW, &stderr)
+	}()
+
+	rec := &demoEditor{}
+	conn := acp.NewClientSideConnection(rec, inW, outR)
+	if _, err := conn.Initialize(ctx, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	created, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: "/editor/only/path", McpServers: []acp.McpServer{}})
+	if err != nil {
+		t.Fatalf("session/new: %v", err)
+	}
+	res, err := conn.Prompt(ctx, acp.PromptRequest{SessionId: created.SessionId, Prompt: []acp.ContentBlock{acp.TextBlock("show me")}})
+	if err != nil {
+		t.Fatalf("session/prompt: %v", err)
+	}
+	if res.StopReason != acp.StopReasonEndTurn {
+		t.Errorf("stopReason %q", res.StopReason)
+	}
+	rec.mu.Lock()
+	calls, asks, finished := rec.toolCalls, rec.asks, rec.completed
+	rec.mu.Unlock()
+	if strings.Join(calls, ",") != "demo-read,demo-edit,demo-exec" || asks != 1 || !finished["demo-edit"] || !finished["demo-exec"] {
+		t.Errorf("tool calls %v, %d permission requests, completed %v", calls, asks, finished)
+	}
+
+	client := bridge.NewClient(http.DefaultClient, base, "demo-token")
+	snap, err := client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: string(created.SessionId)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Msg.GetSession().GetCwd() != workdir {
+		t.Errorf("the session runs in %q, want --cwd %q", snap.Msg.GetSession().GetCwd(), workdir)
+	}
+
+	inW.Close() // the editor goes
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("connect exited %d: %s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("connect did not exit after its stdin closed")
+	}
+	outR.Close()
+	snap, err = client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: string(created.SessionId)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state := snap.Msg.GetSession().GetState(); state != "closed" {
+		t.Errorf("the session is %q after the editor went, want closed", state)
+	}
+	if strings.Contains(stderr.String(), "demo-token") {
+		t.Error("the token appears in the logs")
+	}
+	cancel()
+	if code := <-served; code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+}
+
+// demoEditor is an ACP client that allows what it is asked and notes the
+// tool calls it sees.
+type demoEditor struct {
+	mu        sync.Mutex
+	toolCalls []string
+	completed map[string]bool
+	asks      int
+}
+
+func (d *demoEditor) SessionUpdate(_ context.Context, n acp.SessionNotification) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if tc := n.Update.ToolCall; tc != nil {
+		d.toolCalls = append(d.toolCalls, string(tc.ToolCallId))
+	}
+	if u := n.Update.ToolCallUpdate; u != nil && u.Status != nil && *u.Status == acp.ToolCallStatusCompleted {
+		if d.completed == nil {
+			d.completed = map[string]bool{}
+		}
+		d.completed[string(u.ToolCallId)] = true
+	}
+	return nil
+}
+
+func (d *demoEditor) RequestPermission(_ context.Context, p acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+	d.mu.Lock()
+	d.asks++
+	d.mu.Unlock()
+	for _, o := range p.Options {
+		if o.Kind == acp.PermissionOptionKindAllowOnce {
+			return acp.RequestPermissionResponse{Outcome: acp.RequestPermissionOutcome{
+				Selected: &acp.RequestPermissionOutcomeSelected{Outcome: "selected", OptionId: o.OptionId}}}, nil
+		}
+	}
+	return acp.RequestPermissionResponse{}, errors.New("no allow option")
+}
+
+var errNotOffered = errors.New("not offered to the bridge")
+
+func (d *demoEditor) ReadTextFile(context.Context, acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
+	return acp.ReadTextFileResponse{}, errNotOffered
+}
+
+func (d *demoEditor) WriteTextFile(context.Context, acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
+	return acp.WriteTextFileResponse{}, errNotOffered
+}
+
+func (d *demoEditor) CreateTerminal(context.Context, acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
+	return acp.CreateTerminalResponse{}, errNotOffered
+}
+
+func (d *demoEditor) KillTerminal(context.Context, acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
+	return acp.KillTerminalResponse{}, errNotOffered
+}
+
+func (d *demoEditor) TerminalOutput(context.Context, acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
+	return acp.TerminalOutputResponse{}, errNotOffered
+}
+
+func (d *demoEditor) ReleaseTerminal(context.Context, acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
+	return acp.ReleaseTerminalResponse{}, errNotOffered
+}
+
+func (d *demoEditor) WaitForTerminalExit(context.Context, acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
+	return acp.WaitForTerminalExitResponse{}, errNotOffered
+}

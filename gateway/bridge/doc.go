@@ -1,0 +1,109 @@
+// Package bridge lets an ACP editor use an agent that runs behind an
+// acp-gateway. It is `acp-gateway connect`: to the editor, which spawns it
+// as it would spawn any ACP agent, it speaks ACP (JSON-RPC 2.0, one JSON
+// object per line) on stdin and stdout, as an agent does; to the gateway it
+// speaks the acp.v2 SessionService over Connect, authenticated with a
+// bearer token.
+//
+// # Configuring Zed
+//
+// Add the bridge to `agent_servers` in Zed's settings.json as a custom
+// agent; Zed runs the command with the arguments and talks ACP to it:
+//
+//	{
+//	  "agent_servers": {
+//	    "Claude on the team gateway": {
+//	      "type": "custom",
+//	      "command": "acp-gateway",
+//	      "args": ["connect", "https://acp.example.com", "--agent", "claude",
+//	               "--token-file", "/home/me/.config/acp-gateway/token",
+//	               "--cwd", "/srv/checkouts/project"],
+//	      "env": {}
+//	    }
+//	  }
+//	}
+//
+// The token may come from `"env": {"ACP_GATEWAY_TOKEN": "..."}` instead of
+// a file. `--cwd` names the working directory on the gateway's machine;
+// without it the gateway is given the directory Zed opened, which then has
+// to exist on the gateway's machine too. Zed's log of ACP messages ("dev:
+// open acp logs") shows what the bridge says; the bridge's own diagnostics
+// go to its stderr.
+//
+// # What the editor gets
+//
+// initialize negotiates the version the editor asks for: ACP v1 fully, and
+// v2 as far as the gateway's model carries it (an editor asking for 2 or
+// more gets 2, anything else 1). authMethods is empty: the bridge, not the
+// editor, authenticates to the gateway. The bridge offers loadSession (v1)
+// and session/list, session/resume and session/close; it offers only the
+// baseline prompt content (text and resource links), since it cannot know
+// what the gateway's agent accepts.
+//
+//   - session/new: CreateSession with the configured agent and the editor's
+//     cwd (or --cwd). The editor's MCP servers are not passed on: the
+//     gateway starts its agents with none.
+//   - session/prompt: Prompt, whose events become session/update
+//     notifications (message and thought chunks, plans, tool calls, mode,
+//     config option, command, usage and session info updates, unknown
+//     updates as the agent sent them). The prompt is answered with the
+//     turn's stop reason when the turn ends; a failed turn is a JSON-RPC
+//     error. A v2 editor is answered `{}` once the gateway started the turn,
+//     and gets state_update `running`, `requires_action` (while a permission
+//     request waits) and `idle` with the stop reason, made by the bridge from
+//     the gateway's turn events (the agent's own state updates are not
+//     forwarded, nor, to a v2 editor, the agent's user messages: the bridge
+//     reports the prompt as the user_message).
+//   - session/cancel: Cancel, also when it arrives before the gateway has
+//     started the turn.
+//   - Permission requests become session/request_permission requests from
+//     the bridge to the editor (with ids of the bridge's own numbering, a
+//     space apart from the editor's); the chosen option, or cancelled, goes
+//     back with RespondPermission. A request the gateway resolves first
+//     (turn cancelled, timed out, answered elsewhere) is withdrawn with
+//     $/cancel_request.
+//   - session/load (v1), and session/resume with `replayFrom: {"type":
+//     "start"}` (v2), replay the gateway session's stored events (Watch from
+//     the start, up to the last event GetSession reports) as history: the
+//     prompts as the user's messages, then what the agent said and did.
+//     Turns that other clients run later are not followed.
+//   - session/set_mode (v1) and session/set_config_option relay to SetMode
+//     and SetConfigOption.
+//
+// When the editor closes stdin the bridge closes the gateway sessions it
+// created (unless --keep-sessions) and exits 0.
+//
+// The gateway serves its agents' fs/* requests itself, inside the
+// session's working directory on its machine, and refuses terminal/*; it
+// never asks its clients to serve them. So the bridge advertises nothing
+// for them and serves no fs/* of the editor's: were the gateway ever to ask
+// a client, the bridge would relay those requests to the editor.
+//
+// # From the gateway's v2 stream to ACP v1
+//
+// The gateway reports tool calls as ACP v2 upsert patches (omitted field:
+// unchanged, null: cleared, value: replaced) followed by the merged tool
+// call. A v1 editor gets:
+//
+//   - a `tool_call` carrying the whole merged tool call the first time it
+//     hears of an id;
+//   - after that, a `tool_call_update` carrying the patch, except that a
+//     patch cannot clear in v1, where null means unchanged: a cleared
+//     `content` or `locations` is sent as [] (which clears in v1 too), a
+//     cleared `kind` as ACP's default "other", a cleared `status` as its
+//     default "pending", a cleared `title` as "", and a cleared `rawInput`,
+//     `rawOutput` or `_meta` is left out (v1 has no way to say it);
+//   - for a v2 `tool_call_content_chunk` (v1 cannot append), a
+//     `tool_call_update` whose `content` is the whole content so far.
+//
+// v1's enums are closed where v2's are open: for a v1 editor a custom or
+// future tool kind is "other", the status "cancelled" is "failed", a custom
+// or future status is left out, a custom or future stop reason is
+// "end_turn", and permission options of a custom or future kind are not
+// offered (unless no other is). A v2 `plan_update` of items becomes a v1
+// `plan`; v2 whole messages
+// (`agent_message`, ...) become one chunk per content block; updates v1
+// has no form for (terminal updates, other plan types) are not sent. A v2
+// editor gets the patches as they are, a v1 `plan` as the `plan_update` of
+// plan id "plan", and a made-up message id on chunks that have none.
+package bridge

@@ -1,0 +1,378 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/sourcegraph/jsonrpc2"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// callTimeout bounds the short gateway calls the bridge makes on its own
+// (Cancel, RespondPermission).
+const callTimeout = 30 * time.Second
+
+// turn is a prompt turn the editor started. Its fields are guarded by the
+// session's mu.
+type turn struct {
+	// cancelWanted: the editor cancelled the turn, perhaps before the
+	// gateway started it.
+	cancelWanted bool
+	// started: the gateway's turn_started arrived, so Cancel reaches the
+	// turn.
+	started bool
+	// asks are the editor's permission requests, by the gateway's request
+	// id.
+	asks map[string]*ask
+}
+
+// ask is a session/request_permission the bridge sent the editor.
+type ask struct {
+	editorID jsonrpc2.ID
+	// done: the editor answered, or the gateway resolved the request.
+	done bool
+	stop context.CancelFunc
+}
+
+// prompt starts a session/prompt: it checks the request and records the
+// turn at once, so that a session/cancel read right after it finds the
+// turn, then runs the turn in its own goroutine.
+func (b *bridge) prompt(id jsonrpc2.ID, params json.RawMessage) {
+	var p struct {
+		SessionID string            `json:"sessionId"`
+		Prompt    []json.RawMessage `json:"prompt"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		b.reply(id, nil, invalidParams("session/prompt: %v", err))
+		return
+	}
+	if p.SessionID == "" || len(p.Prompt) == 0 {
+		b.reply(id, nil, invalidParams("session/prompt needs a sessionId and at least one content block"))
+		return
+	}
+	s := b.sessionFor(p.SessionID, false)
+	blocks := make([]*acpv2.ContentBlock, len(p.Prompt))
+	for i, raw := range p.Prompt {
+		blocks[i] = &acpv2.ContentBlock{}
+		if err := acpjson.Decode(raw, blocks[i], s.conv.version); err != nil {
+			b.reply(id, nil, invalidParams("session/prompt: prompt[%d]: %v", i, err))
+			return
+		}
+	}
+	s.mu.Lock()
+	if s.turn != nil {
+		s.mu.Unlock()
+		b.reply(id, nil, &jsonrpc2.Error{Code: codeInternal,
+			Message: fmt.Sprintf("a prompt is already running in session %s; cancel it or wait for its end", s.id)})
+		return
+	}
+	t := &turn{asks: map[string]*ask{}}
+	s.turn = t
+	s.mu.Unlock()
+	b.call(id, func() { b.cancelTurn(s.id) }, func(ctx context.Context) (any, error) {
+		defer func() {
+			s.mu.Lock()
+			if s.turn == t {
+				s.turn = nil
+			}
+			s.mu.Unlock()
+		}()
+		return b.runPrompt(ctx, id, s, t, blocks)
+	})
+}
+
+// runPrompt runs one turn on the gateway's Prompt stream, sending the editor
+// each event's updates, and returns the prompt's answer: the stop reason
+// (v1). A v2 editor is answered when the gateway starts the turn, and the
+// turn's end is an idle state_update.
+func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *turn, blocks []*acpv2.ContentBlock) (any, error) {
+	v2 := s.conv.version != acpjson.V1
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := b.client.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: s.id, Prompt: blocks}))
+	if err != nil {
+		cancel()
+		return nil, rpcError("Prompt", err)
+	}
+	defer func() {
+		cancel()
+		_ = stream.Close()
+	}()
+	acked := false
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if ev == nil {
+			continue // heartbeat
+		}
+		switch e := ev.GetEvent().(type) {
+		case *acpv2.SessionEvent_TurnStarted:
+			s.mu.Lock()
+			t.started = true
+			cancelNow := t.cancelWanted
+			s.mu.Unlock()
+			if cancelNow {
+				b.spawn(func() { b.gatewayCancel(s.id) })
+			}
+			if v2 {
+				// A v2 prompt is answered once accepted.
+				b.reply(id, struct{}{}, nil)
+				acked = true
+			}
+		case *acpv2.SessionEvent_PermissionResolved:
+			b.permissionResolved(s, t, e.PermissionResolved.GetRequestId())
+		case *acpv2.SessionEvent_TurnEnded:
+			return b.endTurn(s, e.TurnEnded, acked)
+		}
+		s.out.Lock()
+		b.emitLocked(s, ev, false)
+		s.out.Unlock()
+		if pr := ev.GetPermissionRequest(); pr != nil {
+			s.mu.Lock()
+			b.askLocked(s, t, pr)
+			s.mu.Unlock()
+		}
+	}
+	var rerr *jsonrpc2.Error
+	if err := stream.Err(); err != nil {
+		rerr = rpcError("Prompt", err)
+	} else {
+		rerr = &jsonrpc2.Error{Code: codeInternal, Message: "acp-gateway: the Prompt stream ended before the turn did"}
+	}
+	if acked {
+		b.endTurn(s, &acpv2.TurnEnded{Error: rerr.Message}, true)
+		return nil, errReplied
+	}
+	return nil, rerr
+}
+
+// endTurn answers the prompt for the turn's end: with its stop reason, or
+// a JSON-RPC error when the turn failed. A v2 editor, answered already,
+// gets an idle state_update instead; a failure shows as an agent message
+// and in the update's _meta.
+func (b *bridge) endTurn(s *session, te *acpv2.TurnEnded, acked bool) (any, error) {
+	reason := te.GetStopReason()
+	if reason == "" {
+		reason = "end_turn"
+	}
+	if s.conv.version == acpjson.V1 || !acked {
+		if te.GetError() != "" {
+			return nil, &jsonrpc2.Error{Code: codeInternal, Message: "acp-gateway: the turn failed: " + te.GetError()}
+		}
+		if s.conv.version == acpjson.V1 {
+			reason = v1StopReason(reason)
+		}
+		return map[string]any{"stopReason": reason}, nil
+	}
+	s.out.Lock()
+	defer s.out.Unlock()
+	idle := stateUpdate("idle", reason)
+	if msg := te.GetError(); msg != "" {
+		id := newMessageID()
+		b.emitUpdateLocked(s, &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
+			Content:   &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "acp-gateway: the turn failed: " + msg}}},
+			MessageId: &id,
+		}}})
+		if meta, err := structpb.NewStruct(map[string]any{"acpGateway": map[string]any{"error": msg}}); err == nil {
+			idle.GetStateUpdate().Meta = meta
+		}
+	}
+	b.emitUpdateLocked(s, idle)
+	return nil, errReplied
+}
+
+// emitUpdateLocked sends the editor one update the bridge made itself.
+// s.out must be held.
+func (b *bridge) emitUpdateLocked(s *session, u *acpv2.SessionUpdate) {
+	js, err := acpjson.EncodeUpdate(u, s.conv.version)
+	if err != nil {
+		b.log.Warn("an update could not be encoded", "session", s.id, "error", err)
+		return
+	}
+	b.notify(s.id, js)
+}
+
+// cancelTurn cancels the editor's turn in session id: at once when the
+// gateway has started it, else as soon as it does.
+func (b *bridge) cancelTurn(id string) {
+	b.mu.Lock()
+	s := b.sessions[id]
+	b.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	t := s.turn
+	if t == nil || t.cancelWanted {
+		s.mu.Unlock()
+		return
+	}
+	t.cancelWanted = true
+	started := t.started
+	s.mu.Unlock()
+	if started {
+		b.spawn(func() { b.gatewayCancel(id) })
+	}
+}
+
+// gatewayCancel cancels session id's turn on the gateway.
+func (b *bridge) gatewayCancel(id string) {
+	ctx, cancel := context.WithTimeout(b.base, callTimeout)
+	defer cancel()
+	_, err := b.client.Cancel(ctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id}))
+	if err != nil && connect.CodeOf(err) != connect.CodeFailedPrecondition { // failed_precondition: the turn ended
+		b.log.Warn("cancelling a turn", "session", id, "error", err)
+	}
+}
+
+// askLocked relays the gateway's permission request pr to the editor as a
+// session/request_permission (the bridge's own request) and, in its own
+// goroutine, the editor's answer back with RespondPermission. s.mu must be
+// held.
+func (b *bridge) askLocked(s *session, t *turn, pr *acpv2.PermissionRequest) {
+	params, err := b.permissionParams(s, pr)
+	if err != nil {
+		b.log.Warn("a permission request could not be encoded; answering it cancelled", "session", s.id, "error", err)
+	}
+	ctx, stop := context.WithCancel(b.base)
+	a := &ask{editorID: jsonrpc2.ID{Num: b.nextID.Add(1)}, stop: stop}
+	t.asks[pr.GetRequestId()] = a
+	if !b.spawn(func() {
+		defer stop()
+		b.relayPermission(ctx, s, a, pr.GetRequestId(), params)
+	}) {
+		stop()
+	}
+}
+
+func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, requestID string, params json.RawMessage) {
+	var res struct {
+		Outcome struct {
+			Outcome  string `json:"outcome"`
+			OptionID string `json:"optionId"`
+		} `json:"outcome"`
+	}
+	var err error
+	if params == nil {
+		err = fmt.Errorf("not asked")
+	} else {
+		var call jsonrpc2.Waiter
+		call, err = b.conn.DispatchCall(ctx, "session/request_permission", params, jsonrpc2.PickID(a.editorID))
+		if err == nil {
+			err = call.Wait(ctx, &res)
+		}
+	}
+	s.mu.Lock()
+	resolved := a.done
+	a.done = true
+	s.mu.Unlock()
+	if resolved {
+		return // the gateway resolved it meanwhile, and the editor was told
+	}
+	req := &acpv2.RespondPermissionRequest{SessionId: s.id, RequestId: requestID}
+	if err == nil && res.Outcome.Outcome == "selected" && res.Outcome.OptionID != "" {
+		req.OptionId = res.Outcome.OptionID
+	} else {
+		if err != nil {
+			b.log.Info("the editor's permission answer failed; answering cancelled", "session", s.id, "request", requestID, "error", err)
+		}
+		req.Cancelled = true
+	}
+	rctx, cancel := context.WithTimeout(b.base, callTimeout)
+	defer cancel()
+	if _, err := b.client.RespondPermission(rctx, connect.NewRequest(req)); err != nil {
+		switch connect.CodeOf(err) {
+		case connect.CodeFailedPrecondition, connect.CodeNotFound: // answered or ended meanwhile
+		default:
+			b.log.Warn("relaying a permission answer", "session", s.id, "request", requestID, "error", err)
+		}
+	}
+}
+
+// permissionResolved handles the gateway's word that a permission request
+// was resolved. When the editor has not answered it (the turn was
+// cancelled, the request timed out or another client answered), the editor
+// gets a $/cancel_request for it.
+func (b *bridge) permissionResolved(s *session, t *turn, requestID string) {
+	s.mu.Lock()
+	a := t.asks[requestID]
+	delete(t.asks, requestID)
+	if a == nil || a.done {
+		s.mu.Unlock()
+		return
+	}
+	a.done = true
+	s.mu.Unlock()
+	_ = b.conn.Notify(b.base, "$/cancel_request", map[string]any{"requestId": a.editorID})
+	a.stop()
+}
+
+// permissionParams returns the params of the session/request_permission
+// for pr, in the editor's ACP version: v1 carries the tool call as
+// `toolCall` (made up from the request's title when the agent named none),
+// v2 a `title` and a `subject`.
+func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json.RawMessage, error) {
+	v := s.conv.version
+	opts := pr.GetOptions()
+	if v == acpjson.V1 {
+		opts = v1Options(opts)
+	}
+	options := make([]json.RawMessage, 0, len(opts))
+	for _, o := range opts {
+		js, err := acpjson.Encode(o, v)
+		if err != nil {
+			return nil, err
+		}
+		options = append(options, js)
+	}
+	params := map[string]any{"sessionId": s.id, "options": options}
+	meta := map[string]any{}
+	for k, f := range pr.GetMeta().GetFields() {
+		meta[k] = f.AsInterface()
+	}
+	subject := meta["subject"]
+	delete(meta, "subject")
+	if len(meta) > 0 {
+		params["_meta"] = meta
+	}
+	tc := pr.GetToolCall()
+	if v == acpjson.V1 {
+		if tc == nil {
+			title := pr.GetTitle()
+			if title == "" {
+				title = "Permission requested"
+			}
+			tc = &acpv2.ToolCallUpdate{ToolCallId: "permission-" + pr.GetRequestId(),
+				Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: title}}}
+		}
+		js, err := acpjson.Encode(v1Patch(tc), acpjson.V1)
+		if err != nil {
+			return nil, err
+		}
+		params["toolCall"] = json.RawMessage(js)
+	} else {
+		title := pr.GetTitle()
+		if title == "" {
+			title = pr.GetPreview().GetTitle()
+		}
+		if title == "" {
+			title = "Permission requested"
+		}
+		params["title"] = title
+		switch {
+		case tc != nil:
+			js, err := acpjson.Encode(tc, acpjson.V2)
+			if err != nil {
+				return nil, err
+			}
+			params["subject"] = map[string]any{"type": "tool_call", "toolCall": json.RawMessage(js)}
+		case subject != nil:
+			params["subject"] = subject
+		}
+	}
+	return json.Marshal(params)
+}
