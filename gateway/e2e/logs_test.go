@@ -73,6 +73,9 @@ func TestLogsNameTheCallAndHoldNoSecrets(t *testing.T) {
 	if got := lres.Header().Get(service.RequestIDHeader); got == "" || strings.Contains(got, " ") {
 		t.Errorf("request id of ListSessions %q", got)
 	}
+	if _, err := c.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id})); err != nil {
+		t.Fatal(err)
+	}
 	g.stop()
 
 	out := logs.String()
@@ -81,8 +84,15 @@ func TestLogsNameTheCallAndHoldNoSecrets(t *testing.T) {
 			t.Errorf("the logs contain %q", secret)
 		}
 	}
-	var promptLine, turnFailed map[string]any
+	var promptLine, turnFailed, closeLine map[string]any
 	for _, l := range logLines(t, out) {
+		if l["msg"] == "rpc" && l["procedure"] == "/acp.v2.SessionService/CloseSession" {
+			closeLine = l
+		}
+		// Calls that succeed are not errors.
+		if l["msg"] == "rpc" && l["code"] == "ok" && l["level"] != "INFO" {
+			t.Errorf("a successful call logged at %v: %v", l["level"], l)
+		}
 		if l["msg"] == "rpc" && l["procedure"] == "/acp.v2.SessionService/Prompt" {
 			promptLine = l
 		}
@@ -94,12 +104,13 @@ func TestLogsNameTheCallAndHoldNoSecrets(t *testing.T) {
 			t.Errorf("a line about session %v lacks its agent or user: %v", l["session"], l)
 		}
 	}
-	for what, l := range map[string]map[string]any{"the Prompt call": promptLine, "the failed turn": turnFailed} {
+	for what, l := range map[string]map[string]any{"the Prompt call": promptLine, "the failed turn": turnFailed, "CloseSession": closeLine} {
 		if l == nil {
 			t.Errorf("no log line for %s in:\n%s", what, out)
 			continue
 		}
-		if l["session"] != id || l["agent"] != "crash" || l["user"] != "alice" || l["request_id"] != "req-prompt-1" {
+		if l["session"] != id || l["agent"] != "crash" || l["user"] != "alice" || l["request_id"] == nil ||
+			(what != "CloseSession" && l["request_id"] != "req-prompt-1") {
 			t.Errorf("the line for %s = %v, want session, agent, user and request_id", what, l)
 		}
 	}

@@ -99,7 +99,17 @@ func (a *accessLog) start(ctx context.Context, h interface{ Get(string) string }
 	return context.WithValue(ctx, callKey{}, c), c
 }
 
-func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any, began time.Time, err error) {
+// agentOf names the agent of the session msg is about, if any.
+func (a *accessLog) agentOf(msg any) string {
+	if m, ok := msg.(interface{ GetSessionId() string }); ok && m.GetSessionId() != "" && a.agent != nil {
+		return a.agent(m.GetSessionId())
+	}
+	return ""
+}
+
+// end logs the call; agent was named before the call ran (a closed session
+// is gone after it).
+func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any, agent string, began time.Time, err error) {
 	if a.log == nil {
 		return
 	}
@@ -111,12 +121,13 @@ func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any,
 	}
 	if m, ok := msg.(interface{ GetSessionId() string }); ok && m.GetSessionId() != "" {
 		attrs = append(attrs, slog.String("session", m.GetSessionId()))
-		if a.agent != nil {
-			attrs = append(attrs, slog.String("agent", a.agent(m.GetSessionId())))
+		if agent == "" {
+			agent = a.agentOf(msg)
 		}
+		attrs = append(attrs, slog.String("agent", agent))
 	}
 	level := slog.LevelInfo
-	if connect.CodeOf(err) == connect.CodeInternal || connect.CodeOf(err) == connect.CodeUnknown {
+	if err != nil && (connect.CodeOf(err) == connect.CodeInternal || connect.CodeOf(err) == connect.CodeUnknown) {
 		level = slog.LevelError
 		var ie *internalError
 		if errors.As(err, &ie) {
@@ -142,13 +153,14 @@ func (a *accessLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		began := time.Now()
 		ctx, c := a.start(ctx, req.Header())
+		agent := a.agentOf(req.Any())
 		res, err := next(ctx, req)
 		if res != nil {
 			res.Header().Set(RequestIDHeader, c.requestID)
 		} else if ce := (*connect.Error)(nil); errors.As(err, &ce) {
 			ce.Meta().Set(RequestIDHeader, c.requestID)
 		}
-		a.end(ctx, c, req.Spec().Procedure, req.Any(), began, err)
+		a.end(ctx, c, req.Spec().Procedure, req.Any(), agent, began, err)
 		return res, err
 	}
 }
@@ -164,7 +176,7 @@ func (a *accessLog) WrapStreamingHandler(next connect.StreamingHandlerFunc) conn
 		conn.ResponseHeader().Set(RequestIDHeader, c.requestID)
 		conn = &firstMessage{StreamingHandlerConn: conn}
 		err := next(ctx, conn)
-		a.end(ctx, c, conn.Spec().Procedure, conn.(*firstMessage).msg, began, err)
+		a.end(ctx, c, conn.Spec().Procedure, conn.(*firstMessage).msg, "", began, err)
 		return err
 	}
 }

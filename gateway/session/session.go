@@ -554,15 +554,20 @@ func (s *Session) Cancel(ctx context.Context) error {
 		s.mu.Unlock()
 		return ErrNoTurn
 	}
+	a, agentSID := s.agent, s.agentSessionID
+	s.mu.Unlock()
+	// session/cancel first, as ACP orders it: an agent that sees its
+	// permission request cancelled then knows the turn is being cancelled.
+	var err error
+	if a != nil { // else the turn is ending with the agent
+		err = a.Cancel(ctx, agentSID)
+	}
+	s.mu.Lock()
 	for id := range s.perms {
 		s.resolveLocked(id, cancelled())
 	}
-	a, agentSID := s.agent, s.agentSessionID
 	s.mu.Unlock()
-	if a == nil {
-		return nil // the turn is ending with the agent
-	}
-	return a.Cancel(ctx, agentSID)
+	return err
 }
 
 // Watch returns a subscription to events after afterSeq.
