@@ -190,7 +190,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxRequestBytes, "max-request-bytes", server.DefaultReadMaxBytes, "largest request message")
 	fs.IntVar(&cfg.maxResponseBytes, "max-response-bytes", server.DefaultSendMaxBytes, "largest response message")
 	fs.IntVar(&cfg.maxAgentLine, "max-agent-line", agent.DefaultMaxLine, "longest line of agent output; a longer one ends the agent")
-	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per user (or client address without auth); a stream counts once (0: no limit)")
+	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per authenticated user; a stream counts once (0: no limit; no limit without authentication)")
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
 	fs.StringVar(&cfg.otlpEndpoint, "otlp-endpoint", "", "export trace spans by OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
 	fs.BoolVar(&cfg.console, "console", true, "serve the web console at / (its page and agent names need no token; the RPCs it makes do)")

@@ -47,8 +47,8 @@ type InterceptorConfig struct {
 	Auth connect.Interceptor
 	// User names the caller once Auth has run.
 	User func(context.Context) string
-	// RateLimit is the requests a second allowed per caller, in bursts of
-	// RateBurst; zero means no limit.
+	// RateLimit is the requests a second allowed per user, in bursts of
+	// RateBurst; zero means no limit. It applies only with Auth.
 	RateLimit float64
 	RateBurst int
 	// SessionAgent names the agent of a session, for the log.
@@ -75,7 +75,9 @@ func Interceptors(cfg InterceptorConfig) []connect.Interceptor {
 		out = append(out, cfg.Auth)
 	}
 	out = append(out, noteUser(cfg.User))
-	if cfg.RateLimit > 0 {
+	// Without authentication there is no user to count: the client's
+	// address would make every client behind one proxy share a bucket.
+	if cfg.RateLimit > 0 && cfg.Auth != nil {
 		out = append(out, NewRateLimiter(cfg.RateLimit, max(1, cfg.RateBurst), cfg.User))
 	}
 	return out

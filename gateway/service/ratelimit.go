@@ -14,7 +14,8 @@ import (
 
 // rateLimiter gives each caller a token bucket: rps requests a second on
 // average, bursts of up to burst. A caller is the authenticated user, or
-// the client's IP address when no user is known.
+// the client's IP address when no user is known (Interceptors installs it
+// only with authentication).
 type rateLimiter struct {
 	rps   rate.Limit
 	burst int
