@@ -1,19 +1,17 @@
-// Package integration runs the real acp-gateway binary: several replicas on
-// one Redis, killed and restarted as in production.
+// Several replicas of the real binary on one Redis, killed and restarted as
+// in production.
+
 package integration
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,33 +23,6 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
-
-// buildBinary builds the acp-gateway binary once, when a test first needs
-// it (a benchmark-only run builds nothing).
-var buildBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "acp-gateway-integration")
-	if err != nil {
-		return "", err
-	}
-	buildDir = dir
-	bin := filepath.Join(dir, "acp-gateway")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/acp-gateway").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building acp-gateway: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-// buildDir holds the binary once built; TestMain removes it.
-var buildDir string
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
 
 // redisURL is the Redis database the replica tests own: they empty it.
 func redisURL(t *testing.T) string {

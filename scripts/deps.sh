@@ -31,6 +31,15 @@ fi
 # protoc-gen-es for clients/ts; esbuild, TypeScript and playwright-core for web/console.
 npm ci --prefix clients/ts --no-audit --no-fund
 npm ci --prefix web/console --no-audit --no-fund
+# The real ACP agents and clients of integration/: the TypeScript SDK's
+# example agent and the Node Connect client, then the Go SDK's example agent
+# and grpcurl, built once here to fill the caches the tests' own
+# `go install` then hits (a cold grpcurl build takes over a minute).
+npm ci --prefix integration/node --no-audit --no-fund
+gobin=$(mktemp -d)
+GOFLAGS= GOWORK=off GOBIN="$gobin" go install github.com/coder/acp-go-sdk/example/agent@v0.13.0
+GOFLAGS= GOWORK=off GOBIN="$gobin" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
+rm -rf "$gobin"
 
 # Go modules, including the pinned buf and protoc plugins run by `go tool`.
 go mod download
