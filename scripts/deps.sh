@@ -41,5 +41,10 @@ GOFLAGS= GOWORK=off GOBIN="$gobin" go install github.com/coder/acp-go-sdk/exampl
 GOFLAGS= GOWORK=off GOBIN="$gobin" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 rm -rf "$gobin"
 
+# promtool for deploy/'s tests (Debian's prometheus package has it).
+if ! command -v promtool >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
 # Go modules, including the pinned buf and protoc plugins run by `go tool`.
 go mod download

@@ -1,0 +1,1044 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	k8syaml "sigs.k8s.io/yaml"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
+	"github.com/acp-gateway/acp-gateway/statestore/redisstore"
+)
+
+const (
+	k8sNamespace = "acp-gateway"
+	gatewayName  = "acp-gateway" // the Deployment, its container's image, the scrape job
+	// shutdownDrain is how long `serve` waits for connections and streams
+	// to end after SIGTERM (cmd/acp-gateway/main.go), and leaseRelease and
+	// traceFlush bound the session manager's lease hand-over and the span
+	// export that follow it.
+	shutdownDrain = 10 * time.Second
+	leaseRelease  = 5 * time.Second
+	traceFlush    = 5 * time.Second
+)
+
+// overlays are the kustomizations of deploy/k8s/overlays.
+var overlays = []struct {
+	name     string
+	replicas int32
+	redis    string // "": bolt store; "in-cluster": components/redis; "external": the operator's Secret
+}{
+	{"single", 1, ""},
+	{"replicated", 3, "in-cluster"},
+	{"replicated-external-redis", 3, "external"},
+}
+
+// serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor the
+// manifests use; any other field fails the strict decoding.
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		JobLabel          string               `json:"jobLabel,omitempty"`
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector *struct {
+			Any        bool     `json:"any,omitempty"`
+			MatchNames []string `json:"matchNames,omitempty"`
+		} `json:"namespaceSelector,omitempty"`
+		Endpoints []struct {
+			Port          string `json:"port"`
+			Path          string `json:"path,omitempty"`
+			Scheme        string `json:"scheme,omitempty"`
+			Interval      string `json:"interval,omitempty"`
+			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// workload is a Deployment's or StatefulSet's pod template.
+type workload struct {
+	kind, name string
+	template   *corev1.PodTemplateSpec
+	selector   *metav1.LabelSelector
+	claims     []corev1.PersistentVolumeClaim // a StatefulSet's volumeClaimTemplates
+}
+
+func (w workload) String() string { return w.kind + " " + w.name }
+
+// rendered is one overlay built by kustomize and decoded.
+type rendered struct {
+	overlay         string
+	namespaces      map[string]*corev1.Namespace
+	serviceAccounts map[string]*corev1.ServiceAccount
+	configMaps      map[string]*corev1.ConfigMap
+	secrets         map[string]*corev1.Secret
+	services        map[string]*corev1.Service
+	claims          map[string]*corev1.PersistentVolumeClaim
+	deployments     map[string]*appsv1.Deployment
+	statefulSets    map[string]*appsv1.StatefulSet
+	budgets         map[string]*policyv1.PodDisruptionBudget
+	policies        map[string]*networkingv1.NetworkPolicy
+	monitors        map[string]*serviceMonitor
+	workloads       []workload
+}
+
+// decodeStrict decodes one manifest into T, failing on unknown or
+// duplicate fields, and records it in m by name.
+func decodeStrict[T any](t *testing.T, m map[string]*T, doc []byte, id string, meta func(*T) *metav1.ObjectMeta) {
+	t.Helper()
+	v := new(T)
+	if err := k8syaml.UnmarshalStrict(doc, v); err != nil {
+		t.Errorf("%s: %v", id, err)
+		return
+	}
+	om := meta(v)
+	if _, dup := m[om.Name]; dup {
+		t.Errorf("%s: two objects of the kind have this name", id)
+	}
+	if om.Namespace != k8sNamespace && !strings.HasPrefix(id, "v1/Namespace ") {
+		t.Errorf("%s: namespace %q, want %q", id, om.Namespace, k8sNamespace)
+	}
+	m[om.Name] = v
+}
+
+// render builds an overlay with kustomize's library (what `kubectl apply -k`
+// runs) and decodes every object strictly into its typed API struct.
+func render(t *testing.T, overlay string) *rendered {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("k8s", "overlays", overlay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build deploy/k8s/overlays/%s: %v", overlay, err)
+	}
+	r := &rendered{
+		overlay:    overlay,
+		namespaces: map[string]*corev1.Namespace{}, serviceAccounts: map[string]*corev1.ServiceAccount{},
+		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
+		services: map[string]*corev1.Service{}, claims: map[string]*corev1.PersistentVolumeClaim{},
+		deployments: map[string]*appsv1.Deployment{}, statefulSets: map[string]*appsv1.StatefulSet{},
+		budgets: map[string]*policyv1.PodDisruptionBudget{}, policies: map[string]*networkingv1.NetworkPolicy{},
+		monitors: map[string]*serviceMonitor{},
+	}
+	for _, res := range resMap.Resources() {
+		doc, err := res.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gvk := res.GetApiVersion() + "/" + res.GetKind()
+		id := gvk + " " + res.GetName()
+		switch gvk {
+		case "v1/Namespace":
+			decodeStrict(t, r.namespaces, doc, id, func(o *corev1.Namespace) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "v1/ServiceAccount":
+			decodeStrict(t, r.serviceAccounts, doc, id, func(o *corev1.ServiceAccount) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "v1/ConfigMap":
+			decodeStrict(t, r.configMaps, doc, id, func(o *corev1.ConfigMap) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "v1/Secret":
+			decodeStrict(t, r.secrets, doc, id, func(o *corev1.Secret) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "v1/Service":
+			decodeStrict(t, r.services, doc, id, func(o *corev1.Service) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "v1/PersistentVolumeClaim":
+			decodeStrict(t, r.claims, doc, id, func(o *corev1.PersistentVolumeClaim) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "apps/v1/Deployment":
+			decodeStrict(t, r.deployments, doc, id, func(o *appsv1.Deployment) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "apps/v1/StatefulSet":
+			decodeStrict(t, r.statefulSets, doc, id, func(o *appsv1.StatefulSet) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "policy/v1/PodDisruptionBudget":
+			decodeStrict(t, r.budgets, doc, id, func(o *policyv1.PodDisruptionBudget) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "networking.k8s.io/v1/NetworkPolicy":
+			decodeStrict(t, r.policies, doc, id, func(o *networkingv1.NetworkPolicy) *metav1.ObjectMeta { return &o.ObjectMeta })
+		case "monitoring.coreos.com/v1/ServiceMonitor":
+			decodeStrict(t, r.monitors, doc, id, func(o *serviceMonitor) *metav1.ObjectMeta { return &o.ObjectMeta })
+		default:
+			t.Errorf("%s: a kind this test does not know; teach it to decode and check it", id)
+		}
+	}
+	for name, d := range r.deployments {
+		r.workloads = append(r.workloads, workload{kind: "Deployment", name: name, template: &d.Spec.Template, selector: d.Spec.Selector})
+	}
+	for name, s := range r.statefulSets {
+		r.workloads = append(r.workloads, workload{kind: "StatefulSet", name: name, template: &s.Spec.Template, selector: s.Spec.Selector, claims: s.Spec.VolumeClaimTemplates})
+	}
+	slices.SortFunc(r.workloads, func(a, b workload) int { return strings.Compare(a.String(), b.String()) })
+	if t.Failed() {
+		t.FailNow()
+	}
+	return r
+}
+
+// selector turns a label selector into a labels.Selector; an empty one
+// (which selects everything) is an error.
+func selector(t *testing.T, what string, sel *metav1.LabelSelector) labels.Selector {
+	t.Helper()
+	if sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0) {
+		t.Fatalf("%s: empty selector", what)
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return s
+}
+
+// selected returns the workloads whose pods s selects.
+func (r *rendered) selected(s labels.Selector) []workload {
+	var ws []workload
+	for _, w := range r.workloads {
+		if s.Matches(labels.Set(w.template.Labels)) {
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
+
+// containerPort resolves a port (a number or a container port's name) in
+// a pod template.
+func containerPort(tmpl *corev1.PodTemplateSpec, p intstr.IntOrString) (int32, bool) {
+	for _, c := range tmpl.Spec.Containers {
+		for _, cp := range c.Ports {
+			if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+				return cp.ContainerPort, true
+			}
+		}
+	}
+	return 0, false
+}
+
+func namedPort(c *corev1.Container, name string) (int32, bool) {
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort, true
+		}
+	}
+	return 0, false
+}
+
+// operatorSecrets are the Secrets an overlay references that the operator
+// creates (deploy/README.md), so they are not in its output.
+func operatorSecrets(redis string) []string {
+	s := []string{"acp-gateway-tokens"}
+	if redis == "external" {
+		s = append(s, "acp-gateway-redis")
+	}
+	return s
+}
+
+func TestKubernetes(t *testing.T) {
+	flags := knownServeFlags(t)
+	uid := readImage(t, parseDockerfile(t).stage(t, "gateway")).uid
+	for _, ov := range overlays {
+		t.Run(ov.name, func(t *testing.T) {
+			r := render(t, ov.name)
+			checkObjects(t, r, ov.redis)
+			gw := checkGatewayDeployment(t, r, ov.replicas, uid)
+			settings := checkServeSettings(t, r, gw, flags, ov.redis)
+			checkNetworking(t, r, gw, settings)
+			checkRedis(t, r, gw, ov.redis)
+			runServe(t, gw, settings)
+		})
+	}
+}
+
+// checkObjects checks what every overlay must hold, and what any workload
+// must be: restricted by the Pod Security Standard, its resources bounded.
+func checkObjects(t *testing.T, r *rendered, redis string) {
+	t.Helper()
+	ns := r.namespaces[k8sNamespace]
+	if ns == nil || len(r.namespaces) != 1 {
+		t.Fatalf("want one Namespace, %s, got %d", k8sNamespace, len(r.namespaces))
+	}
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("Namespace %s: want label pod-security.kubernetes.io/enforce: restricted", ns.Name)
+	}
+	for _, kind := range []struct {
+		name string
+		n    int
+	}{
+		{"Deployment", len(r.deployments)}, {"Service", len(r.services)}, {"PodDisruptionBudget", len(r.budgets)},
+		{"NetworkPolicy", len(r.policies)}, {"ServiceMonitor", len(r.monitors)}, {"ConfigMap", len(r.configMaps)},
+		{"ServiceAccount", len(r.serviceAccounts)},
+	} {
+		if kind.n == 0 {
+			t.Errorf("no %s", kind.name)
+		}
+	}
+	for _, w := range r.workloads {
+		checkPodTemplate(t, r, w)
+		// Every Secret a pod references is in the output, or is one the
+		// operator creates.
+		spec := &w.template.Spec
+		var refs []string
+		for _, v := range spec.Volumes {
+			if v.Secret != nil {
+				refs = append(refs, v.Secret.SecretName)
+			}
+			if v.ConfigMap != nil && r.configMaps[v.ConfigMap.Name] == nil {
+				t.Errorf("%s: volume %s: no ConfigMap %s", w, v.Name, v.ConfigMap.Name)
+			}
+			if v.PersistentVolumeClaim != nil && r.claims[v.PersistentVolumeClaim.ClaimName] == nil {
+				t.Errorf("%s: volume %s: no PersistentVolumeClaim %s", w, v.Name, v.PersistentVolumeClaim.ClaimName)
+			}
+		}
+		for _, c := range spec.Containers {
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					ref := e.ValueFrom.SecretKeyRef
+					refs = append(refs, ref.Name)
+					if s := r.secrets[ref.Name]; s != nil {
+						if _, ok := s.Data[ref.Key]; !ok {
+							t.Errorf("%s: env %s: Secret %s has no key %s", w, e.Name, ref.Name, ref.Key)
+						}
+					}
+				}
+			}
+		}
+		for _, name := range refs {
+			if r.secrets[name] == nil && !slices.Contains(operatorSecrets(redis), name) {
+				t.Errorf("%s: references Secret %s, which is neither in the output nor one deploy/README.md has the operator create", w, name)
+			}
+			if r.secrets[name] != nil && slices.Contains(operatorSecrets(redis), name) {
+				t.Errorf("%s: Secret %s is in the output, but the operator is told to create it", w, name)
+			}
+		}
+		if sa := spec.ServiceAccountName; sa != "" && r.serviceAccounts[sa] == nil {
+			t.Errorf("%s: no ServiceAccount %s", w, sa)
+		}
+	}
+}
+
+// checkPodTemplate checks a workload against the "restricted" Pod Security
+// Standard and the rules every workload here follows.
+func checkPodTemplate(t *testing.T, r *rendered, w workload) {
+	t.Helper()
+	sel := selector(t, w.String()+" selector", w.selector)
+	if !sel.Matches(labels.Set(w.template.Labels)) {
+		t.Errorf("%s: selector %v does not select its own pods %v", w, sel, w.template.Labels)
+	}
+	if others := r.selected(sel); len(others) != 1 {
+		t.Errorf("%s: selector %v selects the pods of %v", w, sel, others)
+	}
+	spec := &w.template.Spec
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Errorf("%s: host namespaces", w)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("%s: automountServiceAccountToken must be false (nothing here uses the API; agents must not get a token)", w)
+	}
+	psc := spec.SecurityContext
+	if psc == nil {
+		psc = &corev1.PodSecurityContext{}
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+		if v.HostPath != nil {
+			t.Errorf("%s: volume %s: hostPath", w, v.Name)
+		}
+		// Exactly one source (a patch that adds one must remove the other).
+		sources := 0
+		vs := reflect.ValueOf(v.VolumeSource)
+		for i := range vs.NumField() {
+			if !vs.Field(i).IsNil() {
+				sources++
+			}
+		}
+		if sources != 1 {
+			t.Errorf("%s: volume %s has %d sources, want 1", w, v.Name, sources)
+		}
+	}
+	mounted := map[string]bool{}
+	for _, c := range spec.Containers {
+		id := fmt.Sprintf("%s container %s", w, c.Name)
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Errorf("%s: no securityContext", id)
+			continue
+		}
+		if !ptrTrue(sc.RunAsNonRoot) && !ptrTrue(psc.RunAsNonRoot) {
+			t.Errorf("%s: runAsNonRoot is not set", id)
+		}
+		for _, u := range []*int64{sc.RunAsUser, psc.RunAsUser} {
+			if u != nil && *u == 0 {
+				t.Errorf("%s: runAsUser 0", id)
+			}
+		}
+		seccomp := sc.SeccompProfile
+		if seccomp == nil {
+			seccomp = psc.SeccompProfile
+		}
+		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: seccompProfile %v, want RuntimeDefault", id, seccomp)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: allowPrivilegeEscalation must be false", id)
+		}
+		if ptrTrue(sc.Privileged) {
+			t.Errorf("%s: privileged", id)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: capabilities %v, want drop [ALL] and nothing added", id, sc.Capabilities)
+		}
+		if !ptrTrue(sc.ReadOnlyRootFilesystem) {
+			t.Errorf("%s: readOnlyRootFilesystem must be true", id)
+		}
+		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, okReq := c.Resources.Requests[res]
+			lim, okLim := c.Resources.Limits[res]
+			if !okReq || !okLim {
+				t.Errorf("%s: want %s request and limit", id, res)
+			} else if req.Cmp(lim) > 0 {
+				t.Errorf("%s: %s request %s above its limit %s", id, res, req.String(), lim.String())
+			}
+		}
+		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+			t.Errorf("%s: want readiness and liveness probes", id)
+		}
+		for _, m := range c.VolumeMounts {
+			mounted[m.Name] = true
+			_, isVolume := volumes[m.Name]
+			isClaim := slices.ContainsFunc(w.claims, func(c corev1.PersistentVolumeClaim) bool { return c.Name == m.Name })
+			if !isVolume && !isClaim {
+				t.Errorf("%s: mounts %s, which is no volume", id, m.Name)
+			}
+		}
+	}
+	for name := range volumes {
+		if !mounted[name] {
+			t.Errorf("%s: volume %s is not mounted", w, name)
+		}
+	}
+}
+
+func ptrTrue(b *bool) bool { return b != nil && *b }
+
+// checkGatewayDeployment checks the gateway's Deployment and returns its
+// container.
+func checkGatewayDeployment(t *testing.T, r *rendered, replicas int32, uid int) *workload {
+	t.Helper()
+	d := r.deployments[gatewayName]
+	if d == nil {
+		t.Fatalf("no Deployment %s", gatewayName)
+	}
+	var w *workload
+	for i := range r.workloads {
+		if r.workloads[i].kind == "Deployment" && r.workloads[i].name == gatewayName {
+			w = &r.workloads[i]
+		}
+	}
+	spec := &d.Spec.Template.Spec
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != replicas {
+		t.Errorf("replicas %v, want %d", d.Spec.Replicas, replicas)
+	}
+	if len(spec.Containers) != 1 || spec.Containers[0].Name != "gateway" {
+		t.Fatalf("want one container, gateway, got %d", len(spec.Containers))
+	}
+	c := &spec.Containers[0]
+	if name, _, _ := strings.Cut(path.Base(c.Image), ":"); name != gatewayName {
+		t.Errorf("image %s, want the image deploy/Dockerfile builds, %s", c.Image, gatewayName)
+	}
+	if len(c.Command) != 0 {
+		t.Errorf("command %q: leave it empty, so that the image's ENTRYPOINT (the binary) runs", c.Command)
+	}
+	psc := spec.SecurityContext
+	if psc == nil || psc.RunAsUser == nil || *psc.RunAsUser != int64(uid) || psc.FSGroup == nil || *psc.FSGroup != int64(uid) {
+		t.Errorf("pod securityContext %+v: want runAsUser and fsGroup %d, the image's USER", psc, uid)
+	}
+
+	// Probes on the paths the binary serves, on its API port.
+	httpPort, ok := namedPort(c, "http")
+	if !ok {
+		t.Fatal("no container port named http")
+	}
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}, {"startup", c.StartupProbe, "/healthz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("%s probe: want an HTTP GET of %s", p.name, p.path)
+			continue
+		}
+		if p.probe.HTTPGet.Path != p.path {
+			t.Errorf("%s probe path %s, want %s", p.name, p.probe.HTTPGet.Path, p.path)
+		}
+		if port, ok := containerPort(&d.Spec.Template, p.probe.HTTPGet.Port); !ok || port != httpPort {
+			t.Errorf("%s probe port %s, want the http port %d", p.name, p.probe.HTTPGet.Port.String(), httpPort)
+		}
+	}
+
+	// Terminating: the preStop pause, then the binary's own shutdown.
+	preStop := time.Duration(0)
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+		preStop = time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+	}
+	need := preStop + shutdownDrain + 2*agent.DefaultStopGrace + leaseRelease + traceFlush
+	if spec.TerminationGracePeriodSeconds == nil {
+		t.Fatal("no terminationGracePeriodSeconds")
+	}
+	if grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second; grace <= need {
+		t.Errorf("terminationGracePeriodSeconds %v: want more than %v (preStop %v, drain %v, agents 2×%v, leases %v, spans %v)",
+			grace, need, preStop, shutdownDrain, agent.DefaultStopGrace, leaseRelease, traceFlush)
+	}
+
+	// The disruption budget covers exactly the gateway's pods, and lets one go.
+	for name, b := range r.budgets {
+		ws := r.selected(selector(t, "PodDisruptionBudget "+name, b.Spec.Selector))
+		if len(ws) != 1 || ws[0].name != gatewayName || ws[0].kind != "Deployment" {
+			t.Errorf("PodDisruptionBudget %s selects %v, want Deployment %s", name, ws, gatewayName)
+		}
+		if b.Spec.MaxUnavailable == nil && b.Spec.MinAvailable == nil {
+			t.Errorf("PodDisruptionBudget %s: want maxUnavailable or minAvailable", name)
+		}
+		if b.Spec.MinAvailable != nil && b.Spec.MinAvailable.IntValue() >= int(replicas) {
+			t.Errorf("PodDisruptionBudget %s: minAvailable %s blocks every drain of %d replicas", name, b.Spec.MinAvailable.String(), replicas)
+		}
+	}
+	if len(r.budgets) != 1 {
+		t.Errorf("%d PodDisruptionBudgets, want 1", len(r.budgets))
+	}
+
+	// The state volume: one replica on a ReadWriteOnce claim is replaced,
+	// never rolled (the bolt file is locked by its gateway).
+	for _, v := range spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		if replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+			t.Errorf("volume %s on a PersistentVolumeClaim: want 1 replica and strategy Recreate, got %d and %q", v.Name, replicas, d.Spec.Strategy.Type)
+		}
+	}
+	if replicas > 1 {
+		if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+			t.Error("several replicas with strategy Recreate: every rollout would stop them all")
+		}
+		if len(spec.TopologySpreadConstraints) == 0 {
+			t.Error("several replicas: want topologySpreadConstraints")
+		}
+		for _, tsc := range spec.TopologySpreadConstraints {
+			ws := r.selected(selector(t, "topologySpreadConstraint", tsc.LabelSelector))
+			if len(ws) != 1 || ws[0].name != gatewayName {
+				t.Errorf("topologySpreadConstraint selects %v, want the gateway's pods", ws)
+			}
+		}
+	}
+	return w
+}
+
+// serveSettings are the `acp-gateway serve` settings in force in the
+// container: its --config file's, overridden by its args, and where the
+// container's files are.
+type serveSettings struct {
+	values     map[string][]string
+	configPath string
+	config     []byte
+	args       []string // after serve
+	env        map[string]string
+}
+
+func (s serveSettings) get(name string) string { v, _ := last(s.values, name); return v }
+
+// checkServeSettings checks the gateway container's args and --config file
+// against the binary's flags, and the paths and ports they name against
+// the container's volumes and ports.
+func checkServeSettings(t *testing.T, r *rendered, w *workload, flags map[string]bool, redis string) serveSettings {
+	t.Helper()
+	spec := &w.template.Spec
+	c := &spec.Containers[0]
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		t.Fatalf("args %q, want serve and its flags", c.Args)
+	}
+	// $(VAR) in args names a variable of the container.
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	for _, a := range c.Args {
+		for _, m := range regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).FindAllStringSubmatch(a, -1) {
+			if _, ok := env[m[1]]; !ok {
+				t.Errorf("arg %q: $(%s) is no env variable of the container, so the kubelet leaves it as it is", a, m[1])
+			}
+		}
+	}
+	args, err := parseServeArgs(flags, c.Args[1:])
+	if err != nil {
+		t.Fatalf("args %q: %v", c.Args, err)
+	}
+	s := serveSettings{values: map[string][]string{}, args: c.Args[1:], env: env}
+	s.configPath, _ = last(args, "config")
+	if s.configPath == "" {
+		t.Fatal("args: no --config")
+	}
+
+	// The mounts: where each absolute path the settings name is.
+	type mount struct {
+		corev1.VolumeMount
+		volume *corev1.Volume
+	}
+	mountOf := func(p string) (mount, bool) {
+		var best mount
+		for _, m := range c.VolumeMounts {
+			if (p == m.MountPath || strings.HasPrefix(p, m.MountPath+"/")) && len(m.MountPath) > len(best.MountPath) {
+				best = mount{VolumeMount: m}
+				for i := range spec.Volumes {
+					if spec.Volumes[i].Name == m.Name {
+						best.volume = &spec.Volumes[i]
+					}
+				}
+			}
+		}
+		return best, best.volume != nil
+	}
+	// fileFrom returns the content of a file in a mounted ConfigMap or
+	// Secret (nil for a Secret the operator creates), which must be mounted
+	// whole (a subPath mount never sees updates).
+	fileFrom := func(what, p string) (m mount, content []byte) {
+		m, ok := mountOf(p)
+		if !ok || m.MountPath != path.Dir(p) || m.SubPath != "" {
+			t.Fatalf("%s %s: want a ConfigMap or Secret volume mounted whole at %s", what, p, path.Dir(p))
+		}
+		key := path.Base(p)
+		switch v := m.volume.VolumeSource; {
+		case v.ConfigMap != nil && len(v.ConfigMap.Items) == 0:
+			cm := r.configMaps[v.ConfigMap.Name]
+			data, ok := cm.Data[key]
+			if !ok {
+				t.Fatalf("%s %s: ConfigMap %s has no key %s", what, p, cm.Name, key)
+			}
+			return m, []byte(data)
+		case v.Secret != nil && len(v.Secret.Items) == 0:
+			if s := r.secrets[v.Secret.SecretName]; s != nil {
+				return m, s.Data[key]
+			}
+			return m, nil
+		}
+		t.Fatalf("%s %s: volume %s is not a ConfigMap or Secret mounted with all its keys", what, p, m.Name)
+		return
+	}
+	_, s.config = fileFrom("--config", s.configPath)
+
+	var config map[string]any
+	if err := yaml.Unmarshal(s.config, &config); err != nil {
+		t.Fatalf("--config %s: %v", s.configPath, err)
+	}
+	for key, v := range config {
+		if _, ok := flags[key]; !ok || key == "config" {
+			t.Errorf("--config %s: %s is no serve flag", s.configPath, key)
+		}
+		switch v := v.(type) {
+		case []any:
+			for _, e := range v {
+				s.values[key] = append(s.values[key], fmt.Sprint(e))
+			}
+		case map[string]any:
+			for name, cmdline := range v {
+				s.values[key] = append(s.values[key], name+"="+fmt.Sprint(cmdline))
+			}
+		default:
+			s.values[key] = []string{fmt.Sprint(v)}
+		}
+	}
+	for key, v := range args {
+		s.values[key] = v // flags win
+	}
+
+	// Ports: listen and metrics-listen on all interfaces, at the
+	// container's ports.
+	for flag, portName := range map[string]string{"listen": "http", "metrics-listen": "metrics"} {
+		addr := s.get(flag)
+		if host, _, _ := net.SplitHostPort(addr); host != "0.0.0.0" {
+			t.Errorf("--%s %q: want 0.0.0.0:PORT", flag, addr)
+		}
+		if want, ok := namedPort(c, portName); !ok || portOf(t, "--"+flag, addr) != want {
+			t.Errorf("--%s %q: want the container port %s (%d)", flag, addr, portName, want)
+		}
+	}
+
+	// Authentication: the token file, from a Secret mounted whole.
+	tokens := s.get("auth-tokens")
+	if tokens == "" {
+		t.Error("no --auth-tokens: every client could use the gateway")
+	} else if m, _ := fileFrom("--auth-tokens", tokens); m.volume.Secret == nil {
+		t.Errorf("--auth-tokens %s: want it from a Secret", tokens)
+	}
+
+	// The store.
+	store := s.get("store")
+	switch redis {
+	case "":
+		p, ok := strings.CutPrefix(store, "bolt:")
+		if !ok {
+			t.Fatalf("--store %q, want bolt:PATH", store)
+		}
+		m, ok := mountOf(p)
+		if !ok || m.ReadOnly || m.volume.PersistentVolumeClaim == nil {
+			t.Errorf("--store %s: want it on a writable PersistentVolumeClaim", store)
+		}
+		if _, ok := s.values["advertise"]; ok {
+			t.Error("--advertise with a store no other replica shares")
+		}
+	default:
+		e := envVar(c, "REDIS_URL")
+		if store != "$(REDIS_URL)" || e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+			e.ValueFrom.SecretKeyRef.Name != "acp-gateway-redis" || e.ValueFrom.SecretKeyRef.Key != "url" {
+			t.Errorf("--store %q: want $(REDIS_URL), from the Secret acp-gateway-redis, key url", store)
+		}
+		listenPort := portOf(t, "--listen", s.get("listen"))
+		if got, want := s.get("advertise"), fmt.Sprintf("http://$(POD_IP):%d", listenPort); got != want {
+			t.Errorf("--advertise %q, want %q", got, want)
+		}
+		e = envVar(c, "POD_IP")
+		if e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+			t.Error("env POD_IP: want the downward API's status.podIP")
+		}
+	}
+
+	// The root filesystem is read-only: where the gateway and its agents
+	// write must be volumes.
+	for _, name := range []string{"HOME", "TMPDIR"} {
+		if m, ok := mountOf(env[name]); !ok || m.ReadOnly {
+			t.Errorf("env %s=%q: not on a writable volume", name, env[name])
+		}
+	}
+	if m, ok := mountOf("/workspace"); !ok || m.ReadOnly {
+		t.Error("/workspace (sessions' working directories): not on a writable volume")
+	}
+	return s
+}
+
+func envVar(c *corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+// checkNetworking checks the Services, NetworkPolicies and ServiceMonitor
+// against the pods and the gateway's ports, and the ServiceMonitor's and
+// deploy/prometheus's scrape job against each other.
+func checkNetworking(t *testing.T, r *rendered, gw *workload, s serveSettings) {
+	t.Helper()
+	listenPort := portOf(t, "--listen", s.get("listen"))
+	metricsPort := portOf(t, "--metrics-listen", s.get("metrics-listen"))
+	for name, svc := range r.services {
+		ws := r.selected(labels.SelectorFromSet(svc.Spec.Selector))
+		if len(svc.Spec.Selector) == 0 || len(ws) != 1 {
+			t.Errorf("Service %s selects %v, want one workload's pods", name, ws)
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if _, ok := containerPort(ws[0].template, p.TargetPort); !ok {
+				t.Errorf("Service %s port %s: targetPort %s is no port of %s", name, p.Name, p.TargetPort.String(), ws[0])
+			}
+		}
+	}
+	// The API and the metrics, each to the right port of the gateway.
+	for _, want := range []struct {
+		service, port string
+		target        int32
+		headless      bool
+	}{{"acp-gateway", "http", listenPort, false}, {"acp-gateway-metrics", "metrics", metricsPort, true}} {
+		svc := r.services[want.service]
+		if svc == nil {
+			t.Errorf("no Service %s", want.service)
+			continue
+		}
+		if ws := r.selected(labels.SelectorFromSet(svc.Spec.Selector)); len(ws) != 1 || ws[0].name != gatewayName {
+			t.Errorf("Service %s selects %v, want the gateway's pods", want.service, ws)
+		}
+		if (svc.Spec.ClusterIP == corev1.ClusterIPNone) != want.headless {
+			t.Errorf("Service %s: headless %v, want %v", want.service, !want.headless, want.headless)
+		}
+		found := false
+		for _, p := range svc.Spec.Ports {
+			if p.Name == want.port {
+				found = true
+				if got, _ := containerPort(gw.template, p.TargetPort); got != want.target {
+					t.Errorf("Service %s port %s reaches container port %d, want %d", want.service, p.Name, got, want.target)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("Service %s has no port %s", want.service, want.port)
+		}
+	}
+
+	// NetworkPolicies: each selects pods and admits their ports; the
+	// gateway's admits its API port from anywhere.
+	gatewayAdmitsAPI := false
+	for name, np := range r.policies {
+		ws := r.selected(selector(t, "NetworkPolicy "+name, &np.Spec.PodSelector))
+		if len(ws) == 0 {
+			t.Errorf("NetworkPolicy %s selects no pods", name)
+			continue
+		}
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			t.Errorf("NetworkPolicy %s: want policyTypes Ingress", name)
+		}
+		for _, rule := range np.Spec.Ingress {
+			for _, from := range rule.From {
+				if from.PodSelector != nil && from.NamespaceSelector == nil && len(r.selected(selector(t, "NetworkPolicy "+name+" from", from.PodSelector))) == 0 {
+					t.Errorf("NetworkPolicy %s admits pods %v, and there are none", name, from.PodSelector)
+				}
+			}
+			for _, p := range rule.Ports {
+				for _, w := range ws {
+					if p.Port == nil {
+						t.Errorf("NetworkPolicy %s: a rule admits every port", name)
+					} else if n, ok := containerPort(w.template, *p.Port); !ok {
+						t.Errorf("NetworkPolicy %s admits port %s, which %s does not have", name, p.Port.String(), w)
+					} else if w.name == gatewayName && n == listenPort && len(rule.From) == 0 {
+						gatewayAdmitsAPI = true
+					}
+				}
+			}
+		}
+	}
+	if !gatewayAdmitsAPI {
+		t.Errorf("no NetworkPolicy admits clients to the gateway's API port %d", listenPort)
+	}
+
+	// The ServiceMonitor scrapes the metrics Service as job acp-gateway,
+	// the job deploy/prometheus's configuration and rules name.
+	job := prometheusJob(t)
+	for name, sm := range r.monitors {
+		sel := selector(t, "ServiceMonitor "+name, &sm.Spec.Selector)
+		var svcs []*corev1.Service
+		for _, svc := range r.services {
+			if sel.Matches(labels.Set(svc.Labels)) {
+				svcs = append(svcs, svc)
+			}
+		}
+		if len(svcs) != 1 || svcs[0].Name != "acp-gateway-metrics" {
+			t.Errorf("ServiceMonitor %s selects %d Services, want acp-gateway-metrics alone", name, len(svcs))
+			continue
+		}
+		svc := svcs[0]
+		gotJob := svc.Name
+		if sm.Spec.JobLabel != "" {
+			gotJob = svc.Labels[sm.Spec.JobLabel]
+		}
+		if gotJob != job.name {
+			t.Errorf("ServiceMonitor %s: job %q, want %q (deploy/prometheus)", name, gotJob, job.name)
+		}
+		for _, ep := range sm.Spec.Endpoints {
+			if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }) {
+				t.Errorf("ServiceMonitor %s: Service %s has no port %s", name, svc.Name, ep.Port)
+			}
+			if ep.Path != job.metricsPath {
+				t.Errorf("ServiceMonitor %s: path %q, want %q", name, ep.Path, job.metricsPath)
+			}
+		}
+	}
+	// prometheus.yml finds the same pods through the headless Service's DNS name.
+	svc := r.services["acp-gateway-metrics"]
+	wantName := fmt.Sprintf("%s.%s.svc.cluster.local", svc.Name, svc.Namespace)
+	if !slices.Equal(job.dnsNames, []string{wantName}) || job.dnsPort != int(svc.Spec.Ports[0].Port) {
+		t.Errorf("deploy/prometheus/prometheus.yml resolves %q port %d, want %s port %d", job.dnsNames, job.dnsPort, wantName, svc.Spec.Ports[0].Port)
+	}
+}
+
+// checkRedis checks the in-cluster Redis of components/redis, or its
+// absence with an external one.
+func checkRedis(t *testing.T, r *rendered, gw *workload, redis string) {
+	t.Helper()
+	sts := r.statefulSets["acp-gateway-redis"]
+	switch redis {
+	case "", "external":
+		if len(r.statefulSets) != 0 {
+			t.Errorf("StatefulSets %v with no in-cluster Redis", slices.Collect(maps.Keys(r.statefulSets)))
+		}
+		return
+	}
+	if sts == nil {
+		t.Fatal("no StatefulSet acp-gateway-redis")
+	}
+	secret := r.secrets["acp-gateway-redis"]
+	if secret == nil {
+		t.Fatal("no Secret acp-gateway-redis")
+	}
+	url := string(secret.Data["url"])
+	if _, _, err := redisstore.ParseURL(url); err != nil {
+		t.Errorf("Secret acp-gateway-redis url %q: %v", url, err)
+	}
+	m := regexp.MustCompile(`^redis://([^:/@]+):(\d+)/\d+$`).FindStringSubmatch(url)
+	if m == nil {
+		t.Fatalf("Secret acp-gateway-redis url %q: want redis://SERVICE:PORT/DB", url)
+	}
+	svc := r.services[m[1]]
+	if svc == nil {
+		t.Fatalf("Secret acp-gateway-redis url %q: no Service %s", url, m[1])
+	}
+	if sts.Spec.ServiceName != svc.Name {
+		t.Errorf("StatefulSet serviceName %q, want %s", sts.Spec.ServiceName, svc.Name)
+	}
+	port, _ := strconv.Atoi(m[2])
+	ok := false
+	for _, p := range svc.Spec.Ports {
+		if p.Port == int32(port) {
+			ok = true
+		}
+	}
+	if !ok {
+		t.Errorf("Secret acp-gateway-redis url %q: Service %s has no port %d", url, svc.Name, port)
+	}
+	if ws := r.selected(labels.SelectorFromSet(svc.Spec.Selector)); len(ws) != 1 || ws[0].name != sts.Name {
+		t.Errorf("Service %s selects %v, want StatefulSet %s", svc.Name, ws, sts.Name)
+	}
+	// Only the gateway reaches it.
+	admitted := false
+	for name, np := range r.policies {
+		if !selector(t, name, &np.Spec.PodSelector).Matches(labels.Set(sts.Spec.Template.Labels)) {
+			continue
+		}
+		for _, rule := range np.Spec.Ingress {
+			if len(rule.From) == 0 {
+				t.Errorf("NetworkPolicy %s admits anyone to Redis", name)
+			}
+			for _, from := range rule.From {
+				if from.PodSelector == nil || from.NamespaceSelector != nil || from.IPBlock != nil {
+					t.Errorf("NetworkPolicy %s admits more than pods of its namespace to Redis", name)
+					continue
+				}
+				ws := r.selected(selector(t, name, from.PodSelector))
+				if len(ws) != 1 || ws[0].name != gw.name {
+					t.Errorf("NetworkPolicy %s admits %v to Redis, want the gateway", name, ws)
+				}
+				admitted = true
+			}
+		}
+	}
+	if !admitted {
+		t.Error("no NetworkPolicy admits the gateway to Redis")
+	}
+}
+
+// runServe runs the real binary with the gateway container's args and
+// --config file, the variables the kubelet would expand filled in. Only
+// what needs the cluster is replaced, with flags that win over the file:
+// the addresses (127.0.0.1, any port), the store (memory:) and the token
+// file (the operator's Secret). It must serve the probes' paths and
+// metrics, demand a token, and exit cleanly on SIGTERM well within the
+// pod's grace period.
+func runServe(t *testing.T, gw *workload, s serveSettings) {
+	t.Helper()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(config, s.config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokens, []byte("# TOKEN USER\ndeploy-test-token tester\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"POD_IP": "127.0.0.1", "REDIS_URL": "redis://redis.example.com:6379/0"}
+	var args []string
+	for _, a := range s.args {
+		if strings.HasPrefix(a, "--config=") {
+			a = "--config=" + config
+		}
+		args = append(args, regexp.MustCompile(`\$\((\w+)\)`).ReplaceAllStringFunc(a, func(v string) string {
+			return env[v[2:len(v)-1]]
+		}))
+	}
+	args = append(args, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--store=memory:", "--auth-tokens="+tokens)
+	g := startGateway(t, dir, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := &gw.template.Spec.Containers[0]
+	for _, u := range []string{g.base + c.ReadinessProbe.HTTPGet.Path, g.base + c.LivenessProbe.HTTPGet.Path, g.metrics + "/metrics"} {
+		if code, body, err := get(ctx, u); err != nil || code != http.StatusOK {
+			t.Errorf("GET %s: %d %v %.200s", u, code, err, body)
+		}
+	}
+	for token, want := range map[string]int{"": http.StatusUnauthorized, "deploy-test-token": http.StatusOK} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/acp.v2.SessionService/ListSessions", strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("ListSessions with token %q: %s, want %d", token, res.Status, want)
+		}
+	}
+	err, took := g.stop(t)
+	if err != nil {
+		t.Errorf("acp-gateway serve after SIGTERM: %v\n%s", err, g.output())
+	}
+	if grace := time.Duration(*gw.template.Spec.TerminationGracePeriodSeconds) * time.Second; took > grace/2 {
+		t.Errorf("an idle gateway took %v to stop after SIGTERM; the pod has %v", took, grace)
+	}
+}
+
+// scrapeJob is deploy/prometheus/prometheus.yml's job, as the test reads it.
+type scrapeJob struct {
+	name, metricsPath string
+	dnsNames          []string
+	dnsPort           int
+}
+
+func prometheusJob(t *testing.T) scrapeJob {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("prometheus", "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		ScrapeConfigs []struct {
+			JobName     string `yaml:"job_name"`
+			MetricsPath string `yaml:"metrics_path"`
+			DNSSD       []struct {
+				Names []string `yaml:"names"`
+				Type  string   `yaml:"type"`
+				Port  int      `yaml:"port"`
+			} `yaml:"dns_sd_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("deploy/prometheus/prometheus.yml: %v", err)
+	}
+	if len(cfg.ScrapeConfigs) != 1 || len(cfg.ScrapeConfigs[0].DNSSD) != 1 {
+		t.Fatalf("deploy/prometheus/prometheus.yml: want one scrape job with one dns_sd_configs entry")
+	}
+	sc := cfg.ScrapeConfigs[0]
+	job := scrapeJob{name: sc.JobName, metricsPath: sc.MetricsPath, dnsNames: sc.DNSSD[0].Names, dnsPort: sc.DNSSD[0].Port}
+	if job.metricsPath == "" {
+		job.metricsPath = "/metrics"
+	}
+	if job.name != gatewayName {
+		t.Errorf("deploy/prometheus/prometheus.yml: job %q, want %q", job.name, gatewayName)
+	}
+	return job
+}
