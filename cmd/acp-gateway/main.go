@@ -37,6 +37,7 @@ const usage = `usage:
   acp-gateway try [--url URL] [--agent NAME]   (run one turn and print its events)
   acp-gateway connect URL --agent NAME [--token TOKEN | --token-file FILE] [--cwd DIR]   (an editor's ACP agent, run on the gateway at URL)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
+  acp-gateway bench [--quick] [--json FILE] [flags]   (measure the gateway against a pipe and websocketd)
 
 Run 'acp-gateway serve --help' for every serve flag.
 `
@@ -77,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return try(ctx, args[1:], stdout, stderr)
 	case "connect":
 		return connectCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "demo-agent":
 		if err := agentsim.Serve(ctx, os.Stdin, stdout, agentsim.Demo(), stderr); err != nil {
 			fmt.Fprintf(stderr, "acp-gateway demo-agent: %v\n", err)

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/acp-gateway/acp-gateway/gateway/bench"
+)
+
+// The bench runs its helpers (the synthetic agent, the measured gateway,
+// the pipe reader) as `acp-gateway bench MODE`, this executable. They are
+// dispatched here, before main, so that a test binary running the bench
+// serves them too instead of running its tests.
+func init() {
+	if len(os.Args) > 2 && os.Args[1] == "bench" && bench.IsChild(os.Args[2]) {
+		os.Exit(bench.Child(context.Background(), os.Args[2], os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
+	}
+}
+
+const benchUsage = `usage: acp-gateway bench [--quick] [--json FILE] [flags]
+
+Measures the gateway against a plain pipe and websocketd on one synthetic
+agent workload, then fan-out to many watchers and many sessions. Flags:
+`
+
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && bench.IsChild(args[0]) {
+		return bench.Child(ctx, args[0], args[1:], os.Stdin, stdout, stderr)
+	}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	full := bench.Defaults(false)
+	quick := fs.Bool("quick", false, "a smaller run that finishes in under 45 seconds")
+	jsonFile := fs.String("json", "", "also write the results as JSON to this file")
+	updates := fs.Int("updates", full.Updates, "updates per path, as fast as possible, split over --mix (quick: 4000)")
+	rate := fs.Float64("rate", full.Rate, "updates per second of the paced turns that measure latency (0: latency of the fast turns)")
+	paced := fs.Int("paced-updates", full.PacedUpdates, "updates per path at --rate (quick: 2000)")
+	payload := fs.Int("payload", full.Payload, "bytes of text in a tool-call content chunk (message chunks a quarter, diffs 4x)")
+	mix := fs.String("mix", "1,2", "ACP protocol versions of the agent, one turn each")
+	paths := fs.String("paths", strings.Join(bench.PathKeys, ","), "paths to measure")
+	fanout := fs.String("fanout", "1,10,100,1000", "Watch stream counts of the fan-out phase (empty: skip)")
+	fanoutUpdates := fs.Int("fanout-updates", full.FanoutUpdates, "updates of the fan-out turn (quick: 300)")
+	sessions := fs.Int("sessions", full.Sessions, "concurrent sessions of the scale phase (0: skip; quick: 100)")
+	scaleUpdates := fs.Int("scale-updates", full.ScaleUpdates, "updates per turn in the scale phase (quick: 10)")
+	scaleConc := fs.Int("scale-concurrency", full.ScaleConcurrency, "sessions created at a time in the scale phase")
+	redisURL := fs.String("redis", full.Redis, "Redis for the Redis store path (a random key prefix, deleted afterwards)")
+	websocketd := fs.String("websocketd", "", "websocketd binary (default: websocketd in PATH)")
+	cpuprofile := fs.String("cpuprofile", "", "write the gateway process's CPU profile during --profile-path to this file")
+	memprofile := fs.String("memprofile", "", "write the gateway process's allocation profile after --profile-path to this file")
+	profilePath := fs.String("profile-path", full.ProfilePath, "what is profiled: a gateway path (json, proto, grpc, nogzip, bolt, redis), fanout or scale")
+	timeout := fs.Duration("timeout", full.Timeout, "bound on the whole run (quick: 2m)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "acp-gateway bench: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	cfg := bench.Defaults(*quick)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	pick := func(name string, dst *int, v int) {
+		if set[name] {
+			*dst = v
+		}
+	}
+	pick("updates", &cfg.Updates, *updates)
+	pick("paced-updates", &cfg.PacedUpdates, *paced)
+	pick("payload", &cfg.Payload, *payload)
+	pick("fanout-updates", &cfg.FanoutUpdates, *fanoutUpdates)
+	pick("sessions", &cfg.Sessions, *sessions)
+	pick("scale-updates", &cfg.ScaleUpdates, *scaleUpdates)
+	pick("scale-concurrency", &cfg.ScaleConcurrency, *scaleConc)
+	if set["rate"] {
+		cfg.Rate = *rate
+	}
+	if set["timeout"] {
+		cfg.Timeout = *timeout
+	}
+	var err error
+	if cfg.Mix, err = intList(*mix); err != nil {
+		fmt.Fprintf(stderr, "acp-gateway bench: --mix: %v\n", err)
+		return exitUsage
+	}
+	if cfg.Fanout, err = intList(*fanout); err != nil {
+		fmt.Fprintf(stderr, "acp-gateway bench: --fanout: %v\n", err)
+		return exitUsage
+	}
+	cfg.Paths = nil
+	for _, p := range strings.Split(*paths, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			cfg.Paths = append(cfg.Paths, p)
+		}
+	}
+	cfg.Redis, cfg.Websocketd, cfg.ProfilePath = *redisURL, *websocketd, *profilePath
+	for _, f := range []struct {
+		dst *string
+		v   string
+	}{{&cfg.CPUProfile, *cpuprofile}, {&cfg.MemProfile, *memprofile}} {
+		if f.v != "" {
+			abs, err := filepath.Abs(f.v)
+			if err != nil {
+				fmt.Fprintf(stderr, "acp-gateway bench: %v\n", err)
+				return exitUsage
+			}
+			*f.dst = abs
+		}
+	}
+	if err := cfg.Check(); err != nil {
+		fmt.Fprintf(stderr, "acp-gateway bench: %v\n", err)
+		return exitUsage
+	}
+	rep, err := bench.Run(ctx, cfg, stderr)
+	if rep == nil {
+		fmt.Fprintf(stderr, "acp-gateway bench: %v\n", err)
+		return 1
+	}
+	if *jsonFile != "" {
+		if err := rep.WriteJSON(*jsonFile); err != nil {
+			fmt.Fprintf(stderr, "acp-gateway bench: --json: %v\n", err)
+			return 1
+		}
+	}
+	rep.Write(stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "acp-gateway bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// intList parses a comma-separated list of integers; empty is none.
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

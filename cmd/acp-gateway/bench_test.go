@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchQuickReport runs the bench on a tiny workload through every path
+// (websocketd and Redis when this machine has them) and checks the shape of
+// the report and of its JSON. It asserts no timing.
+func TestBenchQuickReport(t *testing.T) {
+	// The bench's helpers are this test binary: under the race detector
+	// each would pause a second as it exits.
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	jsonFile := filepath.Join(t.TempDir(), "bench.json")
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--quick", "--updates", "40", "--paced-updates", "20", "--rate", "2000",
+		"--fanout", "1,3", "--fanout-updates", "20", "--sessions", "3", "--scale-updates", "3", "--json", jsonFile}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "headline: gateway (memory, connect+proto) ") {
+		t.Fatalf("last line is not the headline: %q", last)
+	}
+	for _, want := range []string{"pipe (floor)", "websocketd", "gateway memory connect+json", "gateway memory connect+proto",
+		"gateway memory grpc", "gateway bolt connect+proto", "gateway redis connect+proto", "watchers", "scale: 3 sessions"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the report does not mention %q:\n%s", want, stdout.String())
+		}
+	}
+
+	raw, err := os.ReadFile(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Machine struct {
+			CPUs int `json:"cpus"`
+		} `json:"machine"`
+		Paths []struct {
+			Key              string  `json:"key"`
+			Present          bool    `json:"present"`
+			Absent           string  `json:"absent"`
+			Error            string  `json:"error"`
+			Updates          int     `json:"updates"`
+			UpdatesPerSecond float64 `json:"updatesPerSecond"`
+			Latency          struct {
+				Samples int `json:"samples"`
+			} `json:"latencyMs"`
+			VsPipe *struct {
+				Throughput float64 `json:"throughput"`
+			} `json:"vsPipe"`
+		} `json:"paths"`
+		Fanout []struct {
+			Watchers int    `json:"watchers"`
+			Error    string `json:"error"`
+		} `json:"fanout"`
+		Scale *struct {
+			Sessions int    `json:"sessions"`
+			Failed   int    `json:"failedSessions"`
+			Leftover int    `json:"leftoverChildren"`
+			Error    string `json:"error"`
+		} `json:"scale"`
+		Leftover int    `json:"leftoverProcesses"`
+		Headline string `json:"headline"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatalf("the JSON does not parse: %v\n%s", err, raw)
+	}
+	if rep.Machine.CPUs < 1 || rep.Headline != lines[len(lines)-1] {
+		t.Errorf("machine %+v, headline %q", rep.Machine, rep.Headline)
+	}
+	var keys []string
+	for _, p := range rep.Paths {
+		keys = append(keys, p.Key)
+		switch {
+		case p.Error != "":
+			t.Errorf("path %s failed: %s", p.Key, p.Error)
+		case !p.Present:
+			if p.Absent == "" || (p.Key != "websocketd" && p.Key != "redis") {
+				t.Errorf("path %s absent without a reason it may have: %q", p.Key, p.Absent)
+			}
+		case p.Updates != 40 || p.UpdatesPerSecond <= 0 || p.Latency.Samples != 20:
+			t.Errorf("path %s: %d updates at %v/s, %d latency samples", p.Key, p.Updates, p.UpdatesPerSecond, p.Latency.Samples)
+		}
+		if p.Key == "proto" && p.VsPipe == nil {
+			t.Errorf("the gateway path has no ratio to the pipe")
+		}
+	}
+	if got := strings.Join(keys, ","); got != "pipe,websocketd,json,proto,grpc,nogzip,bolt,redis" {
+		t.Errorf("paths %s", got)
+	}
+	if len(rep.Fanout) != 2 || rep.Fanout[0].Watchers != 1 || rep.Fanout[1].Watchers != 3 || rep.Fanout[0].Error != "" || rep.Fanout[1].Error != "" {
+		t.Errorf("fan-out %+v", rep.Fanout)
+	}
+	if rep.Scale == nil || rep.Scale.Sessions != 3 || rep.Scale.Failed != 0 || rep.Scale.Leftover != 0 || rep.Scale.Error != "" {
+		t.Errorf("scale %+v", rep.Scale)
+	}
+	if rep.Leftover != 0 {
+		t.Errorf("%d processes of the run outlived it", rep.Leftover)
+	}
+}
+
+func TestBenchBadFlagsExit2(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"bench", "--mix", "3"},
+		{"bench", "--paths", "pigeon"},
+		{"bench", "--fanout", "x"},
+		{"bench", "extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, &stdout, &stderr); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", args, code, exitUsage, stderr.String())
+		}
+	}
+}

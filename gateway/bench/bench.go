@@ -1,0 +1,548 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/acp-gateway/acp-gateway/statestore/redisstore"
+)
+
+// Path keys, the values of Config.Paths, in the order they run.
+var PathKeys = []string{"pipe", "websocketd", "json", "proto", "grpc", "nogzip", "bolt", "redis"}
+
+// Config is a bench run's settings.
+type Config struct {
+	// Updates is the size of a path's as-fast-as-possible workload, split
+	// evenly over the Mix protocols (one turn each).
+	Updates int `json:"updates"`
+	// Rate and PacedUpdates are the paced workload measuring latency;
+	// Rate 0 skips it (latency is then the flood's).
+	Rate         float64 `json:"rate"`
+	PacedUpdates int     `json:"pacedUpdates"`
+	// Payload scales the updates' text (see Workload).
+	Payload int `json:"payload"`
+	// Mix lists the ACP protocol versions of the agents (1, 2).
+	Mix []int `json:"mix"`
+	// Paths selects the paths (PathKeys).
+	Paths []string `json:"paths"`
+	// Fanout lists the watcher counts of the fan-out phase; FanoutUpdates
+	// is its turn's size.
+	Fanout        []int `json:"fanout"`
+	FanoutUpdates int   `json:"fanoutUpdates"`
+	// Sessions, ScaleUpdates and ScaleConcurrency shape the scale phase
+	// (Sessions 0 skips it).
+	Sessions         int `json:"sessions"`
+	ScaleUpdates     int `json:"scaleUpdates"`
+	ScaleConcurrency int `json:"scaleConcurrency"`
+	// Redis is the Redis store's URL; a random key prefix is used and its
+	// keys deleted afterwards.
+	Redis string `json:"redis"`
+	// Websocketd is the websocketd binary; empty looks it up in PATH.
+	Websocketd string `json:"websocketd,omitempty"`
+	// CPUProfile and MemProfile are written by the gateway process during
+	// ProfilePath (a gateway path key).
+	CPUProfile  string `json:"cpuProfile,omitempty"`
+	MemProfile  string `json:"memProfile,omitempty"`
+	ProfilePath string `json:"profilePath,omitempty"`
+	// Timeout bounds the whole run.
+	Timeout time.Duration `json:"timeout"`
+	// Quick marks the --quick settings.
+	Quick bool `json:"quick"`
+}
+
+// Defaults returns the full run's settings, or the quick run's.
+func Defaults(quick bool) Config {
+	c := Config{
+		Updates: 20000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
+		Paths: PathKeys, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 2000,
+		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32,
+		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
+	}
+	if quick {
+		c.Quick = true
+		c.Updates, c.PacedUpdates, c.FanoutUpdates = 4000, 2000, 300
+		c.Sessions, c.ScaleUpdates = 100, 10
+		c.Timeout = 2 * time.Minute
+	}
+	return c
+}
+
+// Check reports what is wrong with c.
+func (c *Config) Check() error {
+	for _, v := range c.Mix {
+		if v != 1 && v != 2 {
+			return fmt.Errorf("--mix: protocol version %d (want 1 or 2)", v)
+		}
+	}
+	if len(c.Mix) == 0 {
+		return errors.New("--mix: name at least one protocol version")
+	}
+	for _, p := range c.Paths {
+		if !slices.Contains(PathKeys, p) {
+			return fmt.Errorf("--paths: unknown path %q (known: %s)", p, strings.Join(PathKeys, ","))
+		}
+	}
+	if c.Updates < len(c.Mix) || c.PacedUpdates < 0 || c.Rate < 0 || c.Payload < 0 || c.FanoutUpdates < 1 ||
+		c.Sessions < 0 || c.ScaleUpdates < 1 || c.ScaleConcurrency < 1 {
+		return errors.New("the workload sizes must be positive (--updates at least one per --mix version)")
+	}
+	for _, n := range c.Fanout {
+		if n < 1 || n > 10000 {
+			return fmt.Errorf("--fanout: %d watchers (want 1 to 10000)", n)
+		}
+	}
+	if c.Sessions > 10000 {
+		return fmt.Errorf("--sessions: %d (at most 10000)", c.Sessions)
+	}
+	if c.ProfilePath != "" && !slices.Contains([]string{"json", "proto", "grpc", "nogzip", "bolt", "redis", "fanout", "scale"}, c.ProfilePath) {
+		return fmt.Errorf("--profile-path: unknown %q", c.ProfilePath)
+	}
+	if c.Timeout <= 0 {
+		return errors.New("--timeout must be positive")
+	}
+	return nil
+}
+
+// Child modes, run as `acp-gateway bench MODE`: the synthetic agent, the
+// measured gateway, the pipe reader.
+var childModes = []string{"agent", "gateway", "pipe"}
+
+// IsChild reports whether mode is a child mode of the bench.
+func IsChild(mode string) bool { return slices.Contains(childModes, mode) }
+
+// Child runs child mode mode with its arguments and returns the exit
+// status.
+func Child(ctx context.Context, mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	switch mode {
+	case "agent":
+		fs := flag.NewFlagSet("bench agent", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.String("run", "", "bench run id (marks the process)")
+		protocol := fs.Int("protocol", 0, "ACP protocol version to answer, 1 or 2 (default: protocol=N in $QUERY_STRING, else 2)")
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if *protocol == 0 {
+			*protocol = 2
+			if q := os.Getenv("QUERY_STRING"); strings.HasPrefix(q, "protocol=") {
+				*protocol, _ = strconv.Atoi(strings.TrimPrefix(q, "protocol="))
+			}
+		}
+		// A write to a closed stdout fails rather than kills.
+		signal.Ignore(syscall.SIGPIPE)
+		if err := ServeAgent(ctx, stdin, stdout, *protocol); err != nil {
+			fmt.Fprintln(stderr, "bench agent:", err)
+			return 1
+		}
+		return 0
+	case "gateway":
+		return serveGateway(ctx, args, stdin, stdout, stderr)
+	case "pipe":
+		return servePipe(ctx, args, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "bench: unknown child mode %q\n", mode)
+	return 2
+}
+
+// selfCommand is the command that runs the bench's child modes: this
+// executable's bench command.
+func selfCommand() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return []string{exe, "bench"}, nil
+}
+
+// Run runs the bench and returns its report. progress receives a line per
+// step. Paths that cannot run (websocketd or Redis missing) are marked
+// absent; the others still run.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(progress, "bench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
+	}
+	self, err := selfCommand()
+	if err != nil {
+		return nil, err
+	}
+	var idb [6]byte
+	_, _ = rand.Read(idb[:])
+	runID := hex.EncodeToString(idb[:])
+	tmp, err := os.MkdirTemp("", "acp-gateway-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	cwd := filepath.Join(tmp, "cwd")
+	if err := os.Mkdir(cwd, 0o700); err != nil {
+		return nil, err
+	}
+	wsd := cfg.Websocketd
+	if wsd == "" {
+		wsd = "websocketd"
+	}
+	wsd, _ = exec.LookPath(wsd) // "" when missing
+	rep := &Report{Machine: machine(wsd), Config: cfg}
+	tr := newTransports()
+	defer tr.close()
+
+	flood, paced := cfg.turns()
+	want := func(key string) bool { return slices.Contains(cfg.Paths, key) }
+
+	if want("pipe") {
+		p := PathResult{Name: "pipe (floor)", Key: "pipe", Present: true, Measured: "reader process (getrusage, VmHWM)"}
+		say("pipe: %d + %d updates through a pipe and a decoding reader", cfg.Updates, cfg.PacedUpdates)
+		res, err := runPipe(ctx, self, runID, append(append([]turnSpec{}, flood...), paced...))
+		if err != nil {
+			p.Error = err.Error()
+		} else {
+			fillPath(&p, res.Turns[:len(flood)], res.Turns[len(flood):])
+			p.PeakRSS = res.PeakRSS
+		}
+		rep.Paths = append(rep.Paths, p)
+		say("%s", pathLine(p))
+	}
+	if want("websocketd") {
+		p := PathResult{Name: "websocketd", Key: "websocketd", Measured: "websocketd process (/proc/PID/stat, VmHWM)"}
+		if wsd == "" {
+			p.Absent = "websocketd not installed (Debian: apt-get install websocketd)"
+			fmt.Fprintln(progress, "bench: websocketd is MISSING (not found; Debian: apt-get install websocketd): its path is marked absent, the others run")
+		} else {
+			p.Present = true
+			say("websocketd: %d + %d updates through %s and a WebSocket reader", cfg.Updates, cfg.PacedUpdates, wsd)
+			runWebsocketd(ctx, &p, wsd, self, runID, flood, paced)
+			say("%s", pathLine(p))
+		}
+		rep.Paths = append(rep.Paths, p)
+	}
+	// profiled says whether one of keys is the profiled phase; profFlags
+	// are then the profile flags of the gateway serving it.
+	profiled := func(keys ...string) bool {
+		return (cfg.CPUProfile != "" || cfg.MemProfile != "") && slices.Contains(keys, cfg.ProfilePath)
+	}
+	profFlags := func(keys ...string) []string {
+		var extra []string
+		if profiled(keys...) && cfg.CPUProfile != "" {
+			extra = append(extra, "--cpuprofile", cfg.CPUProfile)
+		}
+		if profiled(keys...) && cfg.MemProfile != "" {
+			extra = append(extra, "--memprofile", cfg.MemProfile)
+		}
+		return extra
+	}
+	if (cfg.CPUProfile != "" || cfg.MemProfile != "") && !want(cfg.ProfilePath) &&
+		(cfg.ProfilePath != "fanout" || len(cfg.Fanout) == 0) && (cfg.ProfilePath != "scale" || cfg.Sessions == 0) {
+		say("--profile-path %s is not run: no profile is written", cfg.ProfilePath)
+	}
+	// Each gateway path gets a gateway of its own, so that none inherits
+	// another's sessions (the stores keep closed sessions' events).
+	gatewayRun := func(key, store, storeURL, protocol string, extra ...string) {
+		p := gatewayPath(key, store, protocol)
+		g, err := startGateway(ctx, self, runID, storeURL, append(extra, profFlags(key)...)...)
+		if err != nil {
+			p.Error = err.Error()
+		} else {
+			say("%s: %d + %d updates", p.Name, cfg.Updates, cfg.PacedUpdates)
+			runGatewayPath(ctx, &p, g, tr, cwd, flood, paced, profiled(key))
+			if left, err := g.stop(tr); err != nil || left > 0 {
+				say("%s: the gateway left %d children (%v)", p.Name, left, err)
+				if p.Error == "" && left > 0 {
+					p.Error = fmt.Sprintf("the gateway left %d agent processes at shutdown", left)
+				}
+			}
+		}
+		rep.Paths = append(rep.Paths, p)
+		say("%s", pathLine(p))
+	}
+	for _, mp := range []struct{ key, protocol string }{
+		{"json", protoConnectJSON}, {"proto", protoConnectProto}, {"grpc", protoGRPC}, {"nogzip", protoConnectIdentity},
+	} {
+		if want(mp.key) {
+			gatewayRun(mp.key, "memory", "memory:", mp.protocol)
+		}
+	}
+	if len(cfg.Fanout) > 0 {
+		g, err := startGateway(ctx, self, runID, "memory:", profFlags("fanout")...)
+		if err != nil {
+			rep.Fanout = []FanoutResult{{Error: err.Error()}}
+		} else {
+			if profiled("fanout") {
+				if err := g.profile(ctx, "start"); err != nil {
+					say("profile: %v", err)
+				}
+			}
+			rep.Fanout = runFanout(ctx, g, tr, &cfg, cwd, say)
+			if profiled("fanout") {
+				if err := g.profile(ctx, "stop"); err != nil {
+					say("profile: %v", err)
+				}
+			}
+			if left, err := g.stop(tr); err != nil || left > 0 {
+				say("fan-out: the gateway left %d children (%v)", left, err)
+			}
+		}
+	}
+	if want("bolt") {
+		gatewayRun("bolt", "bolt", "bolt:"+filepath.Join(tmp, "bench.db"), protoConnectProto)
+	}
+	if want("redis") {
+		prefix := "acpgw-bench-" + runID + ":"
+		if err := pingRedis(ctx, cfg.Redis); err != nil {
+			p := gatewayPath("redis", "redis", protoConnectProto)
+			p.Present, p.Absent = false, "Redis not reachable at "+cfg.Redis+": "+err.Error()
+			say("Redis is MISSING (%v); that path is marked absent", err)
+			rep.Paths = append(rep.Paths, p)
+		} else {
+			gatewayRun("redis", "redis", cfg.Redis, protoConnectProto, "--redis-prefix", prefix)
+			if n, err := deleteRedisPrefix(context.WithoutCancel(ctx), cfg.Redis, prefix); err != nil {
+				say("deleting the Redis keys %s*: %v", prefix, err)
+			} else {
+				say("deleted %d Redis keys %s*", n, prefix)
+			}
+		}
+	}
+	if cfg.Sessions > 0 {
+		say("scale: %d sessions of %d-update turns", cfg.Sessions, cfg.ScaleUpdates)
+		s := runScale(ctx, self, runID, tr, &cfg, cwd, profFlags("scale"), say)
+		rep.Scale = &s
+	}
+	// Everything this run started is gone, or is ended now.
+	left := runProcesses(runID)
+	for _, pid := range left {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	rep.Leftover = len(left)
+	rep.Seconds = round3(time.Since(started).Seconds())
+	rep.finish()
+	return rep, ctx.Err()
+}
+
+// turns returns the as-fast-as-possible and the paced turns of a path.
+func (c *Config) turns() (flood, paced []turnSpec) {
+	for i, v := range c.Mix {
+		n := c.Updates / len(c.Mix)
+		if i == 0 {
+			n += c.Updates % len(c.Mix)
+		}
+		flood = append(flood, turnSpec{Protocol: v, Work: Workload{Updates: n, Payload: c.Payload}})
+	}
+	if c.Rate > 0 && c.PacedUpdates > 0 {
+		for i, v := range c.Mix {
+			n := c.PacedUpdates / len(c.Mix)
+			if i == 0 {
+				n += c.PacedUpdates % len(c.Mix)
+			}
+			if n > 0 {
+				paced = append(paced, turnSpec{Protocol: v, Work: Workload{Updates: n, Payload: c.Payload, Rate: c.Rate}})
+			}
+		}
+	}
+	return flood, paced
+}
+
+// fillPath summarises a path's turns.
+func fillPath(p *PathResult, flood, paced []turnResult) {
+	var f, s summary
+	for _, r := range flood {
+		f.add(r)
+	}
+	for _, r := range paced {
+		s.add(r)
+	}
+	p.Updates = f.updates
+	p.UpdatesPerSecond = f.rate()
+	p.CPUPer1000 = f.cpuPer1000()
+	p.FloodLatency = latencyOf(f.samples)
+	if len(paced) > 0 {
+		p.Latency = latencyOf(s.samples)
+	} else {
+		p.Latency = p.FloodLatency
+	}
+	p.CutOffs = f.cutOffs + s.cutOffs
+}
+
+func pathLine(p PathResult) string {
+	switch {
+	case !p.Present:
+		return p.Name + ": absent: " + p.Absent
+	case p.Error != "":
+		return p.Name + ": failed: " + p.Error
+	}
+	return fmt.Sprintf("%s: %.0f updates/s, p99 %.3f ms (flood p99 %.2f ms), %.3f CPU s/1k updates, peak RSS %s",
+		p.Name, p.UpdatesPerSecond, p.Latency.P99, p.FloodLatency.P99, p.CPUPer1000, fmtBytes(float64(p.PeakRSS)))
+}
+
+func gatewayPath(key, store, protocol string) PathResult {
+	transport := "HTTP/1.1"
+	if protocol == protoGRPC {
+		transport = "h2c"
+	}
+	return PathResult{
+		Name: fmt.Sprintf("gateway %s %s", store, protocol), Key: key, Gateway: true, Store: store,
+		Protocol: protocol + " over " + transport, Present: true, Measured: "gateway process (/proc/PID/stat, VmHWM)",
+		client: protocol,
+	}
+}
+
+func runWebsocketd(ctx context.Context, p *PathResult, wsd string, self []string, runID string, flood, paced []turnSpec) {
+	w, err := startWebsocketd(ctx, wsd, self, runID)
+	if err != nil {
+		p.Error = err.Error()
+		return
+	}
+	defer w.stop()
+	resetPeakRSS(w.pid)
+	var fr, pr []turnResult
+	for i, t := range append(append([]turnSpec{}, flood...), paced...) {
+		r, err := wsTurn(ctx, w, t)
+		if err != nil {
+			p.Error = fmt.Sprintf("%v (websocketd: %s)", err, strings.TrimSpace(w.stderr.String()))
+			return
+		}
+		if i < len(flood) {
+			fr = append(fr, r)
+		} else {
+			pr = append(pr, r)
+		}
+	}
+	p.PeakRSS, _ = procStatus(w.pid, "VmHWM")
+	fillPath(p, fr, pr)
+}
+
+func runGatewayPath(ctx context.Context, p *PathResult, g *gatewayProc, tr *transports, cwd string, flood, paced []turnSpec, profile bool) {
+	c := tr.client(p.client, g.base, false)
+	cpu := func() time.Duration {
+		d, _ := procCPU(g.pid)
+		return d
+	}
+	resetPeakRSS(g.pid)
+	if profile {
+		if err := g.profile(ctx, "start"); err != nil {
+			p.Error = err.Error()
+			return
+		}
+		defer func() {
+			if err := g.profile(context.WithoutCancel(ctx), "stop"); err != nil && p.Error == "" {
+				p.Error = err.Error()
+			}
+		}()
+	}
+	var fr, pr []turnResult
+	for i, t := range append(append([]turnSpec{}, flood...), paced...) {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		r, err := gatewayTurn(tctx, c, t.Protocol, t.Work, cwd, cpu)
+		cancel()
+		if err != nil {
+			p.Error = fmt.Sprintf("%v %s", err, strings.TrimSpace(g.stderr.String()))
+			return
+		}
+		if i < len(flood) {
+			fr = append(fr, r)
+		} else {
+			pr = append(pr, r)
+		}
+	}
+	p.PeakRSS, _ = procStatus(g.pid, "VmHWM")
+	fillPath(p, fr, pr)
+}
+
+func runFanout(ctx context.Context, g *gatewayProc, tr *transports, cfg *Config, cwd string, say func(string, ...any)) []FanoutResult {
+	var out []FanoutResult
+	w := Workload{Updates: cfg.FanoutUpdates, Payload: cfg.Payload}
+	var one float64
+	for _, n := range cfg.Fanout {
+		if ctx.Err() != nil {
+			break
+		}
+		say("fan-out: %d watchers, %d updates", n, w.Updates)
+		r := fanout(ctx, g, tr, n, w, cfg.Mix[len(cfg.Mix)-1], cwd)
+		if n == 1 && r.Error == "" {
+			one = r.AgentRate
+		}
+		if one > 0 {
+			r.AgentVsOne = round3(r.AgentRate / one)
+		}
+		say("fan-out: %s", r)
+		out = append(out, r)
+	}
+	return out
+}
+
+func pingRedis(ctx context.Context, url string) error {
+	_, opts, err := redisstore.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return rdb.Ping(ctx).Err()
+}
+
+// deleteRedisPrefix deletes the keys starting with prefix.
+func deleteRedisPrefix(ctx context.Context, url, prefix string) (int, error) {
+	_, opts, err := redisstore.ParseURL(url)
+	if err != nil {
+		return 0, err
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n := 0
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			if err := rdb.Del(ctx, batch...).Err(); err != nil {
+				return n, err
+			}
+			n += len(batch)
+			batch = batch[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return n, err
+	}
+	if len(batch) > 0 {
+		if err := rdb.Del(ctx, batch...).Err(); err != nil {
+			return n, err
+		}
+		n += len(batch)
+	}
+	return n, nil
+}
+
+// WriteJSON writes r to path as indented JSON.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

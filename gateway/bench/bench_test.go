@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+)
+
+// Every update line is JSON that the gateway's codec decodes, stamped in
+// _meta.bench, for both protocol versions.
+func TestLinesDecodeWithTheirStamp(t *testing.T) {
+	t.Parallel()
+	for _, v := range []int{1, 2} {
+		lm := newLineMaker(v, 64, "s-1")
+		for n := 1; n <= 2*groupSize; n++ {
+			line := lm.appendLine(nil, n, int64(1000+n))
+			var m inbound
+			if err := decodeLine(line, &m); err != nil {
+				t.Fatalf("v%d update %d: %v\n%s", v, n, err, line)
+			}
+			if b := m.Params.Update.Meta.Bench; b.N != int64(n) || b.T != strconv.Itoa(1000+n) {
+				t.Fatalf("v%d update %d: stamp %+v", v, n, b)
+			}
+			var p struct {
+				Params struct {
+					Update json.RawMessage `json:"update"`
+				} `json:"params"`
+			}
+			if err := json.Unmarshal(line, &p); err != nil {
+				t.Fatal(err)
+			}
+			u, err := acpjson.DecodeUpdate(p.Params.Update, acpjson.Version(v))
+			if err != nil {
+				t.Fatalf("v%d update %d does not decode: %v", v, n, err)
+			}
+			if u.GetUnknown() != nil {
+				t.Fatalf("v%d update %d decodes as unknown: %s", v, n, line)
+			}
+		}
+	}
+}
+
+// The agent answers the handshake and plays a workload, ending a v1 turn
+// with the prompt's answer and a v2 turn with an idle state_update first.
+func TestAgentPlaysAWorkload(t *testing.T) {
+	t.Parallel()
+	for _, v := range []int{1, 2} {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			done <- ServeAgent(context.Background(), inR, outW, v)
+			outW.Close()
+		}()
+		br := bufio.NewReader(outR)
+		send := func(line []byte) error { _, err := inW.Write(append(line, '\n')); return err }
+		recv := func() ([]byte, error) { return br.ReadBytes('\n') }
+		var idle bool
+		recvWatch := func() ([]byte, error) {
+			line, err := recv()
+			if strings.Contains(string(line), `"state":"idle"`) {
+				idle = true
+			}
+			return line, err
+		}
+		r, err := lineClient(v, Workload{Updates: 25, Payload: 32}, send, recvWatch, nil)
+		if err != nil {
+			t.Fatalf("v%d: %v", v, err)
+		}
+		if r.Updates != 25 || len(r.Samples) != 25 {
+			t.Fatalf("v%d: %d updates, %d samples", v, r.Updates, len(r.Samples))
+		}
+		if idle != (v == 2) {
+			t.Fatalf("v%d: idle state_update sent: %v", v, idle)
+		}
+		inW.Close()
+		if err := <-done; err != nil {
+			t.Fatalf("v%d: ServeAgent: %v", v, err)
+		}
+	}
+}
+
+func TestLatencyPercentiles(t *testing.T) {
+	t.Parallel()
+	var s []int64
+	for i := 1000; i >= 1; i-- {
+		s = append(s, int64(i)*1000) // 1 µs .. 1 ms
+	}
+	l := latencyOf(s)
+	if l.Samples != 1000 || l.P50 != 0.5 || l.P99 != 0.99 || l.P999 != 0.999 || l.Max != 1 {
+		t.Fatalf("got %+v", l)
+	}
+	if (latencyOf(nil) != Latency{}) {
+		t.Fatal("no samples should give a zero Latency")
+	}
+}
+
+func TestTrackerIgnoresRepeats(t *testing.T) {
+	t.Parallel()
+	var k tracker
+	k.see(1, 10, 15)
+	k.see(1, 10, 16) // the merged tool_call of the same update
+	k.see(2, 20, 30)
+	if k.r.Updates != 2 || k.r.FirstSend != 10 || k.r.LastSend != 20 || k.r.LastRecv != 30 || len(k.r.Samples) != 2 {
+		t.Fatalf("got %+v", k.r)
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	t.Parallel()
+	good := Defaults(true)
+	if err := good.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"bad protocol": func(c *Config) { c.Mix = []int{3} },
+		"no protocol":  func(c *Config) { c.Mix = nil },
+		"bad path":     func(c *Config) { c.Paths = []string{"carrier-pigeon"} },
+		"zero fanout":  func(c *Config) { c.Fanout = []int{0} },
+		"bad profile":  func(c *Config) { c.ProfilePath = "everything" },
+		"no timeout":   func(c *Config) { c.Timeout = 0 },
+	} {
+		c := Defaults(true)
+		mut(&c)
+		if err := c.Check(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

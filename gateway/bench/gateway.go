@@ -1,0 +1,385 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/gateway/metrics"
+	"github.com/acp-gateway/acp-gateway/gateway/server"
+	"github.com/acp-gateway/acp-gateway/gateway/service"
+	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/boltstore"
+	"github.com/acp-gateway/acp-gateway/statestore/redisstore"
+)
+
+// Agent names the bench gateway configures: the synthetic agent speaking
+// ACP v1 and v2.
+func agentName(protocol int) string { return "bench-v" + strconv.Itoa(protocol) }
+
+// agentCommand is the command line of the synthetic agent.
+func agentCommand(self []string, runID string, protocol int) []string {
+	return append(append([]string{}, self...), "agent", "--run", runID, "--protocol", strconv.Itoa(protocol))
+}
+
+// serveGateway is the child mode "gateway": a gateway assembled as
+// `acp-gateway serve` assembles it (metrics, access-log interceptors, the
+// serve defaults for retention), on 127.0.0.1 with an ephemeral port, whose
+// agents are the synthetic agent. It prints "addr HOST:PORT", serves until
+// its stdin ends, shuts down (ending every agent), and prints "leftover N",
+// the number of its child processes still alive.
+//
+// Besides the SessionService it serves GET /bench/memstats (after a GC)
+// and POST /bench/profile/start and /bench/profile/stop, which write
+// --cpuprofile and --memprofile.
+func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	runID := fs.String("run", "", "bench run id, passed to the agents")
+	storeURL := fs.String("store", "memory:", "memory:, bolt:PATH or redis://HOST:PORT/DB")
+	prefix := fs.String("redis-prefix", "", "Redis key prefix")
+	cpuprofile := fs.String("cpuprofile", "", "CPU profile file, written between /bench/profile/start and stop")
+	memprofile := fs.String("memprofile", "", "heap profile file, written at /bench/profile/stop")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	self, err := selfCommand()
+	if err != nil {
+		fmt.Fprintln(stderr, "bench gateway:", err)
+		return 1
+	}
+	opts := statestore.Options{MaxEvents: 100000} // serve's --max-events default
+	var store statestore.Store
+	switch {
+	case *storeURL == "memory:":
+		store = statestore.NewMemory(opts)
+	case strings.HasPrefix(*storeURL, "bolt:"):
+		store, err = boltstore.Open(strings.TrimPrefix(*storeURL, "bolt:"), opts)
+	default:
+		store, err = redisstore.Open(ctx, *storeURL, redisstore.Options{Options: opts, Prefix: *prefix})
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bench gateway: store:", err)
+		return 1
+	}
+	log := slog.New(service.LogHandler(slog.NewJSONHandler(io.Discard, nil)))
+	met := metrics.New(metrics.Options{})
+	mgr := session.NewManager(session.Options{
+		Agents: map[string][]string{
+			agentName(1): agentCommand(self, *runID, 1),
+			agentName(2): agentCommand(self, *runID, 2),
+		},
+		Env:              agentEnv(),
+		Store:            store,
+		Log:              log,
+		IdleTimeout:      -1,
+		MaxEndedSessions: 1000,
+		Metrics:          met,
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		mgr.Close()
+		store.Close()
+		fmt.Fprintln(stderr, "bench gateway:", err)
+		return 1
+	}
+	prof := &profiler{cpu: *cpuprofile, mem: *memprofile}
+	extra := map[string]http.Handler{
+		"GET /metrics":             met.Handler(),
+		"GET /bench/memstats":      http.HandlerFunc(memstatsHandler),
+		"POST /bench/profile/{op}": prof,
+	}
+	svc := service.New(mgr, service.WithMetrics(met), service.WithUser(auth.User))
+	srv := server.New(svc, server.Options{
+		Extra:        extra,
+		Interceptors: service.Interceptors(service.InterceptorConfig{Log: log, User: auth.User, SessionAgent: mgr.AgentOf}),
+	})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	fmt.Fprintf(stdout, "addr %s\n", l.Addr())
+
+	inEnded := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stdin)
+		close(inEnded)
+	}()
+	select {
+	case <-inEnded:
+	case <-ctx.Done():
+	case err := <-done:
+		fmt.Fprintln(stderr, "bench gateway: serve:", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	prof.stop()
+	mgr.Close()
+	_ = store.Close()
+	fmt.Fprintf(stdout, "leftover %d\n", len(livingChildren(os.Getpid())))
+	return 0
+}
+
+// agentEnvVars are the variables of the bench's environment its agents
+// get. GORACE lets a race-enabled test binary, whose agents are that binary
+// too, end its agents without the race detector's exit pause.
+var agentEnvVars = []string{"PATH", "HOME", "TMPDIR", "GORACE"}
+
+// agentEnv is the agents' environment.
+func agentEnv() []string {
+	var env []string
+	for _, k := range agentEnvVars {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// memStats is what GET /bench/memstats reports, after a GC.
+type memStats struct {
+	HeapInuse  uint64 `json:"heapInuse"`
+	HeapAlloc  uint64 `json:"heapAlloc"`
+	StackInuse uint64 `json:"stackInuse"`
+	Sys        uint64 `json:"sys"`
+	Goroutines int    `json:"goroutines"`
+	RSS        int64  `json:"rss"`
+}
+
+func memstatsHandler(w http.ResponseWriter, _ *http.Request) {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	rss, _ := procStatus(os.Getpid(), "VmRSS")
+	_ = json.NewEncoder(w).Encode(memStats{
+		HeapInuse: m.HeapInuse, HeapAlloc: m.HeapAlloc, StackInuse: m.StackInuse, Sys: m.Sys,
+		Goroutines: runtime.NumGoroutine(), RSS: rss,
+	})
+}
+
+// profiler writes the CPU profile between start and stop, and the heap
+// profile at stop.
+type profiler struct {
+	cpu, mem string
+	mu       sync.Mutex
+	f        *os.File
+}
+
+func (p *profiler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var err error
+	switch r.PathValue("op") {
+	case "start":
+		err = p.start()
+	case "stop":
+		err = p.stop()
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+func (p *profiler) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cpu == "" || p.f != nil {
+		return nil
+	}
+	f, err := os.Create(p.cpu)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	p.f = f
+	return nil
+}
+
+func (p *profiler) stop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	if p.f != nil {
+		pprof.StopCPUProfile()
+		errs = append(errs, p.f.Close())
+		p.f = nil
+	}
+	if p.mem != "" {
+		f, err := os.Create(p.mem)
+		if err == nil {
+			runtime.GC()
+			err = pprof.Lookup("allocs").WriteTo(f, 0)
+			errs = append(errs, f.Close())
+		}
+		errs = append(errs, err)
+		p.mem = "" // once
+	}
+	return errors.Join(errs...)
+}
+
+// gatewayProc is a running bench gateway child, seen from the bench.
+type gatewayProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	stderr *lockedBuffer
+	pid    int
+	base   string
+}
+
+// startGateway starts a bench gateway child with store; extra are more
+// flags for it.
+func startGateway(ctx context.Context, self []string, runID, store string, extra ...string) (*gatewayProc, error) {
+	args := append(append([]string{}, self[1:]...), "gateway", "--run", runID, "--store", store)
+	args = append(args, extra...)
+	cmd := exec.Command(self[0], args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	g := &gatewayProc{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), stderr: &lockedBuffer{}}
+	cmd.Stderr = g.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	g.pid = cmd.Process.Pid
+	type lineErr struct {
+		line string
+		err  error
+	}
+	first := make(chan lineErr, 1)
+	go func() {
+		line, err := g.out.ReadString('\n')
+		first <- lineErr{line, err}
+	}()
+	select {
+	case le := <-first:
+		if addr, ok := strings.CutPrefix(strings.TrimSpace(le.line), "addr "); ok {
+			g.base = "http://" + addr
+			return g, nil
+		}
+		g.kill()
+		return nil, fmt.Errorf("bench gateway did not start: %v %s", le.err, strings.TrimSpace(g.stderr.String()))
+	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	}
+	g.kill()
+	return nil, errors.New("bench gateway did not start in time")
+}
+
+func (g *gatewayProc) kill() {
+	_ = g.cmd.Process.Kill()
+	_ = g.cmd.Wait()
+}
+
+// stop shuts the gateway down and returns how many of its children
+// outlived it (by its own count). It first closes tr's idle connections,
+// which a graceful HTTP/2 shutdown would otherwise wait a second for.
+func (g *gatewayProc) stop(tr *transports) (int, error) {
+	tr.close()
+	_ = g.stdin.Close()
+	res := make(chan int, 1)
+	go func() {
+		left := -1
+		for {
+			line, err := g.out.ReadString('\n')
+			if n, ok := strings.CutPrefix(strings.TrimSpace(line), "leftover "); ok {
+				left, _ = strconv.Atoi(n)
+			}
+			if err != nil {
+				break
+			}
+		}
+		res <- left
+	}()
+	select {
+	case left := <-res:
+		err := g.cmd.Wait()
+		if left < 0 {
+			return 0, fmt.Errorf("bench gateway exited without a report: %v %s", err, strings.TrimSpace(g.stderr.String()))
+		}
+		return left, err
+	case <-time.After(60 * time.Second):
+		g.kill()
+		return 0, errors.New("bench gateway did not stop within 60s; killed")
+	}
+}
+
+func (g *gatewayProc) memstats(ctx context.Context) (memStats, error) {
+	var m memStats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.base+"/bench/memstats", nil)
+	if err != nil {
+		return m, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return m, err
+	}
+	defer res.Body.Close()
+	err = json.NewDecoder(res.Body).Decode(&m)
+	return m, err
+}
+
+func (g *gatewayProc) profile(ctx context.Context, op string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/bench/profile/"+op, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		return fmt.Errorf("profile %s: %s", op, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// lockedBuffer collects a child's stderr, keeping the last 64 KiB.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	if len(l.b) > 64<<10 {
+		l.b = append([]byte(nil), l.b[len(l.b)-32<<10:]...)
+	}
+	return len(p), nil
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}

@@ -1,0 +1,243 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// turnSpec is one turn to measure: the agent's protocol and the workload.
+type turnSpec struct {
+	Protocol int      `json:"protocol"`
+	Work     Workload `json:"work"`
+}
+
+// pipeResult is what the pipe reader child reports.
+type pipeResult struct {
+	Turns   []turnResult `json:"turns"`
+	PeakRSS int64        `json:"peakRss"`
+}
+
+// inbound is what the floor readers decode of each agent line: enough to
+// find the answers and the bench stamp, with the whole line parsed.
+type inbound struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+	Params struct {
+		SessionID string `json:"sessionId"`
+		Update    struct {
+			SessionUpdate string `json:"sessionUpdate"`
+			Meta          struct {
+				Bench struct {
+					N int64  `json:"n"`
+					T string `json:"t"`
+				} `json:"bench"`
+			} `json:"_meta"`
+		} `json:"update"`
+	} `json:"params"`
+}
+
+// decodeLine decodes one agent line into m (reset first).
+func decodeLine(line []byte, m *inbound) error {
+	*m = inbound{}
+	return json.Unmarshal(line, m)
+}
+
+// handshake lines a client sends: initialize, session/new, and the prompt
+// (the session id is the synthetic agent's first).
+func handshakeLines(protocol int, w Workload) [3][]byte {
+	text, _ := json.Marshal(w)
+	prompt, _ := json.Marshal(map[string]any{
+		"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+		"params": map[string]any{"sessionId": "bench-session-1", "prompt": []any{map[string]any{"type": "text", "text": string(text)}}},
+	})
+	return [3][]byte{
+		[]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":` + strconv.Itoa(protocol) + `,"clientCapabilities":{}}}`),
+		[]byte(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}`),
+		prompt,
+	}
+}
+
+// lineClient runs the client side of one turn over a line transport:
+// send writes one line (without its newline), recv returns the next line.
+// It returns when the prompt (request id 3) is answered.
+func lineClient(protocol int, w Workload, send func([]byte) error, recv func() ([]byte, error), cpu func() time.Duration) (turnResult, error) {
+	hs := handshakeLines(protocol, w)
+	var k tracker
+	k.r.Samples = make([]int64, 0, w.Updates)
+	var m inbound
+	// initialize and session/new, one at a time.
+	for i := 0; i < 2; i++ {
+		if err := send(hs[i]); err != nil {
+			return k.r, err
+		}
+		for {
+			line, err := recv()
+			if err != nil {
+				return k.r, fmt.Errorf("waiting for the answer %d: %w", i+1, err)
+			}
+			if decodeLine(line, &m) == nil && string(m.ID) == strconv.Itoa(i+1) {
+				if len(m.Error) > 0 {
+					return k.r, fmt.Errorf("agent refused request %d: %s", i+1, m.Error)
+				}
+				break
+			}
+		}
+	}
+	var cpu0 time.Duration
+	if cpu != nil {
+		cpu0 = cpu()
+	}
+	if err := send(hs[2]); err != nil {
+		return k.r, err
+	}
+	for {
+		line, err := recv()
+		if err != nil {
+			return k.r, fmt.Errorf("reading the turn: %w", err)
+		}
+		if err := decodeLine(line, &m); err != nil {
+			return k.r, fmt.Errorf("a line that does not decode: %w", err)
+		}
+		recvT := time.Now().UnixNano()
+		if b := m.Params.Update.Meta.Bench; b.N > 0 {
+			t, err := strconv.ParseInt(b.T, 10, 64)
+			if err == nil {
+				k.see(b.N, t, recvT)
+			}
+		}
+		if string(m.ID) == "3" {
+			break
+		}
+	}
+	if cpu != nil {
+		k.r.CPU = cpu() - cpu0
+	}
+	if k.r.Updates != w.Updates {
+		return k.r, fmt.Errorf("received %d of %d updates", k.r.Updates, w.Updates)
+	}
+	return k.r, nil
+}
+
+// servePipe is the child mode "pipe": for each turn of --turns it starts
+// the synthetic agent on pipes, drives it and decodes every line it
+// writes, and measures its own CPU time during the turn. It prints a
+// pipeResult as JSON.
+func servePipe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench pipe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	runID := fs.String("run", "", "bench run id, passed to the agents")
+	turnsJSON := fs.String("turns", "[]", "the turns, as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var turns []turnSpec
+	if err := json.Unmarshal([]byte(*turnsJSON), &turns); err != nil {
+		fmt.Fprintln(stderr, "bench pipe: --turns:", err)
+		return 2
+	}
+	self, err := selfCommand()
+	if err != nil {
+		fmt.Fprintln(stderr, "bench pipe:", err)
+		return 1
+	}
+	var res pipeResult
+	for _, t := range turns {
+		r, err := pipeTurn(ctx, self, *runID, t)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench pipe:", err)
+			return 1
+		}
+		res.Turns = append(res.Turns, r)
+	}
+	res.PeakRSS, _ = procStatus(os.Getpid(), "VmHWM")
+	if err := json.NewEncoder(stdout).Encode(res); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func pipeTurn(ctx context.Context, self []string, runID string, t turnSpec) (turnResult, error) {
+	argv := agentCommand(self, runID, t.Protocol)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = agentEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return turnResult{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return turnResult{}, err
+	}
+	var errBuf lockedBuffer
+	cmd.Stderr = &errBuf
+	if err := cmd.Start(); err != nil {
+		return turnResult{}, err
+	}
+	br := bufio.NewReaderSize(stdout, 64<<10)
+	send := func(line []byte) error {
+		_, err := stdin.Write(append(line, '\n'))
+		return err
+	}
+	recv := func() ([]byte, error) {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer: gather it.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if err != nil && len(bytes.TrimSpace(line)) == 0 {
+			return nil, err
+		}
+		return line, nil
+	}
+	r, err := lineClient(t.Protocol, t.Work, send, recv, selfCPU)
+	_ = stdin.Close()
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	select {
+	case <-waitErr:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-waitErr
+	}
+	if err != nil {
+		return r, fmt.Errorf("%w (agent stderr: %s)", err, strings.TrimSpace(errBuf.String()))
+	}
+	return r, nil
+}
+
+// runPipe runs the pipe path: a reader child per run of turns, measured by
+// the child itself.
+func runPipe(ctx context.Context, self []string, runID string, turns []turnSpec) (pipeResult, error) {
+	js, _ := json.Marshal(turns)
+	args := append(append([]string{}, self[1:]...), "pipe", "--run", runID, "--turns", string(js))
+	cmd := exec.CommandContext(ctx, self[0], args...)
+	var out bytes.Buffer
+	var errBuf lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errBuf
+	var res pipeResult
+	if err := cmd.Run(); err != nil {
+		return res, fmt.Errorf("pipe reader: %v: %s", err, strings.TrimSpace(errBuf.String()))
+	}
+	err := json.Unmarshal(out.Bytes(), &res)
+	return res, err
+}

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ,
+// 100 on every Linux architecture Go supports).
+const clockTick = 10 * time.Millisecond
+
+// procCPU returns the CPU time process pid has used: the sum over its
+// threads of /proc/PID/task/TID/schedstat (nanoseconds on a CPU), or when
+// that is not available utime + stime of /proc/PID/stat (10 ms ticks).
+// Its children are never included.
+func procCPU(pid int) (time.Duration, error) {
+	if d, err := schedCPU(pid); err == nil {
+		return d, nil
+	}
+	return statCPU(pid)
+}
+
+// schedCPU sums the on-CPU nanoseconds of process pid's living threads (a
+// Go process's threads live as long as it does).
+func schedCPU(pid int) (time.Duration, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, errors.New("bench: empty schedstat")
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += ns
+	}
+	return time.Duration(sum), nil
+}
+
+// statCPU returns utime + stime of /proc/PID/stat.
+func statCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ... : utime and stime are fields 14 and 15,
+	// the 12th and 13th after the closing parenthesis.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("bench: malformed /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("bench: short /proc stat")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
+
+// procStatus returns a kB field of /proc/PID/status (VmHWM, VmRSS) in bytes.
+func procStatus(pid int, field string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("bench: no %s in /proc/%d/status", field, pid)
+}
+
+// resetPeakRSS resets process pid's VmHWM to its current RSS, so that the
+// next reading is the peak of what follows.
+func resetPeakRSS(pid int) {
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
+}
+
+// selfCPU returns this process's CPU time from getrusage.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// proc is a process seen in /proc.
+type proc struct {
+	pid, ppid int
+	zombie    bool
+	cmdline   []string
+}
+
+// processes lists the processes of this machine that this user may see.
+func processes() []proc {
+	var out []proc
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		p := proc{pid: pid, ppid: ppid, zombie: f[0] == "Z"}
+		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil {
+			p.cmdline = strings.Split(strings.TrimSuffix(string(cl), "\x00"), "\x00")
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// livingChildren lists the living (not zombie) children of process pid.
+func livingChildren(pid int) []int {
+	var out []int
+	for _, p := range processes() {
+		if p.ppid == pid && !p.zombie {
+			out = append(out, p.pid)
+		}
+	}
+	return out
+}
+
+// runProcesses lists the living processes whose command line carries the
+// bench run id runID: the agents, readers and gateways of one run.
+func runProcesses(runID string) []int {
+	var out []int
+	for _, p := range processes() {
+		if p.zombie || p.pid == os.Getpid() {
+			continue
+		}
+		for i, a := range p.cmdline {
+			if a == "--run" && i+1 < len(p.cmdline) && p.cmdline[i+1] == runID {
+				out = append(out, p.pid)
+				break
+			}
+		}
+	}
+	return out
+}

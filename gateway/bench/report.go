@@ -1,0 +1,278 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is the result of a bench run; --json writes it.
+type Report struct {
+	Machine Machine        `json:"machine"`
+	Config  Config         `json:"config"`
+	Paths   []PathResult   `json:"paths"`
+	Fanout  []FanoutResult `json:"fanout"`
+	Scale   *ScaleResult   `json:"scale,omitempty"`
+	// Leftover counts processes of this run (agents, readers, gateways)
+	// still alive at the end; they were killed.
+	Leftover int     `json:"leftoverProcesses"`
+	Seconds  float64 `json:"seconds"`
+	Headline string  `json:"headline"`
+}
+
+// Machine describes where the bench ran.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	CPUs       int    `json:"cpus"`
+	MemoryMiB  int64  `json:"memoryMiB"`
+	Kernel     string `json:"kernel"`
+	Go         string `json:"go"`
+	Websocketd string `json:"websocketd,omitempty"`
+}
+
+func machine(websocketd string) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				m.MemoryMiB = kb >> 10
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	if websocketd != "" {
+		if out, err := exec.Command(websocketd, "--version").Output(); err == nil {
+			m.Websocketd = strings.TrimSpace(string(out))
+		}
+	}
+	return m
+}
+
+// PathResult is the measurement of one path.
+type PathResult struct {
+	Name string `json:"name"`
+	// Key is the --paths name.
+	Key string `json:"key"`
+	// Gateway is set for the gateway's paths.
+	Gateway  bool   `json:"gateway"`
+	Store    string `json:"store,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	Present  bool   `json:"present"`
+	// Absent says why a path was not measured.
+	Absent string `json:"absent,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Measured names the process whose CPU and RSS are reported.
+	Measured string `json:"measured,omitempty"`
+	// Updates and UpdatesPerSecond are of the as-fast-as-possible turns:
+	// updates over the summed spans from the first update's send to the
+	// last update's receipt.
+	Updates          int     `json:"updates"`
+	UpdatesPerSecond float64 `json:"updatesPerSecond"`
+	// Latency is agent write to client receive at the paced rate;
+	// FloodLatency is the same during the as-fast-as-possible turns.
+	Latency      Latency `json:"latencyMs"`
+	FloodLatency Latency `json:"floodLatencyMs"`
+	// CPUPer1000 is the measured process's CPU seconds per 1,000 updates,
+	// over the as-fast-as-possible turns.
+	CPUPer1000 float64 `json:"cpuSecondsPer1000Updates"`
+	// PeakRSS is the measured process's peak resident set during the path.
+	PeakRSS int64 `json:"peakRssBytes"`
+	CutOffs int   `json:"cutOffs"`
+	// VsPipe and VsWebsocketd compare with the baselines: throughput
+	// ratio, and p99 latency difference in milliseconds.
+	VsPipe       *Ratio `json:"vsPipe,omitempty"`
+	VsWebsocketd *Ratio `json:"vsWebsocketd,omitempty"`
+
+	client string // the client protocol of a gateway path
+}
+
+// Ratio compares a path with a baseline.
+type Ratio struct {
+	// Throughput is updates/s over the baseline's.
+	Throughput float64 `json:"throughput"`
+	// P99 is p99 latency over the baseline's; P99DeltaMs their difference.
+	P99        float64 `json:"p99"`
+	P99DeltaMs float64 `json:"p99DeltaMs"`
+}
+
+func ratio(p, base *PathResult) *Ratio {
+	if base == nil || !base.Present || base.Error != "" || base.UpdatesPerSecond == 0 || !p.Present || p.Error != "" {
+		return nil
+	}
+	r := &Ratio{Throughput: round3(p.UpdatesPerSecond / base.UpdatesPerSecond), P99DeltaMs: round3(p.Latency.P99 - base.Latency.P99)}
+	if base.Latency.P99 > 0 {
+		r.P99 = round3(p.Latency.P99 / base.Latency.P99)
+	}
+	return r
+}
+
+func (r *Report) path(key string) *PathResult {
+	for i := range r.Paths {
+		if r.Paths[i].Key == key {
+			return &r.Paths[i]
+		}
+	}
+	return nil
+}
+
+// finish computes the ratios and the headline.
+func (r *Report) finish() {
+	pipe, wsd := r.path("pipe"), r.path("websocketd")
+	for i := range r.Paths {
+		p := &r.Paths[i]
+		if p.Gateway {
+			p.VsPipe, p.VsWebsocketd = ratio(p, pipe), ratio(p, wsd)
+		}
+	}
+	var parts []string
+	if p := r.path("proto"); p != nil && p.Present && p.Error == "" {
+		s := fmt.Sprintf("gateway (memory, connect+proto) %.0f upd/s", p.UpdatesPerSecond)
+		if p.VsWebsocketd != nil {
+			s += fmt.Sprintf(" = %.2fx websocketd", p.VsWebsocketd.Throughput)
+		} else {
+			s += " (websocketd absent)"
+		}
+		if p.VsPipe != nil {
+			s += fmt.Sprintf(", %.2fx pipe", p.VsPipe.Throughput)
+		}
+		parts = append(parts, s)
+		if p.VsWebsocketd != nil {
+			parts = append(parts, fmt.Sprintf("p99 %.2f ms vs websocketd %.2f ms (%+.2f ms; target <= +1 ms)", p.Latency.P99, wsd.Latency.P99, p.VsWebsocketd.P99DeltaMs))
+		} else {
+			parts = append(parts, fmt.Sprintf("p99 %.2f ms", p.Latency.P99))
+		}
+	}
+	if n := len(r.Fanout); n > 0 {
+		f := r.Fanout[n-1]
+		if f.Error == "" && f.AgentVsOne > 0 {
+			parts = append(parts, fmt.Sprintf("%d watchers: agent at %.2fx its 1-watcher rate, %d cut off", f.Watchers, f.AgentVsOne, f.CutOffs))
+		}
+	}
+	if s := r.Scale; s != nil && s.Error == "" {
+		parts = append(parts, fmt.Sprintf("%.1f KiB heap per idle session (target < 64 KiB)", s.HeapPerSession/1024))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "no gateway path measured")
+	}
+	r.Headline = "headline: " + strings.Join(parts, "; ")
+}
+
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+func fmtRatio(r *Ratio) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", r.Throughput)
+}
+
+// Write writes the report as text; its last line is the headline.
+func (r *Report) Write(w io.Writer) {
+	m := r.Machine
+	fmt.Fprintf(w, "\nacp-gateway bench: %d CPUs (%s), %d MiB, %s, %s\n", m.CPUs, m.CPU, m.MemoryMiB, m.Kernel, m.Go)
+	c := r.Config
+	fmt.Fprintf(w, "workload: ACP v%s agents, payload %d B; %d updates per path as fast as possible; latency at %.0f updates/s (%d updates)\n",
+		joinInts(c.Mix, "+v"), c.Payload, c.Updates, c.Rate, c.PacedUpdates)
+	fmt.Fprintf(w, "CPU and peak RSS: of the pipe reader (getrusage), the websocketd process and the gateway process (a child: its threads' on-CPU time in /proc); agents and clients excluded\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tupdates/s\tp50 ms\tp99 ms\tp99.9 ms\tflood p99 ms\tCPU s/1k upd\tpeak RSS\tvs pipe\tvs websocketd\t")
+	var notes []string
+	for _, p := range r.Paths {
+		switch {
+		case !p.Present:
+			fmt.Fprintf(tw, "%s\tabsent\t\t\t\t\t\t\t\t\t\n", p.Name)
+			notes = append(notes, fmt.Sprintf("%s: absent: %s", p.Name, p.Absent))
+			continue
+		case p.Error != "":
+			fmt.Fprintf(tw, "%s\tfailed\t\t\t\t\t\t\t\t\t\n", p.Name)
+			notes = append(notes, fmt.Sprintf("%s: failed: %s", p.Name, firstLine(p.Error)))
+			continue
+		}
+		name := p.Name
+		if p.CutOffs > 0 {
+			name += fmt.Sprintf(" (%d cut-offs)", p.CutOffs)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%.3f\t%.2f\t%.3f\t%s\t%s\t%s\t\n", name, p.UpdatesPerSecond,
+			p.Latency.P50, p.Latency.P99, p.Latency.P999, p.FloodLatency.P99, p.CPUPer1000, fmtBytes(float64(p.PeakRSS)),
+			fmtRatio(p.VsPipe), fmtRatio(p.VsWebsocketd))
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(w, "  "+n)
+	}
+	if len(r.Fanout) > 0 {
+		fmt.Fprintf(w, "\nfan-out: one session (gateway, memory store), a %d-update turn as fast as possible, N Watch streams (connect+proto, h2c) besides the Prompt stream\n\n", c.FanoutUpdates)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "watchers\tagent upd/s\tvs 1 watcher\tdelivered upd/s\tp50 ms\tp99 ms\tp99.9 ms\tcut-offs\tCPU s/1k delivered\t")
+		for _, f := range r.Fanout {
+			if f.Error != "" {
+				fmt.Fprintf(tw, "%d\tfailed: %s\t\t\t\t\t\t\t\t\n", f.Watchers, firstLine(f.Error))
+				continue
+			}
+			vsOne := "-"
+			if f.AgentVsOne > 0 {
+				vsOne = fmt.Sprintf("%.2f", f.AgentVsOne)
+			}
+			fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.3f\t\n", f.Watchers, f.AgentRate, vsOne, f.DeliveredRate,
+				f.Latency.P50, f.Latency.P99, f.Latency.P999, f.CutOffs, f.CPUPer1000)
+		}
+		tw.Flush()
+	}
+	if s := r.Scale; s != nil {
+		fmt.Fprintf(w, "\nscale: %d sessions (%d created at a time), %d-update turns\n", s.Sessions, s.Concurrency, s.UpdatesPerTurn)
+		if s.Error != "" {
+			fmt.Fprintf(w, "  error: %s\n", firstLine(s.Error))
+		}
+		fmt.Fprintf(w, "  gateway memory per idle session (after one turn): heap in use %s, stacks %s, RSS %s, %.1f goroutines\n",
+			fmtBytes(s.HeapPerSession), fmtBytes(s.StackPerSession), fmtBytes(s.RSSPerSession), s.GoroutinesPerSession)
+		fmt.Fprintf(w, "  a further turn adds %s of heap per session (its events, kept by the memory store): a session without events is about %s\n",
+			fmtBytes(s.HeapPerTurn), fmtBytes(s.HeapPerSession-s.HeapPerTurn))
+		fmt.Fprintf(w, "  create to first event: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", s.CreateToFirstEvent.P50, s.CreateToFirstEvent.P99, s.CreateToFirstEvent.Max)
+		fmt.Fprintf(w, "  all %d sessions in a turn at once: %.0f updates/s, latency p50 %.1f ms, p99 %.1f ms; %d cut-offs, %d failed, %d children left\n",
+			s.Sessions, s.ConcurrentRate, s.ConcurrentLatency.P50, s.ConcurrentLatency.P99, s.CutOffs, s.Failed, s.Leftover)
+	}
+	fmt.Fprintf(w, "\nprocesses of this run left at the end: %d; took %.1fs\n", r.Leftover, r.Seconds)
+	fmt.Fprintln(w, r.Headline)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+func joinInts(v []int, sep string) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, sep)
+}

@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// ScaleResult is the many-sessions phase: Sessions sessions of the
+// synthetic agent, each created and run through one turn (Concurrency at
+// a time), then all of them running a turn at once.
+type ScaleResult struct {
+	Sessions       int `json:"sessions"`
+	Concurrency    int `json:"concurrency"`
+	UpdatesPerTurn int `json:"updatesPerTurn"`
+	// Memory of the gateway process per session, once every session is
+	// idle after its first turn: deltas from before the first session,
+	// after a GC, divided by Sessions. Agent processes are not included.
+	HeapPerSession       float64 `json:"heapInuseBytesPerSession"`
+	StackPerSession      float64 `json:"stackInuseBytesPerSession"`
+	RSSPerSession        float64 `json:"rssBytesPerSession"`
+	GoroutinesPerSession float64 `json:"goroutinesPerSession"`
+	// HeapPerTurn is what the second turn added to the heap, per session:
+	// its events, which the memory store keeps. HeapPerSession minus
+	// HeapPerTurn estimates an idle session without any event.
+	HeapPerTurn float64 `json:"heapInuseBytesPerTurn"`
+	// CreateToFirstEvent is from sending CreateSession to receiving the
+	// first agent update of the session's first Prompt (agent start,
+	// initialize, session/new, Prompt, first update).
+	CreateToFirstEvent Latency `json:"createToFirstEventMs"`
+	// ConcurrentRate and ConcurrentLatency are of every session's second
+	// turn, all at once: updates/s over all sessions, and latency.
+	ConcurrentRate    float64 `json:"concurrentUpdatesPerSecond"`
+	ConcurrentLatency Latency `json:"concurrentLatencyMs"`
+	CutOffs           int     `json:"cutOffs"`
+	Failed            int     `json:"failedSessions"`
+	// Leftover counts the gateway's child processes alive after it shut
+	// down (its own count).
+	Leftover int    `json:"leftoverChildren"`
+	Error    string `json:"error,omitempty"`
+}
+
+// runScale runs the scale phase on a gateway of its own; with profile
+// flags, the CPU profile covers the sessions' creation and first turns, and
+// the heap profile (whose inuse_space is then the idle sessions') is
+// written when they are all idle.
+func runScale(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd string, profile []string, progress func(string, ...any)) ScaleResult {
+	res := ScaleResult{Sessions: cfg.Sessions, Concurrency: cfg.ScaleConcurrency, UpdatesPerTurn: cfg.ScaleUpdates}
+	g, err := startGateway(ctx, self, runID, "memory:", profile...)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	defer func() {
+		left, err := g.stop(tr)
+		res.Leftover = left
+		if err != nil && res.Error == "" {
+			res.Error = err.Error()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	c := tr.client(protoConnectIdentity, g.base, true)
+	// One session first, so one-off allocations do not count per session.
+	if _, err := gatewayTurn(ctx, c, 2, Workload{Updates: 1}, cwd, nil); err != nil {
+		res.Error = "warm-up: " + err.Error()
+		return res
+	}
+	before, err := g.memstats(ctx)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	if len(profile) > 0 {
+		if err := g.profile(ctx, "start"); err != nil {
+			progress("profile: %v", err)
+		}
+	}
+	w := Workload{Updates: cfg.ScaleUpdates, Payload: cfg.Payload}
+	ids := make([]string, cfg.Sessions)
+	firsts := make([]int64, cfg.Sessions)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, cfg.ScaleConcurrency))
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		res.Failed++
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	start := time.Now()
+	for i := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			protocol := cfg.Mix[i%len(cfg.Mix)]
+			t0 := time.Now().UnixNano()
+			created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agentName(protocol), Cwd: cwd}))
+			if err != nil {
+				fail(fmt.Errorf("CreateSession: %w", err))
+				return
+			}
+			id := created.Msg.GetSessionId()
+			pctx, stop := context.WithCancel(ctx)
+			stream, err := c.Prompt(pctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: promptText(w)}))
+			if err != nil {
+				stop()
+				fail(fmt.Errorf("Prompt: %w", err))
+				return
+			}
+			var k tracker
+			err = consume(ctx, c, id, stream, stop, &k, func(recv int64) { firsts[i] = recv - t0 })
+			if err != nil {
+				fail(err)
+				return
+			}
+			ids[i] = id
+		}(i)
+	}
+	wg.Wait()
+	progress("scale: %d sessions created and through one turn in %.1fs (%d failed)", cfg.Sessions, time.Since(start).Seconds(), res.Failed)
+	after, err := g.memstats(ctx)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	if len(profile) > 0 {
+		if err := g.profile(ctx, "stop"); err != nil {
+			progress("profile: %v", err)
+		}
+	}
+	var live []string
+	var firstSamples []int64
+	for i, id := range ids {
+		if id != "" {
+			live = append(live, id)
+			firstSamples = append(firstSamples, firsts[i])
+		}
+	}
+	if n := float64(len(live)); n > 0 {
+		res.HeapPerSession = (float64(after.HeapInuse) - float64(before.HeapInuse)) / n
+		res.StackPerSession = (float64(after.StackInuse) - float64(before.StackInuse)) / n
+		res.RSSPerSession = (float64(after.RSS) - float64(before.RSS)) / n
+		res.GoroutinesPerSession = float64(after.Goroutines-before.Goroutines) / n
+	}
+	res.CreateToFirstEvent = latencyOf(firstSamples)
+
+	// Every session's second turn, all at once.
+	results := make([]turnResult, len(live))
+	ready := make(chan struct{})
+	for i, id := range live {
+		wg.Add(1)
+		go func(i int, id string) {
+			defer wg.Done()
+			<-ready
+			pctx, stop := context.WithCancel(ctx)
+			stream, err := c.Prompt(pctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: promptText(w)}))
+			if err != nil {
+				stop()
+				fail(fmt.Errorf("second Prompt: %w", err))
+				return
+			}
+			var k tracker
+			if err := consume(ctx, c, id, stream, stop, &k, nil); err != nil {
+				fail(err)
+			}
+			results[i] = k.r
+		}(i, id)
+	}
+	close(ready)
+	wg.Wait()
+	var samples []int64
+	var total int
+	var first, last int64
+	for _, r := range results {
+		if r.Updates == 0 {
+			continue
+		}
+		total += r.Updates
+		samples = append(samples, r.Samples...)
+		res.CutOffs += r.CutOffs
+		if first == 0 || r.FirstSend < first {
+			first = r.FirstSend
+		}
+		last = max(last, r.LastRecv)
+	}
+	if last > first {
+		res.ConcurrentRate = float64(total) / (float64(last-first) / 1e9)
+	}
+	res.ConcurrentLatency = latencyOf(samples)
+	if again, err := g.memstats(ctx); err == nil && len(live) > 0 {
+		res.HeapPerTurn = (float64(again.HeapInuse) - float64(after.HeapInuse)) / float64(len(live))
+	}
+	if firstErr != nil {
+		res.Error = firstErr.Error()
+	}
+	return res
+}
