@@ -30,6 +30,10 @@ const (
 	DefaultSendMaxBytes = 16 << 20
 )
 
+// compressMinBytes is the smallest response message that is compressed
+// when the client accepts gzip.
+const compressMinBytes = 4 << 10
+
 // readHeaderTimeout bounds how long a client may take to send headers. There
 // is deliberately no ReadTimeout or WriteTimeout: they would cut long-lived
 // server streams.
@@ -71,6 +75,9 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	mux.Handle(acpv2connect.NewSessionServiceHandler(svc,
 		connect.WithReadMaxBytes(opts.ReadMaxBytes),
 		connect.WithSendMaxBytes(opts.SendMaxBytes),
+		// Compressing every small streamed event cost about half the
+		// gateway's CPU (docs/BENCHMARKS.md); only large messages gain.
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithInterceptors(append([]connect.Interceptor{framing{}}, opts.Interceptors...)...),
 	))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(acpv2connect.SessionServiceName)))

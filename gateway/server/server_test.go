@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/acp-gateway/acp-gateway/gateway/server"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
 
@@ -123,5 +125,49 @@ func TestReflectionListsTheService(t *testing.T) {
 	}
 	if !slices.Contains(names, protoreflect.FullName(acpv2connect.SessionServiceName)) {
 		t.Fatalf("reflection lists %v", names)
+	}
+}
+
+// sized answers GetSession with a snapshot whose cwd is as long as the
+// session id says.
+type sized struct {
+	acpv2connect.UnimplementedSessionServiceHandler
+}
+
+func (sized) GetSession(_ context.Context, req *connect.Request[acpv2.GetSessionRequest]) (*connect.Response[acpv2.GetSessionResponse], error) {
+	n, _ := strconv.Atoi(req.Msg.GetSessionId())
+	return connect.NewResponse(&acpv2.GetSessionResponse{Session: &acpv2.SessionSnapshot{Cwd: strings.Repeat("x", n)}}), nil
+}
+
+func TestOnlyLargeResponsesAreCompressed(t *testing.T) {
+	t.Parallel()
+	srv := server.New(sized{}, server.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	encoding := func(size int) string {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+l.Addr().String()+"/acp.v2.SessionService/GetSession",
+			strings.NewReader(`{"sessionId":"`+strconv.Itoa(size)+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept-Encoding", "gzip")
+		// A transport that leaves the body and its encoding as sent.
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GetSession: %s", resp.Status)
+		}
+		return resp.Header.Get("Content-Encoding")
+	}
+	if got := encoding(100); got != "" {
+		t.Errorf("a small response was sent with Content-Encoding %q", got)
+	}
+	if got := encoding(64 << 10); got != "gzip" {
+		t.Errorf("a 64 KiB response was sent with Content-Encoding %q, want gzip", got)
 	}
 }
