@@ -78,7 +78,7 @@ func Interceptors(cfg InterceptorConfig) []connect.Interceptor {
 	// Without authentication there is no user to count: the client's
 	// address would make every client behind one proxy share a bucket.
 	if cfg.RateLimit > 0 && cfg.Auth != nil {
-		out = append(out, NewRateLimiter(cfg.RateLimit, max(1, cfg.RateBurst), cfg.User))
+		out = append(out, newRateLimiter(cfg.RateLimit, max(1, cfg.RateBurst), cfg.User))
 	}
 	return out
 }
@@ -109,8 +109,8 @@ func (a *accessLog) agentOf(msg any) string {
 	return ""
 }
 
-// end logs the call; agent was named before the call ran (a closed session
-// is gone after it).
+// end logs the call; agent is that of the session msg names (looked up
+// before a unary call runs: a closed session is gone after it).
 func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any, agent string, began time.Time, err error) {
 	if a.log == nil {
 		return
@@ -122,11 +122,7 @@ func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any,
 		slog.Duration("duration", time.Since(began)),
 	}
 	if m, ok := msg.(interface{ GetSessionId() string }); ok && m.GetSessionId() != "" {
-		attrs = append(attrs, slog.String("session", m.GetSessionId()))
-		if agent == "" {
-			agent = a.agentOf(msg)
-		}
-		attrs = append(attrs, slog.String("agent", agent))
+		attrs = append(attrs, slog.String("session", m.GetSessionId()), slog.String("agent", agent))
 	}
 	level := slog.LevelInfo
 	if err != nil && (connect.CodeOf(err) == connect.CodeInternal || connect.CodeOf(err) == connect.CodeUnknown) {
@@ -178,7 +174,8 @@ func (a *accessLog) WrapStreamingHandler(next connect.StreamingHandlerFunc) conn
 		conn.ResponseHeader().Set(RequestIDHeader, c.requestID)
 		conn = &firstMessage{StreamingHandlerConn: conn}
 		err := next(ctx, conn)
-		a.end(ctx, c, conn.Spec().Procedure, conn.(*firstMessage).msg, "", began, err)
+		msg := conn.(*firstMessage).msg
+		a.end(ctx, c, conn.Spec().Procedure, msg, a.agentOf(msg), began, err)
 		return err
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -12,10 +11,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// rateLimiter gives each caller a token bucket: rps requests a second on
-// average, bursts of up to burst. A caller is the authenticated user, or
-// the client's IP address when no user is known (Interceptors installs it
-// only with authentication).
+// rateLimiter gives each authenticated user a token bucket: rps requests a
+// second on average, bursts of up to burst. Interceptors installs it only
+// behind authentication, so every call it sees has a user.
 type rateLimiter struct {
 	rps   rate.Limit
 	burst int
@@ -29,22 +27,15 @@ type rateLimiter struct {
 // dropped: a dropped bucket comes back full, which is what it was.
 const maxIdleBuckets = 10000
 
-// NewRateLimiter returns an interceptor that answers a caller's requests
+// newRateLimiter returns an interceptor that answers a user's requests
 // beyond rps a second (bursts of burst) with resource_exhausted. A server
 // stream counts once, when it opens. user names the caller.
-func NewRateLimiter(rps float64, burst int, user func(context.Context) string) connect.Interceptor {
+func newRateLimiter(rps float64, burst int, user func(context.Context) string) connect.Interceptor {
 	return &rateLimiter{rps: rate.Limit(rps), burst: burst, user: user, buckets: map[string]*rate.Limiter{}}
 }
 
-func (l *rateLimiter) allow(ctx context.Context, peer connect.Peer) error {
-	key := "user:" + l.user(ctx)
-	if key == "user:" {
-		host, _, err := net.SplitHostPort(peer.Addr)
-		if err != nil {
-			host = peer.Addr
-		}
-		key = "addr:" + host
-	}
+func (l *rateLimiter) allow(ctx context.Context) error {
+	key := l.user(ctx)
 	l.mu.Lock()
 	b := l.buckets[key]
 	if b == nil {
@@ -69,7 +60,7 @@ func (l *rateLimiter) allow(ctx context.Context, peer connect.Peer) error {
 	}
 	r.Cancel()
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-		"too many requests: this gateway takes %g a second per caller (bursts of %d); retry in %v",
+		"too many requests: this gateway takes %g a second per user (bursts of %d); retry in %v",
 		float64(l.rps), l.burst, d.Round(time.Millisecond)))
 }
 
@@ -78,7 +69,7 @@ func (l *rateLimiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		if err := l.allow(ctx, req.Peer()); err != nil {
+		if err := l.allow(ctx); err != nil {
 			return nil, err
 		}
 		return next(ctx, req)
@@ -91,7 +82,7 @@ func (l *rateLimiter) WrapStreamingClient(next connect.StreamingClientFunc) conn
 
 func (l *rateLimiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := l.allow(ctx, conn.Peer()); err != nil {
+		if err := l.allow(ctx); err != nil {
 			return err
 		}
 		return next(ctx, conn)
