@@ -19,9 +19,10 @@ import (
 )
 
 // DefaultMaxSessionSeries is the number of sessions that get per-session
-// series when Options.MaxSessionSeries is zero. Each such session costs
-// about ten series; a thousand sessions keep a scrape near ten thousand
-// series, which one Prometheus handles comfortably per target.
+// series when Options.MaxSessionSeries is zero. Each such session costs at
+// most nine series (four, and one per tool-call status: five at most), so
+// the cap keeps a scrape under nine thousand per-session series, which one
+// Prometheus handles comfortably per target.
 const DefaultMaxSessionSeries = 1000
 
 // Options configure Metrics.

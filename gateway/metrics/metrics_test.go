@@ -125,3 +125,33 @@ acp_gateway_store_errors_total{operation="append"} 1
 		t.Errorf("latency series: %d, want 2 (get_session, append)", n)
 	}
 }
+
+func TestASessionHasAtMostNineSeries(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Options{})
+	s := m.StartSession("a", "demo", true)
+	s.Update("tool_call_update")
+	s.Events(1)
+	s.Watchers(1)
+	// One call of each status ACP has, and one the agent made up.
+	for _, st := range []string{"pending", "in_progress", "completed", "failed", "_custom"} {
+		s.ToolStatus("", st)
+	}
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "session_id" {
+					n++
+				}
+			}
+		}
+	}
+	if n != 9 {
+		t.Fatalf("a session with every tool-call status has %d series, the documented bound is 9", n)
+	}
+}
