@@ -34,6 +34,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 )
 
 const (
@@ -254,7 +255,7 @@ func startGateway(t *testing.T, args ...string) *gateway {
 
 // stop ends the gateway with SIGTERM and checks that its agents went with it.
 func (g *gateway) stop(t *testing.T, exited chan error) {
-	agents := childProcesses(g.cmd.Process.Pid)
+	agents := procfs.Children(g.cmd.Process.Pid)
 	_ = g.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-exited:
@@ -268,10 +269,10 @@ func (g *gateway) stop(t *testing.T, exited chan error) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range agents {
-		for processAlive(pid) && time.Now().Before(deadline) {
+		for procfs.Alive(pid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if processAlive(pid) {
+		if procfs.Alive(pid) {
 			t.Errorf("agent process %d outlived the gateway", pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -279,43 +280,6 @@ func (g *gateway) stop(t *testing.T, exited chan error) {
 	if t.Failed() || os.Getenv("ACP_GATEWAY_TEST_LOGS") != "" {
 		t.Logf("acp-gateway's output:\n%s", g.log)
 	}
-}
-
-// procStat reads the state and parent of a process from /proc.
-func procStat(pid int) (state string, ppid int, ok bool) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0, false
-	}
-	// pid (comm) state ppid ...
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	if len(f) < 2 {
-		return "", 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0], ppid, true
-}
-
-// childProcesses lists the living children of process parent.
-func childProcesses(parent int) []int {
-	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if state, ppid, ok := procStat(pid); ok && ppid == parent && state != "Z" {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// processAlive reports whether pid is a living (not zombie) process.
-func processAlive(pid int) bool {
-	state, _, ok := procStat(pid)
-	return ok && state != "Z"
 }
 
 // create creates a session of agent in a new directory.

@@ -22,14 +22,15 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
-	"github.com/acp-gateway/acp-gateway/gateway/console"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	"github.com/acp-gateway/acp-gateway/gateway/telemetry"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
 )
 
 const usage = `usage:
@@ -243,7 +244,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		}
 		cfg.agents["demo"] = []string{self, "demo-agent"}
 	}
-	shown, err := checkStoreURL(cfg.store)
+	shown, err := storeurl.Check(cfg.store)
 	if err != nil {
 		return nil, fmt.Errorf("--store: %v", err)
 	}
@@ -317,8 +318,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if series == 0 {
 		series = -1 // off
 	}
-	met := metrics.New(metrics.Options{MaxSessionSeries: series})
-	store, err := openStore(ctx, cfg.store, statestore.Options{MaxEvents: cfg.maxEvents})
+	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{MaxEvents: cfg.maxEvents}})
 	if err != nil {
 		return err
 	}
@@ -327,51 +327,38 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if advertise == "" || strings.HasSuffix(advertise, ":0") {
 		advertise = "http://" + l.Addr().String() // the port the kernel chose
 	}
-	mgr := session.NewManager(session.Options{
-		Agents:             cfg.agents,
-		Env:                agentEnv(cfg.envAllow),
-		Store:              store,
-		Log:                log,
-		PermissionTimeout:  cfg.permissionTimeout,
-		IdleTimeout:        cfg.idleTimeout,
-		MaxEndedSessions:   cfg.maxEnded,
-		Replica:            advertise,
-		LeaseTTL:           cfg.leaseTTL,
-		Metrics:            met,
-		MaxSessions:        cfg.maxSessions,
-		MaxSessionsPerUser: cfg.maxUserSessions,
-		MaxAgentLine:       cfg.maxAgentLine,
+	gw, err := app.New(ctx, app.Config{
+		Session: session.Options{
+			Agents:             cfg.agents,
+			Env:                agentEnv(cfg.envAllow),
+			Store:              store,
+			Log:                log,
+			PermissionTimeout:  cfg.permissionTimeout,
+			IdleTimeout:        cfg.idleTimeout,
+			MaxEndedSessions:   cfg.maxEnded,
+			Replica:            advertise,
+			LeaseTTL:           cfg.leaseTTL,
+			MaxSessions:        cfg.maxSessions,
+			MaxSessionsPerUser: cfg.maxUserSessions,
+			MaxAgentLine:       cfg.maxAgentLine,
+		},
+		Metrics:        metrics.Options{MaxSessionSeries: series},
+		Auth:           authn,
+		Tracing:        tracing.Interceptor,
+		RateLimit:      cfg.rateLimit,
+		RateBurst:      cfg.rateBurst,
+		Heartbeat:      cfg.heartbeat,
+		MaxPromptBytes: cfg.maxPromptBytes,
+		CORSOrigins:    cfg.corsOrigins,
+		ReadMaxBytes:   cfg.maxRequestBytes,
+		SendMaxBytes:   cfg.maxResponseBytes,
+		Console:        cfg.console,
 	})
-	defer mgr.Close()
-	if err := mgr.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering sessions from the store: %w", err)
+	if err != nil {
+		return err
 	}
-	svc := service.New(mgr, service.WithHeartbeat(cfg.heartbeat), service.WithMetrics(met),
-		service.WithUser(auth.User), service.WithMaxPromptBytes(cfg.maxPromptBytes))
-	ic := service.InterceptorConfig{
-		Log:          log,
-		Tracing:      tracing.Interceptor,
-		User:         auth.User,
-		RateLimit:    cfg.rateLimit,
-		RateBurst:    cfg.rateBurst,
-		SessionAgent: mgr.AgentOf,
-	}
-	if authn != nil {
-		ic.Auth = auth.NewInterceptor(authn)
-	}
-	extra := map[string]http.Handler{"GET /metrics": met.Handler()}
-	if cfg.console {
-		// "/" rather than "GET /", which would conflict with the Connect
-		// handlers' patterns.
-		extra["/"] = console.Handler(mgr.AgentNames())
-	}
-	srv := server.New(svc, server.Options{
-		CORSOrigins:  cfg.corsOrigins,
-		Extra:        extra,
-		Interceptors: service.Interceptors(ic),
-		ReadMaxBytes: cfg.maxRequestBytes,
-		SendMaxBytes: cfg.maxResponseBytes,
-	})
+	defer gw.Manager.Close()
+	mgr, met, srv := gw.Manager, gw.Metrics, gw.Server
 	var metricsSrv *http.Server
 	var metricsL net.Listener
 	if cfg.metricsListen != "" {

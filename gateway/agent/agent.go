@@ -24,6 +24,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 )
 
 // Defaults for [Config] fields left zero.
@@ -666,7 +667,7 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 // until no process of the group is left alive.
 func killGroup(pgid int, wait time.Duration) {
 	deadline := time.Now().Add(wait)
-	for syscall.Kill(-pgid, syscall.SIGKILL) == nil && groupHasLiving(pgid) && time.Now().Before(deadline) {
+	for syscall.Kill(-pgid, syscall.SIGKILL) == nil && procfs.GroupAlive(pgid) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -20,14 +20,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/acp-gateway/acp-gateway/gateway/auth"
-	"github.com/acp-gateway/acp-gateway/gateway/metrics"
-	"github.com/acp-gateway/acp-gateway/gateway/server"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 	"github.com/acp-gateway/acp-gateway/statestore"
-	"github.com/acp-gateway/acp-gateway/statestore/boltstore"
-	"github.com/acp-gateway/acp-gateway/statestore/redisstore"
+	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
 )
 
 // Agent names the bench gateway configures: the synthetic agent speaking
@@ -65,34 +63,36 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintln(stderr, "bench gateway:", err)
 		return 1
 	}
-	opts := statestore.Options{MaxEvents: 100000} // serve's --max-events default
-	var store statestore.Store
-	switch {
-	case *storeURL == "memory:":
-		store = statestore.NewMemory(opts)
-	case strings.HasPrefix(*storeURL, "bolt:"):
-		store, err = boltstore.Open(strings.TrimPrefix(*storeURL, "bolt:"), opts)
-	default:
-		store, err = redisstore.Open(ctx, *storeURL, redisstore.Options{Options: opts, Prefix: *prefix})
-	}
+	opts := storeurl.Options{Store: statestore.Options{MaxEvents: 100000}, RedisPrefix: *prefix} // serve's --max-events default
+	store, err := storeurl.Open(ctx, *storeURL, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench gateway: store:", err)
 		return 1
 	}
-	log := slog.New(service.LogHandler(slog.NewJSONHandler(io.Discard, nil)))
-	met := metrics.New(metrics.Options{})
-	mgr := session.NewManager(session.Options{
-		Agents: map[string][]string{
-			agentName(1): agentCommand(self, *runID, 1),
-			agentName(2): agentCommand(self, *runID, 2),
+	prof := &profiler{cpu: *cpuprofile, mem: *memprofile}
+	gw, err := app.New(ctx, app.Config{
+		Session: session.Options{
+			Agents: map[string][]string{
+				agentName(1): agentCommand(self, *runID, 1),
+				agentName(2): agentCommand(self, *runID, 2),
+			},
+			Env:              agentEnv(),
+			Store:            store,
+			Log:              slog.New(service.LogHandler(slog.NewJSONHandler(io.Discard, nil))),
+			IdleTimeout:      -1,
+			MaxEndedSessions: 1000, // serve's default
 		},
-		Env:              agentEnv(),
-		Store:            store,
-		Log:              log,
-		IdleTimeout:      -1,
-		MaxEndedSessions: 1000,
-		Metrics:          met,
+		Extra: map[string]http.Handler{
+			"GET /bench/memstats":      http.HandlerFunc(memstatsHandler),
+			"POST /bench/profile/{op}": prof,
+		},
 	})
+	if err != nil {
+		store.Close()
+		fmt.Fprintln(stderr, "bench gateway:", err)
+		return 1
+	}
+	mgr, srv := gw.Manager, gw.Server
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		mgr.Close()
@@ -100,17 +100,6 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintln(stderr, "bench gateway:", err)
 		return 1
 	}
-	prof := &profiler{cpu: *cpuprofile, mem: *memprofile}
-	extra := map[string]http.Handler{
-		"GET /metrics":             met.Handler(),
-		"GET /bench/memstats":      http.HandlerFunc(memstatsHandler),
-		"POST /bench/profile/{op}": prof,
-	}
-	svc := service.New(mgr, service.WithMetrics(met), service.WithUser(auth.User))
-	srv := server.New(svc, server.Options{
-		Extra:        extra,
-		Interceptors: service.Interceptors(service.InterceptorConfig{Log: log, User: auth.User, SessionAgent: mgr.AgentOf}),
-	})
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	fmt.Fprintf(stdout, "addr %s\n", l.Addr())
@@ -132,7 +121,7 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	prof.stop()
 	mgr.Close()
 	_ = store.Close()
-	fmt.Fprintf(stdout, "leftover %d\n", len(livingChildren(os.Getpid())))
+	fmt.Fprintf(stdout, "leftover %d\n", len(procfs.Children(os.Getpid())))
 	return 0
 }
 

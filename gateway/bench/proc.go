@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 )
 
 // clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ,
@@ -107,66 +109,18 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// proc is a process seen in /proc.
-type proc struct {
-	pid, ppid int
-	zombie    bool
-	cmdline   []string
-}
-
-// processes lists the processes of this machine that this user may see.
-func processes() []proc {
-	var out []proc
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		p := proc{pid: pid, ppid: ppid, zombie: f[0] == "Z"}
-		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil {
-			p.cmdline = strings.Split(strings.TrimSuffix(string(cl), "\x00"), "\x00")
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-// livingChildren lists the living (not zombie) children of process pid.
-func livingChildren(pid int) []int {
-	var out []int
-	for _, p := range processes() {
-		if p.ppid == pid && !p.zombie {
-			out = append(out, p.pid)
-		}
-	}
-	return out
-}
-
 // runProcesses lists the living processes whose command line carries the
 // bench run id runID: the agents, readers and gateways of one run.
 func runProcesses(runID string) []int {
 	var out []int
-	for _, p := range processes() {
-		if p.zombie || p.pid == os.Getpid() {
+	for _, p := range procfs.List() {
+		if p.Zombie || p.PID == os.Getpid() {
 			continue
 		}
-		for i, a := range p.cmdline {
-			if a == "--run" && i+1 < len(p.cmdline) && p.cmdline[i+1] == runID {
-				out = append(out, p.pid)
+		cmdline := procfs.Cmdline(p.PID)
+		for i, a := range cmdline {
+			if a == "--run" && i+1 < len(cmdline) && cmdline[i+1] == runID {
+				out = append(out, p.PID)
 				break
 			}
 		}

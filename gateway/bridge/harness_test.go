@@ -11,10 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,34 +21,17 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
-	"github.com/acp-gateway/acp-gateway/gateway/server"
-	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
-// agentFlag as the first argument makes the test binary a scripted agent
-// whose script is the second argument.
-const agentFlag = "-bridge-agent"
-
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == agentFlag {
-		var s agentsim.Script
-		if err := json.Unmarshal([]byte(os.Args[2]), &s); err != nil {
-			fmt.Fprintln(os.Stderr, "bad script:", err)
-			os.Exit(2)
-		}
-		signal.Ignore(syscall.SIGPIPE)
-		if err := agentsim.Serve(context.Background(), os.Stdin, os.Stdout, s, os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, "agent:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	agentsim.ServeIfCommanded()
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -85,46 +66,43 @@ func startGateway(t *testing.T, scripts map[string]agentsim.Script) *gateway {
 	t.Helper()
 	agents := map[string][]string{}
 	for name, s := range scripts {
-		js, err := json.Marshal(s)
+		cmd, err := agentsim.Command(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		agents[name] = []string{os.Args[0], agentFlag, string(js)}
+		agents[name] = cmd
 	}
-	log := slog.New(slog.DiscardHandler)
-	mgr := session.NewManager(session.Options{
-		Agents:            agents,
-		Env:               []string{"PATH=" + os.Getenv("PATH")},
-		Store:             statestore.NewMemory(statestore.Options{}),
-		Log:               log,
-		PermissionTimeout: time.Minute,
-		AgentStopGrace:    500 * time.Millisecond,
-		IdleTimeout:       -1,
+	gw, err := app.New(context.Background(), app.Config{
+		Session: session.Options{
+			Agents:            agents,
+			Env:               []string{"PATH=" + os.Getenv("PATH")},
+			Store:             statestore.NewMemory(statestore.Options{}),
+			PermissionTimeout: time.Minute,
+			AgentStopGrace:    500 * time.Millisecond,
+			IdleTimeout:       -1,
+		},
+		Auth:      tokenAuth{},
+		Heartbeat: time.Minute,
 	})
-	if err := mgr.Recover(context.Background()); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	svc := service.New(mgr, service.WithUser(auth.User), service.WithHeartbeat(time.Minute))
-	srv := server.New(svc, server.Options{Interceptors: service.Interceptors(service.InterceptorConfig{
-		Log: log, User: auth.User, SessionAgent: mgr.AgentOf, Auth: auth.NewInterceptor(tokenAuth{}),
-	})})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
+	go func() { done <- gw.Server.Serve(l) }()
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := gw.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
-		mgr.Close()
 		hc.CloseIdleConnections()
 	})
 	base := "http://" + l.Addr().String()

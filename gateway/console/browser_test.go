@@ -6,27 +6,22 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
-	"github.com/acp-gateway/acp-gateway/gateway/console"
-	"github.com/acp-gateway/acp-gateway/gateway/server"
-	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
@@ -35,18 +30,8 @@ import (
 
 var updateScreenshots = flag.Bool("update-screenshots", false, "write the browser test's screenshots to docs/screenshots")
 
-// agentFlag as the only argument makes the test binary the demo agent.
-const agentFlag = "-console-demo-agent"
-
 func TestMain(m *testing.M) {
-	if len(os.Args) == 2 && os.Args[1] == agentFlag {
-		signal.Ignore(syscall.SIGPIPE)
-		if err := agentsim.Serve(context.Background(), os.Stdin, os.Stdout, agentsim.Demo(), os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, "demo agent:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	agentsim.ServeIfCommanded()
 	os.Exit(m.Run())
 }
 
@@ -165,30 +150,28 @@ func startGateway(t *testing.T, token string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr := session.NewManager(session.Options{
-		Agents:         map[string][]string{"demo": {os.Args[0], agentFlag}},
-		Env:            []string{"PATH=" + os.Getenv("PATH")},
-		Store:          statestore.NewMemory(statestore.Options{}),
-		Log:            slog.New(slog.DiscardHandler),
-		AgentStopGrace: 500 * time.Millisecond,
-		IdleTimeout:    -1,
-	})
-	if err := mgr.Recover(context.Background()); err != nil {
+	demo, err := agentsim.Command(agentsim.Demo())
+	if err != nil {
 		t.Fatal(err)
 	}
 	g := &gateway{dropAt: -1}
-	ics := service.Interceptors(service.InterceptorConfig{
-		Auth:         auth.NewInterceptor(authn),
-		User:         auth.User,
-		SessionAgent: mgr.AgentOf,
-	})
-	srv := server.New(service.New(mgr, service.WithUser(auth.User)), server.Options{
-		Interceptors: append(ics, watchRecorder{g}),
-		Extra: map[string]http.Handler{
-			"/":               console.Handler(mgr.AgentNames()),
-			"POST /test/drop": http.HandlerFunc(g.drop),
+	gw, err := app.New(context.Background(), app.Config{
+		Session: session.Options{
+			Agents:         map[string][]string{"demo": demo},
+			Env:            []string{"PATH=" + os.Getenv("PATH")},
+			Store:          statestore.NewMemory(statestore.Options{}),
+			AgentStopGrace: 500 * time.Millisecond,
+			IdleTimeout:    -1,
 		},
+		Auth:         authn,
+		Interceptors: []connect.Interceptor{watchRecorder{g}},
+		Console:      true, // as the binary mounts it
+		Extra:        map[string]http.Handler{"POST /test/drop": http.HandlerFunc(g.drop)},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := gw.Server
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -202,13 +185,12 @@ func startGateway(t *testing.T, token string) *gateway {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := gw.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
-		mgr.Close()
 		hc.CloseIdleConnections()
 	})
 	return g

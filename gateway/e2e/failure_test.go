@@ -14,6 +14,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 )
 
 // permissionTurn asks permission for a tool call it has not reported yet,
@@ -280,7 +281,7 @@ func TestCloseKillsTheAgentsProcessGroup(t *testing.T) {
 	if _, err := g.connect.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id})); err != nil {
 		t.Fatal(err)
 	}
-	if processGroupAlive(agentPid) {
+	if procfs.GroupAlive(agentPid) {
 		t.Fatalf("process group %d still has processes after CloseSession", agentPid)
 	}
 	for watch.Receive() {

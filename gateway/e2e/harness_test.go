@@ -13,12 +13,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
@@ -33,27 +30,12 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
-// agentFlag as the first argument makes the test binary a scripted agent
-// whose script is the second argument.
-const agentFlag = "-e2e-agent"
-
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == agentFlag {
-		var s agentsim.Script
-		if err := json.Unmarshal([]byte(os.Args[2]), &s); err != nil {
-			fmt.Fprintln(os.Stderr, "bad script:", err)
-			os.Exit(2)
-		}
-		signal.Ignore(syscall.SIGPIPE)
-		if err := agentsim.Serve(context.Background(), os.Stdin, os.Stdout, s, os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, "agent:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	agentsim.ServeIfCommanded()
 	code := m.Run()
 	if code == 0 {
 		if left := childProcesses(); len(left) > 0 {
@@ -68,49 +50,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// procStat is the part of /proc/PID/stat the tests read.
-type procStat struct {
-	pid, ppid, pgrp int
-	zombie          bool
-}
-
-func processes() []procStat {
-	var out []procStat
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) < 3 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		pgrp, _ := strconv.Atoi(f[2])
-		out = append(out, procStat{pid: pid, ppid: ppid, pgrp: pgrp, zombie: f[0] == "Z"})
-	}
-	return out
-}
-
 // childProcesses lists the living processes whose parent is this one.
-func childProcesses() []int {
-	var out []int
-	for _, p := range processes() {
-		if p.ppid == os.Getpid() && !p.zombie {
-			out = append(out, p.pid)
-		}
-	}
-	return out
-}
+func childProcesses() []int { return procfs.Children(os.Getpid()) }
 
-// processGroupAlive reports whether a living process is in group pgid.
-// Zombies left for this machine's init to reap do not count.
 // newChild returns the child process of this test process that was not
 // among before; the test fails when there is none.
 func newChild(t *testing.T, before []int) int {
@@ -124,23 +66,15 @@ func newChild(t *testing.T, before []int) int {
 	return 0
 }
 
-func processGroupAlive(pgid int) bool {
-	for _, p := range processes() {
-		if p.pgrp == pgid && !p.zombie {
-			return true
-		}
-	}
-	return false
-}
-
-// agentCommand returns the command line of a scripted agent.
+// agentCommand returns the command line of a scripted agent: this test
+// binary, run again.
 func agentCommand(t testing.TB, s agentsim.Script) []string {
 	t.Helper()
-	js, err := json.Marshal(s)
+	cmd, err := agentsim.Command(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []string{os.Args[0], agentFlag, string(js)}
+	return cmd
 }
 
 type gateway struct {
@@ -205,47 +139,35 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if o.store == nil {
 		o.store = statestore.NewMemory(statestore.Options{})
 	}
-	log := slog.New(service.LogHandler(slog.NewJSONHandler(o.log, nil)))
-	met := metrics.New(metrics.Options{MaxSessionSeries: o.sessionSeries})
-	mgr := session.NewManager(session.Options{
-		Metrics:            met,
-		Agents:             o.agents,
-		Env:                o.env,
-		Store:              o.store,
-		Log:                log,
-		PermissionTimeout:  o.permissionTimeout,
-		WatchBuffer:        o.watchBuffer,
-		AgentStartTimeout:  o.startTimeout,
-		AgentStopGrace:     500 * time.Millisecond,
-		IdleTimeout:        o.idleTimeout,
-		MaxAgentLine:       o.maxAgentLine,
-		MaxEndedSessions:   o.maxEnded,
-		MaxSessions:        o.maxSessions,
-		MaxSessionsPerUser: o.maxUserSessions,
+	gw, err := app.New(context.Background(), app.Config{
+		Session: session.Options{
+			Agents:             o.agents,
+			Env:                o.env,
+			Store:              o.store,
+			Log:                slog.New(service.LogHandler(slog.NewJSONHandler(o.log, nil))),
+			PermissionTimeout:  o.permissionTimeout,
+			WatchBuffer:        o.watchBuffer,
+			AgentStartTimeout:  o.startTimeout,
+			AgentStopGrace:     500 * time.Millisecond,
+			IdleTimeout:        o.idleTimeout,
+			MaxAgentLine:       o.maxAgentLine,
+			MaxEndedSessions:   o.maxEnded,
+			MaxSessions:        o.maxSessions,
+			MaxSessionsPerUser: o.maxUserSessions,
+		},
+		Metrics:        metrics.Options{MaxSessionSeries: o.sessionSeries},
+		Auth:           o.auth,
+		Tracing:        o.tracing,
+		RateLimit:      o.rateLimit,
+		RateBurst:      o.rateBurst,
+		Heartbeat:      o.heartbeat,
+		MaxPromptBytes: o.maxPromptBytes,
+		ReadMaxBytes:   o.readMaxBytes,
 	})
-	if err := mgr.Recover(context.Background()); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	svcOpts := []service.Option{service.WithHeartbeat(o.heartbeat), service.WithMetrics(met), service.WithUser(auth.User)}
-	if o.maxPromptBytes > 0 {
-		svcOpts = append(svcOpts, service.WithMaxPromptBytes(o.maxPromptBytes))
-	}
-	ic := service.InterceptorConfig{
-		Log:          log,
-		User:         auth.User,
-		RateLimit:    o.rateLimit,
-		RateBurst:    o.rateBurst,
-		Tracing:      o.tracing,
-		SessionAgent: mgr.AgentOf,
-	}
-	if o.auth != nil {
-		ic.Auth = auth.NewInterceptor(o.auth)
-	}
-	srv := server.New(service.New(mgr, svcOpts...), server.Options{
-		Extra:        map[string]http.Handler{"GET /metrics": met.Handler()},
-		Interceptors: service.Interceptors(ic),
-		ReadMaxBytes: o.readMaxBytes,
-	})
+	mgr, srv := gw.Manager, gw.Server
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +180,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	h2c := new(http.Protocols)
 	h2c.SetUnencryptedHTTP2(true)
 	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
-	g := &gateway{base: base, mgr: mgr, srv: srv, metrics: met, clients: map[string]acpv2connect.SessionServiceClient{
+	g := &gateway{base: base, mgr: mgr, srv: srv, metrics: gw.Metrics, clients: map[string]acpv2connect.SessionServiceClient{
 		"connect+proto over HTTP/1.1": acpv2connect.NewSessionServiceClient(h1, base),
 		"connect+json over h2c":       acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
 		"grpc over h2c":               acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 )
 
 func TestAuthenticationMethodFromTheSessionRequest(t *testing.T) {
@@ -45,10 +46,10 @@ func TestIdleAgentIsEnded(t *testing.T) {
 	pid := newChild(t, before)
 	turn(t, g.connect, id, nil)
 	deadline := time.Now().Add(10 * time.Second)
-	for processGroupAlive(pid) && time.Now().Before(deadline) {
+	for procfs.GroupAlive(pid) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if processGroupAlive(pid) {
+	if procfs.GroupAlive(pid) {
 		t.Fatal("the idle agent was not ended")
 	}
 	err := promptErr(g, id, "x")

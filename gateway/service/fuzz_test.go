@@ -12,9 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,32 +23,15 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
-	"github.com/acp-gateway/acp-gateway/gateway/server"
-	"github.com/acp-gateway/acp-gateway/gateway/service"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
-// agentFlag as the first argument makes the test binary a scripted agent
-// whose script is the second argument.
-const agentFlag = "-service-test-agent"
-
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == agentFlag {
-		var s agentsim.Script
-		if err := json.Unmarshal([]byte(os.Args[2]), &s); err != nil {
-			fmt.Fprintln(os.Stderr, "bad script:", err)
-			os.Exit(2)
-		}
-		signal.Ignore(syscall.SIGPIPE)
-		if err := agentsim.Serve(context.Background(), os.Stdin, os.Stdout, s, os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, "agent:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	agentsim.ServeIfCommanded()
 	os.Exit(m.Run())
 }
 
@@ -100,15 +81,17 @@ type fuzzGateway struct {
 func startFuzzGateway(f *testing.F) *fuzzGateway {
 	f.Helper()
 	script := func(s agentsim.Script) []string {
-		js, err := json.Marshal(s)
+		cmd, err := agentsim.Command(s)
 		if err != nil {
 			f.Fatal(err)
 		}
-		return []string{os.Args[0], agentFlag, string(js)}
+		return cmd
 	}
 	turn := agentsim.Turn{Steps: []agentsim.Step{{Update: json.RawMessage(
 		`{"sessionUpdate":"tool_call","toolCallId":"c1","title":"t","status":"pending","rawInput":{"n":1e400}}`)}}}
-	mgr := session.NewManager(session.Options{
+	// The gateway serve runs, interceptors included: their answers to
+	// bad requests are part of what is fuzzed.
+	gw, err := app.New(context.Background(), app.Config{Heartbeat: time.Minute, Session: session.Options{
 		Agents: map[string][]string{
 			"sim":     script(agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{turn}}),
 			"sim2":    script(agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{turn}}),
@@ -122,11 +105,11 @@ func startFuzzGateway(f *testing.F) *fuzzGateway {
 		AgentStopGrace:    100 * time.Millisecond,
 		IdleTimeout:       -1,
 		MaxEndedSessions:  8,
-	})
-	if err := mgr.Recover(context.Background()); err != nil {
+	}})
+	if err != nil {
 		f.Fatal(err)
 	}
-	srv := server.New(service.New(mgr, service.WithHeartbeat(time.Minute)), server.Options{})
+	mgr, srv := gw.Manager, gw.Server
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		f.Fatal(err)
@@ -143,13 +126,12 @@ func startFuzzGateway(f *testing.F) *fuzzGateway {
 	f.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := gw.Shutdown(ctx); err != nil {
 			f.Errorf("shutdown: %v", err)
 		}
 		if err := <-served; err != nil {
 			f.Errorf("serve: %v", err)
 		}
-		mgr.Close()
 		g.http.CloseIdleConnections()
 	})
 	g.renew(f)
@@ -165,9 +147,8 @@ func (g *fuzzGateway) renew(t testing.TB) {
 		res, err := g.c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: g.live}))
 		switch {
 		case connect.CodeOf(err) == connect.CodeNotFound:
-			// Closed and already pruned: MaxEndedSessions prunes by
-			// creation order, so a long-lived session is pruned as soon as
-			// it is closed (see TestJustClosedSessionIsKeptUnderTheEndedCap in e2e).
+			// Closed, and pruned since by MaxEndedSessions as other
+			// sessions closed after it.
 		case err != nil:
 			t.Fatalf("GetSession of the live session %s: %v\nafter these requests, oldest first:\n%s", g.live, err, strings.Join(g.history, "\n"))
 		default:

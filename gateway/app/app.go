@@ -1,0 +1,114 @@
+// Package app assembles one gateway as `acp-gateway serve` runs it: the
+// metrics, the session manager over its store (with the sessions a previous
+// run left recovered), the SessionService behind its interceptors, and the
+// HTTP server with /metrics and, optionally, the web console. The binary,
+// the bench and the tests all build their gateways here, so that what is
+// tested and measured is what runs.
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/gateway/console"
+	"github.com/acp-gateway/acp-gateway/gateway/metrics"
+	"github.com/acp-gateway/acp-gateway/gateway/server"
+	"github.com/acp-gateway/acp-gateway/gateway/service"
+	"github.com/acp-gateway/acp-gateway/gateway/session"
+)
+
+// Config configures a gateway. Zero fields take the defaults of the
+// packages they configure.
+type Config struct {
+	// Session configures the session manager. Its Log also receives the
+	// access log; its Metrics is set by New.
+	Session session.Options
+	// Metrics configures the Prometheus metrics.
+	Metrics metrics.Options
+	// Auth authenticates every call; nil lets every call in as the empty
+	// user.
+	Auth auth.Authenticator
+	// Tracing, when set, is the tracing interceptor (telemetry.Tracing).
+	Tracing connect.Interceptor
+	// RateLimit and RateBurst limit each authenticated user's requests.
+	RateLimit float64
+	RateBurst int
+	// Heartbeat is the interval of heartbeats on idle server streams.
+	Heartbeat time.Duration
+	// MaxPromptBytes bounds a prompt's encoded size.
+	MaxPromptBytes int
+	// Interceptors run inside the gateway's own, closest to the handlers.
+	Interceptors []connect.Interceptor
+	// CORSOrigins, ReadMaxBytes and SendMaxBytes are as in server.Options.
+	CORSOrigins                []string
+	ReadMaxBytes, SendMaxBytes int
+	// Console serves the web console at "/".
+	Console bool
+	// Extra handlers are mounted beside the service, by pattern.
+	Extra map[string]http.Handler
+}
+
+// App is an assembled gateway, not yet serving: call Server.Serve.
+type App struct {
+	Manager *session.Manager
+	Metrics *metrics.Metrics
+	Server  *server.Server
+}
+
+// New assembles a gateway and recovers the sessions its store holds.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	met := metrics.New(cfg.Metrics)
+	cfg.Session.Metrics = met
+	mgr := session.NewManager(cfg.Session)
+	if err := mgr.Recover(ctx); err != nil {
+		mgr.Close()
+		return nil, fmt.Errorf("recovering sessions from the store: %w", err)
+	}
+	svcOpts := []service.Option{service.WithMetrics(met), service.WithUser(auth.User)}
+	if cfg.Heartbeat > 0 {
+		svcOpts = append(svcOpts, service.WithHeartbeat(cfg.Heartbeat))
+	}
+	if cfg.MaxPromptBytes > 0 {
+		svcOpts = append(svcOpts, service.WithMaxPromptBytes(cfg.MaxPromptBytes))
+	}
+	ic := service.InterceptorConfig{
+		Log:          cfg.Session.Log,
+		Tracing:      cfg.Tracing,
+		User:         auth.User,
+		RateLimit:    cfg.RateLimit,
+		RateBurst:    cfg.RateBurst,
+		SessionAgent: mgr.AgentOf,
+	}
+	if cfg.Auth != nil {
+		ic.Auth = auth.NewInterceptor(cfg.Auth)
+	}
+	extra := map[string]http.Handler{"GET /metrics": met.Handler()}
+	if cfg.Console {
+		// "/" rather than "GET /", which would conflict with the Connect
+		// handlers' patterns.
+		extra["/"] = console.Handler(mgr.AgentNames())
+	}
+	for pattern, h := range cfg.Extra {
+		extra[pattern] = h
+	}
+	srv := server.New(service.New(mgr, svcOpts...), server.Options{
+		CORSOrigins:  cfg.CORSOrigins,
+		Extra:        extra,
+		Interceptors: append(service.Interceptors(ic), cfg.Interceptors...),
+		ReadMaxBytes: cfg.ReadMaxBytes,
+		SendMaxBytes: cfg.SendMaxBytes,
+	})
+	return &App{Manager: mgr, Metrics: met, Server: srv}, nil
+}
+
+// Shutdown stops serving, ending the streams, then ends every agent.
+func (a *App) Shutdown(ctx context.Context) error {
+	err := a.Server.Shutdown(ctx)
+	a.Manager.Close()
+	return err
+}

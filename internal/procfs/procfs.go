@@ -1,0 +1,92 @@
+// Package procfs reads processes from Linux's /proc: the agent package
+// finds what an agent left in its process group with it, and the tests
+// and the bench check with it that no process outlives its work.
+//
+// A zombie (exited, not yet reaped) counts as not living: it runs nothing
+// and holds nothing but its process table entry.
+package procfs
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Process is what /proc/PID/stat says of a process.
+type Process struct {
+	PID, PPID, PGID int
+	Zombie          bool
+}
+
+// List returns the processes of this machine this user may see.
+func List() []Process {
+	var out []Process
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := Stat(pid); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Stat reads process pid, and reports whether it exists.
+func Stat(pid int) (Process, bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Process{}, false
+	}
+	// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return Process{}, false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 3 {
+		return Process{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgid, _ := strconv.Atoi(f[2])
+	return Process{PID: pid, PPID: ppid, PGID: pgid, Zombie: f[0] == "Z"}, true
+}
+
+// Alive reports whether pid is a living process.
+func Alive(pid int) bool {
+	p, ok := Stat(pid)
+	return ok && !p.Zombie
+}
+
+// Children lists the living children of process parent.
+func Children(parent int) []int {
+	var out []int
+	for _, p := range List() {
+		if p.PPID == parent && !p.Zombie {
+			out = append(out, p.PID)
+		}
+	}
+	return out
+}
+
+// GroupAlive reports whether a living process is in process group pgid.
+func GroupAlive(pgid int) bool {
+	for _, p := range List() {
+		if p.PGID == pgid && !p.Zombie {
+			return true
+		}
+	}
+	return false
+}
+
+// Cmdline returns the arguments of process pid, or nil.
+func Cmdline(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+}

@@ -1,0 +1,49 @@
+package procfs_test
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
+)
+
+func TestChildGroupAndZombie(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if !slices.Contains(procfs.Children(os.Getpid()), pid) {
+		t.Fatalf("the child %d is not among Children %v", pid, procfs.Children(os.Getpid()))
+	}
+	if !procfs.Alive(pid) || !procfs.GroupAlive(pid) {
+		t.Fatal("a running child is not alive, or its group is not")
+	}
+	if args := procfs.Cmdline(pid); !slices.Equal(args, []string{"sleep", "30"}) {
+		t.Fatalf("Cmdline = %q", args)
+	}
+	_ = cmd.Process.Kill()
+	// Killed but not reaped: a zombie, which counts as gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for procfs.Alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("a killed child still counts as alive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p, ok := procfs.Stat(pid); !ok || !p.Zombie || p.PPID != os.Getpid() {
+		t.Fatalf("Stat of the unreaped child = %+v, %v; want a zombie of this process", p, ok)
+	}
+	if procfs.GroupAlive(pid) || slices.Contains(procfs.Children(os.Getpid()), pid) {
+		t.Fatal("a zombie counts as living")
+	}
+	_ = cmd.Wait()
+	if _, ok := procfs.Stat(pid); ok {
+		t.Fatal("a reaped process is still listed")
+	}
+}
