@@ -105,23 +105,30 @@ type rendered struct {
 	workloads       []workload
 }
 
-// decodeStrict decodes one manifest into T, failing on unknown or
-// duplicate fields, and records it in m by name.
-func decodeStrict[T any](t *testing.T, m map[string]*T, doc []byte, id string, meta func(*T) *metav1.ObjectMeta) {
-	t.Helper()
-	v := new(T)
-	if err := k8syaml.UnmarshalStrict(doc, v); err != nil {
-		t.Errorf("%s: %v", id, err)
-		return
+// decodeInto returns what decodes one manifest into a new T, failing on
+// unknown or duplicate fields, and records it in *m by name.
+func decodeInto[T any, PT interface {
+	*T
+	metav1.Object
+}](t *testing.T, m *map[string]*T) func(doc []byte, id string) {
+	return func(doc []byte, id string) {
+		t.Helper()
+		v := PT(new(T))
+		if err := k8syaml.UnmarshalStrict(doc, v); err != nil {
+			t.Errorf("%s: %v", id, err)
+			return
+		}
+		if _, dup := (*m)[v.GetName()]; dup {
+			t.Errorf("%s: two objects of the kind have this name", id)
+		}
+		if v.GetNamespace() != k8sNamespace && !strings.HasPrefix(id, "v1/Namespace ") {
+			t.Errorf("%s: namespace %q, want %q", id, v.GetNamespace(), k8sNamespace)
+		}
+		if *m == nil {
+			*m = map[string]*T{}
+		}
+		(*m)[v.GetName()] = v
 	}
-	om := meta(v)
-	if _, dup := m[om.Name]; dup {
-		t.Errorf("%s: two objects of the kind have this name", id)
-	}
-	if om.Namespace != k8sNamespace && !strings.HasPrefix(id, "v1/Namespace ") {
-		t.Errorf("%s: namespace %q, want %q", id, om.Namespace, k8sNamespace)
-	}
-	m[om.Name] = v
 }
 
 // render builds an overlay with kustomize's library (what `kubectl apply -k`
@@ -136,14 +143,19 @@ func render(t *testing.T, overlay string) *rendered {
 	if err != nil {
 		t.Fatalf("kustomize build deploy/k8s/overlays/%s: %v", overlay, err)
 	}
-	r := &rendered{
-		overlay:    overlay,
-		namespaces: map[string]*corev1.Namespace{}, serviceAccounts: map[string]*corev1.ServiceAccount{},
-		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
-		services: map[string]*corev1.Service{}, claims: map[string]*corev1.PersistentVolumeClaim{},
-		deployments: map[string]*appsv1.Deployment{}, statefulSets: map[string]*appsv1.StatefulSet{},
-		budgets: map[string]*policyv1.PodDisruptionBudget{}, policies: map[string]*networkingv1.NetworkPolicy{},
-		monitors: map[string]*serviceMonitor{},
+	r := &rendered{overlay: overlay}
+	decoders := map[string]func(doc []byte, id string){
+		"v1/Namespace":                            decodeInto(t, &r.namespaces),
+		"v1/ServiceAccount":                       decodeInto(t, &r.serviceAccounts),
+		"v1/ConfigMap":                            decodeInto(t, &r.configMaps),
+		"v1/Secret":                               decodeInto(t, &r.secrets),
+		"v1/Service":                              decodeInto(t, &r.services),
+		"v1/PersistentVolumeClaim":                decodeInto(t, &r.claims),
+		"apps/v1/Deployment":                      decodeInto(t, &r.deployments),
+		"apps/v1/StatefulSet":                     decodeInto(t, &r.statefulSets),
+		"policy/v1/PodDisruptionBudget":           decodeInto(t, &r.budgets),
+		"networking.k8s.io/v1/NetworkPolicy":      decodeInto(t, &r.policies),
+		"monitoring.coreos.com/v1/ServiceMonitor": decodeInto(t, &r.monitors),
 	}
 	for _, res := range resMap.Resources() {
 		doc, err := res.AsYAML()
@@ -152,30 +164,9 @@ func render(t *testing.T, overlay string) *rendered {
 		}
 		gvk := res.GetApiVersion() + "/" + res.GetKind()
 		id := gvk + " " + res.GetName()
-		switch gvk {
-		case "v1/Namespace":
-			decodeStrict(t, r.namespaces, doc, id, func(o *corev1.Namespace) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "v1/ServiceAccount":
-			decodeStrict(t, r.serviceAccounts, doc, id, func(o *corev1.ServiceAccount) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "v1/ConfigMap":
-			decodeStrict(t, r.configMaps, doc, id, func(o *corev1.ConfigMap) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "v1/Secret":
-			decodeStrict(t, r.secrets, doc, id, func(o *corev1.Secret) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "v1/Service":
-			decodeStrict(t, r.services, doc, id, func(o *corev1.Service) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "v1/PersistentVolumeClaim":
-			decodeStrict(t, r.claims, doc, id, func(o *corev1.PersistentVolumeClaim) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "apps/v1/Deployment":
-			decodeStrict(t, r.deployments, doc, id, func(o *appsv1.Deployment) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "apps/v1/StatefulSet":
-			decodeStrict(t, r.statefulSets, doc, id, func(o *appsv1.StatefulSet) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "policy/v1/PodDisruptionBudget":
-			decodeStrict(t, r.budgets, doc, id, func(o *policyv1.PodDisruptionBudget) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "networking.k8s.io/v1/NetworkPolicy":
-			decodeStrict(t, r.policies, doc, id, func(o *networkingv1.NetworkPolicy) *metav1.ObjectMeta { return &o.ObjectMeta })
-		case "monitoring.coreos.com/v1/ServiceMonitor":
-			decodeStrict(t, r.monitors, doc, id, func(o *serviceMonitor) *metav1.ObjectMeta { return &o.ObjectMeta })
-		default:
+		if decode, ok := decoders[gvk]; ok {
+			decode(doc, id)
+		} else {
 			t.Errorf("%s: a kind this test does not know; teach it to decode and check it", id)
 		}
 	}
@@ -900,13 +891,7 @@ func checkRedis(t *testing.T, r *rendered, gw *workload, redis string) {
 		t.Errorf("StatefulSet serviceName %q, want %s", sts.Spec.ServiceName, svc.Name)
 	}
 	port, _ := strconv.Atoi(m[2])
-	ok := false
-	for _, p := range svc.Spec.Ports {
-		if p.Port == int32(port) {
-			ok = true
-		}
-	}
-	if !ok {
+	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == int32(port) }) {
 		t.Errorf("Secret acp-gateway-redis url %q: Service %s has no port %d", url, svc.Name, port)
 	}
 	if ws := r.selected(labels.SelectorFromSet(svc.Spec.Selector)); len(ws) != 1 || ws[0].name != sts.Name {
@@ -1011,10 +996,6 @@ type scrapeJob struct {
 
 func prometheusJob(t *testing.T) scrapeJob {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("prometheus", "prometheus.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cfg struct {
 		ScrapeConfigs []struct {
 			JobName     string `yaml:"job_name"`
@@ -1026,9 +1007,7 @@ func prometheusJob(t *testing.T) scrapeJob {
 			} `yaml:"dns_sd_configs"`
 		} `yaml:"scrape_configs"`
 	}
-	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		t.Fatalf("deploy/prometheus/prometheus.yml: %v", err)
-	}
+	readYAML(t, filepath.Join("prometheus", "prometheus.yml"), &cfg)
 	if len(cfg.ScrapeConfigs) != 1 || len(cfg.ScrapeConfigs[0].DNSSD) != 1 {
 		t.Fatalf("deploy/prometheus/prometheus.yml: want one scrape job with one dns_sd_configs entry")
 	}

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // workDir holds what the tests build; TestMain removes it.
@@ -172,8 +174,7 @@ type gateway struct {
 	metrics string // the --metrics-listen base URL, if one was given
 	cmd     *exec.Cmd
 	done    chan error
-	logs    *strings.Builder
-	logsMu  *sync.Mutex
+	logs    *testutil.SyncBuffer // stdout and stderr
 	stopped bool
 	stopErr error
 }
@@ -190,12 +191,8 @@ func startGateway(t *testing.T, dir string, args ...string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gateway{cmd: cmd, done: make(chan error, 1), logs: &strings.Builder{}, logsMu: &sync.Mutex{}}
-	cmd.Stderr = writerFunc(func(p []byte) (int, error) {
-		g.logsMu.Lock()
-		defer g.logsMu.Unlock()
-		return g.logs.Write(p)
-	})
+	g := &gateway{cmd: cmd, done: make(chan error, 1), logs: &testutil.SyncBuffer{}}
+	cmd.Stderr = g.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -213,10 +210,7 @@ func startGateway(t *testing.T, dir string, args ...string) *gateway {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
-			g.logsMu.Lock()
-			g.logs.Write(sc.Bytes())
-			g.logs.WriteByte('\n')
-			g.logsMu.Unlock()
+			g.logs.Write(append(append([]byte(nil), sc.Bytes()...), '\n'))
 			var rec struct{ Msg, Addr string }
 			if json.Unmarshal(sc.Bytes(), &rec) != nil {
 				continue
@@ -251,11 +245,7 @@ func startGateway(t *testing.T, dir string, args ...string) *gateway {
 	return g
 }
 
-func (g *gateway) output() string {
-	g.logsMu.Lock()
-	defer g.logsMu.Unlock()
-	return g.logs.String()
-}
+func (g *gateway) output() string { return g.logs.String() }
 
 // stop sends SIGTERM and returns the exit error and how long the gateway
 // took to exit.
@@ -290,7 +280,3 @@ func get(ctx context.Context, url string) (int, []byte, error) {
 	body, err := io.ReadAll(res.Body)
 	return res.StatusCode, body, err
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -23,6 +23,18 @@ func promtool(t *testing.T) string {
 	return p
 }
 
+// readYAML decodes the YAML file at path, relative to deploy/, into v.
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, v); err != nil {
+		t.Fatalf("deploy/%s: %v", filepath.ToSlash(path), err)
+	}
+}
+
 // alertRule is a rule of deploy/prometheus/alerts.yml.
 type alertRule struct {
 	Alert       string            `yaml:"alert"`
@@ -35,19 +47,13 @@ type alertRule struct {
 
 func alertRules(t *testing.T) []alertRule {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("prometheus", "alerts.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var file struct {
 		Groups []struct {
 			Name  string      `yaml:"name"`
 			Rules []alertRule `yaml:"rules"`
 		} `yaml:"groups"`
 	}
-	if err := yaml.Unmarshal(data, &file); err != nil {
-		t.Fatalf("deploy/prometheus/alerts.yml: %v", err)
-	}
+	readYAML(t, filepath.Join("prometheus", "alerts.yml"), &file)
 	var rules []alertRule
 	for _, g := range file.Groups {
 		rules = append(rules, g.Rules...)
@@ -74,10 +80,6 @@ func TestPrometheus(t *testing.T) {
 	}
 
 	rules := alertRules(t)
-	data, err := os.ReadFile(filepath.Join("prometheus", "alerts_test.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var tests struct {
 		RuleFiles []string `yaml:"rule_files"`
 		Tests     []struct {
@@ -88,9 +90,7 @@ func TestPrometheus(t *testing.T) {
 			} `yaml:"alert_rule_test"`
 		} `yaml:"tests"`
 	}
-	if err := yaml.Unmarshal(data, &tests); err != nil {
-		t.Fatalf("deploy/prometheus/alerts_test.yml: %v", err)
-	}
+	readYAML(t, filepath.Join("prometheus", "alerts_test.yml"), &tests)
 	if !slices.Equal(tests.RuleFiles, []string{"alerts.yml"}) {
 		t.Errorf("alerts_test.yml: rule_files %q, want [alerts.yml]", tests.RuleFiles)
 	}

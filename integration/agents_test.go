@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // What the example agents send. Both SDKs ship the same scripted turn
@@ -135,7 +136,7 @@ func (a exampleAgent) run(t *testing.T, g *gateway) {
 
 	// Allowed: call_2 completes.
 	allowed := g.turn(t, id, "Improve the configuration.", a.answer(t, g, id, "allow"))
-	checkSeqs(t, allowed, 1)
+	testutil.CheckSeqs(t, allowed, 1)
 	a.checkFullTurn(t, allowed, "allow")
 	checkToolCalls(t, g.snapshot(t, id), callOne, mustProto[*acpv2.ToolCall](t, callTwoAllowedMerged))
 	all = append(all, allowed...)
@@ -143,7 +144,7 @@ func (a exampleAgent) run(t *testing.T, g *gateway) {
 	// Rejected: the agent re-sends tool_call for both known ids, and call_2
 	// gets no update after the rejection.
 	rejected := g.turn(t, id, "Try again.", a.answer(t, g, id, "reject"))
-	checkSeqs(t, rejected, allowed[len(allowed)-1].GetSeq()+1)
+	testutil.CheckSeqs(t, rejected, allowed[len(allowed)-1].GetSeq()+1)
 	a.checkFullTurn(t, rejected, "reject")
 	checkToolCalls(t, g.snapshot(t, id), callOne, mustProto[*acpv2.ToolCall](t, callTwoRejectedMerged))
 	all = append(all, rejected...)
@@ -160,7 +161,7 @@ func (a exampleAgent) run(t *testing.T, g *gateway) {
 			g.cancel(t, id)
 		}
 	})
-	checkSeqs(t, mid, rejected[len(rejected)-1].GetSeq()+1)
+	testutil.CheckSeqs(t, mid, rejected[len(rejected)-1].GetSeq()+1)
 	if end := mid[len(mid)-1].GetTurnEnded(); end.GetStopReason() != "cancelled" || end.GetReason() != acpv2.StopReason_STOP_REASON_CANCELLED || end.GetError() != "" {
 		t.Fatalf("the cancelled turn ended with %v, want stop reason cancelled", end)
 	}
@@ -175,7 +176,7 @@ func (a exampleAgent) run(t *testing.T, g *gateway) {
 			g.cancel(t, id)
 		}
 	})
-	checkSeqs(t, pending, mid[len(mid)-1].GetSeq()+1)
+	testutil.CheckSeqs(t, pending, mid[len(mid)-1].GetSeq()+1)
 	i := slices.IndexFunc(pending, func(ev *acpv2.SessionEvent) bool { return ev.GetPermissionResolved() != nil })
 	if asked == "" || i < 0 || pending[i].GetPermissionResolved().GetRequestId() != asked ||
 		!pending[i].GetPermissionResolved().GetOutcome().GetCancelled() {
@@ -198,11 +199,11 @@ func (a exampleAgent) run(t *testing.T, g *gateway) {
 		t.Fatalf("GetSession: last seq %d (want %d), state %q, agent %q", snap.GetLastSeq(), all[len(all)-1].GetSeq(), snap.GetState(), snap.GetAgent())
 	}
 	replayed := g.watchFrom(t, id, 0, len(all))
-	checkSeqs(t, replayed, 1)
+	testutil.CheckSeqs(t, replayed, 1)
 	if !equalEvents(replayed, all) {
 		t.Fatal("Watch from 0 does not replay the turns' events")
 	}
-	checkReplay(t, all, snap.GetToolCalls())
+	testutil.CheckReplay(t, all, snap.GetToolCalls())
 	if _, err := g.client.CloseSession(context.Background(), connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id})); err != nil {
 		t.Fatalf("CloseSession: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // esGenerated generates the ES code of proto/ once, with the local
@@ -221,7 +222,7 @@ func checkDemoTurn(t *testing.T, g *gateway, id string, events []*acpv2.SessionE
 	if len(events) == 0 {
 		t.Fatal("the client streamed no events")
 	}
-	checkSeqs(t, events, 1)
+	testutil.CheckSeqs(t, events, 1)
 	if events[0].GetTurnStarted().GetPrompt()[0].GetText().GetText() != "Show me a turn." {
 		t.Fatalf("first event %v, want turn_started with the prompt", events[0])
 	}
@@ -245,7 +246,7 @@ func checkDemoTurn(t *testing.T, g *gateway, id string, events []*acpv2.SessionE
 		t.Fatalf("permission requests %q resolved %v, want one answered allow-once by the client", asked, resolved)
 	}
 	snap := g.snapshot(t, id)
-	checkReplay(t, events, snap.GetToolCalls())
+	testutil.CheckReplay(t, events, snap.GetToolCalls())
 	var ids []string
 	for _, c := range snap.GetToolCalls() {
 		ids = append(ids, c.GetToolCallId())

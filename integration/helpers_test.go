@@ -29,12 +29,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 const (
@@ -309,27 +308,9 @@ func (g *gateway) turn(t *testing.T, id, prompt string, react func(*acpv2.Sessio
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	stream, err := g.client.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: text(prompt)}))
+	events, err := testutil.Turn(ctx, g.client, &acpv2.PromptRequest{SessionId: id, Prompt: text(prompt)}, react)
 	if err != nil {
-		t.Fatalf("Prompt: %v", err)
-	}
-	defer stream.Close()
-	var events []*acpv2.SessionEvent
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if ev == nil {
-			continue // a heartbeat
-		}
-		events = append(events, ev)
-		if react != nil {
-			react(ev)
-		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatalf("Prompt stream after %d events: %v", len(events), err)
-	}
-	if len(events) == 0 || events[len(events)-1].GetTurnEnded() == nil {
-		t.Fatalf("the turn did not end with turn_ended: %v", events)
+		t.Fatal(err)
 	}
 	return events
 }
@@ -339,81 +320,11 @@ func (g *gateway) watchFrom(t *testing.T, id string, afterSeq uint64, n int) []*
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := g.client.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id, AfterSeq: afterSeq}))
+	events, err := testutil.Watch(ctx, g.client, id, afterSeq, n)
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	defer stream.Close()
-	var events []*acpv2.SessionEvent
-	for len(events) < n && stream.Receive() {
-		if ev := stream.Msg().GetEvent(); ev != nil {
-			events = append(events, ev)
-		}
-	}
-	if len(events) < n {
-		t.Fatalf("Watch replayed %d of %d events: %v", len(events), n, stream.Err())
+		t.Fatal(err)
 	}
 	return events
-}
-
-// checkSeqs fails unless the events are numbered first, first+1, ...
-func checkSeqs(t *testing.T, events []*acpv2.SessionEvent, first uint64) {
-	t.Helper()
-	for i, ev := range events {
-		if ev.GetSeq() != first+uint64(i) {
-			t.Fatalf("event %d has seq %d, want %d (seqs are contiguous)", i, ev.GetSeq(), first+uint64(i))
-		}
-	}
-}
-
-// checkReplay replays the events' tool-call deltas onto an empty merge
-// state: every merged tool_call event must follow its delta and match the
-// replay, every permission request's preview must be the replayed call with
-// the request's patch applied (the request itself stores nothing), and the
-// snapshot must be the replay's end state.
-func checkReplay(t *testing.T, events []*acpv2.SessionEvent, snapshot []*acpv2.ToolCall) {
-	t.Helper()
-	state := merge.New()
-	var want *acpv2.ToolCall
-	for i, ev := range events {
-		var err error
-		switch {
-		case ev.GetToolCallUpdate() != nil:
-			want, err = state.ApplyUpdate(ev.GetToolCallUpdate())
-		case ev.GetToolCallContentChunk() != nil:
-			want, err = state.ApplyChunk(ev.GetToolCallContentChunk())
-		case ev.GetToolCall() != nil:
-			if want == nil || !proto.Equal(ev.GetToolCall(), want) {
-				t.Fatalf("event %d (seq %d): merged tool call %v, replay gives %v", i, ev.GetSeq(), ev.GetToolCall(), want)
-			}
-			want = nil
-			continue
-		}
-		if err != nil {
-			t.Fatalf("event %d (seq %d): %v", i, ev.GetSeq(), err)
-		}
-		if want != nil && ev.GetToolCallUpdate() == nil && ev.GetToolCallContentChunk() == nil {
-			t.Fatalf("event %d (seq %d): the delta before it was not followed by its merged tool_call", i, ev.GetSeq())
-		}
-		if p := ev.GetPermissionRequest(); p.GetToolCall() != nil {
-			preview, err := state.Preview(p.GetToolCall())
-			if err != nil || !proto.Equal(p.GetPreview(), preview) {
-				t.Fatalf("event %d (seq %d): permission preview %v, want %v (%v)", i, ev.GetSeq(), p.GetPreview(), preview, err)
-			}
-		}
-	}
-	if want != nil {
-		t.Fatal("the last delta was not followed by its merged tool_call")
-	}
-	got := state.Snapshot()
-	if len(got) != len(snapshot) {
-		t.Fatalf("GetSession has %d tool calls, the replay %d:\n%v\n%v", len(snapshot), len(got), snapshot, got)
-	}
-	for i := range got {
-		if !proto.Equal(got[i], snapshot[i]) {
-			t.Fatalf("GetSession tool call %d = %v, the replay gives %v", i, snapshot[i], got[i])
-		}
-	}
 }
 
 // runJSON runs cmd (made with exec.CommandContext(ctx, ...)), calling value

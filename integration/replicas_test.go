@@ -22,6 +22,7 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // redisURL is the Redis database the replica tests own: they empty it.
@@ -103,18 +104,7 @@ func promptThrough(t *testing.T, r *replica, answer *replica, id string) []*acpv
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := r.client.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: text("go")}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Close()
-	var events []*acpv2.SessionEvent
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if ev == nil {
-			continue
-		}
-		events = append(events, ev)
+	events, err := testutil.Turn(ctx, r.client, &acpv2.PromptRequest{SessionId: id, Prompt: text("go")}, func(ev *acpv2.SessionEvent) {
 		if p := ev.GetPermissionRequest(); p != nil {
 			_, err := answer.client.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{
 				SessionId: id, RequestId: p.GetRequestId(), OptionId: p.GetOptions()[0].GetOptionId()}))
@@ -122,12 +112,9 @@ func promptThrough(t *testing.T, r *replica, answer *replica, id string) []*acpv
 				t.Fatalf("RespondPermission through %s: %v", answer.name, err)
 			}
 		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatalf("Prompt through %s: %v", r.name, err)
-	}
-	if len(events) == 0 || events[len(events)-1].GetTurnEnded() == nil {
-		t.Fatalf("the turn through %s did not end with turn_ended", r.name)
+	})
+	if err != nil {
+		t.Fatalf("the turn through %s: %v", r.name, err)
 	}
 	return events
 }

@@ -303,7 +303,6 @@ func TestCancel(t *testing.T) {
 			if tt.answer != nil {
 				req = h.nextPermission()
 			}
-			began := time.Now()
 			h.notify("session/cancel", map[string]string{"sessionId": id})
 			if req != nil {
 				if pp.answered(100 * time.Millisecond) {
@@ -313,9 +312,6 @@ func TestCancel(t *testing.T) {
 			}
 			if got := pp.wait(t); got != "cancelled" {
 				t.Errorf("stopReason = %q, want cancelled", got)
-			}
-			if d := time.Since(began); d > 2*time.Second {
-				t.Errorf("cancel took %v", d)
 			}
 			if got, want := texts(h.allUpdates()), []string{"before"}; !reflect.DeepEqual(got, want) {
 				t.Errorf("texts = %q, want %q", got, want)

@@ -46,12 +46,8 @@ func TestDemo(t *testing.T) {
 				t.Errorf("protocolVersion = %v, want 1", res["protocolVersion"])
 			}
 			id := h.newSession(cwd)
-			began := time.Now()
 			if got := h.run(id); got != "end_turn" {
 				t.Errorf("stopReason = %q, want end_turn", got)
-			}
-			if d := time.Since(began); d > 6*time.Second {
-				t.Errorf("the demo turn took %v", d)
 			}
 			if len(permissions) != 1 {
 				t.Fatalf("got %d permission requests, want 1", len(permissions))

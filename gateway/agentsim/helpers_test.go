@@ -2,7 +2,6 @@ package agentsim_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/sourcegraph/jsonrpc2"
 )
 
@@ -90,7 +90,7 @@ type harness struct {
 	stopServe context.CancelFunc
 	served    chan struct{}
 	serveErr  error
-	stderr    *lockedBuffer
+	stderr    *testutil.SyncBuffer
 
 	permissions chan *permissionRequest
 
@@ -114,7 +114,7 @@ func start(t *testing.T, s agentsim.Script, cfg clientConfig) *harness {
 		cfg:         cfg,
 		stopServe:   stopServe,
 		served:      make(chan struct{}),
-		stderr:      &lockedBuffer{},
+		stderr:      &testutil.SyncBuffer{},
 		permissions: make(chan *permissionRequest, 16),
 		changed:     make(chan struct{}),
 	}
@@ -369,23 +369,6 @@ func (p pipeRWC) Close() error {
 		_ = c.Close()
 	}
 	return p.WriteCloser.Close()
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // rawHarness talks to Serve line by line, for output that is not JSON.

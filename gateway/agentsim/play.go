@@ -82,11 +82,7 @@ func (r *run) step(st Step) (outcome, error) {
 		}
 		return next, nil
 	case st.Raw != "":
-		if _, err := r.a.out.Write([]byte(st.Raw + "\n")); err != nil {
-			r.a.logger.Printf("writing raw line: %v", err)
-			return aborted, nil
-		}
-		return next, nil
+		return r.writeLine([]byte(st.Raw), "raw line"), nil
 	case st.Exit != nil:
 		r.a.exit(*st.Exit)
 		return aborted, nil
@@ -114,13 +110,19 @@ func (r *run) step(st Step) (outcome, error) {
 	case st.LongLine > 0:
 		return r.longLine(st.LongLine)
 	case len(st.RawBytes) > 0:
-		if _, err := r.a.out.Write(append(append([]byte(nil), st.RawBytes...), '\n')); err != nil {
-			r.a.logger.Printf("writing raw bytes: %v", err)
-			return aborted, nil
-		}
-		return next, nil
+		return r.writeLine(st.RawBytes, "raw bytes"), nil
 	}
 	return next, nil
+}
+
+// writeLine writes line and a newline to the output as they are, bypassing
+// the JSON-RPC connection; what names the line in the log.
+func (r *run) writeLine(line []byte, what string) outcome {
+	if _, err := r.a.out.Write(append(line[:len(line):len(line)], '\n')); err != nil {
+		r.a.logger.Printf("writing %s: %v", what, err)
+		return aborted
+	}
+	return next
 }
 
 // floodPlaceholder is replaced by the number of a flooded update.
@@ -159,11 +161,7 @@ func (r *run) longLine(n int) (outcome, error) {
 	if pad := n - len(b); pad > 0 {
 		b = line(strings.Repeat("x", pad))
 	}
-	if _, err := r.a.out.Write(append(b, '\n')); err != nil {
-		r.a.logger.Printf("writing a long line: %v", err)
-		return aborted, nil
-	}
-	return next, nil
+	return r.writeLine(b, "a long line"), nil
 }
 
 // update sends one session/update.
@@ -248,49 +246,41 @@ func (r *run) terminal(command string) (outcome, error) {
 	var res struct {
 		TerminalID string `json:"terminalId"`
 	}
-	err := r.conn.Call(r.a.ctx, "terminal/create", struct {
+	return r.callAndSay("terminal/create", struct {
 		SessionID string `json:"sessionId"`
 		Command   string `json:"command"`
-	}{r.sess.id, command}, &res)
-	if err != nil {
-		if r.gone(err) {
-			return aborted, nil
-		}
-		return r.say("terminal: " + errorText(err))
-	}
-	return r.say("terminal " + res.TerminalID)
+	}{r.sess.id, command}, &res, "terminal: ", func() string { return "terminal " + res.TerminalID })
 }
 
 func (r *run) readFile(path string) (outcome, error) {
 	var res struct {
 		Content string `json:"content"`
 	}
-	err := r.conn.Call(r.a.ctx, "fs/read_text_file", struct {
+	return r.callAndSay("fs/read_text_file", struct {
 		SessionID string `json:"sessionId"`
 		Path      string `json:"path"`
-	}{r.sess.id, path}, &res)
-	if err != nil {
-		if r.gone(err) {
-			return aborted, nil
-		}
-		return r.say("read " + path + ": " + errorText(err))
-	}
-	return r.say("read " + path + ": " + res.Content)
+	}{r.sess.id, path}, &res, "read "+path+": ", func() string { return "read " + path + ": " + res.Content })
 }
 
 func (r *run) writeFile(path, content string) (outcome, error) {
-	err := r.conn.Call(r.a.ctx, "fs/write_text_file", struct {
+	return r.callAndSay("fs/write_text_file", struct {
 		SessionID string `json:"sessionId"`
 		Path      string `json:"path"`
 		Content   string `json:"content"`
-	}{r.sess.id, path, content}, nil)
-	if err != nil {
+	}{r.sess.id, path, content}, nil, "write "+path+": ", func() string { return "wrote " + path })
+}
+
+// callAndSay calls the client's method and reports how it went as an
+// agent_message_chunk: what done returns when the call succeeded, else
+// failed followed by the error's message.
+func (r *run) callAndSay(method string, params, result any, failed string, done func() string) (outcome, error) {
+	if err := r.conn.Call(r.a.ctx, method, params, result); err != nil {
 		if r.gone(err) {
 			return aborted, nil
 		}
-		return r.say("write " + path + ": " + errorText(err))
+		return r.say(failed + errorText(err))
 	}
-	return r.say("wrote " + path)
+	return r.say(done())
 }
 
 // gone reports whether err means the connection or Serve ended.

@@ -123,11 +123,7 @@ func (a *agent) spawn(f func()) bool {
 	if a.closing {
 		return false
 	}
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		f()
-	}()
+	a.wg.Go(f)
 	return true
 }
 

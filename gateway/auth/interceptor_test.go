@@ -94,10 +94,7 @@ func callBoth(t *testing.T, client acpv2connect.SessionServiceClient, authz stri
 func TestInterceptor(t *testing.T) {
 	t.Parallel()
 	k := testKeys()
-	tokens, err := auth.LoadTokens(writeFile(t, "static-token alice\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, _ := loadTokens(t, "static-token alice\n")
 	oidc := newTestOIDC(t, auth.OIDCConfig{Audience: testAudience})
 	srv := newServer(t, connect.WithInterceptors(auth.NewInterceptor(auth.Chain(tokens, oidc))))
 	jwt := sign(t, jose.RS256, k.rsa, "rsa1", claims("bob"))

@@ -12,7 +12,27 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
+
+// loadTokens writes content to a new tokens file and loads it.
+func loadTokens(t *testing.T, content string) (tokens *auth.Tokens, path string) {
+	t.Helper()
+	path = writeFile(t, content)
+	tokens, err := auth.LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokens, path
+}
+
+// rewrite replaces the content of the file at path.
+func rewrite(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
 
 func TestLoadTokens(t *testing.T) {
 	t.Parallel()
@@ -123,10 +143,7 @@ func TestLoadTokensMissingFile(t *testing.T) {
 
 func TestTokensAuthenticateFailures(t *testing.T) {
 	t.Parallel()
-	tokens, err := auth.LoadTokens(writeFile(t, "good-token alice\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, _ := loadTokens(t, "good-token alice\n")
 	tests := []struct {
 		name   string
 		header []string // Authorization values
@@ -165,15 +182,9 @@ func TestTokensAuthenticateFailures(t *testing.T) {
 
 func TestReloadKeepsPreviousSetOnError(t *testing.T) {
 	t.Parallel()
-	path := writeFile(t, "old-token alice\n")
-	tokens, err := auth.LoadTokens(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, path := loadTokens(t, "old-token alice\n")
 	for _, bad := range []string{"bad-line\n", "", "x a\nx b\n"} {
-		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		rewrite(t, path, bad)
 		if err := tokens.Reload(); err == nil {
 			t.Fatalf("Reload of %q succeeded", bad)
 		}
@@ -191,9 +202,7 @@ func TestReloadKeepsPreviousSetOnError(t *testing.T) {
 		t.Fatal("removed file: old token no longer accepted")
 	}
 
-	if err := os.WriteFile(path, []byte("new-token bob\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rewrite(t, path, "new-token bob\n")
 	if err := tokens.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -271,11 +280,7 @@ func TestWatchPicksUpChanges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			path := writeFile(t, original)
-			tokens, err := auth.LoadTokens(path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tokens, path := loadTokens(t, original)
 			old, err := os.Stat(path)
 			if err != nil {
 				t.Fatal(err)
@@ -283,17 +288,17 @@ func TestWatchPicksUpChanges(t *testing.T) {
 			if tt.name != "size" && len(tt.content) != len(original) {
 				t.Fatalf("content must keep the size %d", len(original))
 			}
-			logs := &syncBuffer{}
+			logs := &testutil.SyncBuffer{}
 			startWatch(t, tokens, 5*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
 			tt.rewrite(t, path, tt.content, old)
-			waitFor(t, "the rewritten file to be loaded", func() bool {
+			testutil.WaitFor(t, "the rewritten file to be loaded", func() bool {
 				user, _ := tokens.Authenticate(t.Context(), bearer("token-2"))
 				return user == "bobby"
 			})
 			if _, err := tokens.Authenticate(t.Context(), bearer("token-1")); err == nil {
 				t.Error("the replaced token is still accepted")
 			}
-			waitFor(t, "the reload to be logged", func() bool {
+			testutil.WaitFor(t, "the reload to be logged", func() bool {
 				return strings.Contains(logs.String(), "auth tokens reloaded")
 			})
 			if strings.Contains(logs.String(), "token-") {
@@ -306,9 +311,7 @@ func TestWatchPicksUpChanges(t *testing.T) {
 // writeWithMtime writes content to path and sets its modification time.
 func writeWithMtime(t *testing.T, path, content string, mtime time.Time) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rewrite(t, path, content)
 	if err := os.Chtimes(path, mtime, mtime); err != nil {
 		t.Fatal(err)
 	}
@@ -316,17 +319,11 @@ func writeWithMtime(t *testing.T, path, content string, mtime time.Time) {
 
 func TestWatchKeepsPreviousSetOnBadFile(t *testing.T) {
 	t.Parallel()
-	path := writeFile(t, "token-1 alice\n")
-	tokens, err := auth.LoadTokens(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
+	tokens, path := loadTokens(t, "token-1 alice\n")
+	logs := &testutil.SyncBuffer{}
 	startWatch(t, tokens, 5*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
-	if err := os.WriteFile(path, []byte("token-1 alice\nsecret-dup x\nsecret-dup y\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the failed reload to be logged", func() bool {
+	rewrite(t, path, "token-1 alice\nsecret-dup x\nsecret-dup y\n")
+	testutil.WaitFor(t, "the failed reload to be logged", func() bool {
 		return strings.Contains(logs.String(), "level=ERROR")
 	})
 	if !strings.Contains(logs.String(), ":3: duplicate token") {
@@ -342,21 +339,15 @@ func TestWatchKeepsPreviousSetOnBadFile(t *testing.T) {
 
 func TestWatchReloadsOnSIGHUP(t *testing.T) {
 	t.Parallel()
-	path := writeFile(t, "token-1 alice\n")
-	tokens, err := auth.LoadTokens(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, path := loadTokens(t, "token-1 alice\n")
 	// No polling: only SIGHUP can make Watch reload.
 	startWatch(t, tokens, 0, slog.New(slog.DiscardHandler))
-	if err := os.WriteFile(path, []byte("token-2 bob\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rewrite(t, path, "token-2 bob\n")
 	// Watch has called signal.Notify, so SIGHUP cannot kill the test process.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "SIGHUP to reload the file", func() bool {
+	testutil.WaitFor(t, "SIGHUP to reload the file", func() bool {
 		user, _ := tokens.Authenticate(t.Context(), bearer("token-2"))
 		return user == "bob"
 	})

@@ -1,0 +1,71 @@
+// Package testutil holds what the tests of several packages share: the
+// in-process tests (gateway/...) and the tests of the real binary
+// (integration) alike. Test files cannot import each other across
+// packages; this package is imported by _test.go files only.
+package testutil
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+)
+
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a log sink or a
+// process's stderr that other goroutines write while the test reads it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// WaitFor polls cond until it holds, failing the test after 15 seconds.
+// The deadline only bounds a test that would otherwise hang: it asserts
+// nothing about speed.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Envelope frames one message of a Connect or gRPC stream: a flags byte,
+// the length (4 bytes, big-endian), the message.
+func Envelope(flags byte, msg []byte) []byte {
+	b := make([]byte, 5, 5+len(msg))
+	b[0] = flags
+	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
+	return append(b, msg...)
+}
+
+// ReadEnvelope reads one message of a Connect or gRPC stream from r: its
+// flags (2 marks a Connect stream's end message) and its data.
+func ReadEnvelope(r io.Reader) (flags byte, data []byte, err error) {
+	var head [5]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return 0, nil, fmt.Errorf("reading an envelope's head: %w", err)
+	}
+	data = make([]byte, binary.BigEndian.Uint32(head[1:]))
+	if _, err := io.ReadFull(r, data); err != nil {
+		return head[0], nil, fmt.Errorf("reading a %d-byte message: %w", len(data), err)
+	}
+	return head[0], data, nil
+}
