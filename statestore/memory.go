@@ -6,12 +6,17 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
 // Memory is a Store that keeps everything in the process: nothing survives
-// a restart. Events and tool calls are stored as given and must not be
-// modified afterwards.
+// a restart. Events are kept in their protobuf wire form, which takes about
+// a tenth of the memory of the decoded messages (google.protobuf.Struct
+// values in _meta and rawInput are large as objects), and are decoded again
+// when read. Tool calls are stored as given and must not be modified
+// afterwards.
 type Memory struct {
 	opts     Options
 	mu       sync.RWMutex
@@ -21,8 +26,8 @@ type Memory struct {
 
 type memSession struct {
 	rec    Session
-	events []*acpv2.SessionEvent // seqs TrimmedSeq+1 .. LastSeq
-	calls  map[string]int        // tool call id -> index in list
+	events [][]byte       // encoded events, seqs TrimmedSeq+1 .. LastSeq
+	calls  map[string]int // tool call id -> index in list
 	list   []*acpv2.ToolCall
 	// changed is closed and replaced on every append and on deletion.
 	changed chan struct{}
@@ -106,8 +111,18 @@ func (m *Memory) SetAgentSession(_ context.Context, id, agentSessionID string, p
 	return nil
 }
 
-// Append implements Store.
+// Append implements Store. The events are encoded before the store is
+// locked: a batch that cannot be encoded leaves the log as it was, and
+// encoding holds up no other session.
 func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+	encoded := make([][]byte, len(events))
+	for i, ev := range events {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("statestore: encoding event %d of %s: %w", ev.GetSeq(), id, err)
+		}
+		encoded[i] = b
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, err := m.get(id)
@@ -117,17 +132,6 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	if err := CheckSeqs(s.rec.LastSeq, events); err != nil {
 		return err
 	}
-	s.events = append(s.events, events...)
-	if n := len(events); n > 0 {
-		s.rec.LastSeq = events[n-1].GetSeq()
-	}
-	if max := m.opts.MaxEvents; max > 0 && len(s.events) > max {
-		drop := len(s.events) - max
-		s.rec.TrimmedSeq += uint64(drop)
-		// Reslice: append reallocates (copying only the kept events) once
-		// the array is full, so a full session is not copied per append.
-		s.events = s.events[drop:]
-	}
 	for _, tc := range changed {
 		if i, ok := s.calls[tc.GetToolCallId()]; ok {
 			s.list[i] = tc
@@ -136,15 +140,45 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 		s.calls[tc.GetToolCallId()] = len(s.list)
 		s.list = append(s.list, tc)
 	}
-	if len(events) > 0 {
-		close(s.changed)
-		s.changed = make(chan struct{})
+	if len(events) == 0 {
+		return nil
 	}
+	s.events = append(s.events, encoded...)
+	s.rec.LastSeq = events[len(events)-1].GetSeq()
+	if max := m.opts.MaxEvents; max > 0 && len(s.events) > max {
+		drop := len(s.events) - max
+		s.rec.TrimmedSeq += uint64(drop)
+		// Reslice: append reallocates (copying only the kept events) once
+		// the array is full, so a full session is not copied per append.
+		s.events = s.events[drop:]
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 	return nil
 }
 
-// Events implements Store.
+// Events implements Store. The events are decoded after the store is
+// unlocked: a stored encoding is never changed (Append only writes past
+// the end of s.events, and trimming reslices it), so the slice taken under
+// the lock stays valid.
 func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
+	kept, err := m.encodedEvents(id, after, limit)
+	if err != nil || len(kept) == 0 {
+		return nil, err
+	}
+	out := make([]*acpv2.SessionEvent, len(kept))
+	for i, b := range kept {
+		out[i] = &acpv2.SessionEvent{}
+		if err := proto.Unmarshal(b, out[i]); err != nil {
+			return nil, fmt.Errorf("statestore: decoding event %d of %s: %w", after+uint64(i)+1, id, err)
+		}
+	}
+	return out, nil
+}
+
+// encodedEvents returns up to limit (0: no limit) stored encodings of the
+// events of session id with seq > after.
+func (m *Memory) encodedEvents(id string, after uint64, limit int) ([][]byte, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	s, err := m.get(id)
@@ -159,11 +193,11 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) (
 	if skip >= uint64(len(s.events)) {
 		return nil, nil
 	}
-	out := s.events[skip:]
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	kept := s.events[skip:]
+	if limit > 0 && len(kept) > limit {
+		kept = kept[:limit]
 	}
-	return append([]*acpv2.SessionEvent(nil), out...), nil
+	return kept, nil
 }
 
 // WaitEvents implements Store.

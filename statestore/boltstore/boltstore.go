@@ -41,6 +41,13 @@
 // with the call returning nil, so they neither fail nor re-run the other
 // calls in the batch.
 //
+// # Owners
+//
+// The file belongs to one process (bbolt locks it), so the Store keeps in
+// memory which sessions each owner has, built by Open from the records:
+// ListSessions of an owner reads that owner's records only, not every
+// record in the file.
+//
 // # Waiting
 //
 // The file belongs to one process (bbolt locks it), so WaitEvents is woken
@@ -49,13 +56,16 @@
 package boltstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +119,15 @@ type Store struct {
 	// waits holds a channel per session that WaitEvents waits on; the next
 	// Append or DeleteSession of the session closes and removes it.
 	waits map[string]chan struct{}
+
+	ownersMu sync.Mutex
+	// owners maps each owner but "" to its sessions' ids and order keys.
+	// An entry may outlive its session when a delete races its create;
+	// listOwned skips it.
+	owners map[string]map[string]uint64
+	// unreadable holds the ids of the records Open could not decode: their
+	// owner is unknown, so listing any owner's sessions reports them.
+	unreadable map[string]bool
 }
 
 var _ statestore.Store = (*Store)(nil)
@@ -128,11 +147,19 @@ func Open(path string, opts statestore.Options) (*Store, error) {
 		return nil, fmt.Errorf("statestore: open bolt file %s: %w", path, err)
 	}
 	db.MaxBatchDelay = maxBatchDelay
+	s := &Store{
+		db: db, path: path, opts: opts, waits: map[string]chan struct{}{},
+		owners: map[string]map[string]uint64{}, unreadable: map[string]bool{},
+	}
 	if err := db.Update(initialize); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("statestore: bolt file %s: %w", path, err)
 	}
-	return &Store{db: db, path: path, opts: opts, waits: map[string]chan struct{}{}}, nil
+	if err := db.View(s.indexOwners); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("statestore: bolt file %s: %w", path, err)
+	}
+	return s, nil
 }
 
 // initialize checks the format version of the file, and creates the
@@ -162,6 +189,57 @@ func initialize(tx *bolt.Tx) error {
 		}
 	}
 	return nil
+}
+
+// indexOwners fills s.owners and s.unreadable from the records.
+func (s *Store) indexOwners(tx *bolt.Tx) error {
+	return tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
+		id := string(k)
+		if r, err := decodeRecord(id, v); err == nil {
+			s.owned(r.Owner, id, r.Order)
+		} else {
+			s.unreadable[id] = true
+		}
+		return nil
+	})
+}
+
+// owned records that owner has session id, whose order key is order.
+func (s *Store) owned(owner, id string, order uint64) {
+	if owner == "" {
+		return // listed with every session
+	}
+	s.ownersMu.Lock()
+	defer s.ownersMu.Unlock()
+	ids := s.owners[owner]
+	if ids == nil {
+		ids = map[string]uint64{}
+		s.owners[owner] = ids
+	}
+	ids[id] = order
+}
+
+// disowned records that session id of owner ("" when unknown) is gone.
+func (s *Store) disowned(owner, id string) {
+	s.ownersMu.Lock()
+	defer s.ownersMu.Unlock()
+	delete(s.unreadable, id)
+	if ids := s.owners[owner]; ids != nil {
+		delete(ids, id)
+		if len(ids) == 0 {
+			delete(s.owners, owner)
+		}
+	}
+}
+
+// ownedBy returns the ids of the unreadable records and of owner's
+// sessions, oldest first.
+func (s *Store) ownedBy(owner string) []string {
+	s.ownersMu.Lock()
+	defer s.ownersMu.Unlock()
+	owned := s.owners[owner]
+	byOrder := slices.SortedFunc(maps.Keys(owned), func(a, b string) int { return cmp.Compare(owned[a], owned[b]) })
+	return append(slices.Collect(maps.Keys(s.unreadable)), byOrder...)
 }
 
 // record is a session record as stored.
@@ -306,14 +384,15 @@ func (s *Store) view(op, id string, fn func(tx *bolt.Tx) error) error {
 
 // CreateSession implements statestore.Store.
 func (s *Store) CreateSession(_ context.Context, sess *statestore.Session) error {
-	return s.update("create", sess.ID, func(tx *bolt.Tx) error {
+	var n uint64 // the session's order key
+	err := s.update("create", sess.ID, func(tx *bolt.Tx) error {
 		key := []byte(sess.ID)
 		if tx.Bucket(bucketSessions).Get(key) != nil {
 			return fmt.Errorf("%w: %s", statestore.ErrExists, sess.ID)
 		}
 		order := tx.Bucket(bucketOrder)
-		n, err := order.NextSequence()
-		if err != nil {
+		var err error
+		if n, err = order.NextSequence(); err != nil {
 			return err
 		}
 		if err := putRecord(tx, toRecord(sess, n)); err != nil {
@@ -332,6 +411,10 @@ func (s *Store) CreateSession(_ context.Context, sess *statestore.Session) error
 		}
 		return nil
 	})
+	if err == nil {
+		s.owned(sess.Owner, sess.ID, n)
+	}
+	return err
 }
 
 // GetSession implements statestore.Store.
@@ -348,8 +431,12 @@ func (s *Store) GetSession(_ context.Context, id string) (*statestore.Session, e
 	return out, err
 }
 
-// ListSessions implements statestore.Store.
+// ListSessions implements statestore.Store. All sessions are listed in
+// the order bucket's order; an owner's, from s.owners.
 func (s *Store) ListSessions(_ context.Context, owner string) ([]*statestore.Session, error) {
+	if owner != "" {
+		return s.listOwned(owner)
+	}
 	var out []*statestore.Session
 	err := s.view("list sessions", "", func(tx *bolt.Tx) error {
 		sessions := tx.Bucket(bucketSessions)
@@ -363,11 +450,33 @@ func (s *Store) ListSessions(_ context.Context, owner string) ([]*statestore.Ses
 			if err != nil {
 				return fmt.Errorf("session %s: %w", id, err)
 			}
-			if owner == "" || r.Owner == owner {
-				out = append(out, r.session())
-			}
+			out = append(out, r.session())
 			return nil
 		})
+	})
+	return out, err
+}
+
+// listOwned lists owner's sessions, oldest first.
+func (s *Store) listOwned(owner string) ([]*statestore.Session, error) {
+	ids := s.ownedBy(owner)
+	var out []*statestore.Session
+	err := s.view("list sessions", "", func(tx *bolt.Tx) error {
+		sessions := tx.Bucket(bucketSessions)
+		for _, id := range ids {
+			data := sessions.Get([]byte(id))
+			if data == nil {
+				continue // deleted since ownedBy
+			}
+			r, err := decodeRecord(id, data)
+			if err != nil {
+				return fmt.Errorf("session %s: %w", id, err)
+			}
+			if r.Owner == owner { // not replaced by another owner's since
+				out = append(out, r.session())
+			}
+		}
+		return nil
 	})
 	return out, err
 }
@@ -605,6 +714,7 @@ func (s *Store) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uint
 
 // DeleteSession implements statestore.Store.
 func (s *Store) DeleteSession(_ context.Context, id string) error {
+	var owner string // "" for a corrupt record
 	err := s.update("delete", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
 		if errors.Is(err, statestore.ErrNotFound) {
@@ -613,7 +723,9 @@ func (s *Store) DeleteSession(_ context.Context, id string) error {
 		// A corrupt record can be deleted too; as its order key is
 		// unknown, its order entry is looked up by id.
 		key := []byte(id)
+		owner = ""
 		if err == nil {
+			owner = r.Owner
 			err = tx.Bucket(bucketOrder).Delete(u64(r.Order))
 		} else {
 			err = deleteOrderOf(tx, key)
@@ -627,6 +739,7 @@ func (s *Store) DeleteSession(_ context.Context, id string) error {
 		return deleteLogs(tx, key)
 	})
 	if err == nil {
+		s.disowned(owner, id)
 		s.wake(id)
 	}
 	return err

@@ -132,6 +132,8 @@ func TestCorruptRecords(t *testing.T) {
 	check("GetSession", "bad", err)
 	_, err = s.ListSessions(ctx, "")
 	check("ListSessions", "bad", err)
+	_, err = s.ListSessions(ctx, "alice") // its owner is unknown
+	check("ListSessions(alice)", "bad", err)
 	check("SetState", "bad", s.SetState(ctx, "bad", statestore.StateReady, ""))
 	check("Append", "bad", s.Append(ctx, "bad", []*acpv2.SessionEvent{storetest.Event(2, "y")}, nil))
 	_, err = s.Events(ctx, "bad", 0, 0)
@@ -151,6 +153,9 @@ func TestCorruptRecords(t *testing.T) {
 	}
 	if list, err := s.ListSessions(ctx, ""); err != nil || len(list) != 2 {
 		t.Fatalf("ListSessions after deleting the corrupt session = %v, %v", list, err)
+	}
+	if list, err := s.ListSessions(ctx, "alice"); err != nil || len(list) != 0 {
+		t.Fatalf("ListSessions(alice) after deleting the corrupt session = %v, %v", list, err)
 	}
 }
 
@@ -307,13 +312,8 @@ func TestClosed(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("WaitEvents returned nil when the store closed")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitEvents not ended by Close")
+	if err := storetest.Await(t, done, 10*time.Second, "WaitEvents not ended by Close"); err == nil {
+		t.Fatal("WaitEvents returned nil when the store closed")
 	}
 	errs := map[string]error{
 		"Create":  s.CreateSession(ctx, &statestore.Session{ID: "b"}),
@@ -337,6 +337,40 @@ func TestClosed(t *testing.T) {
 // benchStore opens a store for a benchmark.
 func benchStore(b *testing.B) *Store {
 	return openAt(b, filepath.Join(b.TempDir(), "gateway.db"), statestore.Options{MaxEvents: 10000})
+}
+
+// BenchmarkListOwner lists one user's sessions in a file of 2,000 (serve's
+// default --max-sessions and --max-ended-sessions, full) held by 50 users:
+// what the per-user session limit costs each CreateSession.
+func BenchmarkListOwner(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	// Each user creates its sessions at once with the others, so that the
+	// creates share commits.
+	var wg sync.WaitGroup
+	for user := range 50 {
+		wg.Go(func() {
+			for i := range 40 {
+				rec := &statestore.Session{
+					ID: fmt.Sprintf("s_%012x%012x", user, i), Owner: fmt.Sprint("user", user), Agent: "demo", Cwd: "/home/user/project",
+					State: statestore.StateClosed, CreatedAt: time.Now(), AgentSessionID: "sess_0123456789", ProtocolVersion: 1,
+				}
+				if err := s.CreateSession(ctx, rec); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	for b.Loop() {
+		if list, err := s.ListSessions(ctx, "user7"); err != nil || len(list) != 40 {
+			b.Fatalf("ListSessions = %d sessions, %v; want 40", len(list), err)
+		}
+	}
 }
 
 func BenchmarkAppend(b *testing.B) {

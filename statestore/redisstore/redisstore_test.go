@@ -474,13 +474,8 @@ func TestWaitCancel(t *testing.T) {
 	go func() { done <- s.WaitEvents(ctx, "a", 0) }()
 	time.Sleep(300 * time.Millisecond)
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v, want context.Canceled", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("WaitEvents did not return within 2s of the cancel")
+	if err := storetest.Await(t, done, 2*time.Second, "WaitEvents did not return after the cancel"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 }
 
