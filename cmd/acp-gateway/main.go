@@ -357,6 +357,8 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Only for the early returns below: after serving, gw.Shutdown closes
+	// the manager, and closing it again does nothing.
 	defer gw.Manager.Close()
 	mgr, met, srv := gw.Manager, gw.Metrics, gw.Server
 	var metricsSrv *http.Server
@@ -391,12 +393,12 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if metricsSrv != nil {
 		_ = metricsSrv.Shutdown(shutdownCtx)
 	}
-	if serveErr != nil {
-		_ = srv.Shutdown(shutdownCtx)
+	shutdownErr := gw.Shutdown(shutdownCtx)
+	switch {
+	case serveErr != nil:
 		return serveErr
-	}
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return err
+	case shutdownErr != nil:
+		return shutdownErr
 	}
 	return <-done
 }

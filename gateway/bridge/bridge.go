@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -82,7 +83,8 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 		inflight: map[jsonrpc2.ID]func(){},
 		version:  acpjson.V1,
 	}
-	b.conn = jsonrpc2.NewConn(base, newLineStream(in, out, opts.MaxLine), b, jsonrpc2.SetLogger(discardLogger{}))
+	// jsonrpc2's own logging is silenced: the bridge logs what matters.
+	b.conn = jsonrpc2.NewConn(base, newLineStream(in, out, opts.MaxLine), b, jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
 	close(b.ready)
 	select {
 	case <-b.conn.DisconnectNotify():
@@ -149,11 +151,7 @@ func (b *bridge) spawn(f func()) bool {
 	if b.closing {
 		return false
 	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		f()
-	}()
+	b.wg.Go(f)
 	return true
 }
 
@@ -351,18 +349,11 @@ func (b *bridge) closeSessions(ctx context.Context) {
 	b.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := b.closeGatewaySession(ctx, id); err != nil {
 				b.log.Warn("closing a session", "session", id, "error", err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
-
-// discardLogger silences jsonrpc2's own logging.
-type discardLogger struct{}
-
-func (discardLogger) Printf(string, ...any) {}

@@ -16,6 +16,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // turnScript's one turn shows messages, a plan and a tool call's life.
@@ -211,11 +212,10 @@ func TestCancelMidTurnEndsItCancelled(t *testing.T) {
 		res, err := e.prompt(testCtx(t), sid, "take your time")
 		done <- result{res, err}
 	}()
-	waitFor(t, `"working"`, func() bool {
+	testutil.WaitFor(t, `"working"`, func() bool {
 		updates, _ := e.rec.snapshot()
 		return len(texts(updates)) > 0
 	})
-	start := time.Now()
 	if err := e.Cancel(testCtx(t), acp.CancelNotification{SessionId: acp.SessionId(sid)}); err != nil {
 		t.Fatal(err)
 	}
@@ -229,9 +229,6 @@ func TestCancelMidTurnEndsItCancelled(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("the cancelled turn did not end")
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("the turn took %v to end after session/cancel", d)
 	}
 	updates, _ := e.rec.snapshot()
 	if got := texts(updates); !reflect.DeepEqual(got, []string{"working"}) {

@@ -297,18 +297,6 @@ func cancelledOutcome() acp.RequestPermissionResponse {
 		Cancelled: &acp.RequestPermissionOutcomeCancelled{Outcome: "cancelled"}}}
 }
 
-// waitFor polls cond until it holds, failing the test after 15 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // texts returns the text of the updates' agent message chunks.
 func texts(updates []acp.SessionUpdate) []string {
 	var out []string

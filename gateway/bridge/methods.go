@@ -118,47 +118,34 @@ func parseSessionParams(method string, params json.RawMessage) (sessionParams, e
 	return p, nil
 }
 
-// attach makes a gateway session known to the bridge, checking that it
-// exists, and returns its snapshot.
-func (b *bridge) attach(ctx context.Context, id string) (*session, *acpv2.SessionSnapshot, error) {
-	res, err := b.client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
-	if err != nil {
-		return nil, nil, rpcError("GetSession", err)
-	}
-	return b.sessionFor(id, false), res.Msg.GetSession(), nil
-}
-
 // loadSession (ACP v1 session/load) replays the session's history from the
 // gateway's event log and answers when the editor has had all of it.
 func (b *bridge) loadSession(ctx context.Context, params json.RawMessage) (any, error) {
-	p, err := parseSessionParams("session/load", params)
-	if err != nil {
-		return nil, err
-	}
-	s, snap, err := b.attach(ctx, p.SessionID)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.replay(ctx, s, snap.GetLastSeq()); err != nil {
-		return nil, err
-	}
-	return struct{}{}, nil
+	return b.reattach(ctx, "session/load", params, true)
 }
 
 // resumeSession attaches to a gateway session; with ACP v2's
 // `replayFrom: {"type": "start"}` it replays the history first, as
 // session/load does.
 func (b *bridge) resumeSession(ctx context.Context, params json.RawMessage) (any, error) {
-	p, err := parseSessionParams("session/resume", params)
+	return b.reattach(ctx, "session/resume", params, false)
+}
+
+// reattach serves session/load and session/resume: it makes the gateway
+// session known to the bridge, checking that it exists, and replays its
+// history when replay is set or the params ask for it.
+func (b *bridge) reattach(ctx context.Context, method string, params json.RawMessage, replay bool) (any, error) {
+	p, err := parseSessionParams(method, params)
 	if err != nil {
 		return nil, err
 	}
-	s, snap, err := b.attach(ctx, p.SessionID)
+	res, err := b.client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: p.SessionID}))
 	if err != nil {
-		return nil, err
+		return nil, rpcError("GetSession", err)
 	}
-	if p.ReplayFrom != nil && p.ReplayFrom.Type == "start" {
-		if err := b.replay(ctx, s, snap.GetLastSeq()); err != nil {
+	s := b.sessionFor(p.SessionID, false)
+	if replay || p.ReplayFrom != nil && p.ReplayFrom.Type == "start" {
+		if err := b.replay(ctx, s, res.Msg.GetSession().GetLastSeq()); err != nil {
 			return nil, err
 		}
 	}

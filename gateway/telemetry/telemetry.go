@@ -34,8 +34,10 @@ type Tracing struct {
 }
 
 // Endpoint returns the OTLP/HTTP traces endpoint to use: flag when set,
-// else the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
-// OTEL_EXPORTER_OTLP_ENDPOINT variables; "" means no export.
+// else the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, used as it is, or
+// OTEL_EXPORTER_OTLP_ENDPOINT, a base URL under whose path the traces go
+// (at v1/traces, as the OpenTelemetry specification has it); "" means no
+// export.
 func Endpoint(flag string) string {
 	if flag != "" {
 		return flag
@@ -45,11 +47,10 @@ func Endpoint(flag string) string {
 	}
 	if v := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); v != "" {
 		u, err := url.Parse(v)
-		if err == nil && (u.Path == "" || u.Path == "/") {
-			u.Path = "/v1/traces"
-			return u.String()
+		if err != nil {
+			return v // for New to refuse
 		}
-		return v
+		return u.JoinPath("v1/traces").String()
 	}
 	return ""
 }

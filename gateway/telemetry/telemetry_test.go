@@ -164,3 +164,22 @@ func TestBadEndpointIsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestEndpoint(t *testing.T) {
+	for _, tt := range []struct {
+		flag, traces, base, want string
+	}{
+		{want: ""},
+		{flag: "http://flag:4318", traces: "http://t:4318/x", base: "http://b:4318", want: "http://flag:4318"},
+		{traces: "http://t:4318/custom", base: "http://b:4318", want: "http://t:4318/custom"},
+		{base: "http://b:4318", want: "http://b:4318/v1/traces"},
+		{base: "http://b:4318/", want: "http://b:4318/v1/traces"},
+		{base: "https://b/otlp/", want: "https://b/otlp/v1/traces"},
+	} {
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", tt.traces)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tt.base)
+		if got := telemetry.Endpoint(tt.flag); got != tt.want {
+			t.Errorf("Endpoint(%q) with traces %q, base %q = %q, want %q", tt.flag, tt.traces, tt.base, got, tt.want)
+		}
+	}
+}
