@@ -75,6 +75,9 @@ checkdeploy: ## Check deploy/: Dockerfile, Kubernetes overlays, Prometheus rules
 fuzz: ## Run each fuzz target briefly (FUZZTIME, default 10s)
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeUpdate$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodedUpdateMarshals$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeNotification$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
+	$(GO) test -run='^$$' -fuzz='^FuzzOnePassMatchesJSONRPC2$$' -fuzztime=$(FUZZTIME) ./gateway/agent
 	$(GO) test -run='^$$' -fuzz='^FuzzApply$$' -fuzztime=$(FUZZTIME) ./gateway/merge
 	$(GO) test -run='^$$' -fuzz='^FuzzRequests$$' -fuzztime=$(FUZZTIME) ./gateway/service
 

@@ -24,6 +24,19 @@ func BenchmarkDecodeUpdate(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeNotification decodes the same update inside its
+// session/update notification, as the agent's read loop does with each line.
+func BenchmarkDecodeNotification(b *testing.B) {
+	line := []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess_1","update":` + string(benchUpdate) + `}}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if n, ok := acpjson.DecodeNotification(line, acpjson.V2); !ok || n.Err != nil {
+			b.Fatal(ok, n.Err)
+		}
+	}
+}
+
 func BenchmarkEncodeUpdateV2(b *testing.B) {
 	u, err := acpjson.DecodeUpdate(benchUpdate, acpjson.V2)
 	if err != nil {

@@ -72,6 +72,11 @@ func KeepUnknown(data []byte) *acpv2.SessionUpdate {
 	if err != nil {
 		return nil
 	}
+	return keepUnknown(v)
+}
+
+// keepUnknown is KeepUnknown of the parsed value v.
+func keepUnknown(v any) *acpv2.SessionUpdate {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		obj = map[string]any{"update": v}
@@ -138,6 +143,17 @@ func Encode(m proto.Message, v Version) ([]byte, error) {
 // parseJSON parses the JSON value at the start of data, with numbers as
 // json.Number. trailing reports whether anything but whitespace follows it.
 func parseJSON(data []byte) (v any, trailing bool, err error) {
+	if v, ok := parseFast(data); ok {
+		return v, false, nil
+	}
+	// Not JSON, data after the value, or a document the fast parser leaves
+	// alone: encoding/json decides, and words the error.
+	return parseStd(data)
+}
+
+// parseStd is parseJSON by encoding/json alone, the reference that the fast
+// parser must not change.
+func parseStd(data []byte) (v any, trailing bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&v); err != nil {
@@ -155,6 +171,12 @@ func parseObject(data []byte) (map[string]any, error) {
 	if trailing {
 		return nil, &Error{Reason: "trailing data after the JSON object"}
 	}
+	return asObject(v)
+}
+
+// asObject returns the parsed value v as an object, or the error of a JSON
+// value that is not one.
+func asObject(v any) (map[string]any, error) {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		return nil, &Error{Reason: fmt.Sprintf("want a JSON object, got %s", jsonKind(v))}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 
@@ -246,6 +247,14 @@ func (d *decoder) member(m protoreflect.Message, in *msgInfo, fd protoreflect.Fi
 		}
 		m.Set(fd, protoreflect.ValueOfList(list))
 		return nil
+	}
+	if s, ok := val.(string); ok {
+		if i, plain := in.stringField[fd.Number()]; plain {
+			if rv := reflect.ValueOf(m.Interface()); rv.Type() == in.goType {
+				rv.Elem().Field(i).SetString(s)
+				return nil
+			}
+		}
 	}
 	v, err := d.scalar(func() protoreflect.Value { return m.NewField(fd) }, fd, val)
 	if err != nil {

@@ -6,11 +6,13 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -45,8 +47,11 @@ const clientProtocolVersion = 2
 // answered later.
 type Client interface {
 	// SessionUpdate receives the `update` of each session/update
-	// notification, undecoded.
-	SessionUpdate(agentSessionID string, update json.RawMessage)
+	// notification, decoded for the agent's ACP version as
+	// [acpjson.DecodeUpdate] decodes it. An update that does not decode is
+	// kept whole as [acpjson.KeepUnknown] keeps it, and err says why; u is
+	// never nil.
+	SessionUpdate(agentSessionID string, u *acpv2.SessionUpdate, err error)
 	// RequestPermission receives the params of a session/request_permission
 	// request. The agent gets the outcome sent on the returned channel, or
 	// cancelled when the channel is closed without a value. An error is
@@ -117,22 +122,32 @@ type Agent struct {
 	cfg    Config
 	cmd    *exec.Cmd
 	conn   *jsonrpc2.Conn
-	stream *recordingStream
+	stream *lineStream
 	fs     *fileServer
 	out    *os.File // read end of the agent's stdout
 
-	version     acpjson.Version
+	// version is the negotiated acpjson.Version, set once initialize is
+	// answered; the read loop decodes updates with it.
+	version     atomic.Int64
 	authMethods []string
 	caps        Capabilities
 
-	exited  chan struct{} // closed when the process is reaped
-	waitErr error         // the process's exit, set before exited closes
-	done    chan struct{} // closed when the agent is gone: exited or disconnected
-	doneErr atomic.Pointer[error]
-	reason  string      // a word for why it ended, set before done closes
-	closing atomic.Bool // Close was called: the gateway ended the agent
+	exited chan struct{} // closed when the process is reaped
+	// ended is cancelled when the agent has ended, see finish; calls to
+	// the agent are cut short by it.
+	ended    context.Context
+	setEnded context.CancelFunc
+	closing  atomic.Bool // Close was called: the gateway ended the agent
 
+	// closeOnce makes Close, which the session and its agent watcher may
+	// call at once, signal the process group and release what the agent
+	// holds only once; a second Close waits for the first.
 	closeOnce sync.Once
+
+	endMu  sync.Mutex
+	err    error  // why the agent ended; nil while it runs
+	reason string // a word for why it ended, see Reason
+	onDone func() // run once the agent has ended, see OnDone
 }
 
 // ErrExited is wrapped by the error of an agent that ended.
@@ -195,16 +210,21 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		errR.Close()
 		return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
 	}
-	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{}), done: make(chan struct{})}
+	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{})}
+	a.ended, a.setEnded = context.WithCancel(context.Background())
 	a.cfg.Log.Info("agent started", "pid", cmd.Process.Pid)
 
 	go func() {
 		defer errR.Close()
 		a.logStderr(errR)
 	}()
+	// The agent ends when this goroutine reaps it, or earlier when its
+	// output breaks (see streamEnded): no goroutine waits for either.
 	go func() {
-		a.waitErr = cmd.Wait()
+		err := cmd.Wait()
 		close(a.exited)
+		how, reason := describeExit(err)
+		a.finish(fmt.Errorf("%w: %s", ErrExited, how), reason)
 	}()
 
 	var out io.Reader = outR
@@ -215,11 +235,11 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.BytesOut != nil {
 		in = countingWriter{in, cfg.BytesOut}
 	}
-	rw := &stdio{r: &lineLimiter{r: out, max: cfg.MaxLine}, w: in}
-	a.stream = &recordingStream{ObjectStream: jsonrpc2.NewPlainObjectStream(rw)}
+	a.stream = newLineStream(out, in, cfg.MaxLine, a.updateLine)
+	a.stream.onEnd = a.streamEnded
+	// jsonrpc2's own logging is silenced: the package logs what matters.
 	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a},
-		jsonrpc2.SetLogger(discardLogger{}))
-	go a.watch()
+		jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
@@ -233,38 +253,59 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// watch marks the agent done when its process exits or its stream breaks.
-func (a *Agent) watch() {
-	var err error
-	exited := func() {
-		var how string
-		how, a.reason = describeExit(a.waitErr)
-		err = fmt.Errorf("%w: %s", ErrExited, how)
+// streamEnded is called once, in the read loop, when reading the agent's
+// output ends with err. A protocol error ends the agent at once; closed
+// output means the process is exiting, and its exit status is reported
+// unless it has not come within StopGrace.
+func (a *Agent) streamEnded(err error) {
+	if !errors.Is(err, io.EOF) {
+		a.finish(fmt.Errorf("%w: protocol error: %v", ErrExited, err), ReasonProtocolError)
+		return
 	}
-	select {
-	case <-a.exited:
-		exited()
-	case <-a.conn.DisconnectNotify():
-		if rerr := a.stream.err(); rerr != nil && !errors.Is(rerr, io.EOF) {
-			err = fmt.Errorf("%w: protocol error: %v", ErrExited, rerr)
-			a.reason = ReasonProtocolError
-		} else {
-			// Output closed: the process is exiting. Report its status.
-			select {
-			case <-a.exited:
-				exited()
-			case <-time.After(a.cfg.StopGrace):
-				err = fmt.Errorf("%w: closed its output", ErrExited)
-				a.reason = ReasonExited
-			}
+	go func() {
+		t := time.NewTimer(a.cfg.StopGrace)
+		defer t.Stop()
+		select {
+		case <-a.exited: // the reaper reports the exit
+		case <-t.C:
+			a.finish(fmt.Errorf("%w: closed its output", ErrExited), ReasonExited)
 		}
+	}()
+}
+
+// finish ends the agent with err (not nil) the first time it is called:
+// it records why, closes done and runs the OnDone function.
+func (a *Agent) finish(err error, reason string) {
+	a.endMu.Lock()
+	if a.err != nil {
+		a.endMu.Unlock()
+		return
 	}
-	if a.closing.Load() && a.reason != ReasonProtocolError {
-		a.reason = ReasonStopped
+	if a.closing.Load() && reason != ReasonProtocolError {
+		reason = ReasonStopped
 	}
-	a.doneErr.Store(&err)
-	close(a.done)
+	a.err, a.reason = err, reason
+	a.setEnded()
+	f := a.onDone
+	a.endMu.Unlock()
 	a.cfg.Log.Info("agent ended", "reason", err.Error())
+	if f != nil {
+		go f()
+	}
+}
+
+// OnDone arranges for f to run, in a goroutine of its own, once the agent
+// has ended (at once if it has): a way to learn of its end without a
+// goroutine waiting on [Agent.Done]. The agent keeps one such function: f
+// replaces one given earlier that has not run.
+func (a *Agent) OnDone(f func()) {
+	a.endMu.Lock()
+	defer a.endMu.Unlock()
+	if a.err != nil {
+		go f()
+		return
+	}
+	a.onDone = f
 }
 
 // Reasons an agent ended, as [Agent.Reason] gives them.
@@ -300,28 +341,24 @@ func describeExit(err error) (string, string) {
 // Reason says in one word why the agent ended (one of the Reason
 // constants), or "" while it runs.
 func (a *Agent) Reason() string {
-	select {
-	case <-a.done:
-		return a.reason
-	default:
-		return ""
-	}
+	a.endMu.Lock()
+	defer a.endMu.Unlock()
+	return a.reason
 }
 
 // Done is closed when the agent has ended: its process exited or its
 // output broke the protocol.
-func (a *Agent) Done() <-chan struct{} { return a.done }
+func (a *Agent) Done() <-chan struct{} { return a.ended.Done() }
 
 // Err says why the agent ended, or nil while it runs.
 func (a *Agent) Err() error {
-	if p := a.doneErr.Load(); p != nil {
-		return *p
-	}
-	return nil
+	a.endMu.Lock()
+	defer a.endMu.Unlock()
+	return a.err
 }
 
 // Version is the ACP version the agent negotiated.
-func (a *Agent) Version() acpjson.Version { return a.version }
+func (a *Agent) Version() acpjson.Version { return acpjson.Version(a.version.Load()) }
 
 // AuthMethods lists the ids of the authentication methods the agent offers.
 func (a *Agent) AuthMethods() []string { return a.authMethods }
@@ -361,7 +398,7 @@ func (a *Agent) initialize(ctx context.Context) error {
 	}
 	switch res.ProtocolVersion {
 	case 1, 2:
-		a.version = acpjson.Version(res.ProtocolVersion)
+		a.version.Store(int64(res.ProtocolVersion))
 	default:
 		return fmt.Errorf("agent: initialize: unsupported protocol version %d (the gateway speaks 1 and 2)", res.ProtocolVersion)
 	}
@@ -370,7 +407,7 @@ func (a *Agent) initialize(ctx context.Context) error {
 	}
 	// An object (even {}) offers the capability; omitted or null does not.
 	offered := func(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '{' }
-	if a.version == acpjson.V1 {
+	if a.Version() == acpjson.V1 {
 		a.caps.Load = res.AgentCapabilities.LoadSession
 		a.caps.Resume = offered(res.AgentCapabilities.SessionCapabilities.Resume)
 	} else {
@@ -406,7 +443,7 @@ func (a *Agent) Load(ctx context.Context, sessionID, cwd string) error {
 
 // SetMode sends session/set_mode (ACP v1; v2 has no such method).
 func (a *Agent) SetMode(ctx context.Context, sessionID, modeID string) error {
-	if a.version != acpjson.V1 {
+	if a.Version() != acpjson.V1 {
 		return ErrUnsupported
 	}
 	return a.call(ctx, "session/set_mode", map[string]any{"sessionId": sessionID, "modeId": modeID}, nil)
@@ -420,7 +457,7 @@ func (a *Agent) SetConfigOption(ctx context.Context, sessionID, configID string,
 	case bool:
 		params["type"] = "boolean"
 	case string:
-		if a.version != acpjson.V1 {
+		if a.Version() != acpjson.V1 {
 			params["type"] = "id"
 		}
 	default:
@@ -443,20 +480,14 @@ var ErrUnsupported = errors.New("agent: the agent's ACP version has no such meth
 func (a *Agent) call(ctx context.Context, method string, params, result any) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-a.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(a.ended, cancel)()
 	err := a.conn.Call(ctx, method, params, result)
 	if err != nil {
 		if errors.Is(err, jsonrpc2.ErrClosed) || errors.Is(err, context.Canceled) {
 			// The connection broke or the agent ended: report why, once
-			// watch has found out.
+			// the agent is known to have ended (see streamEnded).
 			select {
-			case <-a.done:
+			case <-a.ended.Done():
 			case <-time.After(2 * a.cfg.StopGrace):
 			}
 		}
@@ -510,7 +541,7 @@ func (a *Agent) NewSession(ctx context.Context, cwd string) (string, error) {
 func (a *Agent) Prompt(ctx context.Context, sessionID string, prompt []*acpv2.ContentBlock) (string, error) {
 	blocks := make([]json.RawMessage, len(prompt))
 	for i, b := range prompt {
-		js, err := acpjson.Encode(b, a.version)
+		js, err := acpjson.Encode(b, a.Version())
 		if err != nil {
 			return "", fmt.Errorf("prompt block %d: %w", i, err)
 		}
@@ -557,14 +588,14 @@ func (a *Agent) Close() {
 		}
 		// Children the agent left behind in its group.
 		killGroup(pgid, a.cfg.StopGrace)
-		<-a.done
+		<-a.ended.Done()
 		_ = a.out.Close()
 		a.fs.close()
 	})
 }
 
 func (a *Agent) logStderr(r io.Reader) {
-	br := bufio.NewReaderSize(r, 4096)
+	br := bufio.NewReaderSize(r, 512) // longer lines are read in pieces
 	for {
 		line, err := readLine(br, maxStderrLine)
 		if len(line) > 0 {
@@ -597,11 +628,31 @@ func readLine(br *bufio.Reader, max int) (string, error) {
 // deferred is returned by handle for a request it answers later.
 type deferred struct{}
 
+// sessionUpdateMethod, quoted, is in every session/update line.
+var sessionUpdateMethod = []byte(`"session/update"`)
+
+// updateLine takes a line that is a session/update notification, and hands
+// its update to the Client, decoded in one pass over the line
+// ([acpjson.DecodeNotification]). It leaves any other line, and any
+// notification not plainly shaped, to jsonrpc2 and handle, which decode
+// such an update as well, only slower. It runs in the read loop.
+func (a *Agent) updateLine(line []byte) bool {
+	if !bytes.Contains(line, sessionUpdateMethod) {
+		return false
+	}
+	n, ok := acpjson.DecodeNotification(line, a.Version())
+	if !ok {
+		return false
+	}
+	a.cfg.Client.SessionUpdate(n.SessionID, n.Update, n.Err)
+	return true
+}
+
 // handler adapts Agent.handle to jsonrpc2.Handler.
 type handler struct{ a *Agent }
 
-// Handle implements jsonrpc2.Handler. It runs in the read loop, so updates
-// are handled in the order the agent sent them.
+// Handle implements jsonrpc2.Handler. It runs in the read loop, as
+// updateLine does, so what the agent sends is handled in its order.
 func (h handler) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	result, err := h.a.handle(ctx, conn, req)
 	if _, later := result.(deferred); req.Notif || later {
@@ -626,6 +677,7 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 	}
 	switch req.Method {
 	case "session/update":
+		// Only what updateLine leaves: requests, and odd notifications.
 		var p struct {
 			SessionID string          `json:"sessionId"`
 			Update    json.RawMessage `json:"update"`
@@ -634,7 +686,11 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			a.cfg.Log.Warn("agent sent a malformed session/update", "error", err)
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "session/update needs params.update"}
 		}
-		a.cfg.Client.SessionUpdate(p.SessionID, p.Update)
+		u, err := acpjson.DecodeUpdate(p.Update, a.Version())
+		if err != nil {
+			u = acpjson.KeepUnknown(p.Update)
+		}
+		a.cfg.Client.SessionUpdate(p.SessionID, u, err)
 		return nil, nil
 	case "session/request_permission":
 		ch, err := a.cfg.Client.RequestPermission(params)

@@ -1,86 +1,142 @@
 package agent
 
 import (
-	"bytes"
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
-
-	"github.com/sourcegraph/jsonrpc2"
+	"sync/atomic"
 )
-
-// stdio joins the agent's stdout and stdin into one stream.
-type stdio struct {
-	r io.Reader
-	w io.WriteCloser
-}
-
-func (s *stdio) Read(p []byte) (int, error)  { return s.r.Read(p) }
-func (s *stdio) Write(p []byte) (int, error) { return s.w.Write(p) }
-func (s *stdio) Close() error                { return s.w.Close() }
 
 // ErrLineTooLong is the protocol error of an agent line over the limit.
 var ErrLineTooLong = errors.New("agent output line too long")
 
-// lineLimiter fails the read of a line longer than max bytes, so that an
-// agent cannot make the gateway buffer unbounded output.
-type lineLimiter struct {
-	r   io.Reader
-	max int
-	cur int // bytes of the current line so far
+const (
+	// lineBuffer is the read buffer of an agent's stdout, held for the
+	// agent's life: about what jsonrpc2's decoder grew to for lines of up to
+	// 3 KiB (1.5 to 3.5 KiB). A longer line is put together in a buffer of
+	// its own.
+	lineBuffer = 4 << 10
+	// keepLong bounds the long-line buffer kept for the next long line, so
+	// that one huge line does not stay in memory for the agent's life, as
+	// it did in jsonrpc2's decoder.
+	keepLong = 16 << 10
+)
+
+// lineStream is the jsonrpc2.ObjectStream of an agent: ACP's stdio
+// transport, one JSON-RPC message per line each way.
+//
+// It reads a line at a time, and fails a line longer than max bytes (without
+// its newline) with ErrLineTooLong as soon as it is that long, so that an
+// agent cannot make the gateway buffer unbounded output. Each line is
+// offered to direct first, which takes the session/update notifications in
+// one pass (see [Agent.updateLine]); the others are unmarshalled into the
+// message jsonrpc2 reads, as its plain object stream would. Lines holding
+// only whitespace are skipped. The first error (a line that is not JSON, a
+// line too long, the end of the output) ends reading: onEnd is told of it,
+// so that the agent's end can be explained, and every later read returns it.
+type lineStream struct {
+	r      *bufio.Reader
+	max    int
+	direct func(line []byte) bool
+	// long holds a line longer than r's buffer.
+	long []byte
+	// end is the error that ends reading, returned once the lines before it
+	// are read.
+	end error
+	// onEnd, if set, is called once, in the read loop, with the error that
+	// ends reading.
+	onEnd func(error)
+	// directLines counts the lines direct took, for the tests.
+	directLines atomic.Uint64
+
+	w   io.WriteCloser
+	enc *json.Encoder
 }
 
-func (l *lineLimiter) Read(p []byte) (int, error) {
-	n, err := l.r.Read(p)
-	chunk := p[:n]
-	for len(chunk) > 0 {
-		i := bytes.IndexByte(chunk, '\n')
-		if i < 0 {
-			l.cur += len(chunk)
-			break
+func newLineStream(r io.Reader, w io.WriteCloser, max int, direct func([]byte) bool) *lineStream {
+	return &lineStream{r: bufio.NewReaderSize(r, lineBuffer), max: max, direct: direct, w: w, enc: json.NewEncoder(w)}
+}
+
+// ReadObject implements jsonrpc2.ObjectStream. It runs in jsonrpc2's read
+// loop, and so does direct: what the agent sends is handled in its order.
+func (s *lineStream) ReadObject(v any) error {
+	for {
+		line, err := s.readLine()
+		if err == nil {
+			if blank(line) {
+				continue
+			}
+			if s.direct != nil && s.direct(line) {
+				s.directLines.Add(1)
+				continue
+			}
+			if err = json.Unmarshal(line, v); err == nil {
+				return nil
+			}
+			s.end = err
 		}
-		l.cur += i
-		if l.cur > l.max {
-			break
+		if f := s.onEnd; f != nil {
+			s.onEnd = nil
+			f(err)
 		}
-		l.cur = 0
-		chunk = chunk[i+1:]
+		return err
 	}
-	if l.cur > l.max {
-		return 0, fmt.Errorf("%w: over %d bytes", ErrLineTooLong, l.max)
-	}
-	return n, err
 }
 
-// recordingStream remembers why reading failed, so the agent's end can be
-// explained (a line that is not JSON, a line too long).
-type recordingStream struct {
-	jsonrpc2.ObjectStream
-	mu      sync.Mutex
-	readErr error
-}
-
-func (s *recordingStream) ReadObject(v any) error {
-	err := s.ObjectStream.ReadObject(v)
-	if err != nil {
-		s.mu.Lock()
-		if s.readErr == nil {
-			s.readErr = err
+// readLine returns the next line without its newline; a last line that has
+// none counts. The line is valid until the next call.
+func (s *lineStream) readLine() ([]byte, error) {
+	if s.end != nil {
+		return nil, s.end
+	}
+	if cap(s.long) > keepLong {
+		s.long = nil
+	}
+	s.long = s.long[:0]
+	for {
+		frag, err := s.r.ReadSlice('\n')
+		n := len(s.long) + len(frag)
+		if err == nil {
+			n-- // the newline
 		}
-		s.mu.Unlock()
+		if n > s.max {
+			s.end = fmt.Errorf("%w: over %d bytes", ErrLineTooLong, s.max)
+			return nil, s.end
+		}
+		switch {
+		case err == nil && len(s.long) == 0:
+			return frag[:len(frag)-1], nil
+		case err == nil:
+			s.long = append(s.long, frag[:len(frag)-1]...)
+			return s.long, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			s.long = append(s.long, frag...)
+		default:
+			s.end = err
+			if n == 0 {
+				return nil, err
+			}
+			return append(s.long, frag...), nil
+		}
 	}
-	return err
 }
 
-func (s *recordingStream) err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.readErr
+// blank reports whether line holds only JSON whitespace, which jsonrpc2's
+// plain object stream skips between messages.
+func blank(line []byte) bool {
+	for _, c := range line {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
 }
 
-// discardLogger silences jsonrpc2's own logging; the agent package logs
-// what matters through slog.
-type discardLogger struct{}
+// WriteObject implements jsonrpc2.ObjectStream: the message as one line of
+// JSON. jsonrpc2 does not write two messages at once.
+func (s *lineStream) WriteObject(obj any) error { return s.enc.Encode(obj) }
 
-func (discardLogger) Printf(string, ...any) {}
+// Close implements jsonrpc2.ObjectStream: it closes the agent's stdin.
+func (s *lineStream) Close() error { return s.w.Close() }

@@ -31,6 +31,7 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -226,27 +227,9 @@ func turn(t *testing.T, c acpv2connect.SessionServiceClient, id string, onEvent 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := c.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}))
+	events, err := testutil.Turn(ctx, c, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, onEvent)
 	if err != nil {
-		t.Fatalf("Prompt: %v", err)
-	}
-	defer stream.Close()
-	var events []*acpv2.SessionEvent
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if ev == nil {
-			continue // heartbeat
-		}
-		events = append(events, ev)
-		if onEvent != nil {
-			onEvent(ev)
-		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatalf("Prompt stream: %v", err)
-	}
-	if len(events) == 0 || events[len(events)-1].GetTurnEnded() == nil {
-		t.Fatalf("the turn's stream did not end with turn_ended: %v", events)
+		t.Fatal(err)
 	}
 	return events
 }
@@ -256,35 +239,11 @@ func watchAll(t *testing.T, c acpv2connect.SessionServiceClient, id string, afte
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := c.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id, AfterSeq: afterSeq}))
+	events, err := testutil.Watch(ctx, c, id, afterSeq, n)
 	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	// A watch never ends by itself: cancel before Close, which would
-	// otherwise drain the stream.
-	defer func() {
-		cancel()
-		stream.Close()
-	}()
-	var events []*acpv2.SessionEvent
-	for len(events) < n && stream.Receive() {
-		if ev := stream.Msg().GetEvent(); ev != nil {
-			events = append(events, ev)
-		}
-	}
-	if len(events) < n {
-		t.Fatalf("Watch(after %d): got %d events, want %d: %v", afterSeq, len(events), n, stream.Err())
+		t.Fatal(err)
 	}
 	return events
-}
-
-func checkSeqs(t *testing.T, events []*acpv2.SessionEvent, first uint64) {
-	t.Helper()
-	for i, ev := range events {
-		if want := first + uint64(i); ev.GetSeq() != want {
-			t.Fatalf("event %d has seq %d, want %d", i, ev.GetSeq(), want)
-		}
-	}
 }
 
 func codeOf(err error) connect.Code {
@@ -316,11 +275,12 @@ func promptErr(g *gateway, id, text string) error {
 	return stream.Err()
 }
 
-// openWatch opens a Watch from the start of session id; cancel ends it.
-func openWatch(t *testing.T, g *gateway, id string) (stream *connect.ServerStreamForClient[acpv2.WatchResponse], cancel func()) {
+// openWatch opens a Watch through c from the start of session id; cancel
+// ends it.
+func openWatch(t *testing.T, c acpv2connect.SessionServiceClient, id string) (stream *connect.ServerStreamForClient[acpv2.WatchResponse], cancel func()) {
 	t.Helper()
-	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
-	stream, err := g.connect.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
+	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	stream, err := c.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
 	if err != nil {
 		stop()
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // This file feeds the gateway hostile input, from clients and from agents,
@@ -72,20 +72,12 @@ func (g *gateway) rawUnary(t *testing.T, method, contentType string, body []byte
 	return out
 }
 
-// envelope frames one Connect or gRPC streaming message.
-func envelope(flags byte, msg []byte) []byte {
-	b := make([]byte, 5, 5+len(msg))
-	b[0] = flags
-	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
-	return append(b, msg...)
-}
-
 // rawStream sends one enveloped request message to a server-streaming
 // method (Connect streaming protocol) and reads the response to its end, or
 // until ctx ends.
 func (g *gateway) rawStream(t *testing.T, ctx context.Context, method, contentType string, msg []byte) rawReply {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/acp.v2.SessionService/"+method, bytes.NewReader(envelope(0, msg)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/acp.v2.SessionService/"+method, bytes.NewReader(testutil.Envelope(0, msg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,15 +90,11 @@ func (g *gateway) rawStream(t *testing.T, ctx context.Context, method, contentTy
 	defer res.Body.Close()
 	out := rawReply{status: res.StatusCode}
 	for {
-		var head [5]byte
-		if _, err := io.ReadFull(res.Body, head[:]); err != nil {
+		flags, data, err := testutil.ReadEnvelope(res.Body)
+		if err != nil {
 			t.Fatalf("%s: stream ended without its end message: %v", method, err)
 		}
-		data := make([]byte, binary.BigEndian.Uint32(head[1:]))
-		if _, err := io.ReadFull(res.Body, data); err != nil {
-			t.Fatalf("%s: %v", method, err)
-		}
-		if head[0]&2 == 0 {
+		if flags&2 == 0 {
 			out.msgs = append(out.msgs, data)
 			continue
 		}
@@ -161,7 +149,7 @@ func stillWorks(t *testing.T, g *gateway, id string) {
 	if end := events[len(events)-1].GetTurnEnded(); end.GetError() != "" || end.GetStopReason() != "end_turn" {
 		t.Fatalf("a turn after the hostile input ended with %v", end)
 	}
-	checkSeqs(t, events, before+1)
+	testutil.CheckSeqs(t, events, before+1)
 }
 
 func TestHostileRequestBodies(t *testing.T) {
@@ -265,7 +253,7 @@ func grpcCall(t *testing.T, g *gateway, method string, msg []byte) (status, mess
 	p.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{Protocols: p}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodPost, g.base+"/acp.v2.SessionService/"+method, bytes.NewReader(envelope(0, msg)))
+	req, err := http.NewRequest(http.MethodPost, g.base+"/acp.v2.SessionService/"+method, bytes.NewReader(testutil.Envelope(0, msg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +328,7 @@ func TestPromptWithValuesJSONCannotHold(t *testing.T) {
 			t.Errorf("a %s client cannot replay the session's log: %d of %d events, then %v", proto, len(events), lastSeq, err)
 			continue
 		}
-		checkSeqs(t, events, 1)
+		testutil.CheckSeqs(t, events, 1)
 	}
 	stillWorks(t, g, id)
 }
@@ -434,7 +422,7 @@ func TestAgentFileRequestsCannotEscapeCwd(t *testing.T) {
 	if end := events[len(events)-1].GetTurnEnded(); end.GetStopReason() != "end_turn" {
 		t.Fatalf("the turn ended with %v", end)
 	}
-	checkSeqs(t, events, 1)
+	testutil.CheckSeqs(t, events, 1)
 	var reports []string
 	for _, ev := range events {
 		if c := ev.GetAgentMessageChunk(); c != nil {
@@ -482,7 +470,7 @@ func TestHugeAgentLineLosesOnlyItsSession(t *testing.T) {
 	}})
 	other := g.create(t, "chatty")
 	turn(t, g.connect, other, nil)
-	watch, stop := openWatch(t, g, other)
+	watch, stop := openWatch(t, g.connect, other)
 	defer stop()
 
 	// A line of exactly the limit is fine.
@@ -502,7 +490,7 @@ func TestHugeAgentLineLosesOnlyItsSession(t *testing.T) {
 	if snap.GetState() != "agent_lost" || !strings.Contains(snap.GetStateDetail(), "line too long") {
 		t.Fatalf("session state %q (%q), want agent_lost: line too long", snap.GetState(), snap.GetStateDetail())
 	}
-	checkSeqs(t, watchAll(t, g.connect, id, 0, int(snap.GetLastSeq())), 1)
+	testutil.CheckSeqs(t, watchAll(t, g.connect, id, 0, int(snap.GetLastSeq())), 1)
 	if err := promptErr(g, id, "again"); codeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("a prompt to the lost session: %v, want failed_precondition", err)
 	}
@@ -519,7 +507,7 @@ func TestHugeAgentLineLosesOnlyItsSession(t *testing.T) {
 	if len(seen) < len(events) {
 		t.Fatalf("the other session's watch ended after %d events: %v", len(seen), watch.Err())
 	}
-	checkSeqs(t, seen, 1)
+	testutil.CheckSeqs(t, seen, 1)
 	for i, ev := range events {
 		if got := seen[len(seen)-len(events)+i]; !eventEqual(got, ev) {
 			t.Fatalf("the other session's watch got %v, its prompt %v", got, ev)
@@ -543,7 +531,7 @@ func floodScript(n, size int) agentsim.Script {
 // in order.
 func checkFlood(t *testing.T, events []*acpv2.SessionEvent, n int) {
 	t.Helper()
-	checkSeqs(t, events, 1)
+	testutil.CheckSeqs(t, events, 1)
 	if len(events) != n+2 || events[0].GetTurnStarted() == nil || events[n+1].GetTurnEnded() == nil {
 		t.Fatalf("got %d events, want turn_started, %d chunks, turn_ended", len(events), n)
 	}
@@ -707,7 +695,7 @@ func TestStalledWatcherIsCutOffOthersAreNot(t *testing.T) {
 	if v, _ := g.scrape(t).value("acp_gateway_streams_cut_off_total", "rpc=Watch"); v < 1 {
 		t.Errorf("acp_gateway_streams_cut_off_total{rpc=Watch} = %v after a cut-off", v)
 	}
-	checkSeqs(t, got, 1)
+	testutil.CheckSeqs(t, got, 1)
 	// Resuming where it was cut off gives the rest.
 	rest := watchAll(t, g.connect, id, uint64(len(got)), n+2-len(got))
 	checkFlood(t, append(got, rest...), n)

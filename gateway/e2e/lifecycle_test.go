@@ -11,6 +11,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 func TestAuthenticationMethodFromTheSessionRequest(t *testing.T) {
@@ -45,13 +46,7 @@ func TestIdleAgentIsEnded(t *testing.T) {
 	id := g.create(t, "v1")
 	pid := newChild(t, before)
 	turn(t, g.connect, id, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for procfs.GroupAlive(pid) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if procfs.GroupAlive(pid) {
-		t.Fatal("the idle agent was not ended")
-	}
+	testutil.WaitFor(t, "the idle agent to be ended", func() bool { return !procfs.GroupAlive(pid) })
 	err := promptErr(g, id, "x")
 	if codeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("prompt after the idle agent ended: %v, want failed_precondition", err)

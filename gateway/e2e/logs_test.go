@@ -12,6 +12,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -36,7 +37,7 @@ func TestLogsNameTheCallAndHoldNoSecrets(t *testing.T) {
 		secretPrompt = "PROMPT-Quokka-launch-codes"
 	)
 	exit3 := 3
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	g := startGateway(t, gatewayOpts{
 		log:  logs,
 		auth: tokenFile(t, secretToken+" alice"),
@@ -128,7 +129,7 @@ func (brokenGet) GetSession(context.Context, string) (*statestore.Session, error
 
 func TestInternalErrorsAreLoggedNotShown(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	g := startGateway(t, gatewayOpts{log: logs, store: brokenGet{statestore.NewMemory(statestore.Options{})}})
 	_, err := g.connect.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: "s_1"}))
 	if codeOf(err) != connect.CodeInternal || strings.Contains(err.Error(), "disk on fire") {

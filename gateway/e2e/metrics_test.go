@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // scrape is one parsed GET /metrics.
@@ -174,13 +174,13 @@ func TestMetricsThroughTheServer(t *testing.T) {
 	c := g.create(t, "perm")
 
 	// A watcher shows on the session and in the aggregate while connected.
-	stream, cancel := openWatch(t, g, c)
+	stream, cancel := openWatch(t, g.connect, c)
 	s = g.scrape(t)
 	s.want(t, 1, "acp_gateway_session_watchers", "session_id="+c)
 	s.want(t, 1, "acp_gateway_streams_connected", "rpc=Watch")
 	cancel()
 	stream.Close()
-	waitFor(t, "the watcher to be counted gone", func() bool {
+	testutil.WaitFor(t, "the watcher to be counted gone", func() bool {
 		s := g.scrape(t)
 		w, _ := s.value("acp_gateway_session_watchers", "session_id="+c)
 		n, _ := s.value("acp_gateway_streams_connected", "rpc=Watch")
@@ -197,16 +197,4 @@ func TestSessionSeriesCanBeTurnedOff(t *testing.T) {
 		t.Errorf("per-session series while turned off: %v", names)
 	}
 	s.want(t, 1, "acp_gateway_sessions_active", "agent=perm")
-}
-
-// waitFor polls cond until it holds, failing the test after 10 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("timed out waiting for %s", what))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // waitState polls GetSession until the session is in state.
@@ -63,7 +64,7 @@ func TestLostAgentIsReattachedOnPrompt(t *testing.T) {
 			// The log holds both turns, the loss and the re-attach, and
 			// nothing the agent replayed while loading.
 			all := watchAll(t, g.connect, id, 0, int(second[len(second)-1].GetSeq()))
-			checkSeqs(t, all, 1)
+			testutil.CheckSeqs(t, all, 1)
 			var states []string
 			for _, ev := range all {
 				if sc := ev.GetStateChanged(); sc != nil {

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
-	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // v1Turn plays v1 creation, v1 null (unchanged), content replacement and a
@@ -42,44 +42,6 @@ var v2Turn = agentsim.Turn{Steps: []agentsim.Step{
 	update(`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"t2","content":{"type":"diff","path":"/w/x","newText":"y"}}`),
 }, StopReason: "max_tokens"} // sent in the idle state_update that ends a v2 turn
 
-// checkMerge replays the turn's deltas onto an empty merge state and checks
-// every merged tool_call event and the final snapshot against it.
-func checkMerge(t *testing.T, events []*acpv2.SessionEvent, snapshot []*acpv2.ToolCall) {
-	t.Helper()
-	state := merge.New()
-	var want *acpv2.ToolCall
-	for i, ev := range events {
-		var err error
-		switch {
-		case ev.GetToolCallUpdate() != nil:
-			want, err = state.ApplyUpdate(ev.GetToolCallUpdate())
-		case ev.GetToolCallContentChunk() != nil:
-			want, err = state.ApplyChunk(ev.GetToolCallContentChunk())
-		case ev.GetToolCall() != nil:
-			if !proto.Equal(ev.GetToolCall(), want) {
-				t.Fatalf("event %d: merged tool call %v, want %v", i, ev.GetToolCall(), want)
-			}
-			want = nil
-		default:
-			if want != nil {
-				t.Fatalf("event %d: the delta before it was not followed by its merged tool_call", i)
-			}
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := state.Snapshot()
-	if len(got) != len(snapshot) {
-		t.Fatalf("snapshot has %d tool calls, replay %d", len(snapshot), len(got))
-	}
-	for i := range got {
-		if !proto.Equal(got[i], snapshot[i]) {
-			t.Fatalf("snapshot[%d] = %v, replay gives %v", i, snapshot[i], got[i])
-		}
-	}
-}
-
 func snapshot(t *testing.T, g *gateway, id string) *acpv2.SessionSnapshot {
 	t.Helper()
 	res, err := g.connect.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
@@ -96,7 +58,7 @@ func TestV1TurnMergesIntoSnapshots(t *testing.T) {
 	}})
 	id := g.create(t, "v1")
 	events := turn(t, g.connect, id, nil)
-	checkSeqs(t, events, 1)
+	testutil.CheckSeqs(t, events, 1)
 	if events[0].GetTurnStarted() == nil {
 		t.Fatalf("first event %v, want turn_started", events[0])
 	}
@@ -104,7 +66,7 @@ func TestV1TurnMergesIntoSnapshots(t *testing.T) {
 		t.Fatalf("turn_ended = %v", r)
 	}
 	snap := snapshot(t, g, id)
-	checkMerge(t, events, snap.GetToolCalls())
+	testutil.CheckReplay(t, events, snap.GetToolCalls())
 
 	c1, c2 := snap.GetToolCalls()[0], snap.GetToolCalls()[1]
 	if c1.GetToolCallId() != "c1" || c2.GetToolCallId() != "c2" {
@@ -140,9 +102,9 @@ func TestV2TurnWithChunksAndClears(t *testing.T) {
 	}})
 	id := g.create(t, "v2")
 	events := turn(t, g.connect, id, nil)
-	checkSeqs(t, events, 1)
+	testutil.CheckSeqs(t, events, 1)
 	snap := snapshot(t, g, id)
-	checkMerge(t, events, snap.GetToolCalls())
+	testutil.CheckReplay(t, events, snap.GetToolCalls())
 	t1 := snap.GetToolCalls()[0]
 	if t1.GetTitle() != "" || t1.GetRawInput() != nil || t1.GetStatus() != "completed" {
 		t.Fatalf("v2 null did not clear: %v", t1)
@@ -184,7 +146,7 @@ func TestEveryProtocolStreamsATurn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			id := g.create(t, "v2")
 			events := turn(t, c, id, nil)
-			checkSeqs(t, events, 1)
+			testutil.CheckSeqs(t, events, 1)
 			for _, ev := range events {
 				ev.Time = nil
 			}
@@ -308,7 +270,7 @@ func TestHeartbeatsOnIdleStreams(t *testing.T) {
 		"v2": agentCommand(t, agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{v2Turn}}),
 	}})
 	id := g.create(t, "v2")
-	stream, cancel := openWatch(t, g, id)
+	stream, cancel := openWatch(t, g.connect, id)
 	defer cancel()
 	beats := 0
 	for beats < 3 && stream.Receive() {
@@ -331,7 +293,7 @@ func TestWatchOpensOnAnIdleSession(t *testing.T) {
 		"v2": agentCommand(t, agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{v2Turn}}),
 	}})
 	id := g.create(t, "v2")
-	stream, cancel := openWatch(t, g, id)
+	stream, cancel := openWatch(t, g.connect, id)
 	defer cancel()
 	if !stream.Receive() || stream.Msg().GetHeartbeat() == nil {
 		t.Fatalf("no opening heartbeat: %v", stream.Err())

@@ -229,11 +229,11 @@ func (m *Metrics) StreamOpened(rpc string) (closed func()) {
 	return func() { g.Dec() }
 }
 
-// EventSent counts an event sent on a stream of rpc.
-func (m *Metrics) EventSent(rpc string) { m.eventsSent.WithLabelValues(rpc).Inc() }
+// EventsSent counts n events sent on a stream of rpc.
+func (m *Metrics) EventsSent(rpc string, n int) { m.eventsSent.WithLabelValues(rpc).Add(float64(n)) }
 
 // CutOff counts a stream of rpc cut off for lagging.
 func (m *Metrics) CutOff(rpc string) { m.cutOff.WithLabelValues(rpc).Inc() }
 
-// Since is time.Since in seconds.
+// since is time.Since in seconds.
 func since(t time.Time) float64 { return time.Since(t).Seconds() }

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/rs/cors"
 
+	"github.com/acp-gateway/acp-gateway/gateway/flush"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
 
@@ -72,14 +73,20 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		opts.SendMaxBytes = DefaultSendMaxBytes
 	}
 	mux := http.NewServeMux()
-	mux.Handle(acpv2connect.NewSessionServiceHandler(svc,
+	path, svcHandler := acpv2connect.NewSessionServiceHandler(svc,
 		connect.WithReadMaxBytes(opts.ReadMaxBytes),
 		connect.WithSendMaxBytes(opts.SendMaxBytes),
 		// Compressing every small streamed event cost about half the
 		// gateway's CPU (docs/BENCHMARKS.md); only large messages gain.
 		connect.WithCompressMinBytes(compressMinBytes),
+		// Each event is marshalled once for all the streams sending it.
+		connect.WithCodec(newProtoCodec()),
+		connect.WithCodec(newJSONCodec()),
 		connect.WithInterceptors(append([]connect.Interceptor{framing{}}, opts.Interceptors...)...),
-	))
+	)
+	// The server streams send their events in batches with one flush each
+	// (connect flushes after every message).
+	mux.Handle(path, flush.Holdable(svcHandler, serverStream))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(acpv2connect.SessionServiceName)))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -121,13 +128,12 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		ReadHeaderTimeout: readHeaderTimeout,
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
-	s.http.RegisterOnShutdown(cancel)
 	return s
 }
 
 // Serve serves on l until Shutdown. It returns nil after a clean shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.http.Serve(l)
+	err := s.http.Serve(bufferedListener{l})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -139,6 +145,15 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	return s.http.Shutdown(ctx)
+}
+
+// serverStream tells the requests of the server-streaming procedures.
+func serverStream(r *http.Request) bool {
+	switch r.URL.Path {
+	case acpv2connect.SessionServicePromptProcedure, acpv2connect.SessionServiceWatchProcedure:
+		return true
+	}
+	return false
 }
 
 // framing answers a streaming request whose message framing is broken (a

@@ -1,7 +1,10 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -13,8 +16,11 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/flush"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
@@ -169,5 +175,153 @@ func TestOnlyLargeResponsesAreCompressed(t *testing.T) {
 	}
 	if got := encoding(64 << 10); got != "gzip" {
 		t.Errorf("a 64 KiB response was sent with Content-Encoding %q, want gzip", got)
+	}
+}
+
+// holding is a SessionService whose Watch sends three events with their
+// flushes held, then fails with a code and a trailer; GetSession tells
+// whether its response could hold flushes.
+type holding struct {
+	acpv2connect.UnimplementedSessionServiceHandler
+}
+
+func (holding) Watch(ctx context.Context, _ *connect.Request[acpv2.WatchRequest], stream *connect.ServerStream[acpv2.WatchResponse]) error {
+	fw := flush.From(ctx)
+	if fw == nil {
+		return connect.NewError(connect.CodeInternal, errors.New("a server stream cannot hold its flushes"))
+	}
+	fw.Hold()
+	for i := range 3 {
+		if err := stream.Send(&acpv2.WatchResponse{Event: &acpv2.SessionEvent{Seq: uint64(i + 1)}}); err != nil {
+			return err
+		}
+	}
+	fw.Release()
+	stream.ResponseTrailer().Set("Acp-Test", "kept")
+	return connect.NewError(connect.CodeAborted, errors.New("the end"))
+}
+
+func (holding) GetSession(ctx context.Context, _ *connect.Request[acpv2.GetSessionRequest]) (*connect.Response[acpv2.GetSessionResponse], error) {
+	if flush.From(ctx) != nil {
+		return nil, connect.NewError(connect.CodeInternal, errors.New("a unary call got a holdable writer"))
+	}
+	return connect.NewResponse(&acpv2.GetSessionResponse{}), nil
+}
+
+// The server streams' responses can hold flushes, over every protocol and
+// transport, and their messages, error and trailers still arrive.
+func TestServerStreamsCanHoldFlushes(t *testing.T) {
+	t.Parallel()
+	srv := server.New(holding{}, server.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	base := "http://" + l.Addr().String()
+	h1 := &http.Client{Transport: &http.Transport{}}
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: p}}
+	for name, c := range map[string]acpv2connect.SessionServiceClient{
+		"connect+proto over HTTP/1.1": acpv2connect.NewSessionServiceClient(h1, base),
+		"connect+json over h2c":       acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
+		"grpc over h2c":               acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),
+		"grpc-web over HTTP/1.1":      acpv2connect.NewSessionServiceClient(h1, base, connect.WithGRPCWeb()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			if _, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: "s"})); err != nil {
+				t.Fatalf("GetSession: %v", err)
+			}
+			stream, err := c.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: "s"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stream.Close()
+			var seqs []uint64
+			for stream.Receive() {
+				seqs = append(seqs, stream.Msg().GetEvent().GetSeq())
+			}
+			if !slices.Equal(seqs, []uint64{1, 2, 3}) || connect.CodeOf(stream.Err()) != connect.CodeAborted {
+				t.Fatalf("got %v, then %v; want 1, 2, 3, then aborted", seqs, stream.Err())
+			}
+			if got := stream.ResponseTrailer().Get("Acp-Test"); got != "kept" {
+				t.Fatalf("trailer Acp-Test = %q", got)
+			}
+		})
+	}
+}
+
+// manyKeys is an event whose Struct has enough keys that proto.Marshal,
+// which writes map entries in random order, practically never writes it
+// twice the same.
+var manyKeys = func() *acpv2.SessionEvent {
+	fields := map[string]any{}
+	for i := range 20 {
+		fields["k"+strconv.Itoa(i)] = float64(i)
+	}
+	meta, err := structpb.NewStruct(fields)
+	if err != nil {
+		panic(err)
+	}
+	return &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{Meta: meta}}}
+}()
+
+type repeating struct {
+	acpv2connect.UnimplementedSessionServiceHandler
+}
+
+func (repeating) Watch(_ context.Context, _ *connect.Request[acpv2.WatchRequest], stream *connect.ServerStream[acpv2.WatchResponse]) error {
+	for range 3 {
+		if err := stream.Send(&acpv2.WatchResponse{Event: manyKeys}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The server's proto codec encodes a stream's event once: every message
+// that carries it has the same bytes, though proto.Marshal writes its map
+// entries in a new order each time.
+func TestStreamsSendAnEventsOneEncoding(t *testing.T) {
+	t.Parallel()
+	srv := server.New(repeating{}, server.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	req, _ := proto.Marshal(&acpv2.WatchRequest{SessionId: "s"})
+	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
+	resp, err := http.Post("http://"+l.Addr().String()+acpv2connect.SessionServiceWatchProcedure, "application/connect+proto",
+		bytes.NewReader(append(body, req...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []byte
+	for i := range 3 {
+		if len(got) < 5 || got[0] != 0 {
+			t.Fatalf("message %d: %x", i, got)
+		}
+		n := int(binary.BigEndian.Uint32(got[1:5]))
+		msg := got[5 : 5+n]
+		var m acpv2.WatchResponse
+		if err := proto.Unmarshal(msg, &m); err != nil || !proto.Equal(m.GetEvent(), manyKeys) {
+			t.Fatalf("message %d does not decode to the event: %v", i, err)
+		}
+		if first == nil {
+			first = msg
+		} else if !bytes.Equal(msg, first) {
+			t.Fatalf("message %d is encoded anew", i)
+		}
+		got = got[5+n:]
 	}
 }

@@ -196,28 +196,39 @@ func (f *firstMessage) Receive(m any) error {
 }
 
 // noteUser tells the access log who the caller is, once authenticated.
-type noteUser func(context.Context) string
-
-func (n noteUser) note(ctx context.Context) {
-	if c, ok := ctx.Value(callKey{}).(*call); ok {
-		c.user = n(ctx)
+func noteUser(user func(context.Context) string) beforeCall {
+	return func(ctx context.Context) error {
+		if c, ok := ctx.Value(callKey{}).(*call); ok {
+			c.user = user(ctx)
+		}
+		return nil
 	}
 }
 
-func (n noteUser) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+// beforeCall is an interceptor that runs itself before each call the
+// server handles; an error is the call's answer.
+type beforeCall func(context.Context) error
+
+func (f beforeCall) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		n.note(ctx)
+		if !req.Spec().IsClient {
+			if err := f(ctx); err != nil {
+				return nil, err
+			}
+		}
 		return next(ctx, req)
 	}
 }
 
-func (n noteUser) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (beforeCall) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
 
-func (n noteUser) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (f beforeCall) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		n.note(ctx)
+		if err := f(ctx); err != nil {
+			return err
+		}
 		return next(ctx, conn)
 	}
 }

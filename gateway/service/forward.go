@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
@@ -73,15 +74,30 @@ func forwarded[T any](in *connect.Request[T]) *connect.Request[T] {
 	return out
 }
 
-// forward sends a unary request to the owning replica with call, one of
-// its client's methods.
-func forward[Req, Res any](ctx context.Context, in *connect.Request[Req],
-	call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*connect.Response[Res], error) {
-	res, err := call(ctx, forwarded(in))
+// onSession answers a unary request about session id: with run on the
+// session when this gateway runs it, else from the replica that does,
+// forwarded with call, the method of the request's procedure on the
+// client (acpv2connect.SessionServiceClient.Cancel, ...). run's response
+// is ignored when it returns an error.
+func onSession[Req, Res any](ctx context.Context, s *Service, req *connect.Request[Req], id string,
+	call func(acpv2connect.SessionServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+	run func(*session.Session) (*Res, error)) (*connect.Response[Res], error) {
+	sess, remote, err := s.session(ctx, req.Header(), id)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(res.Msg), nil
+	if remote != nil {
+		res, err := call(remote, ctx, forwarded(req))
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(res.Msg), nil
+	}
+	res, err := run(sess)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(res), nil
 }
 
 // relay copies the owner's Prompt stream to the client.

@@ -3,7 +3,6 @@ package service_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -220,7 +220,7 @@ func (g *fuzzGateway) call(t *testing.T, p procedure, asProto, envelopeIt bool, 
 	if p.stream {
 		ct = strings.Replace(ct, "/", "/connect+", 1)
 		if envelopeIt {
-			body = envelope(0, body)
+			body = testutil.Envelope(0, body)
 		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/acp.v2.SessionService/"+p.name, bytes.NewReader(body))
@@ -257,15 +257,11 @@ func (g *fuzzGateway) call(t *testing.T, p procedure, asProto, envelopeIt bool, 
 		t.Fatalf("%s: a Connect stream answered HTTP status %d", p.name, res.StatusCode)
 	}
 	for {
-		var head [5]byte
-		if _, err := io.ReadFull(res.Body, head[:]); err != nil {
+		flags, data, err := testutil.ReadEnvelope(res.Body)
+		if err != nil {
 			t.Fatalf("%s: the stream broke off without its end message (did the handler panic or hang?): %v", p.name, err)
 		}
-		data := make([]byte, binary.BigEndian.Uint32(head[1:]))
-		if _, err := io.ReadFull(res.Body, data); err != nil {
-			t.Fatalf("%s: the stream broke off: %v", p.name, err)
-		}
-		if head[0]&2 == 0 {
+		if flags&2 == 0 {
 			r.msgs = append(r.msgs, data)
 			if p.name == "Watch" {
 				return r // a live watch does not end by itself
@@ -286,13 +282,6 @@ func (g *fuzzGateway) call(t *testing.T, p procedure, asProto, envelopeIt bool, 
 		}
 		return r
 	}
-}
-
-func envelope(flags byte, msg []byte) []byte {
-	b := make([]byte, 5, 5+len(msg))
-	b[0] = flags
-	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
-	return append(b, msg...)
 }
 
 // legitimate5xx are the codes Connect maps to a 5xx status that a handler

@@ -31,7 +31,8 @@ const maxIdleBuckets = 10000
 // beyond rps a second (bursts of burst) with resource_exhausted. A server
 // stream counts once, when it opens. user names the caller.
 func newRateLimiter(rps float64, burst int, user func(context.Context) string) connect.Interceptor {
-	return &rateLimiter{rps: rate.Limit(rps), burst: burst, user: user, buckets: map[string]*rate.Limiter{}}
+	l := &rateLimiter{rps: rate.Limit(rps), burst: burst, user: user, buckets: map[string]*rate.Limiter{}}
+	return beforeCall(l.allow)
 }
 
 func (l *rateLimiter) allow(ctx context.Context) error {
@@ -62,29 +63,4 @@ func (l *rateLimiter) allow(ctx context.Context) error {
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
 		"too many requests: this gateway takes %g a second per user (bursts of %d); retry in %v",
 		float64(l.rps), l.burst, d.Round(time.Millisecond)))
-}
-
-func (l *rateLimiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if req.Spec().IsClient {
-			return next(ctx, req)
-		}
-		if err := l.allow(ctx); err != nil {
-			return nil, err
-		}
-		return next(ctx, req)
-	}
-}
-
-func (l *rateLimiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (l *rateLimiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := l.allow(ctx); err != nil {
-			return err
-		}
-		return next(ctx, conn)
-	}
 }

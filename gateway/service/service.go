@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/flush"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -46,7 +47,8 @@ var _ acpv2connect.SessionServiceHandler = (*Service)(nil)
 // Option configures a Service.
 type Option func(*Service)
 
-// WithHeartbeat sets the heartbeat interval of server streams.
+// WithHeartbeat sets the heartbeat interval of server streams; zero or
+// less means DefaultHeartbeat.
 func WithHeartbeat(d time.Duration) Option { return func(s *Service) { s.heartbeat = d } }
 
 // WithMetrics records the streams' metrics in m.
@@ -67,6 +69,11 @@ func New(mgr *session.Manager, opts ...Option) *Service {
 	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, maxPrompt: DefaultMaxPromptBytes, user: func(context.Context) string { return "" }, fwd: newForwarder()}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.heartbeat <= 0 {
+		// A stream's waits end a heartbeat interval after its last
+		// message: none would spin.
+		s.heartbeat = DefaultHeartbeat
 	}
 	if s.metrics == nil {
 		s.metrics = metrics.New(metrics.Options{MaxSessionSeries: -1})
@@ -229,87 +236,109 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 
 type header interface{ Set(key, value string) }
 
+// batchSize is the most events a stream sends with one flush.
+const batchSize = 64
+
 // pump sends sub's events through send, starting with a heartbeat and
 // then heartbeats while idle, until send says stop, the subscription ends or
 // the client goes.
+//
+// It runs in the handler's goroutine alone: it waits for events, the
+// heartbeat or the client's end, then sends the events at hand as one
+// batch, holding the flushes connect does after each message until the
+// last one.
 func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h header, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) error {
 	defer s.metrics.StreamOpened(rpc)()
 	// Tell buffering proxies (nginx) to pass the stream through.
 	h.Set("X-Accel-Buffering", "no")
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type next struct {
-		ev  *acpv2.SessionEvent
-		err error
-	}
-	ch := make(chan next)
-	go func() {
-		for {
-			ev, err := sub.Next(ctx)
-			select {
-			case ch <- next{ev, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	// Open the stream at once: response headers only reach the client with
 	// the first message, and a watched session may be idle for long.
 	if _, err := send(nil, timestamppb.Now()); err != nil {
 		return err
 	}
-	tick := time.NewTicker(s.heartbeat)
-	defer tick.Stop()
+	fw := flush.From(ctx)
+	batch := make([]*acpv2.SessionEvent, batchSize)
+	last := time.Now() // of the last message sent
 	for {
-		select {
-		case n := <-ch:
-			if n.err != nil {
-				if errors.Is(n.err, session.ErrLagging) {
-					s.metrics.CutOff(rpc)
-					return connect.NewError(connect.CodeAborted, fmt.Errorf(
-						"this stream fell too far behind and was cut off; resume with Watch afterSeq=%d", sub.LastSeq()))
-				}
-				if errors.Is(n.err, session.ErrMoved) {
-					return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
-						"%w; resume with Watch afterSeq=%d", n.err, sub.LastSeq()))
-				}
-				return toConnect(n.err)
-			}
-			stop, err := send(n.ev, nil)
-			if err != nil {
+		// Waits for events end at this deadline, a heartbeat interval
+		// after the last message; it is set again when it passes, not for
+		// every batch.
+		wait, cancel := context.WithDeadline(ctx, last.Add(s.heartbeat))
+		done, err := s.sendEvents(wait, rpc, sub, fw, batch, send, &last)
+		cancel()
+		switch {
+		case done:
+			return err
+		case ctx.Err() != nil:
+			return nil // the client went, or the gateway is shutting down
+		}
+		if now := time.Now(); now.Sub(last) >= s.heartbeat {
+			if _, err := send(nil, timestamppb.New(now)); err != nil {
 				return err
 			}
-			s.metrics.EventSent(rpc)
-			if stop {
-				return nil
-			}
-			tick.Reset(s.heartbeat)
-		case <-tick.C:
-			if _, err := send(nil, timestamppb.Now()); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return nil
+			last = now
 		}
 	}
 }
 
+// sendEvents sends sub's events in batches until wait ends (done is then
+// false: time for a heartbeat, maybe) or the stream is done. It sets *last
+// to the time of each batch.
+func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Stream, fw *flush.Writer, batch []*acpv2.SessionEvent,
+	send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error), last *time.Time) (done bool, err error) {
+	for {
+		n, err := sub.NextBatch(wait, batch)
+		switch {
+		case err != nil && wait.Err() != nil:
+			// An ending that raced with the deadline comes again.
+			return false, nil
+		case errors.Is(err, session.ErrLagging):
+			s.metrics.CutOff(rpc)
+			return true, connect.NewError(connect.CodeAborted, fmt.Errorf(
+				"this stream fell too far behind and was cut off; resume with Watch afterSeq=%d", sub.LastSeq()))
+		case errors.Is(err, session.ErrMoved):
+			return true, connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+				"%w; resume with Watch afterSeq=%d", err, sub.LastSeq()))
+		case err != nil:
+			return true, toConnect(err)
+		}
+		sent, stop, err := sendBatch(fw, batch[:n], send)
+		s.metrics.EventsSent(rpc, sent)
+		clear(batch[:n])
+		if err != nil || stop {
+			return true, err
+		}
+		*last = time.Now()
+	}
+}
+
+// sendBatch sends events with their writes gathered and one flush, after
+// the last, until send says stop or fails. It returns how many it sent.
+func sendBatch(fw *flush.Writer, events []*acpv2.SessionEvent, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) (sent int, stop bool, err error) {
+	fw.Hold()
+	defer func() {
+		if rerr := fw.Release(); err == nil {
+			err = rerr
+		}
+	}()
+	for i, ev := range events {
+		stop, err := send(ev, nil)
+		if err != nil {
+			return i, false, err
+		}
+		if stop {
+			return i + 1, true, nil
+		}
+	}
+	return len(events), false, nil
+}
+
 // Cancel implements acpv2connect.SessionServiceHandler.
 func (s *Service) Cancel(ctx context.Context, req *connect.Request[acpv2.CancelRequest]) (*connect.Response[acpv2.CancelResponse], error) {
-	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
-	if err != nil {
-		return nil, err
-	}
-	if remote != nil {
-		return forward(ctx, req, remote.Cancel)
-	}
-	if err := sess.Cancel(ctx); err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&acpv2.CancelResponse{}), nil
+	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.Cancel,
+		func(sess *session.Session) (*acpv2.CancelResponse, error) {
+			return &acpv2.CancelResponse{}, sess.Cancel(ctx)
+		})
 }
 
 // RespondPermission implements acpv2connect.SessionServiceHandler.
@@ -321,17 +350,10 @@ func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[ac
 	if m.GetCancelled() == (m.GetOptionId() != "") {
 		return nil, invalid("give exactly one of option_id and cancelled")
 	}
-	sess, remote, err := s.session(ctx, req.Header(), m.GetSessionId())
-	if err != nil {
-		return nil, err
-	}
-	if remote != nil {
-		return forward(ctx, req, remote.RespondPermission)
-	}
-	if err := sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled()); err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&acpv2.RespondPermissionResponse{}), nil
+	return onSession(ctx, s, req, m.GetSessionId(), acpv2connect.SessionServiceClient.RespondPermission,
+		func(sess *session.Session) (*acpv2.RespondPermissionResponse, error) {
+			return &acpv2.RespondPermissionResponse{}, sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled())
+		})
 }
 
 // GetSession implements acpv2connect.SessionServiceHandler.
@@ -364,17 +386,10 @@ func (s *Service) ListSessions(ctx context.Context, _ *connect.Request[acpv2.Lis
 
 // CloseSession implements acpv2connect.SessionServiceHandler.
 func (s *Service) CloseSession(ctx context.Context, req *connect.Request[acpv2.CloseSessionRequest]) (*connect.Response[acpv2.CloseSessionResponse], error) {
-	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
-	if err != nil {
-		return nil, err
-	}
-	if remote != nil {
-		return forward(ctx, req, remote.CloseSession)
-	}
-	if err := sess.Close(); err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&acpv2.CloseSessionResponse{}), nil
+	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.CloseSession,
+		func(sess *session.Session) (*acpv2.CloseSessionResponse, error) {
+			return &acpv2.CloseSessionResponse{}, sess.Close()
+		})
 }
 
 // SetMode implements acpv2connect.SessionServiceHandler.
@@ -382,17 +397,10 @@ func (s *Service) SetMode(ctx context.Context, req *connect.Request[acpv2.SetMod
 	if err := checkID("mode_id", req.Msg.GetModeId()); err != nil {
 		return nil, err
 	}
-	sess, remote, err := s.session(ctx, req.Header(), req.Msg.GetSessionId())
-	if err != nil {
-		return nil, err
-	}
-	if remote != nil {
-		return forward(ctx, req, remote.SetMode)
-	}
-	if err := sess.SetMode(ctx, req.Msg.GetModeId()); err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&acpv2.SetModeResponse{}), nil
+	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.SetMode,
+		func(sess *session.Session) (*acpv2.SetModeResponse, error) {
+			return &acpv2.SetModeResponse{}, sess.SetMode(ctx, req.Msg.GetModeId())
+		})
 }
 
 // SetConfigOption implements acpv2connect.SessionServiceHandler.
@@ -413,16 +421,9 @@ func (s *Service) SetConfigOption(ctx context.Context, req *connect.Request[acpv
 	default:
 		return nil, invalid("give one of value_id and boolean")
 	}
-	sess, remote, err := s.session(ctx, req.Header(), m.GetSessionId())
-	if err != nil {
-		return nil, err
-	}
-	if remote != nil {
-		return forward(ctx, req, remote.SetConfigOption)
-	}
-	opts, err := sess.SetConfigOption(ctx, m.GetConfigId(), value)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&acpv2.SetConfigOptionResponse{ConfigOptions: opts}), nil
+	return onSession(ctx, s, req, m.GetSessionId(), acpv2connect.SessionServiceClient.SetConfigOption,
+		func(sess *session.Session) (*acpv2.SetConfigOptionResponse, error) {
+			opts, err := sess.SetConfigOption(ctx, m.GetConfigId(), value)
+			return &acpv2.SetConfigOptionResponse{ConfigOptions: opts}, err
+		})
 }

@@ -122,7 +122,8 @@ type Manager struct {
 	wg       sync.WaitGroup
 	stop     chan struct{}
 	stopOnce sync.Once
-	// restoring serialises restoring sessions from the store.
+	// restoring serialises restoring sessions from the store, and the
+	// orphan sweep with them.
 	restoring sync.Mutex
 	// creating serialises the limit checks of Create with the records
 	// they count.
@@ -341,8 +342,15 @@ func (m *Manager) registerLocked(s *Session) {
 	m.sessions[s.rec.ID] = s
 	s.met = m.opts.Metrics.StartSession(s.rec.ID, s.rec.Agent, false)
 	s.mu.Lock()
+	// The calls of a restored session count by status; those that finished
+	// were counted finished by the run that saw them finish, and the others
+	// are timed from here.
 	for _, tc := range s.tools.Snapshot() {
-		s.trackToolLocked(tc)
+		if st := toolStatus(tc); finished(st) {
+			s.met.ToolStatus("", st)
+		} else {
+			s.trackToolLocked("", tc)
+		}
 	}
 	s.mu.Unlock()
 }

@@ -127,9 +127,11 @@ func readEvents(ctx context.Context, st statestore.Store, id string, after uint6
 
 // Stream is a source of a session's events in seq order.
 type Stream interface {
-	// Next returns the next event, or why the stream ended.
-	Next(ctx context.Context) (*acpv2.SessionEvent, error)
-	// LastSeq is the seq of the last event Next returned.
+	// NextBatch fills dst with the next events, at least one, waiting for
+	// one if need be, and returns how many it wrote; or why the stream
+	// ended, once every event before the end was returned.
+	NextBatch(ctx context.Context, dst []*acpv2.SessionEvent) (int, error)
+	// LastSeq is the seq of the last event NextBatch returned.
 	LastSeq() uint64
 	// Close ends the stream.
 	Close()
@@ -160,14 +162,17 @@ type follower struct {
 	done bool
 }
 
-func (f *follower) Next(ctx context.Context) (*acpv2.SessionEvent, error) {
+func (f *follower) NextBatch(ctx context.Context, dst []*acpv2.SessionEvent) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
 	for len(f.page) == 0 {
 		if f.done {
-			return nil, ErrClosed
+			return 0, ErrClosed
 		}
 		events, err := readEvents(ctx, f.st, f.id, f.next-1, replayPage)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		if len(events) > 0 {
 			f.page = events
@@ -175,18 +180,23 @@ func (f *follower) Next(ctx context.Context) (*acpv2.SessionEvent, error) {
 		}
 		if err := f.st.WaitEvents(ctx, f.id, f.next-1); err != nil {
 			if errors.Is(err, statestore.ErrNotFound) {
-				return nil, ErrClosed
+				return 0, ErrClosed
 			}
-			return nil, err
+			return 0, err
 		}
 	}
-	ev := f.page[0]
-	f.page = f.page[1:]
-	f.next = ev.GetSeq() + 1
-	if ev.GetStateChanged().GetState() == string(statestore.StateClosed) {
-		f.done, f.page = true, nil
+	n := 0
+	for n < len(dst) && len(f.page) > 0 {
+		ev := f.page[0]
+		f.page = f.page[1:]
+		dst[n] = ev
+		n++
+		f.next = ev.GetSeq() + 1
+		if ev.GetStateChanged().GetState() == string(statestore.StateClosed) {
+			f.done, f.page = true, nil
+		}
 	}
-	return ev, nil
+	return n, nil
 }
 
 func (f *follower) LastSeq() uint64 { return f.next - 1 }
@@ -282,22 +292,35 @@ func (m *Manager) sweepOrphans(ctx context.Context) {
 		return
 	}
 	for _, rec := range recs {
-		if !live(rec.State) || m.local(rec.ID) != nil {
-			continue
+		if live(rec.State) {
+			m.sweepOrphan(ctx, rec.ID)
 		}
-		if err := m.leaser.AcquireLease(ctx, rec.ID, m.opts.Replica, m.opts.LeaseTTL); err != nil {
-			continue // held: its replica is alive
+	}
+}
+
+// sweepOrphan marks session id lost if no replica holds its lease. It runs
+// as a restore does (Get), one at a time with them: this replica's leases
+// are re-entrant, so a sweep running beside a restore of the same session
+// would take the lease too, mark the session lost a second time and then
+// release the lease the restore holds.
+func (m *Manager) sweepOrphan(ctx context.Context, id string) {
+	m.restoring.Lock()
+	defer m.restoring.Unlock()
+	if m.local(id) != nil {
+		return
+	}
+	if err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL); err != nil {
+		return // held: its replica is alive
+	}
+	if fresh, err := m.opts.Store.GetSession(ctx, id); err == nil && live(fresh.State) {
+		if err := m.markLost(ctx, fresh); err != nil {
+			m.opts.Log.Error("store: marking a session lost", "session", id, "error", err)
+		} else {
+			m.opts.Log.Info("marked lost: its replica stopped renewing its lease", "session", id)
 		}
-		if fresh, err := m.opts.Store.GetSession(ctx, rec.ID); err == nil && live(fresh.State) {
-			if err := m.markLost(ctx, fresh); err != nil {
-				m.opts.Log.Error("store: marking a session lost", "session", rec.ID, "error", err)
-			} else {
-				m.opts.Log.Info("marked lost: its replica stopped renewing its lease", "session", rec.ID)
-			}
-		}
-		if err := m.leaser.ReleaseLease(ctx, rec.ID, m.opts.Replica); err != nil {
-			m.opts.Log.Warn("store: releasing a lease", "session", rec.ID, "error", err)
-		}
+	}
+	if err := m.leaser.ReleaseLease(ctx, id, m.opts.Replica); err != nil {
+		m.opts.Log.Warn("store: releasing a lease", "session", id, "error", err)
 	}
 }
 

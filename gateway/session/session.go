@@ -51,15 +51,19 @@ type Session struct {
 	tools      *merge.State
 	seq        uint64
 	subs       map[*Subscription]struct{}
-	turn       bool
-	perms      map[string]*permission
-	idle       *time.Timer
+	// live holds the last live events for the subscriptions; nil while
+	// there is none.
+	live  *ring
+	turn  bool
+	perms map[string]*permission
+	idle  *time.Timer
 	// met records the session's metrics while this gateway runs it; nil
 	// otherwise.
 	met *metrics.Session
-	// toolSeen follows each tool call's status for the metrics.
-	toolSeen  map[string]*toolSeen
-	turnStart time.Time
+	// toolStarted holds when this gateway first saw each tool call that
+	// has not finished, for the metrics' durations.
+	toolStarted map[string]time.Time
+	turnStart   time.Time
 }
 
 type permission struct {
@@ -71,45 +75,53 @@ type permission struct {
 	timer    *time.Timer
 }
 
-// toolSeen is what the metrics follow of one tool call.
-type toolSeen struct {
-	first  time.Time
-	status string
-	done   bool
-}
-
 func newSession(m *Manager, rec *statestore.Session, command []string) *Session {
 	return &Session{
-		m:        m,
-		rec:      *rec,
-		command:  command,
-		log:      m.opts.Log.With("session", rec.ID, "agent", rec.Agent, "user", rec.Owner),
-		state:    rec.State,
-		tools:    merge.New(),
-		subs:     map[*Subscription]struct{}{},
-		perms:    map[string]*permission{},
-		toolSeen: map[string]*toolSeen{},
+		m:           m,
+		rec:         *rec,
+		command:     command,
+		log:         m.opts.Log.With("session", rec.ID, "agent", rec.Agent, "user", rec.Owner),
+		state:       rec.State,
+		tools:       merge.New(),
+		subs:        map[*Subscription]struct{}{},
+		perms:       map[string]*permission{},
+		toolStarted: map[string]time.Time{},
 	}
 }
 
-// trackToolLocked follows tc's status in the metrics: the per-session count
-// by status, and the tool call's duration once it completes or fails.
-// s.mu must be held.
-func (s *Session) trackToolLocked(tc *acpv2.ToolCall) {
-	t := s.toolSeen[tc.GetToolCallId()]
-	if t == nil {
-		t = &toolSeen{first: time.Now()}
-		s.toolSeen[tc.GetToolCallId()] = t
+// toolStatus is tc's status, ACP's default when it names none; "" for no
+// call (one not seen yet).
+func toolStatus(tc *acpv2.ToolCall) string {
+	if tc == nil {
+		return ""
 	}
-	status := tc.GetStatus()
-	if status == "" {
-		status = "pending" // ACP's default
+	if st := tc.GetStatus(); st != "" {
+		return st
 	}
-	s.met.ToolStatus(t.status, status)
-	t.status = status
-	if !t.done && (status == "completed" || status == "failed") {
-		t.done = true
-		s.met.ToolCallFinished(tc.GetKind(), status, time.Since(t.first))
+	return "pending" // ACP's default
+}
+
+func finished(status string) bool { return status == "completed" || status == "failed" }
+
+// trackToolLocked records in the metrics that tool call tc went from status
+// from ("" for a call new to this gateway) to its own: the session's count
+// of calls by status, and once the call finishes, how long it took from its
+// first update here. s.mu must be held.
+func (s *Session) trackToolLocked(from string, tc *acpv2.ToolCall) {
+	to := toolStatus(tc)
+	s.met.ToolStatus(from, to)
+	id := tc.GetToolCallId()
+	started, running := s.toolStarted[id]
+	switch {
+	case !finished(to):
+		if !running {
+			s.toolStarted[id] = time.Now()
+		}
+	case running:
+		delete(s.toolStarted, id)
+		s.met.ToolCallFinished(tc.GetKind(), to, time.Since(started))
+	case from == "":
+		s.met.ToolCallFinished(tc.GetKind(), to, 0) // with its first update
 	}
 }
 
@@ -206,7 +218,7 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	s.touchLocked()
 	s.mu.Unlock()
 	s.m.wg.Add(1)
-	go s.watchAgent(a)
+	a.OnDone(func() { s.watchAgent(a) })
 	return nil
 }
 
@@ -267,7 +279,6 @@ func (s *Session) setStateLocked(state statestore.State, detail string) {
 func (s *Session) watchAgent(a *agent.Agent) {
 	defer s.m.wg.Done()
 	<-a.Done()
-	s.met.AgentExited(a.Reason())
 	s.mu.Lock()
 	s.agentLostLocked(a)
 	s.mu.Unlock()
@@ -275,14 +286,18 @@ func (s *Session) watchAgent(a *agent.Agent) {
 }
 
 // agentLostLocked records that agent a has ended, if it is still the
-// session's agent: no prompt reaches it any more and its pending permission
-// requests are cancelled. Both the turn that saw the agent fail and the
-// agent's watcher call it, whichever is first. s.mu must be held.
+// session's agent: no prompt reaches it any more, its pending permission
+// requests are cancelled, and its exit is counted. The turn that saw the
+// agent fail, the agent's watcher and endAgent call it, whichever is
+// first. s.mu must be held.
 func (s *Session) agentLostLocked(a *agent.Agent) {
 	if s.agent != a {
 		return
 	}
 	s.agent = nil
+	// a.Err, which the turn checks, is set just before Done is closed.
+	<-a.Done()
+	s.met.AgentExited(a.Reason())
 	for id := range s.perms {
 		s.resolveLocked(id, cancelled())
 	}
@@ -326,26 +341,26 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 	}
 	s.seq += uint64(len(events))
 	s.met.Events(len(events))
-	for sub := range s.subs {
-		sub.publish(events)
+	if s.live != nil {
+		// The same work however many watch: each reads the ring.
+		s.live.publish(events)
+		if s.live.sweepDue() {
+			s.sweepLocked()
+		}
 	}
 	return nil
 }
 
 // SessionUpdate implements agent.Client.
-func (s *Session) SessionUpdate(_ string, raw json.RawMessage) {
+func (s *Session) SessionUpdate(_ string, u *acpv2.SessionUpdate, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.loading {
 		return // history replayed by session/load
 	}
-	u, err := acpjson.DecodeUpdate(raw, s.version)
 	if err != nil {
-		// Keep what the agent sent rather than drop it.
+		// u holds what the agent sent, kept whole rather than dropped.
 		s.log.Warn("agent sent an update that does not decode", "error", err)
-		if u = acpjson.KeepUnknown(raw); u == nil {
-			return
-		}
 	}
 	if st := u.GetStateUpdate(); st.GetState() == "idle" && s.turnIdle != nil {
 		s.stopReason = st.GetStopReason()
@@ -357,17 +372,20 @@ func (s *Session) SessionUpdate(_ string, raw json.RawMessage) {
 	events := []*acpv2.SessionEvent{ev}
 	var changed []*acpv2.ToolCall
 	var merged *acpv2.ToolCall
+	var was string // the call's status before
 	switch {
 	case u.GetToolCallUpdate() != nil:
+		was = toolStatus(s.tools.Get(u.GetToolCallUpdate().GetToolCallId()))
 		merged, err = s.tools.ApplyUpdate(u.GetToolCallUpdate())
 	case u.GetToolCallContentChunk() != nil:
+		was = toolStatus(s.tools.Get(u.GetToolCallContentChunk().GetToolCallId()))
 		merged, err = s.tools.ApplyChunk(u.GetToolCallContentChunk())
 	}
 	if err != nil {
 		s.log.Warn("tool-call update not merged", "error", err)
 	}
 	if merged != nil {
-		s.trackToolLocked(merged)
+		s.trackToolLocked(was, merged)
 		changed = []*acpv2.ToolCall{merged}
 		events = append(events, &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}})
 	}
@@ -609,12 +627,8 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.state = statestore.StateClosed
-	s.stopIdleLocked()
-	a := s.agent
 	s.mu.Unlock()
-	if a != nil {
-		a.Close()
-	}
+	s.endAgent()
 	s.mu.Lock()
 	s.setStateLocked(statestore.StateClosed, "closed by the client")
 	_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateClosed, "closed by the client")}, nil)
@@ -643,17 +657,27 @@ func (s *Session) shutdown() {
 // release ends the agent, then the watchers' streams with err, so that
 // they get whatever the agent's end records first.
 func (s *Session) release(err error) {
-	s.mu.Lock()
-	a := s.agent
-	s.stopIdleLocked()
-	s.mu.Unlock()
-	if a != nil {
-		a.Close()
-	}
+	s.endAgent()
 	s.mu.Lock()
 	for sub := range s.subs {
 		s.unsubscribeLocked(sub, err)
 	}
+	s.mu.Unlock()
+}
+
+// endAgent ends the session's agent, if it has one, and records its end
+// before it returns, rather than when the agent's watcher gets to it.
+func (s *Session) endAgent() {
+	s.mu.Lock()
+	a := s.agent
+	s.stopIdleLocked()
+	s.mu.Unlock()
+	if a == nil {
+		return
+	}
+	a.Close()
+	s.mu.Lock()
+	s.agentLostLocked(a)
 	s.mu.Unlock()
 }
 

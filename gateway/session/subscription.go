@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -11,33 +12,47 @@ import (
 const replayPage = 256
 
 // Subscription delivers a session's events in seq order: first the stored
-// events after its starting point, then live ones. A subscription that falls
-// more than the watch buffer behind is cut off with ErrLagging; the client
-// resumes from the last seq it saw.
+// events after its starting point, then live ones from the session's ring.
+// A subscription that falls more than the watch buffer behind (its next
+// event has left the ring) is cut off with ErrLagging; the client resumes
+// from the last seq it saw.
 type Subscription struct {
 	s *Session
-	// next is the seq Next returns next.
-	next uint64
-	// live holds events after seq liveFrom-1, pushed by the session.
+	// live is the session's ring; events from seq liveFrom on are read
+	// there, earlier ones from the store.
+	live     *ring
 	liveFrom uint64
-	live     chan *acpv2.SessionEvent
-	page     []*acpv2.SessionEvent
+	// next is the seq NextBatch returns next.
+	next uint64
+	// need is the first seq the subscription may still read from the
+	// ring, for the session's sweeps.
+	need atomic.Uint64
+	page []*acpv2.SessionEvent
 
 	endOnce sync.Once
 	ended   chan struct{}
-	err     error // why it ended, set before ended closes
+	// Set before ended closes: why the subscription ended, and the seq of
+	// the last event published before it did, which it still returns.
+	err    error
+	endSeq uint64
 }
 
 // subscribeLocked registers a subscription for events after afterSeq.
 // s.mu must be held.
 func (s *Session) subscribeLocked(afterSeq uint64) *Subscription {
+	if s.live == nil {
+		// Made with the first subscription: a session nobody watched
+		// needs no ring, and its past events are in the store.
+		s.live = newRing(s.m.opts.WatchBuffer, s.seq)
+	}
 	sub := &Subscription{
 		s:        s,
+		live:     s.live,
 		next:     afterSeq + 1,
 		liveFrom: s.seq + 1,
-		live:     make(chan *acpv2.SessionEvent, s.m.opts.WatchBuffer),
 		ended:    make(chan struct{}),
 	}
+	sub.need.Store(max(sub.next, sub.liveFrom))
 	s.subs[sub] = struct{}{}
 	s.met.Watchers(1)
 	return sub
@@ -50,39 +65,42 @@ func (s *Session) unsubscribeLocked(sub *Subscription, err error) {
 	}
 	delete(s.subs, sub)
 	s.met.Watchers(-1)
-	sub.end(err)
+	sub.endOnce.Do(func() {
+		sub.err, sub.endSeq = err, s.seq
+		close(sub.ended)
+	})
+	if len(s.subs) == 0 {
+		// The ring's events are let go; a subscription still reading to
+		// its end keeps the ring it has.
+		s.live = nil
+	}
 	s.touchLocked()
 }
 
-func (sub *Subscription) end(err error) {
-	sub.endOnce.Do(func() {
-		sub.err = err
-		close(sub.ended)
-	})
-}
-
-// publish hands live events to the subscription without ever blocking; a
-// full buffer cuts it off. The session's lock is held.
-func (sub *Subscription) publish(events []*acpv2.SessionEvent) {
-	for _, ev := range events {
-		select {
-		case sub.live <- ev:
-		default:
-			sub.s.unsubscribeLocked(sub, ErrLagging)
-			return
-		}
+// sweepLocked lets go of the ring's events that every subscription has
+// read. s.mu must be held.
+func (s *Session) sweepLocked() {
+	need := s.seq + 1
+	for sub := range s.subs {
+		need = min(need, sub.need.Load())
 	}
+	s.live.sweep(need)
 }
 
-// Next returns the next event. It returns the error the subscription ended
-// with (ErrLagging, ErrClosed, ErrShutdown) once every event delivered before
-// the end has been returned, or ctx's error.
-func (sub *Subscription) Next(ctx context.Context) (*acpv2.SessionEvent, error) {
+// NextBatch fills dst with the next events, as many as are there (at least
+// one), waiting for one if need be, and returns how many it wrote. Once
+// every event delivered before the subscription ended has been returned, it
+// returns why it ended (ErrLagging, ErrClosed, ErrShutdown, ErrMoved); or
+// ctx's error.
+func (sub *Subscription) NextBatch(ctx context.Context, dst []*acpv2.SessionEvent) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
 	if sub.next < sub.liveFrom {
 		if len(sub.page) == 0 {
 			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage)
 			if err != nil {
-				return nil, err
+				return 0, err
 			}
 			for _, ev := range events {
 				// A snapshot in place of trimmed events may reflect live
@@ -97,39 +115,67 @@ func (sub *Subscription) Next(ctx context.Context) (*acpv2.SessionEvent, error) 
 			}
 		}
 		if len(sub.page) > 0 {
-			ev := sub.page[0]
-			sub.page = sub.page[1:]
-			sub.next = ev.GetSeq() + 1
-			return ev, nil
+			n := copy(dst, sub.page)
+			sub.page = sub.page[n:]
+			sub.next = dst[n-1].GetSeq() + 1
+			sub.need.Store(max(sub.next, sub.liveFrom))
+			return n, nil
 		}
 	}
 	for {
-		// Events delivered before the end are returned before the end is.
-		var ev *acpv2.SessionEvent
+		ended := false
 		select {
-		case ev = <-sub.live:
+		case <-sub.ended:
+			ended = true
 		default:
-			select {
-			case ev = <-sub.live:
-			case <-sub.ended:
-				select {
-				case ev = <-sub.live:
-				default:
-					return nil, sub.err
+		}
+		last := sub.live.last.Load()
+		if ended {
+			// Events delivered before the end are returned before the
+			// end is.
+			last = min(last, sub.endSeq)
+		}
+		if sub.next <= last {
+			n := 0
+			for ; n < len(dst) && sub.next <= last; n++ {
+				ev := sub.live.at(sub.next)
+				if ev == nil {
+					if n > 0 {
+						break // what was read first, then the cut
+					}
+					return 0, sub.lagging()
 				}
-			case <-ctx.Done():
-				return nil, ctx.Err()
+				dst[n] = ev
+				sub.next++
 			}
+			sub.need.Store(sub.next)
+			return n, nil
 		}
-		if ev.GetSeq() < sub.next {
-			continue // already replayed from the store
+		if ended {
+			return 0, sub.err
 		}
-		sub.next = ev.GetSeq() + 1
-		return ev, nil
+		wake := sub.live.waiter()
+		if sub.live.last.Load() >= sub.next {
+			continue
+		}
+		select {
+		case <-wake:
+		case <-sub.ended:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 }
 
-// LastSeq is the seq of the last event Next returned.
+// lagging cuts off a subscription whose next event has left the ring.
+func (sub *Subscription) lagging() error {
+	sub.s.mu.Lock()
+	sub.s.unsubscribeLocked(sub, ErrLagging)
+	sub.s.mu.Unlock()
+	return ErrLagging
+}
+
+// LastSeq is the seq of the last event NextBatch returned.
 func (sub *Subscription) LastSeq() uint64 { return sub.next - 1 }
 
 // Close unregisters the subscription.

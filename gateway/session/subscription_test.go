@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestLaggingWatcherIsCutOffWithoutBlocking(t *testing.T) {
 	go func() {
 		var seqs []uint64
 		for len(seqs) < 10 {
-			ev, err := fast.Next(ctx)
+			ev, err := next(ctx, fast)
 			if err != nil {
 				break
 			}
@@ -63,30 +64,25 @@ func TestLaggingWatcherIsCutOffWithoutBlocking(t *testing.T) {
 		t.Fatalf("the reading watcher got %v", seqs)
 	}
 
-	// The slow one gets what fit in its buffer, in order, then the error.
-	for want := uint64(1); want <= 4; want++ {
-		ev, err := slow.Next(ctx)
-		if err != nil || ev.GetSeq() != want {
-			t.Fatalf("slow watcher: event %v, err %v, want seq %d", ev, err, want)
-		}
-	}
-	if _, err := slow.Next(ctx); !errors.Is(err, ErrLagging) {
+	// The slow one fell off the ring: the events it missed are gone from
+	// it, so it is told so at once, with the seq to resume after.
+	if _, err := next(ctx, slow); !errors.Is(err, ErrLagging) {
 		t.Fatalf("slow watcher: err = %v, want ErrLagging", err)
 	}
-	if slow.LastSeq() != 4 {
-		t.Fatalf("LastSeq = %d, want 4 (the afterSeq to resume from)", slow.LastSeq())
+	if slow.LastSeq() != 0 {
+		t.Fatalf("LastSeq = %d, want 0 (the afterSeq to resume from)", slow.LastSeq())
 	}
 
 	// Resuming from there replays the rest from the store, then goes live.
 	resumed := s.Watch(slow.LastSeq())
-	for want := uint64(5); want <= 10; want++ {
-		ev, err := resumed.Next(ctx)
+	for want := uint64(1); want <= 10; want++ {
+		ev, err := next(ctx, resumed)
 		if err != nil || ev.GetSeq() != want {
 			t.Fatalf("resumed watcher: event %v, err %v, want seq %d", ev, err, want)
 		}
 	}
 	emitText(t, s, 1)
-	if ev, err := resumed.Next(ctx); err != nil || ev.GetSeq() != 11 {
+	if ev, err := next(ctx, resumed); err != nil || ev.GetSeq() != 11 {
 		t.Fatalf("resumed watcher live: %v, %v", ev, err)
 	}
 }
@@ -97,14 +93,283 @@ func TestReplayLongerThanOnePage(t *testing.T) {
 	emitText(t, s, replayPage*2+7)
 	sub := s.Watch(3)
 	for want := uint64(4); want <= replayPage*2+7; want++ {
-		ev, err := sub.Next(context.Background())
+		ev, err := next(context.Background(), sub)
 		if err != nil || ev.GetSeq() != want {
 			t.Fatalf("event %v, err %v, want seq %d", ev, err, want)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := sub.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := next(ctx, sub); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("past the end: %v, want to wait for live events", err)
 	}
+}
+
+// next reads sub's next event with NextBatch.
+func next(ctx context.Context, sub Stream) (*acpv2.SessionEvent, error) {
+	var one [1]*acpv2.SessionEvent
+	if _, err := sub.NextBatch(ctx, one[:]); err != nil {
+		return nil, err
+	}
+	return one[0], nil
+}
+
+// collect reads sub with NextBatch calls of dst's size until it has n
+// events or an error, checking each batch is at most len(dst). It may run
+// in its own goroutine.
+func collect(sub Stream, dst []*acpv2.SessionEvent, n int) ([]uint64, error) {
+	var seqs []uint64
+	for len(seqs) < n {
+		got, err := sub.NextBatch(context.Background(), dst)
+		if err != nil {
+			return seqs, err
+		}
+		if got < 1 || got > len(dst) {
+			return seqs, fmt.Errorf("NextBatch returned %d events for a batch of %d", got, len(dst))
+		}
+		for _, ev := range dst[:got] {
+			seqs = append(seqs, ev.GetSeq())
+		}
+	}
+	return seqs, nil
+}
+
+func seqsOf(t *testing.T, sub Stream, dst []*acpv2.SessionEvent, n int) []uint64 {
+	t.Helper()
+	seqs, err := collect(sub, dst, n)
+	if err != nil {
+		t.Fatalf("after %v: %v", seqs, err)
+	}
+	return seqs
+}
+
+func checkRun(t *testing.T, seqs []uint64, first uint64) {
+	t.Helper()
+	for i, q := range seqs {
+		if q != first+uint64(i) {
+			t.Fatalf("seqs %v: want a run from %d", seqs, first)
+		}
+	}
+}
+
+// An unread subscription holds nothing up: the session publishes to a
+// ring it shares with every watcher, and the subscription is cut off only
+// once its next event has left the ring.
+func TestUnreadSubscriptionsAreCutOffOnlyOffTheRing(t *testing.T) {
+	t.Parallel()
+	const buffer = 8
+	s := testSession(t, buffer)
+	unread := make([]*Subscription, 1000)
+	for i := range unread {
+		unread[i] = s.Watch(0)
+	}
+	full, over := s.Watch(0), s.Watch(0)
+	// Exactly a ring's worth: every subscription can still read it all.
+	emitText(t, s, buffer)
+	checkRun(t, seqsOf(t, full, make([]*acpv2.SessionEvent, 3), buffer), 1)
+	// One more: the subscriptions still at seq 1 fell off; the one that
+	// read on does not.
+	emitText(t, s, 1)
+	if n, err := over.NextBatch(context.Background(), make([]*acpv2.SessionEvent, 4)); n != 0 || !errors.Is(err, ErrLagging) {
+		t.Fatalf("a subscription a ring and one behind: %d events, err %v; want ErrLagging", n, err)
+	}
+	if ev, err := next(context.Background(), full); err != nil || ev.GetSeq() != buffer+1 {
+		t.Fatalf("the subscription that read on: %v, %v", ev, err)
+	}
+	// Many rings' worth with a thousand unread subscriptions: publishing
+	// never waits for them.
+	emitText(t, s, 10*buffer)
+	for _, sub := range unread[:10] {
+		if _, err := next(context.Background(), sub); !errors.Is(err, ErrLagging) {
+			t.Fatalf("unread subscription: %v, want ErrLagging", err)
+		}
+	}
+	// A cut-off subscription is unregistered; the others stay until they
+	// read or close.
+	s.mu.Lock()
+	n := len(s.subs)
+	s.mu.Unlock()
+	if want := len(unread) - 10 + 1; n != want {
+		t.Fatalf("%d subscriptions registered, want %d", n, want)
+	}
+	for _, sub := range unread {
+		sub.Close()
+	}
+	full.Close()
+}
+
+// Subscribing allocates no per-subscription buffer: the events are held
+// once, in the session's ring.
+func TestSubscriptionsShareOneBuffer(t *testing.T) {
+	s := testSession(t, 1024)
+	s.Watch(0).Close() // the ring, made once
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	subs := make([]*Subscription, 1000)
+	for i := range subs {
+		subs[i] = s.Watch(0)
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / uint64(len(subs)); per > 1024 {
+		t.Fatalf("a subscription allocates %d bytes; a 1,024-event buffer of its own would be 8 KiB", per)
+	}
+	for _, sub := range subs {
+		sub.Close()
+	}
+}
+
+// NextBatch returns the stored events, then the live ones, in order and
+// in batches no larger than asked; then the events published before the
+// end, then the end.
+func TestNextBatchKeepsOrderAndEndings(t *testing.T) {
+	t.Parallel()
+	s := testSession(t, 16)
+	emitText(t, s, 5)
+	sub := s.Watch(1) // replays 2..5 from the store
+	emitText(t, s, 10)
+	dst := make([]*acpv2.SessionEvent, 3)
+	checkRun(t, seqsOf(t, sub, dst, 14), 2)
+	// Waits for the next event.
+	got := make(chan []uint64)
+	go func() {
+		seqs, _ := collect(sub, make([]*acpv2.SessionEvent, 8), 1)
+		got <- seqs
+	}()
+	emitText(t, s, 1)
+	if seqs := <-got; len(seqs) != 1 || seqs[0] != 16 {
+		t.Fatalf("after waiting: %v, want [16]", seqs)
+	}
+	// Published, then the end: the events first.
+	emitText(t, s, 2)
+	s.release(ErrShutdown)
+	emitText(t, s, 1) // after the end: not delivered
+	checkRun(t, seqsOf(t, sub, make([]*acpv2.SessionEvent, 8), 2), 17)
+	if n, err := sub.NextBatch(context.Background(), dst); n != 0 || !errors.Is(err, ErrShutdown) {
+		t.Fatalf("after the last event: %d events, err %v; want ErrShutdown", n, err)
+	}
+	if sub.LastSeq() != 18 {
+		t.Fatalf("LastSeq = %d, want 18", sub.LastSeq())
+	}
+	// A cancelled wait returns the context's error and can be retried.
+	other := s.Watch(s.seq)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := other.NextBatch(ctx, dst); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	emitText(t, s, 1)
+	if ev, err := next(context.Background(), other); err != nil || ev.GetSeq() != 20 {
+		t.Fatalf("after a cancelled wait: %v, %v", ev, err)
+	}
+}
+
+// Closing the session ends its subscriptions after the closed event.
+func TestNextBatchEndsAfterTheClosedEvent(t *testing.T) {
+	t.Parallel()
+	s := testSession(t, 16)
+	sub := s.Watch(0)
+	emitText(t, s, 2)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]*acpv2.SessionEvent, 8)
+	n, err := sub.NextBatch(context.Background(), dst)
+	if err != nil || n != 3 || dst[2].GetStateChanged().GetState() != string(statestore.StateClosed) {
+		t.Fatalf("got %d events (%v), err %v; want two and the closed event", n, dst[:n], err)
+	}
+	if _, err := sub.NextBatch(context.Background(), dst); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after the closed event: %v, want ErrClosed", err)
+	}
+}
+
+// The store follower (a session run by another replica or none) reads in
+// batches too, and ends after the closed event.
+func TestFollowerNextBatch(t *testing.T) {
+	t.Parallel()
+	s := testSession(t, 16)
+	emitText(t, s, 7)
+	ctx := context.Background()
+	f, err := s.m.Watch(ctx, "", s.ID(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.(*follower); !ok {
+		t.Fatalf("Watch of a session the manager does not run gave %T", f)
+	}
+	dst := make([]*acpv2.SessionEvent, 2)
+	checkRun(t, seqsOf(t, f, dst, 5), 3)
+	type result struct {
+		seqs []uint64
+		err  error
+	}
+	got := make(chan result)
+	go func() {
+		seqs, err := collect(f, make([]*acpv2.SessionEvent, 8), 3)
+		got <- result{seqs, err}
+	}()
+	s.mu.Lock()
+	err = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateReady, ""), stateEvent(statestore.StateClosed, "")}, nil)
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitText(t, s, 1)
+	r := <-got
+	if len(r.seqs) != 2 || r.seqs[0] != 8 || r.seqs[1] != 9 || !errors.Is(r.err, ErrClosed) || f.LastSeq() != 9 {
+		t.Fatalf("follower: %v, err %v, LastSeq %d; want 8 and 9 (the closed event), then ErrClosed", r.seqs, r.err, f.LastSeq())
+	}
+}
+
+// held counts the events the ring keeps alive.
+func held(r *ring) int {
+	n := 0
+	for i := range r.slots {
+		if r.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// The ring lets go of the events every subscription has read, and the
+// session lets go of the ring with its last subscription: a watched idle
+// session does not keep a ring's worth of events alive.
+func TestRingKeepsOnlyWhatIsStillToBeRead(t *testing.T) {
+	t.Parallel()
+	const buffer = 1024
+	s := testSession(t, buffer)
+	a, b := s.Watch(0), s.Watch(0)
+	r := s.live
+	dst := make([]*acpv2.SessionEvent, buffer)
+	emitText(t, s, 500)
+	seqsOf(t, a, dst, 500)
+	// b has read nothing: everything is kept for it.
+	emitText(t, s, 100)
+	if n := held(r); n != 600 {
+		t.Fatalf("the ring holds %d events, want the 600 b has not read", n)
+	}
+	checkRun(t, seqsOf(t, b, dst, 600), 1)
+	seqsOf(t, a, dst, 100)
+	// Both read all: the next sweep lets go of it all but what came since.
+	emitText(t, s, 64)
+	if n := held(r); n > 64 {
+		t.Fatalf("the ring holds %d events after both read all but the last 64", n)
+	}
+	// What is let go had been read: both go on in order.
+	emitText(t, s, 10)
+	checkRun(t, seqsOf(t, a, dst, 74), 601)
+	checkRun(t, seqsOf(t, b, dst, 74), 601)
+	a.Close()
+	b.Close()
+	if s.live != nil {
+		t.Fatal("the session keeps its ring with no subscription")
+	}
+	// A subscription after that starts a new ring, live from there.
+	c := s.Watch(s.seq)
+	emitText(t, s, 1)
+	if ev, err := next(context.Background(), c); err != nil || ev.GetSeq() != 675 {
+		t.Fatalf("new subscription: %v, %v", ev, err)
+	}
+	c.Close()
 }

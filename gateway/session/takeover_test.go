@@ -70,7 +70,7 @@ func TestReplicaStepsAsideWhenAnotherWroteTheLog(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := w.Next(wctx); !errors.Is(err, ErrMoved) {
+	if _, err := next(wctx, w); !errors.Is(err, ErrMoved) {
 		t.Fatalf("watcher of the stale session: err = %v, want ErrMoved", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -124,5 +124,61 @@ func TestConcurrentRequestsRestoreASessionOnce(t *testing.T) {
 	events, err := st.Events(ctx, "s1", 0, 0)
 	if err != nil || len(events) != 1 || events[0].GetStateChanged().GetState() != "agent_lost" {
 		t.Fatalf("log after the restore = %v, %v; want one agent_lost event", events, err)
+	}
+}
+
+// sweepDuringRestore runs the orphan sweep while Get's restore of a session
+// is between marking it lost and recording the state, where a sweep beside
+// it once saw the session still live.
+type sweepDuringRestore struct {
+	*sharedMemory
+	once  sync.Once
+	sweep func()
+}
+
+func (s *sweepDuringRestore) SetState(ctx context.Context, id string, state statestore.State, detail string) error {
+	s.once.Do(s.sweep)
+	return s.sharedMemory.SetState(ctx, id, state, detail)
+}
+
+// TestSweepWaitsForARestore: the orphan sweep does not mark lost again a
+// session this replica is restoring, nor release the lease the restore
+// took.
+func TestSweepWaitsForARestore(t *testing.T) {
+	shared := &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}
+	st := &sweepDuringRestore{sharedMemory: shared}
+	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: time.Hour})
+	defer m.Close()
+	ctx := context.Background()
+	rec := &statestore.Session{ID: "s1", Agent: "x", Cwd: "/", State: statestore.StateReady, CreatedAt: time.Now()}
+	if err := st.CreateSession(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	swept := make(chan struct{})
+	st.sweep = func() {
+		go func() {
+			defer close(swept)
+			m.sweepOrphans(ctx)
+		}()
+		// Give an unserialised sweep the time to run here; a serialised
+		// one waits for the restore.
+		select {
+		case <-swept:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if _, err := m.Get(ctx, "", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	<-swept
+	events, err := st.Events(ctx, "s1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].GetStateChanged().GetState() != string(statestore.StateAgentLost) {
+		t.Fatalf("events %v, want one agent_lost", events)
+	}
+	if h, _ := st.LeaseHolder(ctx, "s1"); h != "a" {
+		t.Fatalf("lease held by %q after the sweep, want the restoring replica a", h)
 	}
 }

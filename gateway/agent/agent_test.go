@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+)
+
+func TestMain(m *testing.M) {
+	agentsim.ServeIfCommanded()
+	os.Exit(m.Run())
+}
+
+// startAgent runs a scripted agent (this test binary, re-executed).
+func startAgent(t *testing.T, s agentsim.Script, maxLine int) (*Agent, *recorder) {
+	t.Helper()
+	cmd, err := agentsim.Command(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	a, err := Start(context.Background(), Config{Command: cmd, Dir: t.TempDir(), Client: rec, MaxLine: maxLine,
+		StartTimeout: 10 * time.Second, StopGrace: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return a, rec
+}
+
+// TestFloodComesThroughInOrder: a real agent's flood of updates reaches the
+// client whole and in order, through the one-pass path, before the turn's
+// answer.
+func TestFloodComesThroughInOrder(t *testing.T) {
+	t.Parallel()
+	const n = 500
+	for _, v := range []int{1, 2} {
+		a, rec := startAgent(t, agentsim.Script{ProtocolVersion: v, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Flood: &agentsim.Flood{
+			Count: n, Update: []byte(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"{{n}}"}}`)}}}}}}, DefaultMaxLine)
+		sid, err := a.NewSession(context.Background(), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Prompt(context.Background(), sid, nil); err != nil {
+			t.Fatalf("v%d: prompt: %v", v, err)
+		}
+		var chunks []string
+		for _, s := range rec.seen() {
+			if !strings.HasSuffix(s, " ?") {
+				chunks = append(chunks, s)
+			}
+		}
+		if len(chunks) != n {
+			t.Fatalf("v%d: %d updates, want %d", v, len(chunks), n)
+		}
+		for i, s := range chunks {
+			if want := fmt.Sprintf("update %s %d", sid, i+1); s != want {
+				t.Fatalf("v%d: update %d is %q, want %q", v, i, s, want)
+			}
+		}
+		if d := a.stream.directLines.Load(); d < n {
+			t.Fatalf("v%d: %d lines took the one-pass path, want at least %d", v, d, n)
+		}
+	}
+}
+
+// TestProtocolErrorsEndTheAgent: a line over the limit, or one that is not
+// JSON, ends the agent with a protocol error that says which.
+func TestProtocolErrorsEndTheAgent(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		step agentsim.Step
+		want string
+	}{
+		"too long": {agentsim.Step{LongLine: 4096}, "line too long: over 1024 bytes"},
+		"not JSON": {agentsim.Step{Raw: "this is not JSON"}, "protocol error: invalid character"},
+	} {
+		before := agentsim.Step{Update: []byte(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"before"}}`)}
+		a, rec := startAgent(t, agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim.Step{before, c.step}}}}, 1024)
+		sid, err := a.NewSession(context.Background(), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.Prompt(context.Background(), sid, nil)
+		if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: prompt: %v, want %q", name, err, c.want)
+		}
+		<-a.Done()
+		if a.Reason() != ReasonProtocolError || !strings.Contains(a.Err().Error(), c.want) {
+			t.Errorf("%s: ended %s: %v", name, a.Reason(), a.Err())
+		}
+		if got := rec.seen(); len(got) != 1 || got[0] != "update "+sid+" before" {
+			t.Errorf("%s: the client saw %q", name, got)
+		}
+	}
+}
+
+// TestIdleAgentGoroutines: an idle agent costs the gateway four goroutines
+// (the reaper, the stderr reader, and jsonrpc2's read loop and the one it
+// keeps waiting on its context), none of ours waiting only to learn of its
+// end. Not parallel, so that other tests'
+// goroutines do not come and go meanwhile.
+func TestIdleAgentGoroutines(t *testing.T) {
+	const n = 4
+	runtime.GC()
+	before := runtime.NumGoroutine()
+	for range n {
+		startAgent(t, agentsim.Script{ProtocolVersion: 2}, DefaultMaxLine)
+	}
+	time.Sleep(50 * time.Millisecond) // let start-up goroutines (call watchers) finish
+	if per := float64(runtime.NumGoroutine()-before) / n; per > 4 {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%.1f goroutines per idle agent, want at most 4:\n%s", per, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestOnDone: the OnDone function runs once the agent has ended, whether
+// it was set before or after the end, and the agent is done by then.
+func TestOnDone(t *testing.T) {
+	t.Parallel()
+	a, _ := startAgent(t, agentsim.Script{ProtocolVersion: 2}, DefaultMaxLine)
+	ran := make(chan string, 2)
+	a.OnDone(func() { ran <- a.Reason() })
+	select {
+	case r := <-ran:
+		t.Fatalf("OnDone ran (%s) before the agent ended", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	a.Close()
+	if r := <-ran; r != ReasonStopped {
+		t.Fatalf("OnDone saw reason %q, want %q", r, ReasonStopped)
+	}
+	a.OnDone(func() { ran <- "late" })
+	if r := <-ran; r != "late" {
+		t.Fatalf("late OnDone: got %q", r)
+	}
+}
+
+// TestCallEndsWhenTheAgentExits: a request pending when the agent exits
+// fails with the agent's end, even though a process it left behind keeps
+// its output open (so the connection itself never breaks).
+func TestCallEndsWhenTheAgentExits(t *testing.T) {
+	t.Parallel()
+	status := 3
+	script, err := agentsim.Command(agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Exit: &status}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := append([]string{"/bin/sh", "-c", `sleep 300 & exec "$@"`, "sh"}, script...)
+	a, err := Start(context.Background(), Config{Command: cmd, Dir: t.TempDir(), Client: &recorder{},
+		StartTimeout: 10 * time.Second, StopGrace: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close) // kills the sleep left in the group
+	sid, err := a.NewSession(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := a.Prompt(ctx, sid, nil); !errors.Is(err, ErrExited) || ctx.Err() != nil {
+		t.Fatalf("prompt err = %v (ctx %v), want the agent's exit", err, ctx.Err())
+	}
+	if r := a.Reason(); r != ReasonFailed {
+		t.Fatalf("reason %q, want %q", r, ReasonFailed)
+	}
+}

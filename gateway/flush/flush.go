@@ -1,0 +1,163 @@
+// Package flush lets a streaming handler send several messages with one
+// write and one flush of its response.
+//
+// connect-go writes each message of a server stream on its own and
+// flushes the response after it: on HTTP/2 a hand-over to the
+// connection's goroutine and a DATA frame per message (per 4 KiB, the
+// server's write buffer, for larger ones), on HTTP/1.1 a chunk and a
+// write. A handler that has several messages at hand wraps their sends in
+// Hold and Release: the writes in between are gathered into blocks of up
+// to holdBytes, the flushes held, and Release writes what is left and
+// flushes once if a flush was asked for.
+package flush
+
+import (
+	"context"
+	"net/http"
+	"sync"
+)
+
+// holdBytes bounds the bytes a Writer holds back: HTTP/2's default
+// largest frame.
+const holdBytes = 16 << 10
+
+// buffers holds the buffers of held writes between batches.
+var buffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, holdBytes)
+	return &b
+}}
+
+type key struct{}
+
+// Writer is an http.ResponseWriter whose writes and flushes its handler
+// may hold. It is used by the handler's goroutine only, as a
+// ResponseWriter is.
+type Writer struct {
+	http.ResponseWriter
+	f       http.Flusher
+	held    bool
+	pending bool    // a flush was asked for while held
+	buf     *[]byte // writes held back; nil when none
+	err     error   // of the last write of held bytes
+}
+
+// Write writes p, or while held, adds it to the bytes held back, which
+// are written when they would pass holdBytes.
+func (w *Writer) Write(p []byte) (int, error) {
+	if !w.held {
+		if err := w.writeHeld(); err != nil {
+			return 0, err
+		}
+		return w.ResponseWriter.Write(p)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.buf != nil && len(*w.buf)+len(p) > holdBytes {
+		if err := w.writeHeld(); err != nil {
+			return 0, err
+		}
+	}
+	if len(p) >= holdBytes {
+		return w.ResponseWriter.Write(p)
+	}
+	if w.buf == nil {
+		w.buf = buffers.Get().(*[]byte)
+	}
+	*w.buf = append(*w.buf, p...)
+	return len(p), nil
+}
+
+// writeHeld writes the bytes held back.
+func (w *Writer) writeHeld() error {
+	if w.buf == nil {
+		return w.err
+	}
+	b := w.buf
+	w.buf = nil
+	_, err := w.ResponseWriter.Write(*b)
+	*b = (*b)[:0]
+	buffers.Put(b)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// Flush flushes the response, unless flushes are held: then it is done at
+// Release.
+func (w *Writer) Flush() {
+	if w.held {
+		w.pending = true
+		return
+	}
+	if w.writeHeld() == nil {
+		w.f.Flush()
+	}
+}
+
+// FlushError is Flush for http.ResponseController, with the error of the
+// underlying write or flush.
+func (w *Writer) FlushError() error {
+	if w.held {
+		w.pending = true
+		return w.err
+	}
+	if err := w.writeHeld(); err != nil {
+		return err
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the underlying ResponseWriter, for http.ResponseController.
+func (w *Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hold holds writes and flushes until Release. It does nothing on a nil
+// Writer.
+func (w *Writer) Hold() {
+	if w != nil {
+		w.held = true
+	}
+}
+
+// Release stops holding: it writes the bytes held back, and flushes if a
+// flush was asked for. It returns the error of writing held bytes, if
+// any. It does nothing on a nil Writer.
+func (w *Writer) Release() error {
+	if w == nil || !w.held {
+		return nil
+	}
+	w.held = false
+	err := w.writeHeld()
+	if w.pending {
+		w.pending = false
+		if err == nil {
+			w.f.Flush()
+		}
+	}
+	return err
+}
+
+// From returns the Writer of the response being served in ctx, or nil when
+// the handler was not wrapped by Holdable.
+func From(ctx context.Context) *Writer {
+	w, _ := ctx.Value(key{}).(*Writer)
+	return w
+}
+
+// Holdable wraps h so that its handlers can hold flushes: for requests that
+// match, the ResponseWriter is a *Writer, which From finds in the request's
+// context. A ResponseWriter that cannot flush is passed on as it is.
+func Holdable(h http.Handler, match func(*http.Request) bool) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		f, ok := rw.(http.Flusher)
+		if !ok || !match(r) {
+			h.ServeHTTP(rw, r)
+			return
+		}
+		w := &Writer{ResponseWriter: rw, f: f}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), key{}, w)))
+		// Nothing held is left behind by a handler that did not release.
+		_ = w.Release()
+	})
+}

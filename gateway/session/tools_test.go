@@ -1,0 +1,113 @@
+package session
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/acp-gateway/acp-gateway/gateway/metrics"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/statestore"
+)
+
+// metricValue sums the samples of metric name (a counter, a gauge's
+// samples with label status when given, or a histogram's count).
+func metricValue(t *testing.T, met *metrics.Metrics, name, status string) float64 {
+	t.Helper()
+	fams, err := met.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	samples:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if status != "" && l.GetName() == "status" && l.GetValue() != status {
+					continue samples
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func toolUpdate(id, status string) *acpv2.SessionUpdate {
+	u := &acpv2.ToolCallUpdate{ToolCallId: id}
+	if status != "" {
+		u.Status = &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: status}}
+	}
+	return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: u}}
+}
+
+// The metrics count a session's tool calls by status and each call once
+// when it finishes, timed from its first update; a session taken over from
+// the store counts its calls by status, but not again those that finished
+// before: the run that saw them finish counted them.
+func TestToolCallMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := statestore.NewMemory(statestore.Options{})
+	rec := &statestore.Session{ID: "s1", Agent: "a", Cwd: "/", State: statestore.StateAgentLost, CreatedAt: time.Now()}
+	if err := st.CreateSession(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	done := &acpv2.ToolCall{ToolCallId: "done", Status: "completed"}
+	running := &acpv2.ToolCall{ToolCallId: "running", Status: "in_progress"}
+	if err := st.Append(ctx, "s1", []*acpv2.SessionEvent{
+		{Seq: 1, Event: &acpv2.SessionEvent_ToolCall{ToolCall: done}},
+		{Seq: 2, Event: &acpv2.SessionEvent_ToolCall{ToolCall: running}},
+	}, []*acpv2.ToolCall{done, running}); err != nil {
+		t.Fatal(err)
+	}
+	met := metrics.New(metrics.Options{MaxSessionSeries: 10})
+	m := NewManager(Options{Store: st, Metrics: met, IdleTimeout: -1})
+	defer m.Close()
+	s, err := m.Get(ctx, "", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, finished, completed, inProgress, pending float64) {
+		t.Helper()
+		for _, c := range []struct {
+			name, status string
+			want         float64
+		}{
+			{"acp_gateway_tool_calls_total", "", finished},
+			{"acp_gateway_tool_call_duration_seconds", "", finished},
+			{"acp_gateway_session_tool_calls", "completed", completed},
+			{"acp_gateway_session_tool_calls", "in_progress", inProgress},
+			{"acp_gateway_session_tool_calls", "pending", pending},
+		} {
+			if got := metricValue(t, met, c.name, c.status); got != c.want {
+				t.Errorf("%s: %s{%s} = %v, want %v", when, c.name, c.status, got, c.want)
+			}
+		}
+	}
+	check("restored", 0, 1, 1, 0)
+	s.SessionUpdate("", toolUpdate("running", "completed"), nil)
+	check("the restored call finished", 1, 2, 0, 0)
+	s.SessionUpdate("", toolUpdate("new", ""), nil) // pending, ACP's default
+	check("a new call", 1, 2, 0, 1)
+	s.SessionUpdate("", toolUpdate("new", "in_progress"), nil)
+	s.SessionUpdate("", toolUpdate("new", "completed"), nil)
+	check("the new call finished", 2, 3, 0, 0)
+	s.SessionUpdate("", toolUpdate("new", "completed"), nil)
+	check("the finished call updated again", 2, 3, 0, 0)
+	s.SessionUpdate("", toolUpdate("at-once", "failed"), nil)
+	check("a call finished with its first update", 3, 3, 0, 0)
+	if got := metricValue(t, met, "acp_gateway_session_tool_calls", "failed"); got != 1 {
+		t.Errorf("failed calls: %v, want 1", got)
+	}
+}
