@@ -45,6 +45,7 @@ func TestBenchQuickReport(t *testing.T) {
 		} `json:"machine"`
 		Paths []struct {
 			Key              string  `json:"key"`
+			Gateway          bool    `json:"gateway"`
 			Present          bool    `json:"present"`
 			Absent           string  `json:"absent"`
 			Error            string  `json:"error"`
@@ -56,6 +57,8 @@ func TestBenchQuickReport(t *testing.T) {
 			VsPipe *struct {
 				Throughput float64 `json:"throughput"`
 			} `json:"vsPipe"`
+			AllocBytesPerUpdate float64 `json:"allocBytesPerUpdate"`
+			AllocsPerUpdate     float64 `json:"allocsPerUpdate"`
 		} `json:"paths"`
 		Fanout []struct {
 			Watchers int    `json:"watchers"`
@@ -88,6 +91,8 @@ func TestBenchQuickReport(t *testing.T) {
 			}
 		case p.Updates != 40 || p.UpdatesPerSecond <= 0 || p.Latency.Samples != 20:
 			t.Errorf("path %s: %d updates at %v/s, %d latency samples", p.Key, p.Updates, p.UpdatesPerSecond, p.Latency.Samples)
+		case p.Gateway && (p.AllocBytesPerUpdate <= 0 || p.AllocsPerUpdate <= 0):
+			t.Errorf("gateway path %s: %v heap bytes and %v objects allocated per update", p.Key, p.AllocBytesPerUpdate, p.AllocsPerUpdate)
 		}
 		if p.Key == "proto" && p.VsPipe == nil {
 			t.Errorf("the gateway path has no ratio to the pipe")

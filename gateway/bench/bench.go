@@ -289,17 +289,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		if err != nil {
 			rep.Fanout = []FanoutResult{{Error: err.Error()}}
 		} else {
-			if profiled("fanout") {
-				if err := g.profile(ctx, "start"); err != nil {
-					say("profile: %v", err)
-				}
-			}
+			stopProfile := g.profileWhile(ctx, profiled("fanout"), say)
 			rep.Fanout = runFanout(ctx, g, tr, &cfg, cwd, say)
-			if profiled("fanout") {
-				if err := g.profile(ctx, "stop"); err != nil {
-					say("profile: %v", err)
-				}
-			}
+			stopProfile()
 			if left, err := g.stop(tr); err != nil || left > 0 {
 				say("fan-out: the gateway left %d children (%v)", left, err)
 			}
@@ -415,18 +407,21 @@ func runWebsocketd(ctx context.Context, p *PathResult, wsd string, self []string
 	}
 	defer w.stop()
 	resetPeakRSS(w.pid)
-	var fr, pr []turnResult
-	for i, t := range append(append([]turnSpec{}, flood...), paced...) {
+	one := func(t turnSpec) (turnResult, error) {
 		r, err := wsTurn(ctx, w, t)
 		if err != nil {
-			p.Error = fmt.Sprintf("%v (websocketd: %s)", err, strings.TrimSpace(w.stderr.String()))
-			return
+			err = fmt.Errorf("%v (websocketd: %s)", err, strings.TrimSpace(w.stderr.String()))
 		}
-		if i < len(flood) {
-			fr = append(fr, r)
-		} else {
-			pr = append(pr, r)
-		}
+		return r, err
+	}
+	fr, err := runTurns(flood, one)
+	var pr []turnResult
+	if err == nil {
+		pr, err = runTurns(paced, one)
+	}
+	if err != nil {
+		p.Error = err.Error()
+		return
 	}
 	p.PeakRSS, _ = procStatus(w.pid, "VmHWM")
 	fillPath(p, fr, pr)
@@ -450,23 +445,52 @@ func runGatewayPath(ctx context.Context, p *PathResult, g *gatewayProc, tr *tran
 			}
 		}()
 	}
-	var fr, pr []turnResult
-	for i, t := range append(append([]turnSpec{}, flood...), paced...) {
+	one := func(t turnSpec) (turnResult, error) {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
 		r, err := gatewayTurn(tctx, c, t.Protocol, t.Work, cwd, cpu)
-		cancel()
 		if err != nil {
-			p.Error = fmt.Sprintf("%v %s", err, strings.TrimSpace(g.stderr.String()))
-			return
+			err = fmt.Errorf("%v %s", err, strings.TrimSpace(g.stderr.String()))
 		}
-		if i < len(flood) {
-			fr = append(fr, r)
-		} else {
-			pr = append(pr, r)
-		}
+		return r, err
+	}
+	// The heap allocated during the as-fast-as-possible turns, as the CPU.
+	before, err := g.memstats(ctx)
+	var fr, pr []turnResult
+	if err == nil {
+		fr, err = runTurns(flood, one)
+	}
+	var after memStats
+	if err == nil {
+		after, err = g.memstats(ctx)
+	}
+	if err == nil {
+		pr, err = runTurns(paced, one)
+	}
+	if err != nil {
+		p.Error = err.Error()
+		return
 	}
 	p.PeakRSS, _ = procStatus(g.pid, "VmHWM")
 	fillPath(p, fr, pr)
+	if p.Updates > 0 {
+		p.AllocBytesPerUpdate = round3(float64(after.TotalAlloc-before.TotalAlloc) / float64(p.Updates))
+		p.AllocsPerUpdate = round3(float64(after.Mallocs-before.Mallocs) / float64(p.Updates))
+	}
+}
+
+// runTurns runs the turns through one, in order, and returns their
+// results. It stops at the first error.
+func runTurns(turns []turnSpec, one func(turnSpec) (turnResult, error)) ([]turnResult, error) {
+	var out []turnResult
+	for _, t := range turns {
+		r, err := one(t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 func runFanout(ctx context.Context, g *gatewayProc, tr *transports, cfg *Config, cwd string, say func(string, ...any)) []FanoutResult {

@@ -149,6 +149,10 @@ type memStats struct {
 	Sys        uint64 `json:"sys"`
 	Goroutines int    `json:"goroutines"`
 	RSS        int64  `json:"rss"`
+	// TotalAlloc and Mallocs count the heap bytes and objects allocated
+	// since the process started.
+	TotalAlloc uint64 `json:"totalAlloc"`
+	Mallocs    uint64 `json:"mallocs"`
 }
 
 func memstatsHandler(w http.ResponseWriter, _ *http.Request) {
@@ -159,7 +163,7 @@ func memstatsHandler(w http.ResponseWriter, _ *http.Request) {
 	rss, _ := procStatus(os.Getpid(), "VmRSS")
 	_ = json.NewEncoder(w).Encode(memStats{
 		HeapInuse: m.HeapInuse, HeapAlloc: m.HeapAlloc, StackInuse: m.StackInuse, Sys: m.Sys,
-		Goroutines: runtime.NumGoroutine(), RSS: rss,
+		Goroutines: runtime.NumGoroutine(), RSS: rss, TotalAlloc: m.TotalAlloc, Mallocs: m.Mallocs,
 	})
 }
 
@@ -334,6 +338,24 @@ func (g *gatewayProc) memstats(ctx context.Context) (memStats, error) {
 	return m, err
 }
 
+// profileWhile starts the gateway's profiles when on and returns what
+// stops them (writing them); it reports errors through say.
+func (g *gatewayProc) profileWhile(ctx context.Context, on bool, say func(string, ...any)) (stop func()) {
+	if !on {
+		return func() {}
+	}
+	if err := g.profile(ctx, "start"); err != nil {
+		say("profile: %v", err)
+	}
+	return func() {
+		if err := g.profile(ctx, "stop"); err != nil {
+			say("profile: %v", err)
+		}
+	}
+}
+
+// profile starts ("start") or stops and writes ("stop") the gateway's
+// profiles.
 func (g *gatewayProc) profile(ctx context.Context, op string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/bench/profile/"+op, nil)
 	if err != nil {

@@ -93,7 +93,13 @@ type PathResult struct {
 	CPUPer1000 float64 `json:"cpuSecondsPer1000Updates"`
 	// PeakRSS is the measured process's peak resident set during the path.
 	PeakRSS int64 `json:"peakRssBytes"`
-	CutOffs int   `json:"cutOffs"`
+	// AllocBytesPerUpdate and AllocsPerUpdate are the heap bytes and
+	// objects the gateway process allocated per update over the
+	// as-fast-as-possible turns (runtime.MemStats TotalAlloc and Mallocs);
+	// gateway paths only.
+	AllocBytesPerUpdate float64 `json:"allocBytesPerUpdate,omitempty"`
+	AllocsPerUpdate     float64 `json:"allocsPerUpdate,omitempty"`
+	CutOffs             int     `json:"cutOffs"`
 	// VsPipe and VsWebsocketd compare with the baselines: throughput
 	// ratio, and p99 latency difference in milliseconds.
 	VsPipe       *Ratio `json:"vsPipe,omitempty"`
@@ -201,16 +207,16 @@ func (r *Report) Write(w io.Writer) {
 		joinInts(c.Mix, "+v"), c.Payload, c.Updates, c.Rate, c.PacedUpdates)
 	fmt.Fprintf(w, "CPU and peak RSS: of the pipe reader (getrusage), the websocketd process and the gateway process (a child: its threads' on-CPU time in /proc); agents and clients excluded\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tupdates/s\tp50 ms\tp99 ms\tp99.9 ms\tflood p99 ms\tCPU s/1k upd\tpeak RSS\tvs pipe\tvs websocketd\t")
+	fmt.Fprintln(tw, "path\tupdates/s\tp50 ms\tp99 ms\tp99.9 ms\tflood p99 ms\tCPU s/1k upd\tpeak RSS\theap alloc/upd\tvs pipe\tvs websocketd\t")
 	var notes []string
 	for _, p := range r.Paths {
 		switch {
 		case !p.Present:
-			fmt.Fprintf(tw, "%s\tabsent\t\t\t\t\t\t\t\t\t\n", p.Name)
+			fmt.Fprintf(tw, "%s\tabsent\t\t\t\t\t\t\t\t\t\t\n", p.Name)
 			notes = append(notes, fmt.Sprintf("%s: absent: %s", p.Name, p.Absent))
 			continue
 		case p.Error != "":
-			fmt.Fprintf(tw, "%s\tfailed\t\t\t\t\t\t\t\t\t\n", p.Name)
+			fmt.Fprintf(tw, "%s\tfailed\t\t\t\t\t\t\t\t\t\t\n", p.Name)
 			notes = append(notes, fmt.Sprintf("%s: failed: %s", p.Name, firstLine(p.Error)))
 			continue
 		}
@@ -218,9 +224,13 @@ func (r *Report) Write(w io.Writer) {
 		if p.CutOffs > 0 {
 			name += fmt.Sprintf(" (%d cut-offs)", p.CutOffs)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%.3f\t%.2f\t%.3f\t%s\t%s\t%s\t\n", name, p.UpdatesPerSecond,
+		alloc := "-"
+		if p.AllocsPerUpdate > 0 {
+			alloc = fmt.Sprintf("%s (%.0f objects)", fmtBytes(p.AllocBytesPerUpdate), p.AllocsPerUpdate)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%.3f\t%.2f\t%.3f\t%s\t%s\t%s\t%s\t\n", name, p.UpdatesPerSecond,
 			p.Latency.P50, p.Latency.P99, p.Latency.P999, p.FloodLatency.P99, p.CPUPer1000, fmtBytes(float64(p.PeakRSS)),
-			fmtRatio(p.VsPipe), fmtRatio(p.VsWebsocketd))
+			alloc, fmtRatio(p.VsPipe), fmtRatio(p.VsWebsocketd))
 	}
 	tw.Flush()
 	for _, n := range notes {
@@ -249,9 +259,9 @@ func (r *Report) Write(w io.Writer) {
 		if s.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", firstLine(s.Error))
 		}
-		fmt.Fprintf(w, "  gateway memory per idle session (after one turn): heap in use %s, stacks %s, RSS %s, %.1f goroutines\n",
-			fmtBytes(s.HeapPerSession), fmtBytes(s.StackPerSession), fmtBytes(s.RSSPerSession), s.GoroutinesPerSession)
-		fmt.Fprintf(w, "  a further turn adds %s of heap per session (its events, kept by the memory store): a session without events is about %s\n",
+		fmt.Fprintf(w, "  gateway memory per idle session (after one turn): heap in use %s (live objects %s), stacks %s, RSS %s, %.1f goroutines\n",
+			fmtBytes(s.HeapPerSession), fmtBytes(s.LivePerSession), fmtBytes(s.StackPerSession), fmtBytes(s.RSSPerSession), s.GoroutinesPerSession)
+		fmt.Fprintf(w, "  a further turn adds %s of heap in use per session (its events in the memory store, its merged tool calls): a session without them is about %s\n",
 			fmtBytes(s.HeapPerTurn), fmtBytes(s.HeapPerSession-s.HeapPerTurn))
 		fmt.Fprintf(w, "  create to first event: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", s.CreateToFirstEvent.P50, s.CreateToFirstEvent.P99, s.CreateToFirstEvent.Max)
 		fmt.Fprintf(w, "  all %d sessions in a turn at once: %.0f updates/s, latency p50 %.1f ms, p99 %.1f ms; %d cut-offs, %d failed, %d children left\n",

@@ -21,8 +21,11 @@ type ScaleResult struct {
 	// Memory of the gateway process per session, once every session is
 	// idle after its first turn: deltas from before the first session,
 	// after a GC, divided by Sessions. Agent processes are not included.
-	HeapPerSession       float64 `json:"heapInuseBytesPerSession"`
-	StackPerSession      float64 `json:"stackInuseBytesPerSession"`
+	HeapPerSession  float64 `json:"heapInuseBytesPerSession"`
+	StackPerSession float64 `json:"stackInuseBytesPerSession"`
+	// LivePerSession counts live heap objects only (HeapAlloc after a GC):
+	// HeapPerSession less the free room in the spans they sit in.
+	LivePerSession       float64 `json:"heapAllocBytesPerSession"`
 	RSSPerSession        float64 `json:"rssBytesPerSession"`
 	GoroutinesPerSession float64 `json:"goroutinesPerSession"`
 	// HeapPerTurn is what the second turn added to the heap, per session:
@@ -76,11 +79,7 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 		res.Error = err.Error()
 		return res
 	}
-	if len(profile) > 0 {
-		if err := g.profile(ctx, "start"); err != nil {
-			progress("profile: %v", err)
-		}
-	}
+	stopProfile := g.profileWhile(ctx, len(profile) > 0, progress)
 	w := Workload{Updates: cfg.ScaleUpdates, Payload: cfg.Payload}
 	ids := make([]string, cfg.Sessions)
 	firsts := make([]int64, cfg.Sessions)
@@ -134,11 +133,7 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 		res.Error = err.Error()
 		return res
 	}
-	if len(profile) > 0 {
-		if err := g.profile(ctx, "stop"); err != nil {
-			progress("profile: %v", err)
-		}
-	}
+	stopProfile()
 	var live []string
 	var firstSamples []int64
 	for i, id := range ids {
@@ -150,6 +145,7 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 	if n := float64(len(live)); n > 0 {
 		res.HeapPerSession = (float64(after.HeapInuse) - float64(before.HeapInuse)) / n
 		res.StackPerSession = (float64(after.StackInuse) - float64(before.StackInuse)) / n
+		res.LivePerSession = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
 		res.RSSPerSession = (float64(after.RSS) - float64(before.RSS)) / n
 		res.GoroutinesPerSession = float64(after.Goroutines-before.Goroutines) / n
 	}
