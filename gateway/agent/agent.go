@@ -478,10 +478,22 @@ var ErrUnsupported = errors.New("agent: the agent's ACP version has no such meth
 
 // call makes a request and fails fast when the agent ends meanwhile.
 func (a *Agent) call(ctx context.Context, method string, params, result any) error {
+	return a.callSent(ctx, method, params, result, nil)
+}
+
+// callSent is call, running sent (when set) once the request is written to
+// the agent and before its answer is awaited.
+func (a *Agent) callSent(ctx context.Context, method string, params, result any, sent func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(a.ended, cancel)()
-	err := a.conn.Call(ctx, method, params, result)
+	w, err := a.conn.DispatchCall(ctx, method, params)
+	if err == nil {
+		if sent != nil {
+			sent()
+		}
+		err = w.Wait(ctx, result)
+	}
 	if err != nil {
 		if errors.Is(err, jsonrpc2.ErrClosed) || errors.Is(err, context.Canceled) {
 			// The connection broke or the agent ended: report why, once
@@ -537,8 +549,10 @@ func (a *Agent) NewSession(ctx context.Context, cwd string) (string, error) {
 }
 
 // Prompt sends a prompt turn and waits for its stop reason, which is empty
-// when the agent's answer has none.
-func (a *Agent) Prompt(ctx context.Context, sessionID string, prompt []*acpv2.ContentBlock) (string, error) {
+// when the agent's answer has none. sent, when set, runs once the
+// session/prompt request is written, so that a caller can order a
+// session/cancel after it.
+func (a *Agent) Prompt(ctx context.Context, sessionID string, prompt []*acpv2.ContentBlock, sent func()) (string, error) {
 	blocks := make([]json.RawMessage, len(prompt))
 	for i, b := range prompt {
 		js, err := acpjson.Encode(b, a.Version())
@@ -554,7 +568,7 @@ func (a *Agent) Prompt(ctx context.Context, sessionID string, prompt []*acpv2.Co
 	if meta := traceMeta(ctx); meta != nil {
 		params["_meta"] = meta
 	}
-	if err := a.call(ctx, "session/prompt", params, &res); err != nil {
+	if err := a.callSent(ctx, "session/prompt", params, &res, sent); err != nil {
 		return "", err
 	}
 	// Empty from an ACP v2 agent, which reports the stop reason in an idle

@@ -48,7 +48,7 @@ func TestFloodComesThroughInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Prompt(context.Background(), sid, nil); err != nil {
+		if _, err := a.Prompt(context.Background(), sid, nil, nil); err != nil {
 			t.Fatalf("v%d: prompt: %v", v, err)
 		}
 		var chunks []string
@@ -88,7 +88,7 @@ func TestProtocolErrorsEndTheAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = a.Prompt(context.Background(), sid, nil)
+		_, err = a.Prompt(context.Background(), sid, nil, nil)
 		if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: prompt: %v, want %q", name, err, c.want)
 		}
@@ -166,7 +166,7 @@ func TestCallEndsWhenTheAgentExits(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := a.Prompt(ctx, sid, nil); !errors.Is(err, ErrExited) || ctx.Err() != nil {
+	if _, err := a.Prompt(ctx, sid, nil, nil); !errors.Is(err, ErrExited) || ctx.Err() != nil {
 		t.Fatalf("prompt err = %v (ctx %v), want the agent's exit", err, ctx.Err())
 	}
 	if r := a.Reason(); r != ReasonFailed {

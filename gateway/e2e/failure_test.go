@@ -454,3 +454,48 @@ func TestAgentsGetOnlyTheConfiguredEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelRightAfterPromptReachesTheAgent cancels each turn the moment
+// Prompt returns, before the turn's goroutine can have written
+// session/prompt: the agent must still see the cancel after the prompt, or
+// it would cancel nothing and the turn would run its full minute.
+func TestCancelRightAfterPromptReachesTheAgent(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{
+		"slow": agentCommand(t, agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim.Step{
+			{Sleep: agentsim.Duration(time.Minute)},
+		}}}}),
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := g.mgr.Get(ctx, "", g.create(t, "slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		sub, err := s.Prompt(ctx, textPrompt("go"))
+		if err != nil {
+			t.Fatalf("turn %d: Prompt: %v", i, err)
+		}
+		if err := s.Cancel(ctx); err != nil {
+			t.Fatalf("turn %d: Cancel: %v", i, err)
+		}
+		var ended *acpv2.TurnEnded
+		evs := make([]*acpv2.SessionEvent, 16)
+		for ended == nil {
+			n, err := sub.NextBatch(ctx, evs)
+			if err != nil {
+				t.Fatalf("turn %d did not end: %v", i, err)
+			}
+			for _, ev := range evs[:n] {
+				if te := ev.GetTurnEnded(); te != nil {
+					ended = te
+				}
+			}
+		}
+		sub.Close()
+		if ended.GetStopReason() != "cancelled" {
+			t.Fatalf("turn %d ended %v, want cancelled", i, ended)
+		}
+	}
+}

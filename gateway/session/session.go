@@ -46,7 +46,11 @@ type Session struct {
 	// turnIdle is closed when an idle state_update arrives during a turn:
 	// an ACP v2 turn ends there, with the stop reason it carries, rather
 	// than at the session/prompt answer.
-	turnIdle   chan struct{}
+	turnIdle chan struct{}
+	// turnSent is closed once the turn's session/prompt is written to the
+	// agent (or could not be): a session/cancel waits for it, so that the
+	// agent never sees the cancel before the prompt it cancels.
+	turnSent   chan struct{}
 	stopReason string
 	tools      *merge.State
 	seq        uint64
@@ -513,20 +517,23 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 	}
 	s.turn, s.turnStart = true, time.Now()
 	s.stopReason, s.turnIdle = "", make(chan struct{})
+	s.turnSent = make(chan struct{})
 	s.stopIdleLocked()
 	a, agentSID := s.agent, s.agentSessionID
 	s.m.wg.Add(1)
 	// The turn outlives the request, but keeps its values: the trace
 	// context for the agent, the request id for the logs.
-	go s.runTurn(context.WithoutCancel(ctx), a, agentSID, prompt, s.turnIdle)
+	go s.runTurn(context.WithoutCancel(ctx), a, agentSID, prompt, s.turnIdle, s.turnSent)
 	return sub, nil
 }
 
 // runTurn runs a prompt turn; idle is closed by the idle state_update that
-// ends an ACP v2 turn.
-func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, prompt []*acpv2.ContentBlock, idle <-chan struct{}) {
+// ends an ACP v2 turn, and sent once the prompt is written to the agent.
+func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, prompt []*acpv2.ContentBlock, idle <-chan struct{}, sent chan struct{}) {
 	defer s.m.wg.Done()
-	reason, err := a.Prompt(ctx, agentSID, prompt)
+	markSent := sync.OnceFunc(func() { close(sent) })
+	reason, err := a.Prompt(ctx, agentSID, prompt, markSent)
+	markSent() // when the prompt could not be written
 	if err == nil && a.Version() >= acpjson.V2 {
 		select {
 		case <-idle:
@@ -572,13 +579,20 @@ func (s *Session) Cancel(ctx context.Context) error {
 		s.mu.Unlock()
 		return ErrNoTurn
 	}
-	a, agentSID := s.agent, s.agentSessionID
+	a, agentSID, sent := s.agent, s.agentSessionID, s.turnSent
 	s.mu.Unlock()
 	// session/cancel first, as ACP orders it: an agent that sees its
 	// permission request cancelled then knows the turn is being cancelled.
+	// It waits for the prompt to be written: a cancel the agent read
+	// before the prompt would cancel nothing.
 	var err error
 	if a != nil { // else the turn is ending with the agent
-		err = a.Cancel(ctx, agentSID)
+		select {
+		case <-sent:
+			err = a.Cancel(ctx, agentSID)
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 	}
 	s.mu.Lock()
 	for id := range s.perms {
