@@ -221,6 +221,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	// The agent ends when this goroutine reaps it, or earlier when its
 	// output breaks (see streamEnded): no goroutine waits for either.
 	go func() {
+		awaitExit(cmd.Process.Pid)
 		err := cmd.Wait()
 		close(a.exited)
 		how, reason := describeExit(err)

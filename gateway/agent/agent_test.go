@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,6 +119,40 @@ func TestIdleAgentGoroutines(t *testing.T) {
 	if per := float64(runtime.NumGoroutine()-before) / n; per > 4 {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%.1f goroutines per idle agent, want at most 4:\n%s", per, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestIdleAgentsHoldNoThreads: waiting for an agent's exit parks a
+// goroutine rather than an OS thread (each thread costs the gateway its
+// own stacks). Not parallel, so that other tests' threads do not come and
+// go meanwhile.
+func TestIdleAgentsHoldNoThreads(t *testing.T) {
+	const n = 16
+	threads := func() int {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(tasks)
+	}
+	before := threads()
+	agents := make([]*Agent, n)
+	for i := range agents {
+		agents[i], _ = startAgent(t, agentsim.Script{ProtocolVersion: 2}, DefaultMaxLine)
+	}
+	if grew := threads() - before; grew >= n/2 {
+		t.Fatalf("%d idle agents added %d OS threads, want fewer than %d", n, grew, n/2)
+	}
+	// Their exits are still seen: a closed agent is reaped and ended.
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Go(a.Close)
+	}
+	wg.Wait()
+	for _, a := range agents {
+		if r := a.Reason(); r != ReasonStopped {
+			t.Fatalf("closed agent's reason %q, want %q", r, ReasonStopped)
+		}
 	}
 }
 
