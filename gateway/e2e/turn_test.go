@@ -301,3 +301,35 @@ func TestWatchOpensOnAnIdleSession(t *testing.T) {
 }
 
 func eventEqual(a, b *acpv2.SessionEvent) bool { return proto.Equal(a, b) }
+
+// TestToolCallsKeepMergingAcrossTurns: between turns a session keeps its
+// tool calls compacted (each Snapshot decodes them afresh), and the next
+// turn's updates merge onto them as if they had never been.
+func TestToolCallsKeepMergingAcrossTurns(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{
+		"two": agentCommand(t, agentsim.Script{Turns: []agentsim.Turn{
+			{Steps: []agentsim.Step{update(`{"sessionUpdate":"tool_call","toolCallId":"c1","title":"Edit","kind":"edit","status":"in_progress","rawInput":{"path":"a.go","n":[1,2]}}`)}},
+			{Steps: []agentsim.Step{update(`{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed"}`)}},
+		}}),
+	}})
+	id := g.create(t, "two")
+	turn(t, g.connect, id, nil)
+	s, err := g.mgr.Get(context.Background(), "", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := s.Snapshot().GetToolCalls(), s.Snapshot().GetToolCalls()
+	if len(first) != 1 || first[0].GetTitle() != "Edit" || first[0].GetRawInput().GetStructValue().GetFields()["path"].GetStringValue() != "a.go" {
+		t.Fatalf("after the first turn the tool calls are %v", first)
+	}
+	if first[0] == second[0] {
+		t.Error("the idle session's tool calls are not compacted: two Snapshots share a message")
+	}
+	turn(t, g.connect, id, nil)
+	calls := s.Snapshot().GetToolCalls()
+	want := &acpv2.ToolCall{ToolCallId: "c1", Title: "Edit", Kind: "edit", Status: "completed", RawInput: first[0].GetRawInput()}
+	if len(calls) != 1 || !proto.Equal(calls[0], want) {
+		t.Fatalf("after the second turn the tool calls are %v, want %v", calls, want)
+	}
+}

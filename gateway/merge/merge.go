@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -38,9 +39,50 @@ type State struct {
 // that spare capacity and a chunk can append into it in amortised O(1)
 // without changing any earlier version. buf is nil whenever call.Content came
 // from elsewhere (an update, Restore) and so must not be appended to in place.
+//
+// After Compact, call and buf are nil and wire holds the tool call in its
+// protobuf wire form, until the entry is next used (see load).
 type entry struct {
 	call *acpv2.ToolCall
 	buf  []*acpv2.ToolCallContent
+	wire []byte
+}
+
+// load returns the entry's tool call, decoding it when compacted; keep
+// leaves a compacted entry as it is (the result is then a fresh message
+// that only the caller holds).
+func (e *entry) load(keep bool) *acpv2.ToolCall {
+	if e.call != nil || e.wire == nil {
+		return e.call
+	}
+	c := &acpv2.ToolCall{}
+	// An error cannot happen (Compact wrote these bytes from a valid
+	// message); what was decoded is kept all the same.
+	_ = proto.Unmarshal(e.wire, c)
+	if !keep {
+		e.call, e.wire = c, nil
+	}
+	return c
+}
+
+// Compact keeps every tool call in its protobuf wire form until it is next
+// needed: a tenth or so of the memory of the message, most of all for
+// google.protobuf.Struct values in rawInput and _meta. A session compacts
+// its state between turns, when it may stay idle for long. Results handed
+// out earlier are unaffected; the next ones are equal messages, not the
+// same ones.
+func (s *State) Compact() {
+	for i := range s.calls {
+		e := &s.calls[i]
+		if e.call == nil {
+			continue
+		}
+		b, err := proto.Marshal(e.call)
+		if err != nil {
+			continue // kept as it is
+		}
+		*e = entry{wire: b}
+	}
 }
 
 // New returns an empty State.
@@ -89,7 +131,7 @@ func (s *State) ApplyUpdate(u *acpv2.ToolCallUpdate) (*acpv2.ToolCall, error) {
 		return next, nil
 	}
 	e := &s.calls[i]
-	next := applyUpdate(id, e.call, u)
+	next := applyUpdate(id, e.load(false), u)
 	if u.GetContent().GetOp() != nil {
 		// The content now comes from u (or is nil): the append buffer no
 		// longer backs it.
@@ -121,7 +163,7 @@ func (s *State) ApplyChunk(c *acpv2.ToolCallContentChunk) (*acpv2.ToolCall, erro
 		return next, nil
 	}
 	e := &s.calls[i]
-	prev := e.call
+	prev := e.load(false)
 	if e.buf == nil {
 		// Content is not ours to grow: copy it into a fresh array. Clipping
 		// forces append to allocate, with room to spare for later chunks.
@@ -154,16 +196,16 @@ func (s *State) Get(id string) *acpv2.ToolCall {
 	if !ok {
 		return nil
 	}
-	return s.calls[i].call
+	return s.calls[i].load(false)
 }
 
 // Snapshot returns every tool call in the order its id was first seen. The
 // slice is new and belongs to the caller; the tool calls in it are shared and
-// must not be modified.
+// must not be modified. It leaves a compacted State compacted.
 func (s *State) Snapshot() []*acpv2.ToolCall {
 	out := make([]*acpv2.ToolCall, len(s.calls))
 	for i := range s.calls {
-		out[i] = s.calls[i].call
+		out[i] = s.calls[i].load(true)
 	}
 	return out
 }

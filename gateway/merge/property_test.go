@@ -532,62 +532,103 @@ func checkRestore(t testing.TB, ops []op, k int) {
 	}
 }
 
+// checkCompact applies ops to two States, compacting one of them before
+// each op whose index every divides, and checks that both give equal
+// results, Gets and Snapshots throughout, and that a Snapshot leaves the
+// compacted State compacted.
+func checkCompact(t testing.TB, ops []op, every int) {
+	t.Helper()
+	plain, compacted := merge.New(), merge.New()
+	for i, o := range ops {
+		if i%every == 0 {
+			compacted.Compact()
+			if !equalCalls(compacted.Snapshot(), plain.Snapshot()) {
+				t.Fatalf("op %d: Snapshot after Compact differs:\n got: %v\nwant: %v", i, compacted.Snapshot(), plain.Snapshot())
+			}
+		}
+		if o.u != nil {
+			p1, err1 := plain.Preview(o.u)
+			p2, err2 := compacted.Preview(o.u)
+			if !errors.Is(err1, err2) || !proto.Equal(p1, p2) {
+				t.Fatalf("op %d %v: Preview %v, %v; after Compact %v, %v", i, o, p1, err1, p2, err2)
+			}
+		}
+		got1, err1 := apply(plain, o)
+		got2, err2 := apply(compacted, o)
+		if !errors.Is(err1, err2) || !proto.Equal(got1, got2) {
+			t.Fatalf("op %d %v: %v, %v; after Compact %v, %v", i, o, got1, err1, got2, err2)
+		}
+		if err1 == nil && !proto.Equal(plain.Get(got1.ToolCallId), compacted.Get(got1.ToolCallId)) {
+			t.Fatalf("op %d: Get(%q) differs after Compact", i, got1.ToolCallId)
+		}
+	}
+	compacted.Compact()
+	if !equalCalls(compacted.Snapshot(), plain.Snapshot()) || compacted.Len() != plain.Len() {
+		t.Fatalf("final Snapshot differs after Compact:\n got: %v\nwant: %v", compacted.Snapshot(), plain.Snapshot())
+	}
+	// A compacted State decodes afresh for each Snapshot: had the first
+	// one expanded it again, the second would hand out the same messages.
+	if first, second := compacted.Snapshot(), compacted.Snapshot(); len(first) > 0 && first[0] == second[0] {
+		t.Fatal("Snapshot expanded the compacted State")
+	}
+}
+
 const propertySeqs = 400
 
-func TestPropertyReplay(t *testing.T) {
+// forEachSeed runs f in a parallel subtest per seed, with a generator of
+// its own stream.
+func forEachSeed(t *testing.T, stream uint64, f func(t *testing.T, r *rand.Rand)) {
 	t.Parallel()
 	for seed := range uint64(propertySeqs) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			checkSequence(t, randomOps(rand.New(rand.NewPCG(seed, 1))))
+			f(t, rand.New(rand.NewPCG(seed, stream)))
 		})
 	}
+}
+
+func TestPropertyReplay(t *testing.T) {
+	forEachSeed(t, 1, func(t *testing.T, r *rand.Rand) { checkSequence(t, randomOps(r)) })
 }
 
 func TestPropertyIdempotentUpdate(t *testing.T) {
-	t.Parallel()
-	for seed := range uint64(propertySeqs) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			r := rand.New(rand.NewPCG(seed, 2))
-			s := merge.New()
-			for _, o := range randomOps(r) {
-				_, _ = apply(s, o)
-			}
-			g := &gen{src: r, nIDs: 6} // may hit an unseen id
-			u := g.update(fmt.Sprintf("call_%d", r.IntN(6)))
+	forEachSeed(t, 2, func(t *testing.T, r *rand.Rand) {
+		s := merge.New()
+		for _, o := range randomOps(r) {
+			_, _ = apply(s, o)
+		}
+		g := &gen{src: r, nIDs: 6} // may hit an unseen id
+		u := g.update(fmt.Sprintf("call_%d", r.IntN(6)))
 
-			once := merge.Restore(s.Snapshot())
-			got1, err := once.ApplyUpdate(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			twice := merge.Restore(s.Snapshot())
-			_, _ = twice.ApplyUpdate(u)
-			got2, err := twice.ApplyUpdate(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !proto.Equal(got1, got2) {
-				t.Fatalf("update %v:%s", u, diff(got1, got2))
-			}
-			if !equalCalls(once.Snapshot(), twice.Snapshot()) {
-				t.Fatalf("update %v: snapshots differ", u)
-			}
-		})
-	}
+		once := merge.Restore(s.Snapshot())
+		got1, err := once.ApplyUpdate(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		twice := merge.Restore(s.Snapshot())
+		_, _ = twice.ApplyUpdate(u)
+		got2, err := twice.ApplyUpdate(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got1, got2) {
+			t.Fatalf("update %v:%s", u, diff(got1, got2))
+		}
+		if !equalCalls(once.Snapshot(), twice.Snapshot()) {
+			t.Fatalf("update %v: snapshots differ", u)
+		}
+	})
+}
+
+func TestPropertyCompact(t *testing.T) {
+	forEachSeed(t, 4, func(t *testing.T, r *rand.Rand) { checkCompact(t, randomOps(r), 1+r.IntN(5)) })
 }
 
 func TestPropertyRestore(t *testing.T) {
-	t.Parallel()
-	for seed := range uint64(propertySeqs) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			r := rand.New(rand.NewPCG(seed, 3))
-			ops := randomOps(r)
-			checkRestore(t, ops, r.IntN(len(ops)+1))
-		})
-	}
+	forEachSeed(t, 3, func(t *testing.T, r *rand.Rand) {
+		ops := randomOps(r)
+		checkRestore(t, ops, r.IntN(len(ops)+1))
+	})
 }
 
 func FuzzApply(f *testing.F) {
@@ -605,5 +646,6 @@ func FuzzApply(f *testing.F) {
 		ops := fuzzOps(data)
 		checkSequence(t, ops)
 		checkRestore(t, ops, len(ops)/2)
+		checkCompact(t, ops, 3)
 	})
 }

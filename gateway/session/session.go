@@ -568,6 +568,9 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 	s.met.TurnEnded(reason, time.Since(s.turnStart))
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: ended}}}, nil)
 	s.turn = false
+	// The session may now stay idle for long: its tool calls wait in wire
+	// form until the next update needs them.
+	s.tools.Compact()
 	s.touchLocked()
 }
 
