@@ -54,6 +54,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	sessions := fs.Int("sessions", full.Sessions, "concurrent sessions of the scale phase (0: skip; quick: 100)")
 	scaleUpdates := fs.Int("scale-updates", full.ScaleUpdates, "updates per turn in the scale phase (quick: 10)")
 	scaleConc := fs.Int("scale-concurrency", full.ScaleConcurrency, "sessions created at a time in the scale phase")
+	scaleStore := fs.String("scale-store", full.ScaleStore, "store of the scale phase: bolt (serve's default) or memory (event logs in the gateway's heap)")
 	redisURL := fs.String("redis", full.Redis, "Redis for the Redis store path (a random key prefix, deleted afterwards)")
 	websocketd := fs.String("websocketd", "", "websocketd binary (default: websocketd in PATH)")
 	cpuprofile := fs.String("cpuprofile", "", "write the gateway process's CPU profile during --profile-path to this file")
@@ -85,6 +86,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	pick("sessions", &cfg.Sessions, *sessions)
 	pick("scale-updates", &cfg.ScaleUpdates, *scaleUpdates)
 	pick("scale-concurrency", &cfg.ScaleConcurrency, *scaleConc)
+	cfg.ScaleStore = *scaleStore
 	if set["rate"] {
 		cfg.Rate = *rate
 	}

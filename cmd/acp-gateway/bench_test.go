@@ -66,6 +66,7 @@ func TestBenchQuickReport(t *testing.T) {
 		} `json:"fanout"`
 		Scale *struct {
 			Sessions int    `json:"sessions"`
+			Store    string `json:"store"`
 			Failed   int    `json:"failedSessions"`
 			Leftover int    `json:"leftoverChildren"`
 			Error    string `json:"error"`
@@ -104,7 +105,7 @@ func TestBenchQuickReport(t *testing.T) {
 	if len(rep.Fanout) != 2 || rep.Fanout[0].Watchers != 1 || rep.Fanout[1].Watchers != 3 || rep.Fanout[0].Error != "" || rep.Fanout[1].Error != "" {
 		t.Errorf("fan-out %+v", rep.Fanout)
 	}
-	if rep.Scale == nil || rep.Scale.Sessions != 3 || rep.Scale.Failed != 0 || rep.Scale.Leftover != 0 || rep.Scale.Error != "" {
+	if rep.Scale == nil || rep.Scale.Sessions != 3 || rep.Scale.Store != "bolt" || rep.Scale.Failed != 0 || rep.Scale.Leftover != 0 || rep.Scale.Error != "" {
 		t.Errorf("scale %+v", rep.Scale)
 	}
 	if rep.Leftover != 0 {
@@ -116,6 +117,7 @@ func TestBenchBadFlagsExit2(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"bench", "--mix", "3"},
+		{"bench", "--scale-store", "redis"},
 		{"bench", "--paths", "pigeon"},
 		{"bench", "--fanout", "x"},
 		{"bench", "extra"},

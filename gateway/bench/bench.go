@@ -51,6 +51,9 @@ type Config struct {
 	Sessions         int `json:"sessions"`
 	ScaleUpdates     int `json:"scaleUpdates"`
 	ScaleConcurrency int `json:"scaleConcurrency"`
+	// ScaleStore is the scale phase's store: "bolt", serve's default, or
+	// "memory", which keeps the sessions' event logs in the gateway's heap.
+	ScaleStore string `json:"scaleStore"`
 	// Redis is the Redis store's URL; a random key prefix is used and its
 	// keys deleted afterwards.
 	Redis string `json:"redis"`
@@ -72,7 +75,7 @@ func Defaults(quick bool) Config {
 	c := Config{
 		Updates: 20000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
 		Paths: PathKeys, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 2000,
-		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32,
+		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt",
 		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
 	}
 	if quick {
@@ -107,6 +110,9 @@ func (c *Config) Check() error {
 		if n < 1 || n > 10000 {
 			return fmt.Errorf("--fanout: %d watchers (want 1 to 10000)", n)
 		}
+	}
+	if c.ScaleStore != "bolt" && c.ScaleStore != "memory" {
+		return fmt.Errorf("--scale-store: %q (want bolt or memory)", c.ScaleStore)
 	}
 	if c.Sessions > 10000 {
 		return fmt.Errorf("--sessions: %d (at most 10000)", c.Sessions)
@@ -318,7 +324,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	if cfg.Sessions > 0 {
 		say("scale: %d sessions of %d-update turns", cfg.Sessions, cfg.ScaleUpdates)
-		s := runScale(ctx, self, runID, tr, &cfg, cwd, profFlags("scale"), say)
+		storeURL := "memory:"
+		if cfg.ScaleStore == "bolt" {
+			storeURL = "bolt:" + filepath.Join(tmp, "scale.db")
+		}
+		s := runScale(ctx, self, runID, tr, &cfg, cwd, storeURL, profFlags("scale"), say)
 		rep.Scale = &s
 	}
 	// Everything this run started is gone, or is ended now.

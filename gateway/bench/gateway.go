@@ -148,7 +148,10 @@ type memStats struct {
 	StackInuse uint64 `json:"stackInuse"`
 	Sys        uint64 `json:"sys"`
 	Goroutines int    `json:"goroutines"`
-	RSS        int64  `json:"rss"`
+	// Threads counts the process's OS threads: a goroutine blocked in a
+	// system call holds one, with stacks of its own (in StackInuse).
+	Threads int   `json:"threads"`
+	RSS     int64 `json:"rss"`
 	// TotalAlloc and Mallocs count the heap bytes and objects allocated
 	// since the process started.
 	TotalAlloc uint64 `json:"totalAlloc"`
@@ -161,9 +164,10 @@ func memstatsHandler(w http.ResponseWriter, _ *http.Request) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	rss, _ := procStatus(os.Getpid(), "VmRSS")
+	threads, _ := os.ReadDir("/proc/self/task")
 	_ = json.NewEncoder(w).Encode(memStats{
 		HeapInuse: m.HeapInuse, HeapAlloc: m.HeapAlloc, StackInuse: m.StackInuse, Sys: m.Sys,
-		Goroutines: runtime.NumGoroutine(), RSS: rss, TotalAlloc: m.TotalAlloc, Mallocs: m.Mallocs,
+		Goroutines: runtime.NumGoroutine(), Threads: len(threads), RSS: rss, TotalAlloc: m.TotalAlloc, Mallocs: m.Mallocs,
 	})
 }
 

@@ -171,7 +171,8 @@ func (r *Report) finish() {
 		}
 	}
 	if s := r.Scale; s != nil && s.Error == "" {
-		parts = append(parts, fmt.Sprintf("%.1f KiB heap per idle session (target < 64 KiB)", s.HeapPerSession/1024))
+		parts = append(parts, fmt.Sprintf("%.1f KiB per idle session, heap in use and stacks, %s store (target < 64 KiB)",
+			(s.HeapPerSession+s.StackPerSession)/1024, s.Store))
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "no gateway path measured")
@@ -255,13 +256,13 @@ func (r *Report) Write(w io.Writer) {
 		tw.Flush()
 	}
 	if s := r.Scale; s != nil {
-		fmt.Fprintf(w, "\nscale: %d sessions (%d created at a time), %d-update turns\n", s.Sessions, s.Concurrency, s.UpdatesPerTurn)
+		fmt.Fprintf(w, "\nscale: %d sessions (%d created at a time), %d-update turns, %s store\n", s.Sessions, s.Concurrency, s.UpdatesPerTurn, s.Store)
 		if s.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", firstLine(s.Error))
 		}
-		fmt.Fprintf(w, "  gateway memory per idle session (after one turn): heap in use %s (live objects %s), stacks %s, RSS %s, %.1f goroutines\n",
-			fmtBytes(s.HeapPerSession), fmtBytes(s.LivePerSession), fmtBytes(s.StackPerSession), fmtBytes(s.RSSPerSession), s.GoroutinesPerSession)
-		fmt.Fprintf(w, "  a further turn adds %s of heap in use per session (its events in the memory store, its merged tool calls): a session without them is about %s\n",
+		fmt.Fprintf(w, "  gateway memory per idle session (after one turn): heap in use %s (live objects %s), stacks %s, RSS %s, %.1f goroutines, %.1f OS threads\n",
+			fmtBytes(s.HeapPerSession), fmtBytes(s.LivePerSession), fmtBytes(s.StackPerSession), fmtBytes(s.RSSPerSession), s.GoroutinesPerSession, s.ThreadsPerSession)
+		fmt.Fprintf(w, "  a further turn adds %s of heap in use per session (its merged tool calls; its events too in the memory store): a session without them is about %s\n",
 			fmtBytes(s.HeapPerTurn), fmtBytes(s.HeapPerSession-s.HeapPerTurn))
 		fmt.Fprintf(w, "  create to first event: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", s.CreateToFirstEvent.P50, s.CreateToFirstEvent.P99, s.CreateToFirstEvent.Max)
 		fmt.Fprintf(w, "  all %d sessions in a turn at once: %.0f updates/s, latency p50 %.1f ms, p99 %.1f ms; %d cut-offs, %d failed, %d children left\n",

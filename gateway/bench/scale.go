@@ -18,6 +18,8 @@ type ScaleResult struct {
 	Sessions       int `json:"sessions"`
 	Concurrency    int `json:"concurrency"`
 	UpdatesPerTurn int `json:"updatesPerTurn"`
+	// Store is the gateway's store (Config.ScaleStore).
+	Store string `json:"store"`
 	// Memory of the gateway process per session, once every session is
 	// idle after its first turn: deltas from before the first session,
 	// after a GC, divided by Sessions. Agent processes are not included.
@@ -28,9 +30,11 @@ type ScaleResult struct {
 	LivePerSession       float64 `json:"heapAllocBytesPerSession"`
 	RSSPerSession        float64 `json:"rssBytesPerSession"`
 	GoroutinesPerSession float64 `json:"goroutinesPerSession"`
+	ThreadsPerSession    float64 `json:"threadsPerSession"`
 	// HeapPerTurn is what the second turn added to the heap, per session:
-	// its events, which the memory store keeps. HeapPerSession minus
-	// HeapPerTurn estimates an idle session without any event.
+	// its merged tool calls and, in the memory store, its events.
+	// HeapPerSession minus HeapPerTurn estimates an idle session without
+	// any.
 	HeapPerTurn float64 `json:"heapInuseBytesPerTurn"`
 	// CreateToFirstEvent is from sending CreateSession to receiving the
 	// first agent update of the session's first Prompt (agent start,
@@ -52,9 +56,9 @@ type ScaleResult struct {
 // flags, the CPU profile covers the sessions' creation and first turns, and
 // the heap profile (whose inuse_space is then the idle sessions') is
 // written when they are all idle.
-func runScale(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd string, profile []string, progress func(string, ...any)) ScaleResult {
-	res := ScaleResult{Sessions: cfg.Sessions, Concurrency: cfg.ScaleConcurrency, UpdatesPerTurn: cfg.ScaleUpdates}
-	g, err := startGateway(ctx, self, runID, "memory:", profile...)
+func runScale(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd, storeURL string, profile []string, progress func(string, ...any)) ScaleResult {
+	res := ScaleResult{Sessions: cfg.Sessions, Concurrency: cfg.ScaleConcurrency, UpdatesPerTurn: cfg.ScaleUpdates, Store: cfg.ScaleStore}
+	g, err := startGateway(ctx, self, runID, storeURL, profile...)
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -148,6 +152,7 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 		res.LivePerSession = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
 		res.RSSPerSession = (float64(after.RSS) - float64(before.RSS)) / n
 		res.GoroutinesPerSession = float64(after.Goroutines-before.Goroutines) / n
+		res.ThreadsPerSession = float64(after.Threads-before.Threads) / n
 	}
 	res.CreateToFirstEvent = latencyOf(firstSamples)
 
