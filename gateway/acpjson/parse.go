@@ -12,9 +12,11 @@ import (
 
 // The codec walks JSON in the generic form encoding/json gives with
 // UseNumber: map[string]any, []any, string, json.Number, bool and nil.
-// parser builds that form in one pass over the bytes, several times faster
-// than encoding/json's Decoder, which scans each value twice and allocates a
-// reader, a decoder and its buffer per call.
+// parser builds that form in one pass over the bytes, about two and a half
+// times as fast as encoding/json's Decoder, which scans each value twice and
+// allocates a reader, a decoder and its buffer per call (a session/update
+// line with a tool-call update, go1.26 on amd64: 2.4 µs and 38 allocations
+// against 6.3 µs and 90).
 //
 // It is an accelerator, not a second definition of JSON: it gives up (ok
 // false) on anything it is not sure of, invalid JSON above all, and the
