@@ -59,8 +59,8 @@ func (s *lineStream) ReadObject(v any) error {
 	}
 }
 
-// readLine reads one line without its end. A line over maxLine is read to
-// its end and dropped, and tooLong is set.
+// readLine reads one line without its end. A line over maxLine bytes
+// without its end is read to its end and dropped, and tooLong is set.
 func (s *lineStream) readLine() (line []byte, tooLong bool, err error) {
 	for {
 		frag, err := s.r.ReadSlice('\n')
@@ -74,7 +74,11 @@ func (s *lineStream) readLine() (line []byte, tooLong bool, err error) {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		return bytes.TrimRight(line, "\r\n"), tooLong, err
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) > s.maxLine {
+			return nil, true, err
+		}
+		return line, tooLong, err
 	}
 }
 
