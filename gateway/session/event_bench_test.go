@@ -43,35 +43,26 @@ func benchEvents(b *testing.B) [2]*acpv2.SessionEvent {
 // a PromptResponse, as the Connect and gRPC binary codecs do (once per
 // stream that sends them).
 func BenchmarkEventMarshalProto(b *testing.B) {
-	evs := benchEvents(b)
-	var size int
-	for _, ev := range evs {
-		size += proto.Size(&acpv2.PromptResponse{Event: ev})
-	}
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	var buf []byte
-	for b.Loop() {
-		for _, ev := range evs {
-			var err error
-			if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf[:0], &acpv2.PromptResponse{Event: ev}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	benchMarshal(b, proto.MarshalOptions{}.MarshalAppend)
 }
 
 // BenchmarkEventMarshalProtoJSON encodes the same events as the Connect
 // JSON codec does.
 func BenchmarkEventMarshalProtoJSON(b *testing.B) {
+	benchMarshal(b, protojson.MarshalOptions{}.MarshalAppend)
+}
+
+// benchMarshal encodes benchEvents, each in a PromptResponse, with
+// marshalAppend.
+func benchMarshal(b *testing.B, marshalAppend func([]byte, proto.Message) ([]byte, error)) {
 	evs := benchEvents(b)
 	var size int
 	for _, ev := range evs {
-		js, err := protojson.Marshal(&acpv2.PromptResponse{Event: ev})
+		out, err := marshalAppend(nil, &acpv2.PromptResponse{Event: ev})
 		if err != nil {
 			b.Fatal(err)
 		}
-		size += len(js)
+		size += len(out)
 	}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
@@ -79,7 +70,7 @@ func BenchmarkEventMarshalProtoJSON(b *testing.B) {
 	for b.Loop() {
 		for _, ev := range evs {
 			var err error
-			if buf, err = (protojson.MarshalOptions{}).MarshalAppend(buf[:0], &acpv2.PromptResponse{Event: ev}); err != nil {
+			if buf, err = marshalAppend(buf[:0], &acpv2.PromptResponse{Event: ev}); err != nil {
 				b.Fatal(err)
 			}
 		}
