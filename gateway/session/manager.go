@@ -352,6 +352,9 @@ func (m *Manager) registerLocked(s *Session) {
 			s.trackToolLocked("", tc)
 		}
 	}
+	// A restored session is idle: its calls wait in wire form, encoded
+	// once they have been counted from the decoded ones.
+	s.tools.Compact()
 	s.mu.Unlock()
 }
 

@@ -71,7 +71,6 @@ func (m *Manager) restore(ctx context.Context, rec *statestore.Session) (*Sessio
 	}
 	s := newSession(m, rec, m.opts.Agents[rec.Agent])
 	s.tools = merge.Restore(calls)
-	s.tools.Compact() // a restored session is idle
 	s.seq = asOf
 	s.detail = rec.Detail
 	s.agentSessionID = rec.AgentSessionID

@@ -96,6 +96,11 @@ func TestToolCallMetrics(t *testing.T) {
 		}
 	}
 	check("restored", 0, 1, 1, 0)
+	// Counted, the restored calls wait in wire form: each Snapshot
+	// decodes them afresh.
+	if a, b := s.Snapshot().GetToolCalls(), s.Snapshot().GetToolCalls(); len(a) != 2 || a[0] == b[0] {
+		t.Errorf("the restored session's tool calls are not compacted: %v", a)
+	}
 	s.SessionUpdate("", toolUpdate("running", "completed"), nil)
 	check("the restored call finished", 1, 2, 0, 0)
 	s.SessionUpdate("", toolUpdate("new", ""), nil) // pending, ACP's default
