@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -48,21 +49,36 @@ func (*protoCodec) IsBinary() bool { return true }
 func (c *protoCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, m) }
 
 func (c *protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	switch r := m.(type) {
-	case *acpv2.PromptResponse:
-		if ev := r.GetEvent(); ev != nil && r.GetHeartbeat() == nil && len(r.ProtoReflect().GetUnknown()) == 0 {
-			return c.appendEvent(dst, ev)
-		}
-	case *acpv2.WatchResponse:
-		if ev := r.GetEvent(); ev != nil && r.GetHeartbeat() == nil && len(r.ProtoReflect().GetUnknown()) == 0 {
-			return c.appendEvent(dst, ev)
-		}
+	if ev := soleEvent(m); ev != nil {
+		return c.appendEvent(dst, ev)
 	}
 	pm, ok := m.(proto.Message)
 	if !ok {
 		return nil, errNotProto(m)
 	}
 	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
+}
+
+// soleEvent returns the event of a stream message (a PromptResponse or
+// WatchResponse) whose only field is its event, else nil.
+func soleEvent(m any) *acpv2.SessionEvent {
+	var r interface {
+		proto.Message
+		GetEvent() *acpv2.SessionEvent
+		GetHeartbeat() *timestamppb.Timestamp
+	}
+	switch m := m.(type) {
+	case *acpv2.PromptResponse:
+		r = m
+	case *acpv2.WatchResponse:
+		r = m
+	default:
+		return nil
+	}
+	if r.GetHeartbeat() != nil || len(r.ProtoReflect().GetUnknown()) != 0 {
+		return nil
+	}
+	return r.GetEvent()
 }
 
 // eventField is the number of the event field of PromptResponse and
@@ -120,18 +136,7 @@ func (c *jsonCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil,
 const jsonEventField = `{"event":`
 
 func (c *jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	var ev *acpv2.SessionEvent
-	switch r := m.(type) {
-	case *acpv2.PromptResponse:
-		if r.GetHeartbeat() == nil {
-			ev = r.GetEvent()
-		}
-	case *acpv2.WatchResponse:
-		if r.GetHeartbeat() == nil {
-			ev = r.GetEvent()
-		}
-	}
-	if ev != nil {
+	if ev := soleEvent(m); ev != nil {
 		wire, err := c.events.get(ev)
 		if err != nil {
 			return nil, err
