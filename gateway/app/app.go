@@ -69,10 +69,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		mgr.Close()
 		return nil, fmt.Errorf("recovering sessions from the store: %w", err)
 	}
-	svcOpts := []service.Option{service.WithMetrics(met), service.WithUser(auth.User)}
-	if cfg.Heartbeat > 0 {
-		svcOpts = append(svcOpts, service.WithHeartbeat(cfg.Heartbeat))
-	}
+	// A zero Heartbeat is service.DefaultHeartbeat.
+	svcOpts := []service.Option{service.WithMetrics(met), service.WithUser(auth.User), service.WithHeartbeat(cfg.Heartbeat)}
 	if cfg.MaxPromptBytes > 0 {
 		svcOpts = append(svcOpts, service.WithMaxPromptBytes(cfg.MaxPromptBytes))
 	}

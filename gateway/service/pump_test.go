@@ -71,19 +71,33 @@ func TestStreamFlushesOncePerBatch(t *testing.T) {
 	// after the closed event.
 	mgr := session.NewManager(session.Options{Store: store, IdleTimeout: -1})
 	defer mgr.Close()
-	_, h := acpv2connect.NewSessionServiceHandler(service.New(mgr, service.WithHeartbeat(time.Minute)))
-	h = flush.Holdable(h, func(*http.Request) bool { return true })
-
 	req, err := proto.Marshal(&acpv2.WatchRequest{SessionId: id})
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
-	r := httptest.NewRequest("POST", acpv2connect.SessionServiceWatchProcedure, bytes.NewReader(append(body, req...)))
-	r.Header.Set("Content-Type", "application/connect+proto")
-	w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
-	h.ServeHTTP(w, r)
+	// A zero heartbeat is DefaultHeartbeat: the stream does not spin on
+	// heartbeats (it would until ctx ends).
+	for _, heartbeat := range []time.Duration{time.Minute, 0} {
+		t.Run(fmt.Sprint("heartbeat ", heartbeat), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, h := acpv2connect.NewSessionServiceHandler(service.New(mgr, service.WithHeartbeat(heartbeat)))
+			h = flush.Holdable(h, func(*http.Request) bool { return true })
+			r := httptest.NewRequestWithContext(ctx, "POST", acpv2connect.SessionServiceWatchProcedure, bytes.NewReader(append(body, req...)))
+			r.Header.Set("Content-Type", "application/connect+proto")
+			w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+			h.ServeHTTP(w, r)
+			checkBatches(t, w, n)
+		})
+	}
+}
 
+// checkBatches checks the body w got for a watch of n events and the
+// closed event: the opening heartbeat, the events, the end, and few
+// flushes, each between messages.
+func checkBatches(t *testing.T, w *flushCounter, n int) {
+	t.Helper()
 	flags, payloads, ends := envelopes(t, w.Body.Bytes())
 	if len(flags) != n+3 || flags[len(flags)-1] != 2 {
 		t.Fatalf("%d envelopes (last flags %v), want the heartbeat, %d events and the end", len(flags), flags[len(flags)-1], n+1)
