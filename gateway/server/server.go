@@ -51,8 +51,9 @@ type Options struct {
 	Ready func() bool
 	// Extra handlers mounted on the mux (such as /metrics), by pattern.
 	Extra map[string]http.Handler
-	// Interceptors wrap every SessionService call, outermost first
-	// (authentication, rate limits, logging, tracing).
+	// Interceptors wrap every SessionService call, outermost first (as
+	// service.Interceptors orders them: tracing, the access log,
+	// authentication, rate limits).
 	Interceptors []connect.Interceptor
 }
 
