@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,10 +12,6 @@ import (
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
 )
 
-// clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ,
-// 100 on every Linux architecture Go supports).
-const clockTick = 10 * time.Millisecond
-
 // procCPU returns the CPU time process pid has used: the sum over its
 // threads of /proc/PID/task/TID/schedstat (nanoseconds on a CPU), or when
 // that is not available utime + stime of /proc/PID/stat (10 ms ticks).
@@ -25,7 +20,11 @@ func procCPU(pid int) (time.Duration, error) {
 	if d, err := schedCPU(pid); err == nil {
 		return d, nil
 	}
-	return statCPU(pid)
+	p, ok := procfs.Stat(pid)
+	if !ok {
+		return 0, fmt.Errorf("bench: no process %d", pid)
+	}
+	return p.CPU, nil
 }
 
 // schedCPU sums the on-CPU nanoseconds of process pid's living threads (a
@@ -53,30 +52,6 @@ func schedCPU(pid int) (time.Duration, error) {
 		sum += ns
 	}
 	return time.Duration(sum), nil
-}
-
-// statCPU returns utime + stime of /proc/PID/stat.
-func statCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// pid (comm) state ppid ... : utime and stime are fields 14 and 15,
-	// the 12th and 13th after the closing parenthesis.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("bench: malformed /proc stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("bench: short /proc stat")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(ut+st) * clockTick, nil
 }
 
 // procStatus returns a kB field of /proc/PID/status (VmHWM, VmRSS) in bytes.

@@ -11,12 +11,20 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ,
+// 100 on every Linux architecture Go supports).
+const clockTick = 10 * time.Millisecond
 
 // Process is what /proc/PID/stat says of a process.
 type Process struct {
 	PID, PPID, PGID int
 	Zombie          bool
+	// CPU is the process's user and system time (utime + stime, in 10 ms
+	// ticks), its children's not included.
+	CPU time.Duration
 }
 
 // List returns the processes of this machine this user may see.
@@ -41,18 +49,22 @@ func Stat(pid int) (Process, bool) {
 	if err != nil {
 		return Process{}, false
 	}
-	// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+	// pid (comm) state ppid pgrp ... utime stime ...: comm may hold spaces
+	// and parentheses; utime and stime are fields 14 and 15, the 12th and
+	// 13th after it.
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
 		return Process{}, false
 	}
 	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 3 {
+	if len(f) < 13 {
 		return Process{}, false
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	pgid, _ := strconv.Atoi(f[2])
-	return Process{PID: pid, PPID: ppid, PGID: pgid, Zombie: f[0] == "Z"}, true
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return Process{PID: pid, PPID: ppid, PGID: pgid, Zombie: f[0] == "Z", CPU: time.Duration(ut+st) * clockTick}, true
 }
 
 // Alive reports whether pid is a living process.

@@ -47,3 +47,25 @@ func TestChildGroupAndZombie(t *testing.T) {
 		t.Fatal("a reaped process is still listed")
 	}
 }
+
+// Stat's CPU is the process's utime + stime: what getrusage says, less
+// at most a tick of each for /proc's rounding down.
+func TestStatCPU(t *testing.T) {
+	t.Parallel()
+	rusage := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	for x := 0; rusage() < 100*time.Millisecond; x++ {
+		_ = x * x // busy
+	}
+	before := rusage()
+	p, ok := procfs.Stat(os.Getpid())
+	after := rusage()
+	if !ok || p.CPU < before-20*time.Millisecond || p.CPU > after {
+		t.Fatalf("Stat CPU = %v, %v; getrusage said %v before and %v after", p.CPU, ok, before, after)
+	}
+}
