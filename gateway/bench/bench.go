@@ -232,7 +232,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		say("%s", pathLine(p))
 	}
 	if want("websocketd") {
-		p := PathResult{Name: "websocketd", Key: "websocketd", Measured: "websocketd process (/proc/PID/stat, VmHWM)"}
+		p := PathResult{Name: "websocketd", Key: "websocketd", Measured: "websocketd process (/proc/PID/task/*/schedstat, VmHWM)"}
 		if wsd == "" {
 			p.Absent = "websocketd not installed (Debian: apt-get install websocketd)"
 			fmt.Fprintln(progress, "bench: websocketd is MISSING (not found; Debian: apt-get install websocketd): its path is marked absent, the others run")
@@ -404,7 +404,7 @@ func gatewayPath(key, store, protocol string) PathResult {
 	}
 	return PathResult{
 		Name: fmt.Sprintf("gateway %s %s", store, protocol), Key: key, Gateway: true, Store: store,
-		Protocol: protocol + " over " + transport, Present: true, Measured: "gateway process (/proc/PID/stat, VmHWM)",
+		Protocol: protocol + " over " + transport, Present: true, Measured: "gateway process (/proc/PID/task/*/schedstat, VmHWM)",
 		client: protocol,
 	}
 }

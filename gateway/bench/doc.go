@@ -19,7 +19,9 @@
 // latency).
 //
 // CPU time and peak RSS are those of the process in the middle: the pipe
-// reader (getrusage, VmHWM), websocketd and the gateway (/proc/PID/stat
-// utime+stime, VmHWM reset through clear_refs before each path). Agent
-// processes and clients are never counted.
+// reader (getrusage, VmHWM), websocketd and the gateway (the on-CPU time
+// of their threads in /proc/PID/task/TID/schedstat, or utime+stime of
+// /proc/PID/stat where schedstat is missing; VmHWM reset through
+// clear_refs before each path). Agent processes and clients are never
+// counted.
 package bench
