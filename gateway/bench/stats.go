@@ -77,19 +77,17 @@ func ms(ns int64) float64 { return math.Round(float64(ns)/1e3) / 1e3 }
 // summary aggregates turns: updates per second over the turns' spans
 // (first send to last receive), latency, CPU per 1,000 updates.
 type summary struct {
-	updates  int
-	span     time.Duration
-	cpu      time.Duration
-	samples  []int64
-	cutOffs  int
-	lastSend time.Duration // summed spans of the agent's writing
+	updates int
+	span    time.Duration
+	cpu     time.Duration
+	samples []int64
+	cutOffs int
 }
 
 func (s *summary) add(r turnResult) {
 	s.updates += r.Updates
 	if r.Updates > 0 {
 		s.span += time.Duration(r.LastRecv - r.FirstSend)
-		s.lastSend += time.Duration(r.LastSend - r.FirstSend)
 	}
 	s.cpu += r.CPU
 	s.samples = append(s.samples, r.Samples...)
