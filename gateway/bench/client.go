@@ -182,22 +182,30 @@ func gatewayTurn(ctx context.Context, c acpv2connect.SessionServiceClient, proto
 	if cpu != nil {
 		cpu0 = cpu()
 	}
+	r, err := promptTurn(ctx, c, id, w, nil)
+	if err != nil {
+		return r, err
+	}
+	if cpu != nil {
+		r.CPU = cpu() - cpu0
+	}
+	if r.Updates != w.Updates {
+		return r, fmt.Errorf("received %d of %d updates", r.Updates, w.Updates)
+	}
+	return r, nil
+}
+
+// promptTurn runs one Prompt turn of w on session id through c and
+// returns what its events brought (see consume, and onFirst there).
+func promptTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id string, w Workload, onFirst func(recv int64)) (turnResult, error) {
 	pctx, stop := context.WithCancel(ctx)
-	defer stop()
 	stream, err := c.Prompt(pctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: promptText(w)}))
 	if err != nil {
+		stop()
 		return turnResult{}, fmt.Errorf("Prompt: %w", err)
 	}
 	var k tracker
 	k.r.Samples = make([]int64, 0, w.Updates)
-	if err := consume(ctx, c, id, stream, stop, &k, nil); err != nil {
-		return k.r, err
-	}
-	if cpu != nil {
-		k.r.CPU = cpu() - cpu0
-	}
-	if k.r.Updates != w.Updates {
-		return k.r, fmt.Errorf("received %d of %d updates", k.r.Updates, w.Updates)
-	}
-	return k.r, nil
+	err = consume(ctx, c, id, stream, stop, &k, onFirst)
+	return k.r, err
 }

@@ -105,24 +105,18 @@ func fanout(ctx context.Context, g *gatewayProc, tr *transports, watchers int, w
 		}(wt)
 	}
 	cpu0, _ := procCPU(g.pid)
-	pctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var driver tracker
-	stream, err := c.Prompt(pctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: promptText(w)}))
-	if err == nil {
-		err = consume(ctx, c, id, stream, stop, &driver, nil)
-	}
+	driver, err := promptTurn(ctx, c, id, w, nil)
 	if err != nil {
 		cancel()
 		wg.Wait()
-		res.Error = "Prompt: " + err.Error()
+		res.Error = "the driving turn: " + err.Error()
 		return res
 	}
 	wg.Wait()
 	cpu1, _ := procCPU(g.pid)
 	var all []int64
 	var delivered int
-	lastRecv := driver.r.LastRecv
+	lastRecv := driver.LastRecv
 	for _, wt := range ws {
 		if wt.err != nil && res.Error == "" {
 			res.Error = "Watch: " + wt.err.Error()
@@ -132,10 +126,10 @@ func fanout(ctx context.Context, g *gatewayProc, tr *transports, watchers int, w
 		res.CutOffs += wt.k.r.CutOffs
 		lastRecv = max(lastRecv, wt.k.r.LastRecv)
 	}
-	if span := driver.r.LastSend - driver.r.FirstSend; span > 0 {
-		res.AgentRate = float64(driver.r.Updates-1) / (float64(span) / 1e9)
+	if span := driver.LastSend - driver.FirstSend; span > 0 {
+		res.AgentRate = float64(driver.Updates-1) / (float64(span) / 1e9)
 	}
-	if span := lastRecv - driver.r.FirstSend; span > 0 {
+	if span := lastRecv - driver.FirstSend; span > 0 {
 		res.DeliveredRate = float64(delivered) / (float64(span) / 1e9)
 	}
 	res.Latency = latencyOf(all)

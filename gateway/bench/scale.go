@@ -114,16 +114,7 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 				return
 			}
 			id := created.Msg.GetSessionId()
-			pctx, stop := context.WithCancel(ctx)
-			stream, err := c.Prompt(pctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: promptText(w)}))
-			if err != nil {
-				stop()
-				fail(fmt.Errorf("Prompt: %w", err))
-				return
-			}
-			var k tracker
-			err = consume(ctx, c, id, stream, stop, &k, func(recv int64) { firsts[i] = recv - t0 })
-			if err != nil {
+			if _, err := promptTurn(ctx, c, id, w, func(recv int64) { firsts[i] = recv - t0 }); err != nil {
 				fail(err)
 				return
 			}
@@ -164,18 +155,11 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 		go func(i int, id string) {
 			defer wg.Done()
 			<-ready
-			pctx, stop := context.WithCancel(ctx)
-			stream, err := c.Prompt(pctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: promptText(w)}))
+			r, err := promptTurn(ctx, c, id, w, nil)
 			if err != nil {
-				stop()
-				fail(fmt.Errorf("second Prompt: %w", err))
-				return
+				fail(fmt.Errorf("second turn: %w", err))
 			}
-			var k tracker
-			if err := consume(ctx, c, id, stream, stop, &k, nil); err != nil {
-				fail(err)
-			}
-			results[i] = k.r
+			results[i] = r
 		}(i, id)
 	}
 	close(ready)
