@@ -122,8 +122,11 @@ type Store struct {
 
 	ownersMu sync.Mutex
 	// owners maps each owner but "" to its sessions' ids and order keys.
-	// An entry may outlive its session when a delete races its create;
-	// listOwned skips it.
+	// They are updated after the commit, so the updates of an id deleted
+	// and created again may arrive out of order: the order key (new for
+	// each create) tells the incarnations apart. An entry may outlive its
+	// session when a delete's update comes before its create's; listOwned
+	// skips it.
 	owners map[string]map[string]uint64
 	// unreadable holds the ids of the records Open could not decode: their
 	// owner is unknown, so listing any owner's sessions reports them.
@@ -204,7 +207,8 @@ func (s *Store) indexOwners(tx *bolt.Tx) error {
 	})
 }
 
-// owned records that owner has session id, whose order key is order.
+// owned records that owner has session id, whose order key is order,
+// unless a later incarnation of id is recorded already.
 func (s *Store) owned(owner, id string, order uint64) {
 	if owner == "" {
 		return // listed with every session
@@ -216,15 +220,18 @@ func (s *Store) owned(owner, id string, order uint64) {
 		ids = map[string]uint64{}
 		s.owners[owner] = ids
 	}
-	ids[id] = order
+	if ids[id] < order {
+		ids[id] = order
+	}
 }
 
-// disowned records that session id of owner ("" when unknown) is gone.
-func (s *Store) disowned(owner, id string) {
+// disowned records that session id of owner ("" when unknown), whose
+// order key was order, is gone; a later incarnation of id stays.
+func (s *Store) disowned(owner, id string, order uint64) {
 	s.ownersMu.Lock()
 	defer s.ownersMu.Unlock()
 	delete(s.unreadable, id)
-	if ids := s.owners[owner]; ids != nil {
+	if ids := s.owners[owner]; ids != nil && ids[id] == order {
 		delete(ids, id)
 		if len(ids) == 0 {
 			delete(s.owners, owner)
@@ -715,6 +722,7 @@ func (s *Store) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uint
 // DeleteSession implements statestore.Store.
 func (s *Store) DeleteSession(_ context.Context, id string) error {
 	var owner string // "" for a corrupt record
+	var order uint64
 	err := s.update("delete", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
 		if errors.Is(err, statestore.ErrNotFound) {
@@ -723,9 +731,9 @@ func (s *Store) DeleteSession(_ context.Context, id string) error {
 		// A corrupt record can be deleted too; as its order key is
 		// unknown, its order entry is looked up by id.
 		key := []byte(id)
-		owner = ""
+		owner, order = "", 0
 		if err == nil {
-			owner = r.Owner
+			owner, order = r.Owner, r.Order
 			err = tx.Bucket(bucketOrder).Delete(u64(r.Order))
 		} else {
 			err = deleteOrderOf(tx, key)
@@ -739,7 +747,7 @@ func (s *Store) DeleteSession(_ context.Context, id string) error {
 		return deleteLogs(tx, key)
 	})
 	if err == nil {
-		s.disowned(owner, id)
+		s.disowned(owner, id, order)
 		s.wake(id)
 	}
 	return err

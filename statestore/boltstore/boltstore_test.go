@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,28 @@ func TestCorruptRecords(t *testing.T) {
 	}
 	if list, err := s.ListSessions(ctx, "alice"); err != nil || len(list) != 0 {
 		t.Fatalf("ListSessions(alice) after deleting the corrupt session = %v, %v", list, err)
+	}
+}
+
+// The owner index is updated after each commit, so a delete and a create
+// again of one id may update it in either order: the later incarnation
+// (the larger order key) is what stays.
+func TestOwnerIndexOutOfOrder(t *testing.T) {
+	t.Parallel()
+	s := open(t, statestore.Options{}).(*Store)
+	s.owned("alice", "c", 2)
+	s.owned("alice", "b", 3) // b created again
+	s.owned("alice", "b", 1) // the first b's create, late
+	if got := s.ownedBy("alice"); !slices.Equal(got, []string{"c", "b"}) {
+		t.Fatalf("after a late create: ownedBy = %v, want [c b]", got)
+	}
+	s.disowned("alice", "b", 1) // the first b's delete, late
+	if got := s.ownedBy("alice"); !slices.Equal(got, []string{"c", "b"}) {
+		t.Fatalf("after a late delete: ownedBy = %v, want [c b]", got)
+	}
+	s.disowned("alice", "b", 3)
+	if got := s.ownedBy("alice"); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("after deleting b: ownedBy = %v, want [c]", got)
 	}
 }
 
