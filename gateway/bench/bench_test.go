@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,5 +133,19 @@ func TestConfigCheck(t *testing.T) {
 		if err := c.Check(); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+func TestKBField(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "status")
+	if err := os.WriteFile(path, []byte("Name:\tacp-gateway\nVmHWM:\t   2048 kB\nVmRSS:\t   1024 kB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := kBField(path, "VmRSS"); err != nil || n != 1024<<10 {
+		t.Fatalf("VmRSS = %d, %v; want %d", n, err, 1024<<10)
+	}
+	if _, err := kBField(path, "VmSwap"); err == nil {
+		t.Fatal("a missing field gave no error")
 	}
 }

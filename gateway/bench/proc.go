@@ -56,7 +56,13 @@ func schedCPU(pid int) (time.Duration, error) {
 
 // procStatus returns a kB field of /proc/PID/status (VmHWM, VmRSS) in bytes.
 func procStatus(pid int, field string) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	return kBField("/proc/"+strconv.Itoa(pid)+"/status", field)
+}
+
+// kBField returns, in bytes, field of a /proc file of "Field: N kB"
+// lines (/proc/PID/status, /proc/meminfo).
+func kBField(path, field string) (int64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -66,7 +72,7 @@ func procStatus(pid int, field string) (int64, error) {
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("bench: no %s in /proc/%d/status", field, pid)
+	return 0, fmt.Errorf("bench: no %s in %s", field, path)
 }
 
 // resetPeakRSS resets process pid's VmHWM to its current RSS, so that the

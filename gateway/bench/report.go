@@ -45,13 +45,8 @@ func machine(websocketd string) Machine {
 			}
 		}
 	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				m.MemoryMiB = kb >> 10
-			}
-		}
+	if mem, err := kBField("/proc/meminfo", "MemTotal"); err == nil {
+		m.MemoryMiB = mem >> 20
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = "Linux " + strings.TrimSpace(string(b))
