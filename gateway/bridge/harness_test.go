@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -27,6 +26,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -87,25 +87,9 @@ func startGateway(t *testing.T, scripts map[string]agentsim.Script) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- gw.Server.Serve(l) }()
 	hc := &http.Client{Transport: &http.Transport{}}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := gw.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		hc.CloseIdleConnections()
-	})
-	base := "http://" + l.Addr().String()
+	t.Cleanup(hc.CloseIdleConnections) // after the gateway's shutdown
+	base, _ := testutil.Serve(t, gw.Server.Serve, gw.Shutdown)
 	return &gateway{base: base, client: bridge.NewClient(hc, base, testToken)}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -171,28 +172,14 @@ func startGateway(t *testing.T, token string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := gw.Server
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.conns = &conns{Listener: l, open: map[*conn]bool{}}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(g.conns) }()
-	g.base = "http://" + l.Addr().String()
 	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(hc.CloseIdleConnections) // after the gateway's shutdown
+	g.conns = &conns{open: map[*conn]bool{}}
+	g.base, _ = testutil.Serve(t, func(l net.Listener) error {
+		g.conns.Listener = l // before the first Accept, in the same goroutine
+		return gw.Server.Serve(g.conns)
+	}, gw.Shutdown)
 	g.client = acpv2connect.NewSessionServiceClient(hc, g.base)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := gw.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		hc.CloseIdleConnections()
-	})
 	return g
 }
 

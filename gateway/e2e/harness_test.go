@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -168,43 +166,22 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, srv := gw.Manager, gw.Server
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	base := "http://" + l.Addr().String()
-
 	h1 := &http.Client{Transport: &http.Transport{}}
 	h2c := new(http.Protocols)
 	h2c.SetUnencryptedHTTP2(true)
 	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
-	g := &gateway{base: base, mgr: mgr, srv: srv, metrics: gw.Metrics, clients: map[string]acpv2connect.SessionServiceClient{
+	t.Cleanup(func() { // after the gateway's shutdown
+		h1.CloseIdleConnections()
+		h2.CloseIdleConnections()
+	})
+	base, stop := testutil.Serve(t, gw.Server.Serve, gw.Shutdown)
+	g := &gateway{base: base, mgr: gw.Manager, srv: gw.Server, metrics: gw.Metrics, stop: stop, clients: map[string]acpv2connect.SessionServiceClient{
 		"connect+proto over HTTP/1.1": acpv2connect.NewSessionServiceClient(h1, base),
 		"connect+json over h2c":       acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
 		"grpc over h2c":               acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),
 		"grpc-web over HTTP/1.1":      acpv2connect.NewSessionServiceClient(h1, base, connect.WithGRPCWeb()),
 	}}
 	g.connect = acpv2connect.NewSessionServiceClient(h1, base, connect.WithProtoJSON())
-	var once sync.Once
-	g.stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := srv.Shutdown(ctx); err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
-			if err := <-done; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-			mgr.Close()
-			h1.CloseIdleConnections()
-			h2.CloseIdleConnections()
-		})
-	}
-	t.Cleanup(g.stop)
 	return g
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -109,31 +108,14 @@ func startFuzzGateway(f *testing.F) *fuzzGateway {
 	if err != nil {
 		f.Fatal(err)
 	}
-	mgr, srv := gw.Manager, gw.Server
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
 	g := &fuzzGateway{
-		base: "http://" + l.Addr().String(),
 		http: &http.Client{Transport: &http.Transport{}},
-		mgr:  mgr,
+		mgr:  gw.Manager,
 		cwd:  f.TempDir(),
 	}
+	f.Cleanup(g.http.CloseIdleConnections) // after the gateway's shutdown
+	g.base, _ = testutil.Serve(f, gw.Server.Serve, gw.Shutdown)
 	g.c = acpv2connect.NewSessionServiceClient(g.http, g.base)
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := gw.Shutdown(ctx); err != nil {
-			f.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			f.Errorf("serve: %v", err)
-		}
-		g.http.CloseIdleConnections()
-	})
 	g.renew(f)
 	return g
 }

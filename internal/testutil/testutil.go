@@ -6,9 +6,11 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +47,34 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Serve runs a server on a new loopback port until the test ends. serve
+// and shutdown are the server's (a gateway's Server.Serve and Shutdown);
+// serve must return nil after a clean shutdown. Serve returns the server's
+// base URL, "http://127.0.0.1:PORT", and stop, which shuts the server down
+// before the test ends; stop fails the test if shutting down or serving
+// returned an error, and does nothing when called again.
+func Serve(t testing.TB, serve func(net.Listener) error, shutdown func(context.Context) error) (base string, stop func()) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- serve(l) }()
+	stop = sync.OnceFunc(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return "http://" + l.Addr().String(), stop
 }
 
 // Envelope frames one message of a Connect or gRPC stream: a flags byte,

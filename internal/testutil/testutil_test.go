@@ -2,9 +2,13 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,5 +162,52 @@ func TestEnvelope(t *testing.T) {
 	}
 	if _, _, err := ReadEnvelope(bytes.NewReader(Envelope(0, []byte("cut"))[:6])); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("ReadEnvelope of a cut message: %v, want unexpected EOF", err)
+	}
+}
+
+// errorsT records Errorf calls instead of failing the test.
+type errorsT struct {
+	testing.TB
+	errs []string
+}
+
+func (e *errorsT) Errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+
+func TestServe(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hi") })}
+	base, stop := Serve(t, func(l net.Listener) error {
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}, srv.Shutdown)
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	res, err := hc.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || string(body) != "hi" {
+		t.Fatalf("GET %s: %q %v", base, body, err)
+	}
+	stop()
+	stop() // again: nothing to do
+	if _, err := hc.Get(base); err == nil {
+		t.Fatalf("GET %s answered after stop", base)
+	}
+
+	// A server that fails is reported, once.
+	rec := &errorsT{TB: t}
+	_, stop = Serve(rec, func(l net.Listener) error {
+		l.Close()
+		return errors.New("no more connections")
+	}, func(context.Context) error { return errors.New("not stopped") })
+	stop()
+	stop()
+	if want := []string{"shutdown: not stopped", "serve: no more connections"}; !slices.Equal(rec.errs, want) {
+		t.Fatalf("the failing server gave %q, want %q", rec.errs, want)
 	}
 }
