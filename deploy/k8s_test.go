@@ -930,8 +930,8 @@ func checkRedis(t *testing.T, r *rendered, gw *workload, redis string) {
 // what needs the cluster is replaced, with flags that win over the file:
 // the addresses (127.0.0.1, any port), the store (memory:) and the token
 // file (the operator's Secret). It must serve the probes' paths and
-// metrics, demand a token, and exit cleanly on SIGTERM well within the
-// pod's grace period.
+// metrics, demand a token, and exit cleanly on SIGTERM (that the grace
+// period covers the shutdown's own bounds is checked from the manifest).
 func runServe(t *testing.T, gw *workload, s serveSettings) {
 	t.Helper()
 	dir := t.TempDir()
@@ -978,12 +978,8 @@ func runServe(t *testing.T, gw *workload, s serveSettings) {
 			t.Errorf("ListSessions with token %q: %s, want %d", token, res.Status, want)
 		}
 	}
-	err, took := g.stop(t)
-	if err != nil {
+	if err := g.stop(t); err != nil {
 		t.Errorf("acp-gateway serve after SIGTERM: %v\n%s", err, g.output())
-	}
-	if grace := time.Duration(*gw.template.Spec.TerminationGracePeriodSeconds) * time.Second; took > grace/2 {
-		t.Errorf("an idle gateway took %v to stop after SIGTERM; the pod has %v", took, grace)
 	}
 }
 
