@@ -295,9 +295,8 @@ func texts(updates []acp.SessionUpdate) []string {
 // rawEditor speaks JSON-RPC to a bridge line by line, for what the SDK
 // cannot show: the exact order of messages, ACP v2, malformed input.
 type rawEditor struct {
-	t   *testing.T
-	in  *io.PipeWriter
-	out *bufio.Scanner
+	t  *testing.T
+	in *io.PipeWriter
 	// lines receives every line the bridge writes.
 	lines chan map[string]any
 }
