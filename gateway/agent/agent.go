@@ -496,9 +496,11 @@ func (a *Agent) callSent(ctx context.Context, method string, params, result any,
 		err = w.Wait(ctx, result)
 	}
 	if err != nil {
-		if errors.Is(err, jsonrpc2.ErrClosed) || errors.Is(err, context.Canceled) {
-			// The connection broke or the agent ended: report why, once
-			// the agent is known to have ended (see streamEnded).
+		if errors.Is(err, jsonrpc2.ErrClosed) {
+			// The connection broke: report why, once the agent is known
+			// to have ended (see streamEnded). A call cancelled by the
+			// agent's end finds Err set already, and one its caller
+			// cancelled has nothing to wait for.
 			select {
 			case <-a.ended.Done():
 			case <-time.After(2 * a.cfg.StopGrace):

@@ -206,3 +206,43 @@ func TestCallEndsWhenTheAgentExits(t *testing.T) {
 		t.Fatalf("reason %q, want %q", r, ReasonFailed)
 	}
 }
+
+// TestCallerCancelReturnsAtOnce: a call whose caller gives up returns its
+// context's error, without waiting for the agent to end (which would take
+// until StopGrace, here longer than the test allows).
+func TestCallerCancelReturnsAtOnce(t *testing.T) {
+	t.Parallel()
+	cmd, err := agentsim.Command(agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{
+		{Sleep: agentsim.Duration(time.Minute)},
+	}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Start(context.Background(), Config{Command: cmd, Dir: t.TempDir(), Client: &recorder{},
+		StartTimeout: 10 * time.Second, StopGrace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	sid, err := a.NewSession(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Prompt(ctx, sid, nil, cancel) // cancelled once sent
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("prompt err = %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a cancelled call waited for the agent to end")
+	}
+	if a.Err() != nil {
+		t.Fatalf("the agent ended: %v", a.Err())
+	}
+}
