@@ -33,6 +33,9 @@ var (
 	ErrLeaseHeld = errors.New("statestore: another replica holds the session")
 )
 
+// DefaultMaxEvents is serve's default for Options.MaxEvents.
+const DefaultMaxEvents = 100000
+
 // Options are the settings every store takes.
 type Options struct {
 	// MaxEvents caps the events kept per session; the oldest are dropped

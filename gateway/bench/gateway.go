@@ -63,7 +63,7 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintln(stderr, "bench gateway:", err)
 		return 1
 	}
-	opts := storeurl.Options{Store: statestore.Options{MaxEvents: 100000}, RedisPrefix: *prefix} // serve's --max-events default
+	opts := storeurl.Options{Store: statestore.Options{MaxEvents: statestore.DefaultMaxEvents}, RedisPrefix: *prefix}
 	store, err := storeurl.Open(ctx, *storeURL, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench gateway: store:", err)
@@ -80,7 +80,7 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			Store:            store,
 			Log:              slog.New(service.LogHandler(slog.NewJSONHandler(io.Discard, nil))),
 			IdleTimeout:      -1,
-			MaxEndedSessions: 1000, // serve's default
+			MaxEndedSessions: session.DefaultMaxEndedSessions,
 		},
 		Extra: map[string]http.Handler{
 			"GET /bench/memstats":      http.HandlerFunc(memstatsHandler),

@@ -58,6 +58,9 @@ const (
 	DefaultIdleTimeout       = 30 * time.Minute
 )
 
+// DefaultMaxEndedSessions is serve's default for Options.MaxEndedSessions.
+const DefaultMaxEndedSessions = 1000
+
 // Options configure a Manager.
 type Options struct {
 	// Agents maps an agent name to its command line.
@@ -84,7 +87,8 @@ type Options struct {
 	// MaxAgentLine bounds one line of agent output.
 	MaxAgentLine int
 	// MaxEndedSessions caps the closed sessions kept in the store; the
-	// oldest go first. Zero keeps them all.
+	// oldest go first. Zero keeps them all; serve's default is
+	// DefaultMaxEndedSessions.
 	MaxEndedSessions int
 	// Replica is this gateway's advertised address (a base URL other
 	// replicas can call). It names the holder of the leases this gateway
