@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
 
 // Memory is a Store that keeps everything in the process: nothing survives
@@ -113,11 +114,12 @@ func (m *Memory) SetAgentSession(_ context.Context, id, agentSessionID string, p
 
 // Append implements Store. The events are encoded before the store is
 // locked: a batch that cannot be encoded leaves the log as it was, and
-// encoding holds up no other session.
+// encoding holds up no other session. The encodings are eventwire's, which
+// the streams that send the events reuse.
 func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
 	encoded := make([][]byte, len(events))
 	for i, ev := range events {
-		b, err := proto.Marshal(ev)
+		b, err := eventwire.Marshal(ev)
 		if err != nil {
 			return fmt.Errorf("statestore: encoding event %d of %s: %w", ev.GetSeq(), id, err)
 		}
@@ -160,7 +162,8 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 // Events implements Store. The events are decoded after the store is
 // unlocked: a stored encoding is never changed (Append only writes past
 // the end of s.events, and trimming reslices it), so the slice taken under
-// the lock stays valid.
+// the lock stays valid. Each event's encoding is left with eventwire, so a
+// stream that sends it does not marshal it again.
 func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
 	kept, err := m.encodedEvents(id, after, limit)
 	if err != nil || len(kept) == 0 {
@@ -172,6 +175,7 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) (
 		if err := proto.Unmarshal(b, out[i]); err != nil {
 			return nil, fmt.Errorf("statestore: decoding event %d of %s: %w", after+uint64(i)+1, id, err)
 		}
+		eventwire.Remember(out[i], b)
 	}
 	return out, nil
 }

@@ -2,18 +2,15 @@ package server
 
 import (
 	"bytes"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
 
 // testEvents are events of many kinds, with Struct values of several keys
@@ -47,7 +44,7 @@ func testEvents(t *testing.T) []*acpv2.SessionEvent {
 func TestCodecOutputIsProtoMarshal(t *testing.T) {
 	c := newProtoCodec()
 	det := proto.MarshalOptions{Deterministic: true}
-	detCodec := &protoCodec{events: newEventCache(cacheEntries, cacheBytes, det.Marshal)}
+	detCodec := &protoCodec{events: eventwire.New(eventwire.DefaultEntries, eventwire.DefaultBytes, det.Marshal)}
 	var msgs []proto.Message
 	for _, ev := range testEvents(t) {
 		msgs = append(msgs, &acpv2.PromptResponse{Event: ev}, &acpv2.WatchResponse{Event: ev})
@@ -141,149 +138,5 @@ func TestJSONCodecOutputIsProtojson(t *testing.T) {
 	}
 	if c.IsBinary() || c.Name() != "json" {
 		t.Fatal("the codec is not connect's json codec")
-	}
-}
-
-// Every stream that sends an event sends the same encoding, marshalled
-// once, even when they ask at the same time.
-func TestCodecMarshalsAnEventOnce(t *testing.T) {
-	c := newProtoCodec()
-	ev := testEvents(t)[2]
-	var wg sync.WaitGroup
-	wires := make([][]byte, 64)
-	for i := range wires {
-		wg.Go(func() {
-			w, err := c.events.get(ev)
-			if err != nil {
-				t.Error(err)
-			}
-			wires[i] = w
-		})
-	}
-	wg.Wait()
-	for _, w := range wires {
-		if &w[0] != &wires[0][0] {
-			t.Fatal("an event was marshalled more than once")
-		}
-	}
-	if n, _ := c.events.len(); n != 1 {
-		t.Fatalf("%d entries for one event", n)
-	}
-}
-
-// The cache keeps at most its number of entries and of bytes, the newest;
-// an event that left it is marshalled again.
-func TestCodecCacheIsBounded(t *testing.T) {
-	const entries, maxBytes = 8, 4096
-	cache := newEventCache(entries, maxBytes, proto.Marshal)
-	event := func(i, size int) *acpv2.SessionEvent {
-		return &acpv2.SessionEvent{Seq: uint64(i), Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
-			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: strings.Repeat("x", size)}}}}}}
-	}
-	check := func(ev *acpv2.SessionEvent) {
-		t.Helper()
-		got, err := cache.get(ev)
-		want, _ := proto.Marshal(ev)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("event %d: %x, err %v", ev.GetSeq(), got, err)
-		}
-	}
-	var small []*acpv2.SessionEvent
-	for i := range 100 {
-		small = append(small, event(i, 10))
-		check(small[i])
-		if n, b := cache.len(); n > entries || b > maxBytes {
-			t.Fatalf("after %d events: %d entries, %d bytes", i+1, n, b)
-		}
-	}
-	// The newest are kept: the same encoding comes back.
-	last := small[len(small)-1]
-	w1, _ := cache.get(last)
-	w2, _ := cache.get(last)
-	if &w1[0] != &w2[0] {
-		t.Fatal("the newest event was not kept")
-	}
-	check(small[0]) // long evicted: marshalled again
-	for i := range 20 {
-		check(event(1000+i, 1000))
-		if n, b := cache.len(); n > entries || b > maxBytes {
-			t.Fatalf("large events: %d entries, %d bytes", n, b)
-		}
-	}
-	// An event larger than the whole cache is encoded, not kept.
-	check(event(2000, 2*maxBytes))
-	if _, b := cache.len(); b > maxBytes {
-		t.Fatalf("%d bytes kept", b)
-	}
-	// Nothing evicted stays reachable from the cache.
-	cache.mu.Lock()
-	defer cache.mu.Unlock()
-	held := 0
-	for _, e := range cache.order {
-		if e != nil {
-			held++
-			if cache.m[e.addr] != e {
-				t.Fatal("an evicted entry is still held")
-			}
-		}
-	}
-	if held != len(cache.m) {
-		t.Fatalf("%d entries held, %d in the map", held, len(cache.m))
-	}
-}
-
-// The cache keeps encodings, not the events: an event nothing else holds
-// is freed, and its encoding is then let go too.
-func TestCodecCacheDoesNotKeepEvents(t *testing.T) {
-	c := newProtoCodec()
-	ev := testEvents(t)[2]
-	if _, err := c.Marshal(&acpv2.WatchResponse{Event: ev}); err != nil {
-		t.Fatal(err)
-	}
-	freed := make(chan struct{})
-	runtime.AddCleanup(ev, func(ch chan struct{}) { close(ch) }, freed)
-	ev = nil
-	for range 10 {
-		runtime.GC()
-		select {
-		case <-freed:
-			for range 100 {
-				if n, _ := c.events.len(); n == 0 {
-					return
-				}
-				runtime.GC()
-				time.Sleep(10 * time.Millisecond)
-			}
-			n, size := c.events.len()
-			t.Fatalf("the freed event's encoding is still cached: %d entries, %d bytes", n, size)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatal("an event sent once is still alive")
-}
-
-// An entry left by an event freed since is not taken for the event that
-// has its address now.
-func TestCodecCacheTellsEventsAtOneAddress(t *testing.T) {
-	cache := newEventCache(8, 1<<20, proto.Marshal)
-	events := testEvents(t)
-	a, b := events[0], events[3]
-	if _, err := cache.get(a); err != nil {
-		t.Fatal(err)
-	}
-	// As if a had been freed and b allocated where it was.
-	cache.mu.Lock()
-	e := cache.m[uintptr(unsafe.Pointer(a))]
-	delete(cache.m, e.addr)
-	e.addr = uintptr(unsafe.Pointer(b))
-	cache.m[e.addr] = e
-	cache.mu.Unlock()
-	got, err := cache.get(b)
-	want, _ := proto.Marshal(b)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("b got %x, want its own encoding %x", got, want)
-	}
-	if n, _ := cache.len(); n != 1 {
-		t.Fatalf("%d entries, want b's alone", n)
 	}
 }

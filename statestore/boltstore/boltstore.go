@@ -56,6 +56,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -74,6 +75,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -521,10 +523,10 @@ type encoded struct {
 }
 
 // encodeAll marshals msgs outside the write transaction, keyed by key.
-func encodeAll[M proto.Message](id, what string, msgs []M, key func(M) []byte) ([]encoded, error) {
+func encodeAll[M proto.Message](id, what string, msgs []M, marshal func(M) ([]byte, error), key func(M) []byte) ([]encoded, error) {
 	out := make([]encoded, len(msgs))
 	for i, m := range msgs {
-		data, err := proto.Marshal(m)
+		data, err := marshal(m)
 		if err != nil {
 			return nil, wrap("encode "+what+" of", id, err)
 		}
@@ -533,13 +535,14 @@ func encodeAll[M proto.Message](id, what string, msgs []M, key func(M) []byte) (
 	return out, nil
 }
 
-// Append implements statestore.Store.
+// Append implements statestore.Store. The events' encodings are
+// eventwire's, which the streams that send the events reuse.
 func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
-	evs, err := encodeAll(id, "event", events, func(e *acpv2.SessionEvent) []byte { return u64(e.GetSeq()) })
+	evs, err := encodeAll(id, "event", events, eventwire.Marshal, func(e *acpv2.SessionEvent) []byte { return u64(e.GetSeq()) })
 	if err != nil {
 		return err
 	}
-	calls, err := encodeAll(id, "tool call", changed, func(tc *acpv2.ToolCall) []byte { return []byte(tc.GetToolCallId()) })
+	calls, err := encodeAll(id, "tool call", changed, marshalCall, func(tc *acpv2.ToolCall) []byte { return []byte(tc.GetToolCallId()) })
 	if err != nil {
 		return err
 	}
@@ -564,6 +567,8 @@ func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEven
 	}
 	return err
 }
+
+func marshalCall(tc *acpv2.ToolCall) ([]byte, error) { return proto.Marshal(tc) }
 
 // putEvents stores evs, advances r.LastSeq and drops the events beyond the
 // retention cap.
@@ -622,7 +627,9 @@ func putCalls(tx *bolt.Tx, id string, calls []encoded) error {
 	return nil
 }
 
-// Events implements statestore.Store.
+// Events implements statestore.Store. A copy of each event's encoding is
+// left with eventwire, so a stream that sends the event does not marshal
+// it again.
 func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
 	var out []*acpv2.SessionEvent
 	err := s.view("read events of", id, func(tx *bolt.Tx) error {
@@ -643,6 +650,8 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 			if err := proto.Unmarshal(v, e); err != nil {
 				return corrupt(fmt.Sprint("event ", binary.BigEndian.Uint64(k)), err)
 			}
+			// v is the file's memory, valid only in the transaction.
+			eventwire.Remember(e, bytes.Clone(v))
 			out = append(out, e)
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -80,11 +81,15 @@ func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) 
 		return nil, err
 	}
 	var out []*acpv2.SessionEvent
-	for _, b := range blobs {
+	for _, blob := range blobs {
+		b := []byte(blob)
 		e := &acpv2.SessionEvent{}
-		if err := proto.Unmarshal([]byte(b), e); err != nil {
+		if err := proto.Unmarshal(b, e); err != nil {
 			return nil, fmt.Errorf("redisstore: corrupt event after seq %d of session %s: %w", after, id, err)
 		}
+		// The encoding is left with eventwire, so a stream that sends the
+		// event does not marshal it again.
+		eventwire.Remember(e, b)
 		out = append(out, e)
 	}
 	return out, nil

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -196,6 +197,18 @@ func testAppend(t *testing.T, s statestore.Store) {
 		}
 		if !slices.EqualFunc(got, want, eventEqual) {
 			t.Fatalf("Events(after %d) = %d events, want %d", after, len(got), len(want))
+		}
+		// The events come with their encodings, so streams that send
+		// them do not marshal them again.
+		for _, ev := range got {
+			if !eventwire.Proto.Held(ev) {
+				t.Fatalf("Events(after %d): event %d has no encoding in eventwire", after, ev.GetSeq())
+			}
+			wire, _ := eventwire.Marshal(ev)
+			back := &acpv2.SessionEvent{}
+			if err := proto.Unmarshal(wire, back); err != nil || !eventEqual(back, ev) {
+				t.Fatalf("event %d's encoding decodes to %v (%v)", ev.GetSeq(), back, err)
+			}
 		}
 	}
 	got, err := s.Events(ctx, "a", 3, 5)

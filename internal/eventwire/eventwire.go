@@ -1,0 +1,189 @@
+// Package eventwire keeps the encodings of the session events the gateway
+// has at hand, so that an event is marshalled once however many times it
+// is stored and sent.
+//
+// An event is never changed once published, so its pointer names its
+// encoding. [Proto] is the process's cache of protobuf encodings: a store
+// that marshals an event to keep it, and every stream that sends it, get
+// the same bytes from one marshal; a store that decodes an event from its
+// bytes hands them to [Remember], so a replayed event is not marshalled
+// again either.
+package eventwire
+
+import (
+	"runtime"
+	"sync"
+	"unsafe"
+	"weak"
+
+	"google.golang.org/protobuf/proto"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// Bounds of the shared cache: enough for the events that all the streams
+// of busy sessions are sending at one time.
+const (
+	DefaultEntries = 4096
+	DefaultBytes   = 32 << 20
+	// An event larger than this is marshalled each time rather than kept.
+	entryMaxBytes = 4 << 20
+)
+
+// Proto is the process's cache of the events' protobuf encodings
+// (proto.Marshal's).
+var Proto = New(DefaultEntries, DefaultBytes, proto.Marshal)
+
+// Marshal returns ev's protobuf encoding from [Proto]. The bytes are
+// shared: the caller must not modify them.
+func Marshal(ev *acpv2.SessionEvent) ([]byte, error) { return Proto.Get(ev) }
+
+// Remember records in [Proto] that wire is ev's protobuf encoding, as when
+// ev was just decoded from it. wire must not be modified afterwards.
+func Remember(ev *acpv2.SessionEvent, wire []byte) { Proto.Remember(ev, wire) }
+
+// Cache holds the encodings of the events last asked for, by event. The
+// oldest entries go first, beyond a number of entries or of bytes. An
+// entry is found by its event's address and holds the event by a weak
+// pointer, which tells whether the event at that address is still the one
+// encoded: the cache keeps encodings, not events (the session and a memory
+// store let go of those in their own time). It is safe for concurrent use.
+type Cache struct {
+	maxBytes int
+	marshal  func(proto.Message) ([]byte, error)
+
+	mu sync.Mutex
+	// m finds an entry by its event's address; the entry's weak pointer
+	// says whether it is still that event's.
+	m     map[uintptr]*entry
+	order []*entry // a ring of the entries, oldest at next
+	next  int
+	bytes int
+}
+
+type entry struct {
+	addr uintptr
+	ev   weak.Pointer[acpv2.SessionEvent]
+	once sync.Once
+	wire []byte
+	err  error
+	// held is set once wire is, while the entry is in the cache.
+	held bool
+	// slot is the entry's index in Cache.order; size is what it counts in
+	// Cache.bytes.
+	slot, size int
+}
+
+// New returns a cache of at most maxEntries encodings and maxBytes bytes,
+// made by marshal.
+func New(maxEntries, maxBytes int, marshal func(proto.Message) ([]byte, error)) *Cache {
+	return &Cache{
+		maxBytes: maxBytes,
+		marshal:  marshal,
+		m:        make(map[uintptr]*entry, maxEntries),
+		order:    make([]*entry, maxEntries),
+	}
+}
+
+// Get returns ev's encoding, marshalling it on the first call: callers
+// that ask at the same time wait for that one marshal. The bytes are
+// shared: the caller must not modify them.
+func (c *Cache) Get(ev *acpv2.SessionEvent) ([]byte, error) {
+	c.mu.Lock()
+	e, _ := c.entryLocked(ev)
+	c.mu.Unlock()
+	e.once.Do(func() {
+		wire, err := c.marshal(ev)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.setLocked(e, wire, err)
+	})
+	return e.wire, e.err
+}
+
+// Remember records that wire is ev's encoding, unless ev has one already.
+// wire must not be modified afterwards.
+func (c *Cache) Remember(ev *acpv2.SessionEvent, wire []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, fresh := c.entryLocked(ev); fresh {
+		e.once.Do(func() { c.setLocked(e, wire, nil) })
+	}
+}
+
+// entryLocked returns ev's entry, adding one (fresh) when it has none.
+// c.mu must be held.
+func (c *Cache) entryLocked(ev *acpv2.SessionEvent) (e *entry, fresh bool) {
+	addr := uintptr(unsafe.Pointer(ev))
+	e = c.m[addr]
+	// An entry for an event freed since, whose memory ev may have taken,
+	// has a weak pointer that no longer gives an event. Its cleanup evicts
+	// it, but later, on the cleanup goroutine: the memory can be reused
+	// before then.
+	if e != nil && e.ev.Value() == ev {
+		return e, false
+	}
+	c.evict(e)
+	e = &entry{addr: addr, ev: weak.Make(ev), slot: c.next}
+	c.evict(c.order[c.next])
+	c.m[addr], c.order[c.next] = e, e
+	c.next = (c.next + 1) % len(c.order)
+	// Drop the encoding as soon as its event is freed, rather than when
+	// newer events push it out: idle sessions keep no cache.
+	runtime.AddCleanup(ev, c.drop, e)
+	return e, true
+}
+
+// setLocked gives e its encoding and counts it, evicting the oldest
+// entries beyond the cache's bytes. c.mu must be held.
+func (c *Cache) setLocked(e *entry, wire []byte, err error) {
+	e.wire, e.err = wire, err
+	if c.m[e.addr] != e {
+		return // evicted meanwhile
+	}
+	if e.err != nil || len(e.wire) > min(entryMaxBytes, c.maxBytes) {
+		c.evict(e) // marshalled again next time
+		return
+	}
+	e.size, e.held = len(e.wire), true
+	c.bytes += e.size
+	// The oldest go first; e, the newest, fits alone.
+	for i := c.next; c.bytes > c.maxBytes; i = (i + 1) % len(c.order) {
+		if c.order[i] != e {
+			c.evict(c.order[i])
+		}
+	}
+}
+
+// drop evicts the entry of an event that has been freed.
+func (c *Cache) drop(e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.evict(e)
+}
+
+// evict drops e, if it is still held. c.mu must be held.
+func (c *Cache) evict(e *entry) {
+	if e == nil || c.order[e.slot] != e {
+		return
+	}
+	delete(c.m, e.addr)
+	c.order[e.slot] = nil
+	c.bytes -= e.size
+}
+
+// Held reports whether the cache holds ev's encoding, so that Get gives it
+// without a marshal.
+func (c *Cache) Held(ev *acpv2.SessionEvent) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[uintptr(unsafe.Pointer(ev))]
+	return e != nil && e.held && e.ev.Value() == ev
+}
+
+// Len returns the number of entries and the bytes they count.
+func (c *Cache) Len() (entries, bytes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m), c.bytes
+}

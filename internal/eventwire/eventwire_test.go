@@ -1,0 +1,219 @@
+package eventwire
+
+import (
+	"bytes"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// testEvents are events of several kinds, with Struct values and without.
+func testEvents(t *testing.T) []*acpv2.SessionEvent {
+	t.Helper()
+	var events []*acpv2.SessionEvent
+	for i, js := range []string{
+		`{"seq":"1","time":"2026-01-02T03:04:05.678Z","agentMessageChunk":{"content":{"text":{"text":"hello"}}}}`,
+		`{"seq":"2","agentMessageChunk":{"content":{"text":{"text":"x","meta":{"b":1,"a":[true,null,"s"]}}}}}`,
+		`{"seq":"3","toolCall":{"toolCallId":"t1","title":"Run","kind":"execute","status":"in_progress","rawInput":{"cmd":"go test"}}}`,
+		`{"seq":"4","turnEnded":{"stopReason":"end_turn"}}`,
+	} {
+		ev := &acpv2.SessionEvent{}
+		if err := protojson.Unmarshal([]byte(js), ev); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		events = append(events, ev)
+	}
+	return events
+}
+
+// A remembered encoding is what Get returns, without a marshal; an event
+// that has an encoding already keeps it.
+func TestRememberedEncodingIsNotMarshalledAgain(t *testing.T) {
+	marshals := 0
+	c := New(8, 1<<20, func(m proto.Message) ([]byte, error) {
+		marshals++
+		return proto.Marshal(m)
+	})
+	events := testEvents(t)
+	decoded := &acpv2.SessionEvent{}
+	wire, _ := proto.Marshal(events[0])
+	if err := proto.Unmarshal(wire, decoded); err != nil {
+		t.Fatal(err)
+	}
+	if c.Held(decoded) {
+		t.Fatal("an event never asked for is held")
+	}
+	c.Remember(decoded, wire)
+	if !c.Held(decoded) {
+		t.Fatal("a remembered encoding is not held")
+	}
+	got, err := c.Get(decoded)
+	if err != nil || &got[0] != &wire[0] || marshals != 0 {
+		t.Fatalf("Get after Remember: %d marshals, err %v, same bytes %v", marshals, err, err == nil && &got[0] == &wire[0])
+	}
+	if n, size := c.Len(); n != 1 || size != len(wire) {
+		t.Fatalf("%d entries of %d bytes, want 1 of %d", n, size, len(wire))
+	}
+
+	// An event marshalled already keeps its encoding.
+	first, err := c.Get(events[1])
+	if err != nil || marshals != 1 {
+		t.Fatalf("%d marshals, err %v", marshals, err)
+	}
+	c.Remember(events[1], []byte("other"))
+	if again, _ := c.Get(events[1]); &again[0] != &first[0] || marshals != 1 {
+		t.Fatal("Remember replaced an encoding the cache had")
+	}
+}
+
+// Everyone who asks for an event's encoding gets the same bytes,
+// marshalled once, even when they ask at the same time.
+func TestMarshalsAnEventOnce(t *testing.T) {
+	c := New(DefaultEntries, DefaultBytes, proto.Marshal)
+	ev := testEvents(t)[2]
+	var wg sync.WaitGroup
+	wires := make([][]byte, 64)
+	for i := range wires {
+		wg.Go(func() {
+			w, err := c.Get(ev)
+			if err != nil {
+				t.Error(err)
+			}
+			wires[i] = w
+		})
+	}
+	wg.Wait()
+	for _, w := range wires {
+		if &w[0] != &wires[0][0] {
+			t.Fatal("an event was marshalled more than once")
+		}
+	}
+	if n, _ := c.Len(); n != 1 {
+		t.Fatalf("%d entries for one event", n)
+	}
+}
+
+// The cache keeps at most its number of entries and of bytes, the newest;
+// an event that left it is marshalled again.
+func TestIsBounded(t *testing.T) {
+	const entries, maxBytes = 8, 4096
+	cache := New(entries, maxBytes, proto.Marshal)
+	event := func(i, size int) *acpv2.SessionEvent {
+		return &acpv2.SessionEvent{Seq: uint64(i), Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
+			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: strings.Repeat("x", size)}}}}}}
+	}
+	check := func(ev *acpv2.SessionEvent) {
+		t.Helper()
+		got, err := cache.Get(ev)
+		want, _ := proto.Marshal(ev)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("event %d: %x, err %v", ev.GetSeq(), got, err)
+		}
+	}
+	var small []*acpv2.SessionEvent
+	for i := range 100 {
+		small = append(small, event(i, 10))
+		check(small[i])
+		if n, b := cache.Len(); n > entries || b > maxBytes {
+			t.Fatalf("after %d events: %d entries, %d bytes", i+1, n, b)
+		}
+	}
+	// The newest are kept: the same encoding comes back.
+	last := small[len(small)-1]
+	w1, _ := cache.Get(last)
+	w2, _ := cache.Get(last)
+	if &w1[0] != &w2[0] {
+		t.Fatal("the newest event was not kept")
+	}
+	check(small[0]) // long evicted: marshalled again
+	for i := range 20 {
+		check(event(1000+i, 1000))
+		if n, b := cache.Len(); n > entries || b > maxBytes {
+			t.Fatalf("large events: %d entries, %d bytes", n, b)
+		}
+	}
+	// An event larger than the whole cache is encoded, not kept.
+	check(event(2000, 2*maxBytes))
+	if _, b := cache.Len(); b > maxBytes {
+		t.Fatalf("%d bytes kept", b)
+	}
+	// Nothing evicted stays reachable from the cache.
+	cache.mu.Lock()
+	defer cache.mu.Unlock()
+	held := 0
+	for _, e := range cache.order {
+		if e != nil {
+			held++
+			if cache.m[e.addr] != e {
+				t.Fatal("an evicted entry is still held")
+			}
+		}
+	}
+	if held != len(cache.m) {
+		t.Fatalf("%d entries held, %d in the map", held, len(cache.m))
+	}
+}
+
+// The cache keeps encodings, not the events: an event nothing else holds
+// is freed, and its encoding is then let go too.
+func TestDoesNotKeepEvents(t *testing.T) {
+	c := New(DefaultEntries, DefaultBytes, proto.Marshal)
+	ev := testEvents(t)[2]
+	if _, err := c.Get(ev); err != nil {
+		t.Fatal(err)
+	}
+	freed := make(chan struct{})
+	runtime.AddCleanup(ev, func(ch chan struct{}) { close(ch) }, freed)
+	ev = nil
+	for range 10 {
+		runtime.GC()
+		select {
+		case <-freed:
+			for range 100 {
+				if n, _ := c.Len(); n == 0 {
+					return
+				}
+				runtime.GC()
+				time.Sleep(10 * time.Millisecond)
+			}
+			n, size := c.Len()
+			t.Fatalf("the freed event's encoding is still cached: %d entries, %d bytes", n, size)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("an event sent once is still alive")
+}
+
+// An entry left by an event freed since is not taken for the event that
+// has its address now.
+func TestTellsEventsAtOneAddress(t *testing.T) {
+	cache := New(8, 1<<20, proto.Marshal)
+	events := testEvents(t)
+	a, b := events[0], events[3]
+	if _, err := cache.Get(a); err != nil {
+		t.Fatal(err)
+	}
+	// As if a had been freed and b allocated where it was.
+	cache.mu.Lock()
+	e := cache.m[uintptr(unsafe.Pointer(a))]
+	delete(cache.m, e.addr)
+	e.addr = uintptr(unsafe.Pointer(b))
+	cache.m[e.addr] = e
+	cache.mu.Unlock()
+	got, err := cache.Get(b)
+	want, _ := proto.Marshal(b)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("b got %x, want its own encoding %x", got, want)
+	}
+	if n, _ := cache.Len(); n != 1 {
+		t.Fatalf("%d entries, want b's alone", n)
+	}
+}
