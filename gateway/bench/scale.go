@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
 
 // ScaleResult is the many-sessions phase: Sessions sessions of the
@@ -123,7 +124,7 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 	}
 	wg.Wait()
 	progress("scale: %d sessions created and through one turn in %.1fs (%d failed)", cfg.Sessions, time.Since(start).Seconds(), res.Failed)
-	after, err := g.memstats(ctx)
+	after, err := idleMemstats(ctx, g)
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -183,11 +184,24 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 		res.ConcurrentRate = float64(total) / (float64(last-first) / 1e9)
 	}
 	res.ConcurrentLatency = latencyOf(samples)
-	if again, err := g.memstats(ctx); err == nil && len(live) > 0 {
+	if again, err := idleMemstats(ctx, g); err == nil && len(live) > 0 {
 		res.HeapPerTurn = (float64(again.HeapInuse) - float64(after.HeapInuse)) / float64(len(live))
 	}
 	if firstErr != nil {
 		res.Error = firstErr.Error()
 	}
 	return res
+}
+
+// idleMemstats reads the gateway's memory once its sessions have been idle
+// long enough for the shared cache of event encodings to let go of theirs,
+// as it does in a gateway whose sessions went quiet.
+func idleMemstats(ctx context.Context, g *gatewayProc) (memStats, error) {
+	select {
+	case <-time.After(3 * eventwire.Expiry): // it lets go within two
+
+	case <-ctx.Done():
+		return memStats{}, ctx.Err()
+	}
+	return g.memstats(ctx)
 }

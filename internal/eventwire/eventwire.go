@@ -11,8 +11,8 @@
 package eventwire
 
 import (
-	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 	"weak"
 
@@ -42,12 +42,17 @@ func Marshal(ev *acpv2.SessionEvent) ([]byte, error) { return Proto.Get(ev) }
 // ev was just decoded from it. wire must not be modified afterwards.
 func Remember(ev *acpv2.SessionEvent, wire []byte) { Proto.Remember(ev, wire) }
 
-// Cache holds the encodings of the events last asked for, by event. The
-// oldest entries go first, beyond a number of entries or of bytes. An
+// Cache holds the encodings of the events last asked for, by event. An
 // entry is found by its event's address and holds the event by a weak
 // pointer, which tells whether the event at that address is still the one
-// encoded: the cache keeps encodings, not events (the session and a memory
-// store let go of those in their own time). It is safe for concurrent use.
+// encoded: the cache keeps encodings, not events. (Holding the events
+// until they expire grew the heap in use of idle sessions by half, in
+// spans their events had shared.) An encoding not asked for during a whole
+// tick (about [Expiry]) is let go, so sessions gone quiet keep none; the
+// oldest go first beyond a number of entries or of bytes. (A cleanup per
+// event, to let go of an encoding as soon as its event is freed, made
+// BenchmarkGetNewEvent 1.4 µs instead of 0.54 µs.) It is safe for
+// concurrent use.
 type Cache struct {
 	maxBytes int
 	marshal  func(proto.Message) ([]byte, error)
@@ -59,7 +64,15 @@ type Cache struct {
 	order []*entry // a ring of the entries, oldest at next
 	next  int
 	bytes int
+	// tick counts the expiry timer's runs; timer runs while entries are
+	// held.
+	tick  uint64
+	timer *time.Timer
 }
+
+// Expiry is how long the cache keeps an encoding nobody asks for: between
+// one and two ticks of this length.
+const Expiry = time.Second
 
 type entry struct {
 	addr uintptr
@@ -69,6 +82,8 @@ type entry struct {
 	err  error
 	// held is set once wire is, while the entry is in the cache.
 	held bool
+	// used is the tick of the last Get or Remember.
+	used uint64
 	// slot is the entry's index in Cache.order; size is what it counts in
 	// Cache.bytes.
 	slot, size int
@@ -117,20 +132,19 @@ func (c *Cache) entryLocked(ev *acpv2.SessionEvent) (e *entry, fresh bool) {
 	addr := uintptr(unsafe.Pointer(ev))
 	e = c.m[addr]
 	// An entry for an event freed since, whose memory ev may have taken,
-	// has a weak pointer that no longer gives an event. Its cleanup evicts
-	// it, but later, on the cleanup goroutine: the memory can be reused
-	// before then.
+	// has a weak pointer that no longer gives an event.
 	if e != nil && e.ev.Value() == ev {
+		e.used = c.tick
 		return e, false
 	}
 	c.evict(e)
-	e = &entry{addr: addr, ev: weak.Make(ev), slot: c.next}
+	e = &entry{addr: addr, ev: weak.Make(ev), used: c.tick, slot: c.next}
 	c.evict(c.order[c.next])
 	c.m[addr], c.order[c.next] = e, e
 	c.next = (c.next + 1) % len(c.order)
-	// Drop the encoding as soon as its event is freed, rather than when
-	// newer events push it out: idle sessions keep no cache.
-	runtime.AddCleanup(ev, c.drop, e)
+	if c.timer == nil {
+		c.timer = time.AfterFunc(Expiry, c.expire)
+	}
 	return e, true
 }
 
@@ -155,11 +169,23 @@ func (c *Cache) setLocked(e *entry, wire []byte, err error) {
 	}
 }
 
-// drop evicts the entry of an event that has been freed.
-func (c *Cache) drop(e *entry) {
+// expire runs once a tick while entries are held: it evicts those not
+// asked for since the tick before and those whose event was freed, and
+// stops once none are left.
+func (c *Cache) expire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.evict(e)
+	c.tick++
+	for _, e := range c.order {
+		if e != nil && (e.used+1 < c.tick || e.ev.Value() == nil) {
+			c.evict(e)
+		}
+	}
+	if len(c.m) == 0 {
+		c.timer = nil
+		return
+	}
+	c.timer.Reset(Expiry)
 }
 
 // evict drops e, if it is still held. c.mu must be held.

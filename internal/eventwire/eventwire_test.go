@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+	"weak"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -162,34 +163,57 @@ func TestIsBounded(t *testing.T) {
 	}
 }
 
-// The cache keeps encodings, not the events: an event nothing else holds
-// is freed, and its encoding is then let go too.
-func TestDoesNotKeepEvents(t *testing.T) {
+// An encoding nobody asked for during a whole tick is let go, and the
+// expiry timer stops once nothing is held; one asked for again is kept.
+func TestUnusedEncodingsExpire(t *testing.T) {
 	c := New(DefaultEntries, DefaultBytes, proto.Marshal)
-	ev := testEvents(t)[2]
-	if _, err := c.Get(ev); err != nil {
-		t.Fatal(err)
-	}
-	freed := make(chan struct{})
-	runtime.AddCleanup(ev, func(ch chan struct{}) { close(ch) }, freed)
-	ev = nil
-	for range 10 {
-		runtime.GC()
-		select {
-		case <-freed:
-			for range 100 {
-				if n, _ := c.Len(); n == 0 {
-					return
-				}
-				runtime.GC()
-				time.Sleep(10 * time.Millisecond)
-			}
-			n, size := c.Len()
-			t.Fatalf("the freed event's encoding is still cached: %d entries, %d bytes", n, size)
-		case <-time.After(10 * time.Millisecond):
+	events := testEvents(t)
+	quiet, busy := events[0], events[1]
+	for _, ev := range []*acpv2.SessionEvent{quiet, busy} {
+		if _, err := c.Get(ev); err != nil {
+			t.Fatal(err)
 		}
 	}
-	t.Fatal("an event sent once is still alive")
+	c.mu.Lock()
+	armed := c.timer != nil
+	c.mu.Unlock()
+	if !armed {
+		t.Fatal("entries are held with no expiry timer")
+	}
+	c.expire() // a tick: both were asked for during it
+	if !c.Held(quiet) || !c.Held(busy) {
+		t.Fatal("an encoding asked for during the last tick was let go")
+	}
+	c.Get(busy)
+	c.expire() // quiet was not asked for during this tick
+	if c.Held(quiet) || !c.Held(busy) {
+		t.Fatalf("after a quiet tick: quiet held %v (want false), busy held %v (want true)", c.Held(quiet), c.Held(busy))
+	}
+	c.expire()
+	if n, size := c.Len(); n != 0 || size != 0 {
+		t.Fatalf("after two quiet ticks: %d entries, %d bytes", n, size)
+	}
+	c.mu.Lock()
+	armed = c.timer != nil
+	c.mu.Unlock()
+	if armed {
+		t.Fatal("the expiry timer runs with nothing held")
+	}
+}
+
+// The expiry timer lets go of everything once nobody asks, on its own.
+func TestExpiryRunsOnItsOwn(t *testing.T) {
+	c := New(DefaultEntries, DefaultBytes, proto.Marshal)
+	if _, err := c.Get(testEvents(t)[0]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * Expiry)
+	for n, _ := c.Len(); n != 0; n, _ = c.Len() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries still held after %v", n, 10*Expiry)
+		}
+		time.Sleep(Expiry / 10)
+	}
 }
 
 // An entry left by an event freed since is not taken for the event that
@@ -215,5 +239,27 @@ func TestTellsEventsAtOneAddress(t *testing.T) {
 	}
 	if n, _ := cache.Len(); n != 1 {
 		t.Fatalf("%d entries, want b's alone", n)
+	}
+}
+
+// The encoding of an event freed since goes at the next tick, without
+// waiting for a whole quiet one.
+func TestFreedEventsGoAtTheNextTick(t *testing.T) {
+	c := New(DefaultEntries, DefaultBytes, proto.Marshal)
+	ev := testEvents(t)[2]
+	if _, err := c.Get(ev); err != nil {
+		t.Fatal(err)
+	}
+	gone := weak.Make(ev)
+	ev = nil
+	for i := 0; gone.Value() != nil; i++ {
+		if i == 10 {
+			t.Fatal("an event only the cache knows is still alive")
+		}
+		runtime.GC()
+	}
+	c.expire()
+	if n, size := c.Len(); n != 0 || size != 0 {
+		t.Fatalf("%d entries, %d bytes held for a freed event", n, size)
 	}
 }
