@@ -41,10 +41,12 @@ const (
 // clientProtocolVersion is the newest ACP version the gateway speaks.
 const clientProtocolVersion = 2
 
-// Client receives what the agent sends. Methods are called from the agent's
-// read loop, so they must not block: SessionUpdate calls arrive in the order
-// the agent sent them, and RequestPermission returns a channel that is
-// answered later.
+// Client receives what the agent sends, in the order the agent sent it.
+// RequestPermission is called from the agent's read loop, and
+// SessionUpdate from a goroutine that runs beside it (the read loop
+// decodes the next updates meanwhile, and waits for it before it handles
+// any other message): neither may block for long. RequestPermission
+// returns a channel that is answered later.
 type Client interface {
 	// SessionUpdate receives the `update` of each session/update
 	// notification, decoded for the agent's ACP version as
@@ -123,6 +125,8 @@ type Agent struct {
 	cmd    *exec.Cmd
 	conn   *jsonrpc2.Conn
 	stream *lineStream
+	// updates hands the updates the read loop decodes to the Client.
+	updates *updateQueue
 	fs     *fileServer
 	out    *os.File // read end of the agent's stdout
 
@@ -236,11 +240,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.BytesOut != nil {
 		in = countingWriter{in, cfg.BytesOut}
 	}
-	a.stream = newLineStream(out, in, cfg.MaxLine, a.updateLine)
-	a.stream.onEnd = a.streamEnded
-	// jsonrpc2's own logging is silenced: the package logs what matters.
-	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a},
-		jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
+	a.connect(out, in, a.streamEnded)
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
@@ -252,6 +252,18 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// connect starts the JSON-RPC connection over the agent's output and
+// input; onEnd is told, in the read loop, why reading the output ended.
+func (a *Agent) connect(out io.Reader, in io.WriteCloser, onEnd func(error)) {
+	a.updates = newUpdateQueue(a.cfg.Client)
+	a.stream = newLineStream(out, in, a.cfg.MaxLine, a.updateLine)
+	a.stream.settle = a.updates.drain
+	a.stream.onEnd = onEnd
+	// jsonrpc2's own logging is silenced: the package logs what matters.
+	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a},
+		jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
 }
 
 // streamEnded is called once, in the read loop, when reading the agent's
@@ -648,8 +660,8 @@ type deferred struct{}
 // sessionUpdateMethod, quoted, is in every session/update line.
 var sessionUpdateMethod = []byte(`"session/update"`)
 
-// updateLine takes a line that is a session/update notification, and hands
-// its update to the Client, decoded in one pass over the line
+// updateLine takes a line that is a session/update notification, and
+// queues its update for the Client, decoded in one pass over the line
 // ([acpjson.DecodeNotification]). It leaves any other line, and any
 // notification not plainly shaped, to jsonrpc2 and handle, which decode
 // such an update as well, only slower. It runs in the read loop.
@@ -661,7 +673,7 @@ func (a *Agent) updateLine(line []byte) bool {
 	if !ok {
 		return false
 	}
-	a.cfg.Client.SessionUpdate(n.SessionID, n.Update, n.Err)
+	a.updates.push(queuedUpdate{n.SessionID, n.Update, n.Err})
 	return true
 }
 

@@ -45,6 +45,10 @@ type lineStream struct {
 	// end is the error that ends reading, returned once the lines before it
 	// are read.
 	end error
+	// settle, if set, is called in the read loop before a line direct did
+	// not take is handed on, and before onEnd: it waits until what direct
+	// set going is done, so that messages are handled in their order.
+	settle func()
 	// onEnd, if set, is called once, in the read loop, with the error that
 	// ends reading.
 	onEnd func(error)
@@ -72,10 +76,16 @@ func (s *lineStream) ReadObject(v any) error {
 				s.directLines.Add(1)
 				continue
 			}
+			if s.settle != nil {
+				s.settle()
+			}
 			if err = json.Unmarshal(line, v); err == nil {
 				return nil
 			}
 			s.end = err
+		}
+		if s.settle != nil {
+			s.settle()
 		}
 		if f := s.onEnd; f != nil {
 			s.onEnd = nil

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"strings"
 	"sync"
@@ -82,9 +81,7 @@ func newPipeAgent(t *testing.T, c Client, maxLine int, v acpjson.Version) *pipeA
 	a := &Agent{cfg: Config{Client: c, Log: slog.New(slog.DiscardHandler), MaxLine: maxLine}}
 	a.version.Store(int64(v))
 	p := &pipeAgent{Agent: a, out: outW, in: make(chan string, 100), ended: make(chan error, 1)}
-	a.stream = newLineStream(outR, inW, maxLine, a.updateLine)
-	a.stream.onEnd = func(err error) { p.ended <- err }
-	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a}, jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
+	a.connect(outR, inW, func(err error) { p.ended <- err })
 	go func() {
 		sc := bufio.NewScanner(inR)
 		for sc.Scan() {

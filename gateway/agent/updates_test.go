@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"testing/synctest"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// heldClient is a Client whose SessionUpdate waits for release, and which
+// notes the updates' session ids in order.
+type heldClient struct {
+	release chan struct{}
+	got     []string
+}
+
+func (c *heldClient) SessionUpdate(sid string, _ *acpv2.SessionUpdate, _ error) {
+	<-c.release
+	c.got = append(c.got, sid)
+}
+
+func (*heldClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionOutcome, error) {
+	return nil, nil
+}
+
+// While the Client takes its time, the read loop queues the next updates,
+// up to the bound and not beyond; the Client then gets them all in order,
+// and once they are handed over no goroutine is left running.
+func TestUpdatesQueueBesideTheReadLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &heldClient{release: make(chan struct{})}
+		q := newUpdateQueue(c)
+		const n = maxQueuedUpdates + 10
+		pushed := make(chan int, 1)
+		go func() {
+			i := 0
+			for ; i < n; i++ {
+				q.push(queuedUpdate{sessionID: fmt.Sprint(i), u: &acpv2.SessionUpdate{}})
+			}
+			pushed <- i
+		}()
+		synctest.Wait()
+		// The first update is with the Client; the bound are waiting.
+		q.mu.Lock()
+		pending := q.pending
+		q.mu.Unlock()
+		if pending != maxQueuedUpdates {
+			t.Fatalf("%d updates wait while the Client is busy, want the bound, %d", pending, maxQueuedUpdates)
+		}
+		select {
+		case i := <-pushed:
+			t.Fatalf("all %d updates were queued past the bound", i)
+		default:
+		}
+		close(c.release)
+		if i := <-pushed; i != n {
+			t.Fatalf("%d pushed", i)
+		}
+		q.drain()
+		if len(c.got) != n {
+			t.Fatalf("the Client got %d updates, want %d", len(c.got), n)
+		}
+		for i, sid := range c.got {
+			if sid != fmt.Sprint(i) {
+				t.Fatalf("update %d is %s: out of order", i, sid)
+			}
+		}
+		synctest.Wait()
+		q.mu.Lock()
+		running := q.running
+		q.mu.Unlock()
+		if running {
+			t.Fatal("the queue's goroutine runs with nothing queued")
+		}
+	})
+}
