@@ -1,6 +1,7 @@
 package merge
 
 import (
+	"bytes"
 	"errors"
 	"maps"
 	"slices"
@@ -42,10 +43,14 @@ type State struct {
 //
 // After Compact, call and buf are nil and wire holds the tool call in its
 // protobuf wire form, until the entry is next used (see load).
+//
+// enc, when not nil, is the encoding of call or of a version before it,
+// kept by Wire for the next version to reuse, until Compact.
 type entry struct {
 	call *acpv2.ToolCall
 	buf  []*acpv2.ToolCallContent
 	wire []byte
+	enc  *callWire
 }
 
 // load returns the entry's tool call, decoding it when compacted; keep
@@ -77,9 +82,14 @@ func (s *State) Compact() {
 		if e.call == nil {
 			continue
 		}
-		b, err := proto.Marshal(e.call)
-		if err != nil {
-			continue // kept as it is
+		var b []byte
+		if e.enc != nil && e.enc.call == e.call {
+			b = bytes.Clone(e.enc.b) // not the room Wire's buffer had
+		} else {
+			var err error
+			if b, err = proto.Marshal(e.call); err != nil {
+				continue // kept as it is
+			}
 		}
 		*e = entry{wire: b}
 	}

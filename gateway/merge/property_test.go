@@ -573,6 +573,42 @@ func checkCompact(t testing.TB, ops []op, every int) {
 	}
 }
 
+// checkWire applies ops, compacting before each op whose index every
+// divides, and checks that Wire encodes each merged tool call (and the
+// version before it, no longer the current one) to bytes that decode to
+// it.
+func checkWire(t testing.TB, ops []op, every int) {
+	t.Helper()
+	s := merge.New()
+	decode := func(i int, what string, tc *acpv2.ToolCall) {
+		t.Helper()
+		wire, err := s.Wire(tc)
+		if err != nil {
+			t.Fatalf("op %d: Wire(%s): %v", i, what, err)
+		}
+		back := &acpv2.ToolCall{}
+		if err := proto.Unmarshal(wire, back); err != nil || !proto.Equal(back, tc) {
+			t.Fatalf("op %d: Wire(%s) decodes to %v (%v), want %v", i, what, back, err, tc)
+		}
+	}
+	var prev *acpv2.ToolCall
+	for i, o := range ops {
+		if i%every == 0 {
+			s.Compact()
+		}
+		got, err := apply(s, o)
+		if err != nil {
+			continue
+		}
+		decode(i, "merged", got)
+		decode(i, "merged, again", got)
+		if prev != nil {
+			decode(i, "an earlier version", prev)
+		}
+		prev = got
+	}
+}
+
 const propertySeqs = 400
 
 // forEachSeed runs f in a parallel subtest per seed, with a generator of
@@ -624,6 +660,10 @@ func TestPropertyCompact(t *testing.T) {
 	forEachSeed(t, 4, func(t *testing.T, r *rand.Rand) { checkCompact(t, randomOps(r), 1+r.IntN(5)) })
 }
 
+func TestPropertyWire(t *testing.T) {
+	forEachSeed(t, 5, func(t *testing.T, r *rand.Rand) { checkWire(t, randomOps(r), 1+r.IntN(8)) })
+}
+
 func TestPropertyRestore(t *testing.T) {
 	forEachSeed(t, 3, func(t *testing.T, r *rand.Rand) {
 		ops := randomOps(r)
@@ -647,5 +687,6 @@ func FuzzApply(f *testing.F) {
 		checkSequence(t, ops)
 		checkRestore(t, ops, len(ops)/2)
 		checkCompact(t, ops, 3)
+		checkWire(t, ops, 5)
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -326,6 +327,14 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
+		if tc := ev.GetToolCall(); tc != nil {
+			// The merged call's encoding reuses the parts it shares with
+			// the version before: the store and the streams take it from
+			// eventwire rather than marshal the whole call again.
+			if wire, err := s.tools.Wire(tc); err == nil {
+				eventwire.RememberBody(ev, wire)
+			}
+		}
 	}
 	ctx, cancel := s.m.storeContext()
 	defer cancel()

@@ -2,11 +2,13 @@ package session
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -114,5 +116,70 @@ func TestToolCallMetrics(t *testing.T) {
 	check("a call finished with its first update", 3, 3, 0, 0)
 	if got := metricValue(t, met, "acp_gateway_session_tool_calls", "failed"); got != 1 {
 		t.Errorf("failed calls: %v, want 1", got)
+	}
+}
+
+// encodedStore notes, for each merged tool-call event it is given, whether
+// its encoding was in eventwire already.
+type encodedStore struct {
+	statestore.Store
+	mu   sync.Mutex
+	held []bool
+}
+
+func (s *encodedStore) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+	s.mu.Lock()
+	for _, ev := range events {
+		if ev.GetToolCall() != nil {
+			s.held = append(s.held, eventwire.Proto.Held(ev))
+		}
+	}
+	s.mu.Unlock()
+	return s.Store.Append(ctx, id, events, changed)
+}
+
+// A merged tool call's event reaches the store with its encoding made
+// already, from the parts the call shares with its version before, and
+// that encoding is the event's.
+func TestMergedCallEventsComeEncoded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &encodedStore{Store: statestore.NewMemory(statestore.Options{})}
+	rec := &statestore.Session{ID: "s1", Agent: "a", Cwd: "/", State: statestore.StateAgentLost, CreatedAt: time.Now()}
+	if err := st.CreateSession(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Options{Store: st, IdleTimeout: -1})
+	defer m.Close()
+	s, err := m.Get(ctx, "", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []string{"pending", "in_progress", "completed"} {
+		s.SessionUpdate("", toolUpdate("c", status), nil)
+	}
+	st.mu.Lock()
+	held := st.held
+	st.mu.Unlock()
+	if len(held) != 3 {
+		t.Fatalf("%d merged tool-call events stored, want 3", len(held))
+	}
+	for i, h := range held {
+		if !h {
+			t.Fatalf("merged tool-call event %d reached the store without its encoding", i)
+		}
+	}
+	events, err := st.Events(ctx, "s1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *acpv2.ToolCall
+	for _, ev := range events {
+		if tc := ev.GetToolCall(); tc != nil {
+			last = tc
+		}
+	}
+	if last.GetStatus() != "completed" || last.GetToolCallId() != "c" {
+		t.Fatalf("the last stored merged call is %v", last)
 	}
 }

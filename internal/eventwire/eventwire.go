@@ -16,6 +16,7 @@ import (
 	"unsafe"
 	"weak"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -41,6 +42,46 @@ func Marshal(ev *acpv2.SessionEvent) ([]byte, error) { return Proto.Get(ev) }
 // Remember records in [Proto] that wire is ev's protobuf encoding, as when
 // ev was just decoded from it. wire must not be modified afterwards.
 func Remember(ev *acpv2.SessionEvent, wire []byte) { Proto.Remember(ev, wire) }
+
+// RememberBody records in [Proto] ev's encoding made of its seq and time
+// and body, the encoding of the message in its event field (as a merged
+// tool call's encoding that merge.State.Wire made from the parts of the
+// version before it). It does nothing for an event whose encoding it
+// cannot make that way (unknown fields, an event field that is not a
+// message). body must not be modified afterwards.
+func RememberBody(ev *acpv2.SessionEvent, body []byte) {
+	m := ev.ProtoReflect()
+	fd := m.WhichOneof(eventOneof)
+	if fd == nil || fd.Message() == nil || len(m.GetUnknown()) != 0 || len(ev.GetTime().ProtoReflect().GetUnknown()) != 0 {
+		return
+	}
+	// Fields in number order, as proto.Marshal writes them: seq (1), time
+	// (2: seconds 1, nanos 2), the event.
+	b := make([]byte, 0, 32+len(body))
+	if ev.Seq != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, ev.Seq)
+	}
+	if t := ev.Time; t != nil {
+		var tb []byte
+		if t.Seconds != 0 {
+			tb = protowire.AppendTag(tb, 1, protowire.VarintType)
+			tb = protowire.AppendVarint(tb, uint64(t.Seconds))
+		}
+		if t.Nanos != 0 {
+			tb = protowire.AppendTag(tb, 2, protowire.VarintType)
+			tb = protowire.AppendVarint(tb, uint64(int64(t.Nanos)))
+		}
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, tb)
+	}
+	b = protowire.AppendTag(b, fd.Number(), protowire.BytesType)
+	b = protowire.AppendBytes(b, body)
+	Proto.Remember(ev, b)
+}
+
+// eventOneof is SessionEvent's oneof of event kinds.
+var eventOneof = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event")
 
 // Cache holds the encodings of the events last asked for, by event. An
 // entry is found by its event's address and holds the event by a weak

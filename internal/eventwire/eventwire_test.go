@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -261,5 +262,47 @@ func TestFreedEventsGoAtTheNextTick(t *testing.T) {
 	c.expire()
 	if n, size := c.Len(); n != 0 || size != 0 {
 		t.Fatalf("%d entries, %d bytes held for a freed event", n, size)
+	}
+}
+
+// An event's encoding made from its body is proto.Marshal's, for every
+// kind of event, with and without seq and time.
+func TestRememberBodyIsProtoMarshal(t *testing.T) {
+	times := []*timestamppb.Timestamp{nil, {}, {Seconds: 1712345678, Nanos: 901234567}, {Seconds: -62135596800}, {Nanos: 1}}
+	for i, base := range testEvents(t)[:4] {
+		for j, tm := range times {
+			for _, seq := range []uint64{0, 1, 1 << 40} {
+				ev := proto.Clone(base).(*acpv2.SessionEvent)
+				ev.Seq, ev.Time = seq, tm
+				m := ev.ProtoReflect()
+				fd := m.WhichOneof(eventOneof)
+				body, err := proto.Marshal(m.Get(fd).Message().Interface())
+				if err != nil {
+					t.Fatal(err)
+				}
+				RememberBody(ev, body)
+				if !Proto.Held(ev) {
+					t.Fatalf("event %d, time %d, seq %d: nothing remembered", i, j, seq)
+				}
+				got, _ := Proto.Get(ev)
+				back := &acpv2.SessionEvent{}
+				if err := proto.Unmarshal(got, back); err != nil || !proto.Equal(back, ev) {
+					t.Fatalf("event %d, time %d, seq %d: decodes to %v (%v), want %v", i, j, seq, back, err, ev)
+				}
+				if strings.Contains(protojson.Format(ev), "rawInput") || strings.Contains(protojson.Format(ev), "meta") {
+					continue // maps: proto.Marshal's order is random
+				}
+				if want, _ := proto.Marshal(ev); !bytes.Equal(got, want) {
+					t.Fatalf("event %d, time %d, seq %d: %x, proto.Marshal gives %x", i, j, seq, got, want)
+				}
+			}
+		}
+	}
+	// An event with unknown fields is left to Get's marshal.
+	ev := proto.Clone(testEvents(t)[3]).(*acpv2.SessionEvent)
+	ev.ProtoReflect().SetUnknown([]byte{0x98, 0x06, 0x01})
+	RememberBody(ev, []byte{})
+	if Proto.Held(ev) {
+		t.Fatal("an event with unknown fields was given an encoding without them")
 	}
 }

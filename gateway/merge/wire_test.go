@@ -1,0 +1,108 @@
+package merge_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/acp-gateway/acp-gateway/gateway/merge"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// fieldRecords returns the records of field num in a ToolCall's encoding.
+func fieldRecords(t *testing.T, wire []byte, num protowire.Number) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for len(wire) > 0 {
+		n, typ, tagLen := protowire.ConsumeTag(wire)
+		if tagLen < 0 {
+			t.Fatalf("bad tag: %v", protowire.ParseError(tagLen))
+		}
+		valLen := protowire.ConsumeFieldValue(n, typ, wire[tagLen:])
+		if valLen < 0 {
+			t.Fatalf("bad field %d: %v", n, protowire.ParseError(valLen))
+		}
+		if n == num {
+			out = append(out, wire[:tagLen+valLen])
+		}
+		wire = wire[tagLen+valLen:]
+	}
+	return out
+}
+
+// The next version of a tool call reuses the encoding of the fields it
+// shares with the one before: rawInput's map entries, which proto.Marshal
+// writes in a new random order each time, stay in the same order across
+// updates that leave rawInput alone, and the content items chunks appended
+// before stay as they were.
+func TestWireReusesUnchangedFields(t *testing.T) {
+	t.Parallel()
+	input := map[string]any{}
+	for i := range 8 {
+		input[fmt.Sprint("key", i)] = fmt.Sprint("value ", i)
+	}
+	raw, err := structpb.NewValue(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := merge.New()
+	first, err := s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: "c", Title: strVal("Edit"), RawInput: valueVal(raw)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := s.Wire(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	input0 := fieldRecords(t, wire, 7)
+	var items [][]byte
+	for i := range 5 {
+		var tc *acpv2.ToolCall
+		if i%2 == 0 {
+			tc, err = s.ApplyChunk(&acpv2.ToolCallContentChunk{ToolCallId: "c", Content: textItem(fmt.Sprint("chunk ", i))})
+		} else {
+			tc, err = s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: "c", Status: strVal(fmt.Sprint("step ", i))})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wire, err = s.Wire(tc); err != nil {
+			t.Fatal(err)
+		}
+		if got := fieldRecords(t, wire, 7); len(got) != 1 || !bytes.Equal(got[0], input0[0]) {
+			t.Fatalf("update %d: rawInput encoded again", i)
+		}
+		got := fieldRecords(t, wire, 5)
+		for j, it := range items {
+			if !bytes.Equal(got[j], it) {
+				t.Fatalf("update %d: content item %d encoded again", i, j)
+			}
+		}
+		items = got
+		back := &acpv2.ToolCall{}
+		if err := proto.Unmarshal(wire, back); err != nil || !proto.Equal(back, tc) {
+			t.Fatalf("update %d: decodes to %v (%v)", i, back, err)
+		}
+	}
+}
+
+// A tool call proto.Marshal refuses (a string that is not UTF-8) is
+// refused by Wire too.
+func TestWireRefusesWhatProtoRefuses(t *testing.T) {
+	t.Parallel()
+	s := merge.New()
+	tc, err := s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: "c", Title: strVal("bad \xff")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, want := proto.Marshal(tc); want == nil {
+		t.Fatal("proto.Marshal took invalid UTF-8")
+	}
+	if _, err := s.Wire(tc); err == nil {
+		t.Fatal("Wire encoded a title that is not UTF-8")
+	}
+}
