@@ -17,6 +17,9 @@ import (
 
 type decoder struct {
 	version Version
+	// generic turns the fast path off (see fastUpdate), for the tests
+	// that compare the two.
+	generic bool
 }
 
 // sessionUpdate decodes the `update` member of a session/update.
@@ -32,13 +35,19 @@ func (d *decoder) sessionUpdate(obj map[string]any, u *acpv2.SessionUpdate) erro
 				u.Update = &acpv2.SessionUpdate_Unknown{Unknown: unknownUpdate(obj["type"], obj)}
 				return nil
 			}
-			return (&decoder{version: V2}).sessionUpdate(norm, u)
+			return (&decoder{version: V2, generic: d.generic}).sessionUpdate(norm, u)
 		}
 		return &Error{Path: "sessionUpdate", Reason: "missing: an update needs a sessionUpdate (or type) discriminator"}
 	}
 	s, ok := tag.(string)
 	if !ok {
 		return &Error{Path: "sessionUpdate", Reason: "want a string, got " + jsonKind(tag)}
+	}
+	if !d.generic {
+		if fast := d.fastUpdate(s, obj); fast != nil {
+			u.Update = fast.Update
+			return nil
+		}
 	}
 	dd := *d
 	fd, known := updateTags[s]

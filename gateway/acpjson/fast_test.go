@@ -1,0 +1,109 @@
+package acpjson
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// fastSeeds are updates in the shapes the fast path takes, and near
+// misses it must leave to the generic decoder.
+var fastSeeds = []string{
+	`{"sessionUpdate":"tool_call_update","toolCallId":"call_1","title":"Edit config.go","kind":"edit","status":"pending","locations":[{"path":"/p/config.go","line":42}],"rawInput":{"file_path":"/p/config.go","old_string":"a\n","new_string":"b\n"},"_meta":{"bench":{"n":1,"t":"17"}}}`,
+	`{"sessionUpdate":"tool_call","toolCallId":"call_1","title":"Edit","kind":"edit","status":"pending","locations":[{"path":"/p","line":1}],"rawInput":{"x":[1,2,null]}}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"call_1","status":"in_progress","_meta":{"bench":{"n":2}}}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"call_1","content":[{"type":"content","content":{"type":"text","text":"out"}}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"call_1","status":"completed","content":[{"type":"diff","path":"/p","oldText":"a","newText":"b"}],"rawOutput":{"ok":true,"linesChanged":12}}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","title":null,"kind":null,"status":null,"content":null,"locations":null,"rawInput":null,"rawOutput":null,"_meta":null}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[],"locations":[]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"terminal","terminalId":"t1","_meta":{"k":1}}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"diff","path":null,"newText":"b"}]}`,
+	`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"call_1","content":{"type":"content","content":{"type":"text","text":"chunk","_meta":{"a":"b"}},"_meta":{"c":2}},"_meta":{"bench":{"n":5}}}`,
+	`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hello"},"messageId":"m1","_meta":{"bench":{"n":3}}}`,
+	`{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hmm"}}`,
+	`{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":null}}`,
+	// Near misses.
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","title":5}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"","status":"x"}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","custom":1}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","locations":[{"path":"/p","line":-1}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","locations":[{"path":"/p","line":1.5}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"content","content":{"type":"image","data":"x","mimeType":"image/png"}}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"content","content":{"type":"text","text":"x","annotations":{"priority":1}}}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"weird"}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":{"type":"diff"}}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","_meta":[1]}`,
+	`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c"}`,
+	`{"sessionUpdate":"tool_call_content_chunk","content":{"type":"terminal","terminalId":"t"}}`,
+	`{"sessionUpdate":"agent_message_chunk","content":"text"}`,
+	`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"extra":true}`,
+	`{"sessionUpdate":"agent_message_chunk","messageId":7,"content":{"type":"text","text":"x"}}`,
+}
+
+// FuzzFastPathMatchesGeneric: wherever the fast path decodes an update,
+// the generic decoder decodes the same message from it.
+func FuzzFastPathMatchesGeneric(f *testing.F) {
+	for _, s := range fastSeeds {
+		f.Add([]byte(s), uint8(0))
+		f.Add([]byte(s), uint8(1))
+	}
+	files, _ := filepath.Glob("testdata/golden/*.json")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var cases []struct {
+			Version int             `json:"version"`
+			Input   json.RawMessage `json:"input"`
+		}
+		if err := json.Unmarshal(data, &cases); err != nil {
+			f.Fatal(err)
+		}
+		for _, c := range cases {
+			f.Add([]byte(c.Input), uint8(c.Version))
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte, ver uint8) {
+		checkFastPath(t, data, Version(1+ver%2))
+	})
+}
+
+// checkFastPath decodes data both ways, when the fast path takes it.
+func checkFastPath(t *testing.T, data []byte, v Version) bool {
+	t.Helper()
+	obj, err := parseObject(data)
+	if err != nil {
+		return false
+	}
+	tag, _ := obj["sessionUpdate"].(string)
+	fast := (&decoder{version: v}).fastUpdate(tag, obj)
+	if fast == nil {
+		return false
+	}
+	obj, _ = parseObject(data) // the generic decoder may modify what it reads
+	generic := &acpv2.SessionUpdate{}
+	if err := (&decoder{version: v, generic: true}).sessionUpdate(obj, generic); err != nil {
+		t.Fatalf("v%d: the fast path decoded what the generic decoder refuses (%v): %s", v, err, data)
+	}
+	if !proto.Equal(fast, generic) {
+		t.Fatalf("v%d: %s\nfast:    %v\ngeneric: %v", v, data, fast, generic)
+	}
+	return true
+}
+
+// The fast path takes the updates agents send most, in both versions.
+func TestFastPathTakesCommonUpdates(t *testing.T) {
+	for i, s := range fastSeeds[:13] {
+		for _, v := range []Version{V1, V2} {
+			if !checkFastPath(t, []byte(s), v) {
+				t.Errorf("seed %d, v%d: left to the generic decoder: %s", i, v, s)
+			}
+		}
+	}
+}
