@@ -2,7 +2,10 @@ package merge_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -97,4 +100,59 @@ func BenchmarkTurn1000(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ops)), "ns/apply")
+}
+
+// BenchmarkWireLife encodes each version of one tool call's life as the
+// gateway's events carry it: created with rawInput and a location, set
+// running, four output chunks, completed with a diff and rawOutput. One
+// op is the whole life (seven encodings), marshalled whole (plain), or by
+// Wire from the parts each version shares with the one before (wire), or
+// not encoded (none: the part of the others' time that is not encoding).
+func BenchmarkWireLife(b *testing.B) {
+	text := func(n int) string { return strings.Repeat("x := f(y)\n", n/10) }
+	life := func(s *merge.State, id string, encode func(*acpv2.ToolCall) ([]byte, error)) {
+		step := func(tc *acpv2.ToolCall, err error) {
+			if err == nil {
+				_, err = encode(tc)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		step(s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: id, Title: strVal("Edit config.go"), Kind: strVal("edit"), Status: strVal("pending"),
+			Locations: locVal(loc("/home/dev/project/config.go", 42)),
+			RawInput:  valueVal(mustValue(map[string]any{"file_path": "/home/dev/project/config.go", "old_string": text(128), "new_string": text(128)}))}))
+		step(s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: id, Status: strVal("in_progress")}))
+		for range 4 {
+			step(s.ApplyChunk(&acpv2.ToolCallContentChunk{ToolCallId: id, Content: textItem(text(256))}))
+		}
+		step(s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: id, Status: strVal("completed"),
+			Content:   contentVal(diffItem("/home/dev/project/config.go", text(1024), text(1024))),
+			RawOutput: valueVal(mustValue(map[string]any{"ok": true, "linesChanged": 12}))}))
+	}
+	for _, c := range []struct {
+		name   string
+		encode func(*merge.State) func(*acpv2.ToolCall) ([]byte, error)
+	}{
+		{"plain", func(*merge.State) func(*acpv2.ToolCall) ([]byte, error) {
+			return func(tc *acpv2.ToolCall) ([]byte, error) { return proto.Marshal(tc) }
+		}},
+		{"wire", func(s *merge.State) func(*acpv2.ToolCall) ([]byte, error) { return s.Wire }},
+		{"none", func(*merge.State) func(*acpv2.ToolCall) ([]byte, error) {
+			return func(*acpv2.ToolCall) ([]byte, error) { return nil, nil }
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := merge.New()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				life(s, fmt.Sprint("call_", i%100), c.encode(s))
+				i++
+				if i%100 == 0 {
+					s.Compact()
+				}
+			}
+		})
+	}
 }

@@ -28,6 +28,8 @@ var ErrNoContent = errors.New("merge: tool call content chunk has no content")
 type State struct {
 	index map[string]int // tool_call_id -> position in calls
 	calls []entry        // in first-seen order
+	// scratch is Wire's buffer for the fields it marshals anew.
+	scratch []byte
 }
 
 // entry is one tool call's current version plus the State's private append
@@ -77,6 +79,7 @@ func (e *entry) load(keep bool) *acpv2.ToolCall {
 // out earlier are unaffected; the next ones are equal messages, not the
 // same ones.
 func (s *State) Compact() {
+	s.scratch = nil
 	for i := range s.calls {
 		e := &s.calls[i]
 		if e.call == nil {

@@ -53,7 +53,7 @@ func (s *State) Wire(call *acpv2.ToolCall) ([]byte, error) {
 	if e.enc != nil && e.enc.call == call {
 		return e.enc.b, nil
 	}
-	enc, err := encodeCall(e.enc, call)
+	enc, err := encodeCall(e.enc, call, &s.scratch)
 	if err != nil {
 		e.enc = nil
 		return proto.Marshal(call)
@@ -62,31 +62,39 @@ func (s *State) Wire(call *acpv2.ToolCall) ([]byte, error) {
 	return enc.b, nil
 }
 
+// record is a message field's record in the making: the bytes of the
+// version before, or a message marshalled anew (at scratch[start:end]).
+type record struct {
+	k          int
+	num        protowire.Number
+	msg        proto.Message
+	old        []byte
+	start, end int
+}
+
 // encodeCall encodes c, reusing the records of prev (an encoding of the
-// version before c, or nil) for the message fields c shares with it.
-func encodeCall(prev *callWire, c *acpv2.ToolCall) (*callWire, error) {
+// version before c, or nil) for the message fields c shares with it. It
+// marshals the new fields into scratch first, so that the encoding is
+// allocated once, at its size.
+func encodeCall(prev *callWire, c *acpv2.ToolCall, scratch *[]byte) (*callWire, error) {
 	if len(c.ProtoReflect().GetUnknown()) != 0 {
 		return nil, errPlain
 	}
-	size := 256
-	if prev != nil {
-		size += len(prev.b)
-	}
-	w := &callWire{call: c, b: make([]byte, 0, size), parts: make([][]part, 6)}
-	var err error
-	for n, s := range []string{1: c.ToolCallId, 2: c.Title, 3: c.Kind, 4: c.Status} {
+	strs := [...]string{c.ToolCallId, c.Title, c.Kind, c.Status}
+	size := 0
+	for n, s := range strs {
 		if s == "" {
 			continue
 		}
 		if !utf8.ValidString(s) {
-			return nil, fmt.Errorf("merge: tool call field %d is not valid UTF-8", n)
+			return nil, fmt.Errorf("merge: tool call field %d is not valid UTF-8", n+1)
 		}
-		w.b = protowire.AppendTag(w.b, protowire.Number(n), protowire.BytesType)
-		w.b = protowire.AppendString(w.b, s)
+		size += protowire.SizeTag(protowire.Number(n+1)) + protowire.SizeBytes(len(s))
 	}
-	// Offsets of the records, made into slices of w.b once it is whole.
-	type at struct{ start, end int }
-	offsets := make([][]at, len(w.parts))
+	buf := (*scratch)[:0]
+	recs := make([]record, 0, len(c.Content)+len(c.Locations)+4)
+	counts := [6]int{}
+	var err error
 	add := func(k int, num protowire.Number, m proto.Message, isNil bool) {
 		if err != nil {
 			return
@@ -95,23 +103,20 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall) (*callWire, error) {
 			err = errPlain // proto.Marshal's business
 			return
 		}
-		start := len(w.b)
-		var old *part
-		if prev != nil && len(offsets[k]) < len(prev.parts[k]) {
-			old = &prev.parts[k][len(offsets[k])]
-		}
-		if old != nil && old.msg == m {
-			w.b = append(w.b, old.b...)
+		r := record{k: k, num: num, msg: m}
+		if i := counts[k]; prev != nil && i < len(prev.parts[k]) && prev.parts[k][i].msg == m {
+			r.old = prev.parts[k][i].b
+			size += len(r.old)
 		} else {
-			var mb []byte
-			if mb, err = proto.Marshal(m); err != nil {
+			r.start = len(buf)
+			if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, m); err != nil {
 				return
 			}
-			w.b = protowire.AppendTag(w.b, num, protowire.BytesType)
-			w.b = protowire.AppendBytes(w.b, mb)
+			r.end = len(buf)
+			size += protowire.SizeTag(num) + protowire.SizeBytes(r.end-r.start)
 		}
-		w.parts[k] = append(w.parts[k], part{msg: m})
-		offsets[k] = append(offsets[k], at{start, len(w.b)})
+		counts[k]++
+		recs = append(recs, r)
 	}
 	for _, item := range c.Content {
 		add(0, fieldContent, item, item == nil)
@@ -131,13 +136,31 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall) (*callWire, error) {
 	if c.Extra != nil {
 		add(5, fieldExtra, c.Extra, false)
 	}
+	*scratch = buf
 	if err != nil {
 		return nil, err
 	}
-	for k := range w.parts {
-		for j, o := range offsets[k] {
-			w.parts[k][j].b = w.b[o.start:o.end:o.end]
+	w := &callWire{call: c, b: make([]byte, 0, size), parts: make([][]part, len(counts))}
+	for n, s := range strs {
+		if s != "" {
+			w.b = protowire.AppendTag(w.b, protowire.Number(n+1), protowire.BytesType)
+			w.b = protowire.AppendString(w.b, s)
 		}
+	}
+	for k, n := range counts {
+		if n > 0 {
+			w.parts[k] = make([]part, 0, n)
+		}
+	}
+	for _, r := range recs {
+		start := len(w.b)
+		if r.old != nil {
+			w.b = append(w.b, r.old...)
+		} else {
+			w.b = protowire.AppendTag(w.b, r.num, protowire.BytesType)
+			w.b = protowire.AppendBytes(w.b, buf[r.start:r.end])
+		}
+		w.parts[r.k] = append(w.parts[r.k], part{msg: r.msg, b: w.b[start:len(w.b):len(w.b)]})
 	}
 	return w, nil
 }
