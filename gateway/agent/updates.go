@@ -77,6 +77,8 @@ func (q *updateQueue) run() {
 		q.mu.Lock()
 		q.spare = batch
 	}
+	// An idle agent keeps no batch: let go of the arrays.
+	q.queued, q.spare = nil, nil
 	q.running = false
 	q.changed.Broadcast()
 	q.mu.Unlock()

@@ -27,7 +27,8 @@ func (*heldClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionO
 
 // While the Client takes its time, the read loop queues the next updates,
 // up to the bound and not beyond; the Client then gets them all in order,
-// and once they are handed over no goroutine is left running.
+// and once they are handed over no goroutine is left running, and no
+// batch's array kept.
 func TestUpdatesQueueBesideTheReadLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &heldClient{release: make(chan struct{})}
@@ -69,10 +70,13 @@ func TestUpdatesQueueBesideTheReadLoop(t *testing.T) {
 		}
 		synctest.Wait()
 		q.mu.Lock()
-		running := q.running
+		running, kept := q.running, cap(q.queued)+cap(q.spare)
 		q.mu.Unlock()
 		if running {
 			t.Fatal("the queue's goroutine runs with nothing queued")
+		}
+		if kept != 0 {
+			t.Fatalf("the idle queue keeps room for %d updates", kept)
 		}
 	})
 }
