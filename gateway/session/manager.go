@@ -54,7 +54,8 @@ func (e *RemoteError) Error() string { return "the session is served by the repl
 // Defaults for Options fields left zero.
 const (
 	DefaultPermissionTimeout = 10 * time.Minute
-	DefaultWatchBuffer       = 1024
+	DefaultWatchBuffer       = 65536
+	DefaultWatchBufferBytes  = 16 << 20
 	DefaultIdleTimeout       = 30 * time.Minute
 )
 
@@ -74,9 +75,12 @@ type Options struct {
 	// PermissionTimeout answers a permission request left unanswered this
 	// long with cancelled.
 	PermissionTimeout time.Duration
-	// WatchBuffer is how many live events a watcher may fall behind before
-	// it is cut off.
-	WatchBuffer int
+	// WatchBuffer and WatchBufferBytes bound how far a watcher may fall
+	// behind the live events, in events and in their encoded bytes, before
+	// it is cut off (it resumes from the store). A session's buffer grows
+	// to them only while a watcher lags that far.
+	WatchBuffer      int
+	WatchBufferBytes int
 	// IdleTimeout ends an agent that has had no turn and no watcher this
 	// long. Negative disables it.
 	IdleTimeout time.Duration
@@ -142,6 +146,9 @@ func NewManager(opts Options) *Manager {
 	}
 	if opts.WatchBuffer <= 0 {
 		opts.WatchBuffer = DefaultWatchBuffer
+	}
+	if opts.WatchBufferBytes <= 0 {
+		opts.WatchBufferBytes = DefaultWatchBufferBytes
 	}
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout

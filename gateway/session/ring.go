@@ -7,18 +7,30 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
+// initialRing is the number of slots a ring starts with; it grows, up to
+// its bounds, while a subscription lags.
+const initialRing = 64
+
+// slotArray holds the event with seq q at q % len.
+type slotArray []atomic.Pointer[acpv2.SessionEvent]
+
 // ring holds a session's last live events, shared by all its
 // subscriptions: publishing an event costs the same whatever the number of
 // watchers, and each subscription reads the ring at its own pace with a
 // cursor. A subscription whose cursor the ring has moved past is lagging.
 //
+// The ring starts small and doubles, when publishing would overwrite an
+// event a subscription has still to read, until it holds maxEvents events
+// or those it holds come to maxBytes (encoded): a watcher may fall that
+// far behind before it is cut off, and a session nobody lags behind keeps
+// a small ring.
+//
 // The session publishes with its lock held, so there is one writer;
 // readers take a lock only to wait.
 type ring struct {
-	// slots holds the event with seq q at q % len(slots).
-	slots []atomic.Pointer[acpv2.SessionEvent]
-	// last is the seq of the last event published. An event's slot is
-	// stored before last moves past it.
+	slots atomic.Pointer[slotArray]
+	// last is the seq of the last event published. An event's slot, and
+	// the array it is in, are stored before last moves past it.
 	last atomic.Uint64
 	// waiting says wake is set: a channel closed at the next publish,
 	// which readers that found nothing new wait on. A publish nobody
@@ -26,14 +38,25 @@ type ring struct {
 	waiting atomic.Bool
 	mu      sync.Mutex
 	wake    chan struct{}
-	// The publisher's alone: the seq up to which events no subscription
-	// needs were let go, and the last seq at the previous sweep.
-	swept, sweptAt uint64
+
+	// The publisher's alone: the bounds, the encoded size of the event in
+	// each slot and of all it holds, and the seq up to which events no
+	// subscription needs were let go, and the last seq at the previous
+	// sweep.
+	maxEvents, maxBytes int
+	size                func(*acpv2.SessionEvent) int
+	sizes               []int
+	bytes               int
+	swept, sweptAt      uint64
 }
 
-// newRing returns a ring of size events whose next event has seq last+1.
-func newRing(size int, last uint64) *ring {
-	r := &ring{slots: make([]atomic.Pointer[acpv2.SessionEvent], size), swept: last, sweptAt: last}
+// newRing returns a ring of at most maxEvents events and maxBytes bytes
+// (as size counts them) whose next event has seq last+1.
+func newRing(maxEvents, maxBytes int, size func(*acpv2.SessionEvent) int, last uint64) *ring {
+	n := min(maxEvents, initialRing)
+	r := &ring{maxEvents: maxEvents, maxBytes: maxBytes, size: size, sizes: make([]int, n), swept: last, sweptAt: last}
+	slots := make(slotArray, n)
+	r.slots.Store(&slots)
 	r.last.Store(last)
 	return r
 }
@@ -42,7 +65,7 @@ func newRing(size int, last uint64) *ring {
 // again: every 64 (a quarter of smaller rings), so that sweeping, which
 // looks at every subscription, costs little per event.
 func (r *ring) sweepDue() bool {
-	return r.last.Load()-r.sweptAt >= uint64(min(64, max(1, len(r.slots)/4)))
+	return r.last.Load()-r.sweptAt >= uint64(min(64, max(1, len(*r.slots.Load())/4)))
 }
 
 // sweep lets go of the events before seq need, which no subscription
@@ -53,27 +76,46 @@ func (r *ring) sweep(need uint64) {
 	if need == 0 || need-1 <= r.swept {
 		return
 	}
-	n := uint64(len(r.slots))
+	slots := *r.slots.Load()
+	n := uint64(len(slots))
 	from, to := r.swept+1, need-1
 	if to-from >= n {
 		from = to - n + 1
 	}
 	for q := from; q <= to; q++ {
-		if slot := &r.slots[q%n]; slot.Load().GetSeq() == q {
+		if slot := &slots[q%n]; slot.Load().GetSeq() == q {
 			slot.Store(nil)
+			r.bytes -= r.sizes[q%n]
+			r.sizes[q%n] = 0
 		}
 	}
 	r.swept = to
 }
 
 // publish appends events, numbered in sequence after the last one, and
-// wakes the readers waiting for them.
-func (r *ring) publish(events []*acpv2.SessionEvent) {
+// wakes the readers waiting for them. need gives the first seq a
+// subscription still has to read, for when the ring must make room.
+func (r *ring) publish(events []*acpv2.SessionEvent, need func() uint64) {
 	if len(events) == 0 {
 		return
 	}
-	for _, ev := range events {
-		r.slots[ev.GetSeq()%uint64(len(r.slots))].Store(ev)
+	sizes := make([]int, len(events))
+	incoming := 0
+	for i, ev := range events {
+		sizes[i] = r.size(ev)
+		incoming += sizes[i]
+	}
+	r.makeRoom(len(events), incoming, need)
+	slots := *r.slots.Load()
+	n := uint64(len(slots))
+	for i, ev := range events {
+		j := ev.GetSeq() % n
+		if slots[j].Load() != nil {
+			r.bytes -= r.sizes[j] // lapped: a subscription at it is lagging
+		}
+		slots[j].Store(ev)
+		r.sizes[j] = sizes[i]
+		r.bytes += sizes[i]
 	}
 	r.last.Store(events[len(events)-1].GetSeq())
 	if r.waiting.Load() {
@@ -88,14 +130,58 @@ func (r *ring) publish(events []*acpv2.SessionEvent) {
 	}
 }
 
-// at returns the event with seq q, or nil when the ring no longer holds it.
-// q must have been published.
-func (r *ring) at(q uint64) *acpv2.SessionEvent {
-	ev := r.slots[q%uint64(len(r.slots))].Load()
-	if ev.GetSeq() != q {
-		return nil
+// makeRoom grows the ring, within its bounds, so that publishing k events
+// of incoming bytes overwrites no event a subscription has still to read.
+func (r *ring) makeRoom(k, incoming int, need func() uint64) {
+	n := len(*r.slots.Load())
+	last := r.last.Load()
+	// Publishing overwrites the events up to seq last+k-n; those after
+	// swept may still be read.
+	fits := func(n int) bool { return last+uint64(k) <= r.swept+uint64(n) }
+	if fits(n) {
+		return
 	}
-	return ev
+	r.sweep(need())
+	grown := n
+	for !fits(grown) && 2*grown <= r.maxEvents && r.bytes+incoming <= r.maxBytes {
+		grown *= 2
+	}
+	if grown > n {
+		r.grow(grown)
+	}
+}
+
+// grow moves the events still held to an array of n slots. Readers that
+// loaded the old array still find there the events published before.
+func (r *ring) grow(n int) {
+	old := *r.slots.Load()
+	on := uint64(len(old))
+	slots, sizes := make(slotArray, n), make([]int, n)
+	last := r.last.Load()
+	from := r.swept + 1
+	if last >= on && last-on+1 > from {
+		from = last - on + 1
+	}
+	for q := from; q <= last; q++ {
+		if ev := old[q%on].Load(); ev.GetSeq() == q {
+			slots[q%uint64(n)].Store(ev)
+			sizes[q%uint64(n)] = r.sizes[q%on]
+		}
+	}
+	r.sizes = sizes
+	r.slots.Store(&slots)
+}
+
+// at returns the event with seq q, or nil when the ring no longer holds it.
+// q must have been published: the array at hands out is then one that q
+// was stored in, or copied to when the ring grew, since both happen before
+// last moves past q.
+func (r *ring) at(q uint64) *acpv2.SessionEvent {
+	slots := *r.slots.Load()
+	if ev := slots[q%uint64(len(slots))].Load(); ev.GetSeq() == q {
+		return ev
+	}
+	return nil
 }
 
 // waiter returns a channel closed at the next publish. A reader calls it,

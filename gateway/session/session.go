@@ -356,7 +356,7 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 	s.met.Events(len(events))
 	if s.live != nil {
 		// The same work however many watch: each reads the ring.
-		s.live.publish(events)
+		s.live.publish(events, s.needLocked)
 		if s.live.sweepDue() {
 			s.sweepLocked()
 		}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
 
 // replayPage is how many stored events a subscription reads at a time.
@@ -43,7 +44,7 @@ func (s *Session) subscribeLocked(afterSeq uint64) *Subscription {
 	if s.live == nil {
 		// Made with the first subscription: a session nobody watched
 		// needs no ring, and its past events are in the store.
-		s.live = newRing(s.m.opts.WatchBuffer, s.seq)
+		s.live = newRing(s.m.opts.WatchBuffer, s.m.opts.WatchBufferBytes, encodedSize, s.seq)
 	}
 	sub := &Subscription{
 		s:        s,
@@ -79,12 +80,23 @@ func (s *Session) unsubscribeLocked(sub *Subscription, err error) {
 
 // sweepLocked lets go of the ring's events that every subscription has
 // read. s.mu must be held.
-func (s *Session) sweepLocked() {
+func (s *Session) sweepLocked() { s.live.sweep(s.needLocked()) }
+
+// needLocked returns the first seq a subscription has still to read from
+// the ring. s.mu must be held.
+func (s *Session) needLocked() uint64 {
 	need := s.seq + 1
 	for sub := range s.subs {
 		need = min(need, sub.need.Load())
 	}
-	s.live.sweep(need)
+	return need
+}
+
+// encodedSize is what an event counts in a ring's bytes: its encoding,
+// which the store's Append left with eventwire.
+func encodedSize(ev *acpv2.SessionEvent) int {
+	wire, _ := eventwire.Marshal(ev)
+	return len(wire)
 }
 
 // NextBatch fills dst with the next events, as many as are there (at least

@@ -14,7 +14,15 @@ import (
 
 func testSession(t *testing.T, buffer int) *Session {
 	t.Helper()
-	m := NewManager(Options{WatchBuffer: buffer, IdleTimeout: -1})
+	return testSessionOf(t, Options{WatchBuffer: buffer})
+}
+
+// testSessionOf returns a session of a manager with opts (and no idle
+// timeout).
+func testSessionOf(t *testing.T, opts Options) *Session {
+	t.Helper()
+	opts.IdleTimeout = -1
+	m := NewManager(opts)
 	rec := &statestore.Session{ID: "s1", Agent: "a", Cwd: "/", CreatedAt: time.Now()}
 	if err := m.opts.Store.CreateSession(context.Background(), rec); err != nil {
 		t.Fatal(err)
@@ -310,8 +318,9 @@ func TestFollowerNextBatch(t *testing.T) {
 // held counts the events the ring keeps alive.
 func held(r *ring) int {
 	n := 0
-	for i := range r.slots {
-		if r.slots[i].Load() != nil {
+	slots := *r.slots.Load()
+	for i := range slots {
+		if slots[i].Load() != nil {
 			n++
 		}
 	}
@@ -358,4 +367,92 @@ func TestRingKeepsOnlyWhatIsStillToBeRead(t *testing.T) {
 		t.Fatalf("new subscription: %v, %v", ev, err)
 	}
 	c.Close()
+}
+
+// ringSize is the number of slots of the session's ring.
+func ringSize(s *Session) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(*s.live.slots.Load())
+}
+
+// The ring stays small while its watchers keep up, and grows while one
+// lags, up to the events it may hold: the lagging watcher then reads all
+// it missed, in order, without being cut off.
+func TestRingGrowsWhileAWatcherLags(t *testing.T) {
+	t.Parallel()
+	const buffer = 4096
+	s := testSession(t, buffer)
+	dst := make([]*acpv2.SessionEvent, 64)
+	keeps := s.Watch(0)
+	for i := range 100 {
+		emitText(t, s, 50)
+		checkRun(t, seqsOf(t, keeps, dst, 50), uint64(50*i+1))
+	}
+	if n := ringSize(s); n != initialRing {
+		t.Fatalf("the ring grew to %d slots with a watcher that keeps up", n)
+	}
+	lags := s.Watch(s.seq)
+	emitText(t, s, 3000)
+	checkRun(t, seqsOf(t, keeps, dst, 3000), 5001)
+	if n := ringSize(s); n < 3000 || n > buffer {
+		t.Fatalf("the ring has %d slots for a watcher 3000 events behind (at most %d)", n, buffer)
+	}
+	checkRun(t, seqsOf(t, lags, dst, 3000), 5001)
+	// Past its bound, a lagging watcher is cut off as before.
+	emitText(t, s, buffer+1)
+	if _, err := next(context.Background(), lags); !errors.Is(err, ErrLagging) {
+		t.Fatalf("a watcher more than the bound behind: %v, want ErrLagging", err)
+	}
+	if n := ringSize(s); n != buffer {
+		t.Fatalf("the ring has %d slots, want its bound, %d", n, buffer)
+	}
+	keeps.Close()
+}
+
+// The ring stops growing once the events it holds reach its bytes: a
+// lagging watcher is then cut off before it is WatchBuffer events behind.
+func TestRingStopsGrowingAtItsBytes(t *testing.T) {
+	t.Parallel()
+	one := encodedSize(&acpv2.SessionEvent{Seq: 1 << 20, Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
+		Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "1000"}}}}}})
+	s := testSessionOf(t, Options{WatchBuffer: 1 << 16, WatchBufferBytes: 500 * (one + 16)}) // with the time
+	lags := s.Watch(0)
+	emitText(t, s, 2000)
+	if n := ringSize(s); n > 1024 {
+		t.Fatalf("the ring grew to %d slots past its bytes (about 500 events)", n)
+	}
+	if _, err := next(context.Background(), lags); !errors.Is(err, ErrLagging) {
+		t.Fatalf("a watcher 2000 events behind a ring of about 500: %v, want ErrLagging", err)
+	}
+}
+
+// Watchers reading while the ring grows under them get every event once,
+// in order.
+func TestRingGrowsUnderItsReaders(t *testing.T) {
+	t.Parallel()
+	const total = 20000
+	s := testSession(t, 1<<16)
+	type result struct {
+		seqs []uint64
+		err  error
+	}
+	results := make(chan result, 4)
+	for range 4 {
+		sub := s.Watch(0)
+		go func() {
+			seqs, err := collect(sub, make([]*acpv2.SessionEvent, 7), total)
+			results <- result{seqs, err}
+		}()
+	}
+	for range total / 100 {
+		emitText(t, s, 100)
+	}
+	for range 4 {
+		r := <-results
+		if r.err != nil || len(r.seqs) != total {
+			t.Fatalf("a reader got %d events, err %v", len(r.seqs), r.err)
+		}
+		checkRun(t, r.seqs, 1)
+	}
 }
