@@ -127,8 +127,8 @@ type Agent struct {
 	stream *lineStream
 	// updates hands the updates the read loop decodes to the Client.
 	updates *updateQueue
-	fs     *fileServer
-	out    *os.File // read end of the agent's stdout
+	fs      *fileServer
+	out     *os.File // read end of the agent's stdout
 
 	// version is the negotiated acpjson.Version, set once initialize is
 	// answered; the read loop decodes updates with it.
@@ -197,6 +197,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		fs.close()
 		return nil, err
 	}
+	growPipe(outR)
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		fs.close()
