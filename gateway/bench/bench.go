@@ -43,7 +43,8 @@ type Config struct {
 	// Paths selects the paths (PathKeys).
 	Paths []string `json:"paths"`
 	// Fanout lists the watcher counts of the fan-out phase; FanoutUpdates
-	// is its turn's size.
+	// is its turn's size: 10,000 updates, about 6 MB, so that the agent's
+	// rate is more than what its 1 MiB output pipe takes at once.
 	Fanout        []int `json:"fanout"`
 	FanoutUpdates int   `json:"fanoutUpdates"`
 	// Sessions, ScaleUpdates and ScaleConcurrency shape the scale phase
@@ -74,7 +75,7 @@ type Config struct {
 func Defaults(quick bool) Config {
 	c := Config{
 		Updates: 20000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
-		Paths: PathKeys, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 2000,
+		Paths: PathKeys, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 10000,
 		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt",
 		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
 	}
