@@ -54,15 +54,16 @@ func (t *transports) client(protocol, base string, h2 bool) acpv2connect.Session
 	if h2 || protocol == protoGRPC {
 		hc = t.h2
 	}
+	// Every client skims its events (see skimCodec).
 	switch protocol {
 	case protoConnectJSON:
-		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithProtoJSON())
+		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithCodec(skimJSONCodec{}))
 	case protoGRPC:
-		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithGRPC())
+		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithGRPC(), connect.WithCodec(skimCodec{}))
 	case protoConnectIdentity:
-		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithAcceptCompression("gzip", nil, nil))
+		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(skimCodec{}))
 	}
-	return acpv2connect.NewSessionServiceClient(hc, base)
+	return acpv2connect.NewSessionServiceClient(hc, base, connect.WithCodec(skimCodec{}))
 }
 
 // stampOf returns the bench stamp of an event carrying an agent update:

@@ -9,7 +9,6 @@ import (
 	"connectrpc.com/connect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
 
 // FanoutResult is one fan-out level: one session, one turn, Watchers
@@ -42,10 +41,6 @@ func fanout(ctx context.Context, g *gatewayProc, tr *transports, watchers int, w
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	c := tr.client(protoConnectIdentity, g.base, true)
-	// The watchers skim their events (see skimCodec); the Prompt stream
-	// that drives the turn decodes them whole.
-	wc := acpv2connect.NewSessionServiceClient(tr.h2, g.base,
-		connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(skimCodec{}))
 	created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agentName(protocol), Cwd: cwd}))
 	if err != nil {
 		res.Error = err.Error()
@@ -79,7 +74,7 @@ func fanout(ctx context.Context, g *gatewayProc, tr *transports, watchers int, w
 			defer wg.Done()
 			defer func() { <-sem }()
 			wctx, stop := context.WithCancel(ctx)
-			s, err := wc.Watch(wctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
+			s, err := c.Watch(wctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
 			if err != nil {
 				stop()
 				mu.Lock()
@@ -106,7 +101,7 @@ func fanout(ctx context.Context, g *gatewayProc, tr *transports, watchers int, w
 		go func(wt *watcher) {
 			defer wg.Done()
 			wt.k.r.Samples = make([]int64, 0, w.Updates)
-			wt.err = consume(ctx, wc, id, wt.stream, wt.stop, &wt.k, nil)
+			wt.err = consume(ctx, c, id, wt.stream, wt.stop, &wt.k, nil)
 		}(wt)
 	}
 	cpu0, _ := procCPU(g.pid)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -12,7 +13,7 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
-// The skimming codec reads from each event of the workload what a full
+// The skimming codecs read from each event of the workload what a full
 // decode gives the bench: the seq, the stamp, the turn's end.
 func TestSkimReadsWhatTheBenchNeeds(t *testing.T) {
 	t.Parallel()
@@ -56,34 +57,38 @@ func TestSkimReadsWhatTheBenchNeeds(t *testing.T) {
 	for i, ev := range events {
 		ev.Seq = uint64(i + 1)
 		for _, resp := range []proto.Message{&acpv2.WatchResponse{Event: ev}, &acpv2.PromptResponse{Event: ev}} {
-			wire, err := proto.Marshal(resp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := resp.ProtoReflect().New().Interface()
-			if err := (skimCodec{}).Unmarshal(wire, got); err != nil {
-				t.Fatalf("event %d: %v", i, err)
-			}
-			skimmed := got.(interface{ GetEvent() *acpv2.SessionEvent }).GetEvent()
-			n1, t1, ok1 := stampOf(ev)
-			n2, t2, ok2 := stampOf(skimmed)
-			if skimmed.GetSeq() != ev.GetSeq() || n1 != n2 || t1 != t2 || ok1 != ok2 ||
-				(skimmed.GetTurnEnded() != nil) != (ev.GetTurnEnded() != nil) {
-				t.Fatalf("event %d (%T): skimmed seq %d stamp %d/%d/%v, want seq %d stamp %d/%d/%v",
-					i, ev.GetEvent(), skimmed.GetSeq(), n2, t2, ok2, ev.GetSeq(), n1, t1, ok1)
-			}
-			if ok1 {
-				stamped++
+			for _, codec := range []connect.Codec{skimCodec{}, skimJSONCodec{}} {
+				wire, err := codec.Marshal(resp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := resp.ProtoReflect().New().Interface()
+				if err := codec.Unmarshal(wire, got); err != nil {
+					t.Fatalf("event %d, %s: %v", i, codec.Name(), err)
+				}
+				skimmed := got.(interface{ GetEvent() *acpv2.SessionEvent }).GetEvent()
+				n1, t1, ok1 := stampOf(ev)
+				n2, t2, ok2 := stampOf(skimmed)
+				if skimmed.GetSeq() != ev.GetSeq() || n1 != n2 || t1 != t2 || ok1 != ok2 ||
+					(skimmed.GetTurnEnded() != nil) != (ev.GetTurnEnded() != nil) {
+					t.Fatalf("event %d (%T), %s: skimmed seq %d stamp %d/%d/%v, want seq %d stamp %d/%d/%v",
+						i, ev.GetEvent(), codec.Name(), skimmed.GetSeq(), n2, t2, ok2, ev.GetSeq(), n1, t1, ok1)
+				}
+				if ok1 {
+					stamped++
+				}
 			}
 		}
 	}
-	if stamped != 2*4*groupSize {
+	if stamped != 2*2*4*groupSize {
 		t.Fatalf("%d stamped events, want every update's, both ways", stamped)
 	}
 	// A heartbeat has no event.
-	wire, _ := proto.Marshal(&acpv2.WatchResponse{Heartbeat: timestamppb.Now()})
-	hb := &acpv2.WatchResponse{}
-	if err := (skimCodec{}).Unmarshal(wire, hb); err != nil || hb.GetEvent() != nil {
-		t.Fatalf("heartbeat skimmed to %v, %v", hb, err)
+	for _, codec := range []connect.Codec{skimCodec{}, skimJSONCodec{}} {
+		wire, _ := codec.Marshal(&acpv2.WatchResponse{Heartbeat: timestamppb.Now()})
+		hb := &acpv2.WatchResponse{}
+		if err := codec.Unmarshal(wire, hb); err != nil || hb.GetEvent() != nil {
+			t.Fatalf("%s: heartbeat skimmed to %v, %v", codec.Name(), hb, err)
+		}
 	}
 }
