@@ -38,22 +38,33 @@ const (
 	maxStderrLine = 8 << 10
 )
 
+// Update is one session/update notification from the agent.
+type Update struct {
+	// AgentSessionID is the notification's sessionId.
+	AgentSessionID string
+	// Update is never nil. An update that does not decode is kept whole
+	// as [acpjson.KeepUnknown] keeps it, and Err says why.
+	Update *acpv2.SessionUpdate
+	Err    error
+}
+
 // clientProtocolVersion is the newest ACP version the gateway speaks.
 const clientProtocolVersion = 2
 
 // Client receives what the agent sends, in the order the agent sent it.
 // RequestPermission is called from the agent's read loop, and
-// SessionUpdate from a goroutine that runs beside it (the read loop
+// SessionUpdates from a goroutine that runs beside it (the read loop
 // decodes the next updates meanwhile, and waits for it before it handles
 // any other message): neither may block for long. RequestPermission
 // returns a channel that is answered later.
 type Client interface {
-	// SessionUpdate receives the `update` of each session/update
-	// notification, decoded for the agent's ACP version as
-	// [acpjson.DecodeUpdate] decodes it. An update that does not decode is
-	// kept whole as [acpjson.KeepUnknown] keeps it, and err says why; u is
-	// never nil.
-	SessionUpdate(agentSessionID string, u *acpv2.SessionUpdate, err error)
+	// SessionUpdates receives the `update` of session/update
+	// notifications, at least one: all those the read loop decoded while
+	// the call before was under way, so that the Client may store them
+	// together. Each is decoded for the agent's ACP version as
+	// [acpjson.DecodeUpdate] decodes it. The slice is the caller's again
+	// once the call returns.
+	SessionUpdates(updates []Update)
 	// RequestPermission receives the params of a session/request_permission
 	// request. The agent gets the outcome sent on the returned channel, or
 	// cancelled when the channel is closed without a value. An error is
@@ -674,7 +685,7 @@ func (a *Agent) updateLine(line []byte) bool {
 	if !ok {
 		return false
 	}
-	a.updates.push(queuedUpdate{n.SessionID, n.Update, n.Err})
+	a.updates.push(Update{AgentSessionID: n.SessionID, Update: n.Update, Err: n.Err})
 	return true
 }
 
@@ -720,7 +731,7 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 		if err != nil {
 			u = acpjson.KeepUnknown(p.Update)
 		}
-		a.cfg.Client.SessionUpdate(p.SessionID, u, err)
+		a.cfg.Client.SessionUpdates([]Update{{AgentSessionID: p.SessionID, Update: u, Err: err}})
 		return nil, nil
 	case "session/request_permission":
 		ch, err := a.cfg.Client.RequestPermission(params)

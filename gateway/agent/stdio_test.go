@@ -33,7 +33,13 @@ func (r *recorder) note(s string) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) SessionUpdate(sid string, u *acpv2.SessionUpdate, err error) {
+func (r *recorder) SessionUpdates(updates []Update) {
+	for _, u := range updates {
+		r.sessionUpdate(u.AgentSessionID, u.Update, u.Err)
+	}
+}
+
+func (r *recorder) sessionUpdate(sid string, u *acpv2.SessionUpdate, err error) {
 	what := "?"
 	switch {
 	case u.GetAgentMessageChunk() != nil:

@@ -1,26 +1,17 @@
 package agent
 
-import (
-	"sync"
-
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-)
+import "sync"
 
 // maxQueuedUpdates bounds the updates decoded and not yet handed to the
 // Client: the read loop waits beyond it, and the agent's output with it.
 const maxQueuedUpdates = 256
 
-// queuedUpdate is a decoded session/update notification.
-type queuedUpdate struct {
-	sessionID string
-	u         *acpv2.SessionUpdate
-	err       error
-}
-
 // updateQueue hands the updates the read loop decodes to the Client, in
 // order, on a goroutine of its own: the agent's next lines are decoded
 // while the Client merges and stores the last ones, which took each
-// update's whole time in turn in the read loop. The goroutine runs while
+// update's whole time in turn in the read loop. The Client gets all the
+// updates queued while it handled the last batch at once, so that under
+// load it stores many with one write. The goroutine runs while
 // there are updates to hand over, so an idle agent has none. The read
 // loop drains the queue before it handles any other message (a response,
 // a request) and before the output's end, so the Client sees everything
@@ -30,10 +21,10 @@ type updateQueue struct {
 
 	mu      sync.Mutex
 	changed sync.Cond // signalled when pending shrinks or running stops
-	queued  []queuedUpdate
-	spare   []queuedUpdate // the last batch handed over, emptied, for reuse
+	queued  []Update
+	spare   []Update // the last batch handed over, emptied, for reuse
 	// pending counts the updates pushed and not yet handed over: those
-	// queued and those left in the batch being handed over.
+	// queued and those of the batch being handed over.
 	pending int
 	running bool
 }
@@ -45,7 +36,7 @@ func newUpdateQueue(c Client) *updateQueue {
 }
 
 // push queues an update, waiting while the queue is full.
-func (q *updateQueue) push(u queuedUpdate) {
+func (q *updateQueue) push(u Update) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for q.pending >= maxQueuedUpdates {
@@ -66,15 +57,11 @@ func (q *updateQueue) run() {
 		batch := q.queued
 		q.queued, q.spare = q.spare[:0], nil
 		q.mu.Unlock()
-		for i, u := range batch {
-			q.client.SessionUpdate(u.sessionID, u.u, u.err)
-			batch[i] = queuedUpdate{}
-			q.mu.Lock()
-			q.pending--
-			q.changed.Broadcast()
-			q.mu.Unlock()
-		}
+		q.client.SessionUpdates(batch)
+		clear(batch)
 		q.mu.Lock()
+		q.pending -= len(batch)
+		q.changed.Broadcast()
 		q.spare = batch
 	}
 	// An idle agent keeps no batch: let go of the arrays.

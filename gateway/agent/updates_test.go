@@ -14,11 +14,15 @@ import (
 type heldClient struct {
 	release chan struct{}
 	got     []string
+	calls   int
 }
 
-func (c *heldClient) SessionUpdate(sid string, _ *acpv2.SessionUpdate, _ error) {
+func (c *heldClient) SessionUpdates(updates []Update) {
 	<-c.release
-	c.got = append(c.got, sid)
+	c.calls++
+	for _, u := range updates {
+		c.got = append(c.got, u.AgentSessionID)
+	}
 }
 
 func (*heldClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionOutcome, error) {
@@ -27,6 +31,7 @@ func (*heldClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionO
 
 // While the Client takes its time, the read loop queues the next updates,
 // up to the bound and not beyond; the Client then gets them all in order,
+// those queued meanwhile in one call,
 // and once they are handed over no goroutine is left running, and no
 // batch's array kept.
 func TestUpdatesQueueBesideTheReadLoop(t *testing.T) {
@@ -38,7 +43,7 @@ func TestUpdatesQueueBesideTheReadLoop(t *testing.T) {
 		go func() {
 			i := 0
 			for ; i < n; i++ {
-				q.push(queuedUpdate{sessionID: fmt.Sprint(i), u: &acpv2.SessionUpdate{}})
+				q.push(Update{AgentSessionID: fmt.Sprint(i), Update: &acpv2.SessionUpdate{}})
 			}
 			pushed <- i
 		}()
@@ -67,6 +72,10 @@ func TestUpdatesQueueBesideTheReadLoop(t *testing.T) {
 			if sid != fmt.Sprint(i) {
 				t.Fatalf("update %d is %s: out of order", i, sid)
 			}
+		}
+		// What queued while the Client was busy came in one call.
+		if c.calls > 3 {
+			t.Fatalf("%d updates came in %d calls", n, c.calls)
 		}
 		synctest.Wait()
 		q.mu.Lock()

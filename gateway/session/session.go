@@ -320,6 +320,14 @@ func cancelled() *acpv2.PermissionOutcome {
 // emitLocked numbers events, stores them with the tool calls they changed,
 // and then hands them to the watchers. s.mu must be held.
 func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+	return s.emitBodiesLocked(events, nil, changed)
+}
+
+// emitBodiesLocked is emitLocked with, for each event that has one (bodies
+// may be nil), the encoding of its event field made already: a merged
+// tool call's from merge.State.Wire, made while it was the call's current
+// version. s.mu must be held.
+func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies [][]byte, changed []*acpv2.ToolCall) error {
 	if s.moved {
 		return ErrMoved
 	}
@@ -327,10 +335,13 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
-		if tc := ev.GetToolCall(); tc != nil {
-			// The merged call's encoding reuses the parts it shares with
-			// the version before: the store and the streams take it from
-			// eventwire rather than marshal the whole call again.
+		// The merged call's encoding reuses the parts it shares with the
+		// version before: the store and the streams take it from
+		// eventwire rather than marshal the whole call again.
+		switch tc := ev.GetToolCall(); {
+		case i < len(bodies) && bodies[i] != nil:
+			eventwire.RememberBody(ev, bodies[i])
+		case tc != nil:
 			if wire, err := s.tools.Wire(tc); err == nil {
 				eventwire.RememberBody(ev, wire)
 			}
@@ -364,45 +375,66 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 	return nil
 }
 
-// SessionUpdate implements agent.Client.
-func (s *Session) SessionUpdate(_ string, u *acpv2.SessionUpdate, err error) {
+// SessionUpdates implements agent.Client. The updates' events are stored
+// with one Append, and each tool call they changed once, as it is after
+// the last of them.
+func (s *Session) SessionUpdates(updates []agent.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.loading {
 		return // history replayed by session/load
 	}
-	if err != nil {
-		// u holds what the agent sent, kept whole rather than dropped.
-		s.log.Warn("agent sent an update that does not decode", "error", err)
-	}
-	if st := u.GetStateUpdate(); st.GetState() == "idle" && s.turnIdle != nil {
-		s.stopReason = st.GetStopReason()
-		close(s.turnIdle)
-		s.turnIdle = nil
-	}
-	s.met.Update(updateKind(u))
-	ev := eventOf(u)
-	events := []*acpv2.SessionEvent{ev}
+	events := make([]*acpv2.SessionEvent, 0, 2*len(updates))
+	bodies := make([][]byte, 0, 2*len(updates))
 	var changed []*acpv2.ToolCall
-	var merged *acpv2.ToolCall
-	var was string // the call's status before
-	switch {
-	case u.GetToolCallUpdate() != nil:
-		was = toolStatus(s.tools.Get(u.GetToolCallUpdate().GetToolCallId()))
-		merged, err = s.tools.ApplyUpdate(u.GetToolCallUpdate())
-	case u.GetToolCallContentChunk() != nil:
-		was = toolStatus(s.tools.Get(u.GetToolCallContentChunk().GetToolCallId()))
-		merged, err = s.tools.ApplyChunk(u.GetToolCallContentChunk())
-	}
-	if err != nil {
-		s.log.Warn("tool-call update not merged", "error", err)
-	}
-	if merged != nil {
+	for _, up := range updates {
+		u, err := up.Update, up.Err
+		if err != nil {
+			// u holds what the agent sent, kept whole rather than dropped.
+			s.log.Warn("agent sent an update that does not decode", "error", err)
+		}
+		if st := u.GetStateUpdate(); st.GetState() == "idle" && s.turnIdle != nil {
+			s.stopReason = st.GetStopReason()
+			close(s.turnIdle)
+			s.turnIdle = nil
+		}
+		s.met.Update(updateKind(u))
+		events, bodies = append(events, eventOf(u)), append(bodies, nil)
+		var merged *acpv2.ToolCall
+		var was string // the call's status before
+		switch {
+		case u.GetToolCallUpdate() != nil:
+			was = toolStatus(s.tools.Get(u.GetToolCallUpdate().GetToolCallId()))
+			merged, err = s.tools.ApplyUpdate(u.GetToolCallUpdate())
+		case u.GetToolCallContentChunk() != nil:
+			was = toolStatus(s.tools.Get(u.GetToolCallContentChunk().GetToolCallId()))
+			merged, err = s.tools.ApplyChunk(u.GetToolCallContentChunk())
+		default:
+			continue
+		}
+		if err != nil {
+			s.log.Warn("tool-call update not merged", "error", err)
+			continue
+		}
 		s.trackToolLocked(was, merged)
-		changed = []*acpv2.ToolCall{merged}
+		changed = replaceCall(changed, merged)
+		// Encoded now, while it is the call's current version.
+		wire, _ := s.tools.Wire(merged)
 		events = append(events, &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}})
+		bodies = append(bodies, wire)
 	}
-	_ = s.emitLocked(events, changed)
+	_ = s.emitBodiesLocked(events, bodies, changed)
+}
+
+// replaceCall adds tc to calls, in place of an earlier version of it.
+func replaceCall(calls []*acpv2.ToolCall, tc *acpv2.ToolCall) []*acpv2.ToolCall {
+	for i, c := range calls {
+		if c.GetToolCallId() == tc.GetToolCallId() {
+			calls[i] = tc
+			return calls
+		}
+	}
+	return append(calls, tc)
 }
 
 // RequestPermission implements agent.Client.

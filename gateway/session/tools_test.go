@@ -2,10 +2,12 @@ package session
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
@@ -103,16 +105,16 @@ func TestToolCallMetrics(t *testing.T) {
 	if a, b := s.Snapshot().GetToolCalls(), s.Snapshot().GetToolCalls(); len(a) != 2 || a[0] == b[0] {
 		t.Errorf("the restored session's tool calls are not compacted: %v", a)
 	}
-	s.SessionUpdate("", toolUpdate("running", "completed"), nil)
+	s.SessionUpdates([]agent.Update{{Update: toolUpdate("running", "completed")}})
 	check("the restored call finished", 1, 2, 0, 0)
-	s.SessionUpdate("", toolUpdate("new", ""), nil) // pending, ACP's default
+	s.SessionUpdates([]agent.Update{{Update: toolUpdate("new", "")}}) // pending, ACP's default
 	check("a new call", 1, 2, 0, 1)
-	s.SessionUpdate("", toolUpdate("new", "in_progress"), nil)
-	s.SessionUpdate("", toolUpdate("new", "completed"), nil)
+	s.SessionUpdates([]agent.Update{{Update: toolUpdate("new", "in_progress")}})
+	s.SessionUpdates([]agent.Update{{Update: toolUpdate("new", "completed")}})
 	check("the new call finished", 2, 3, 0, 0)
-	s.SessionUpdate("", toolUpdate("new", "completed"), nil)
+	s.SessionUpdates([]agent.Update{{Update: toolUpdate("new", "completed")}})
 	check("the finished call updated again", 2, 3, 0, 0)
-	s.SessionUpdate("", toolUpdate("at-once", "failed"), nil)
+	s.SessionUpdates([]agent.Update{{Update: toolUpdate("at-once", "failed")}})
 	check("a call finished with its first update", 3, 3, 0, 0)
 	if got := metricValue(t, met, "acp_gateway_session_tool_calls", "failed"); got != 1 {
 		t.Errorf("failed calls: %v, want 1", got)
@@ -123,12 +125,16 @@ func TestToolCallMetrics(t *testing.T) {
 // its encoding was in eventwire already.
 type encodedStore struct {
 	statestore.Store
-	mu   sync.Mutex
-	held []bool
+	mu      sync.Mutex
+	held    []bool
+	appends int
+	changed [][]*acpv2.ToolCall
 }
 
 func (s *encodedStore) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
 	s.mu.Lock()
+	s.appends++
+	s.changed = append(s.changed, changed)
 	for _, ev := range events {
 		if ev.GetToolCall() != nil {
 			s.held = append(s.held, eventwire.Proto.Held(ev))
@@ -138,25 +144,33 @@ func (s *encodedStore) Append(ctx context.Context, id string, events []*acpv2.Se
 	return s.Store.Append(ctx, id, events, changed)
 }
 
+// encodedSession returns a session (s1, restored from the store, with no
+// agent) of a manager whose store is an encodedStore.
+func encodedSession(t *testing.T) (*encodedStore, *Session) {
+	t.Helper()
+	st := &encodedStore{Store: statestore.NewMemory(statestore.Options{})}
+	rec := &statestore.Session{ID: "s1", Agent: "a", Cwd: "/", State: statestore.StateAgentLost, CreatedAt: time.Now()}
+	if err := st.CreateSession(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Options{Store: st, IdleTimeout: -1})
+	t.Cleanup(m.Close)
+	s, err := m.Get(context.Background(), "", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, s
+}
+
 // A merged tool call's event reaches the store with its encoding made
 // already, from the parts the call shares with its version before, and
 // that encoding is the event's.
 func TestMergedCallEventsComeEncoded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := &encodedStore{Store: statestore.NewMemory(statestore.Options{})}
-	rec := &statestore.Session{ID: "s1", Agent: "a", Cwd: "/", State: statestore.StateAgentLost, CreatedAt: time.Now()}
-	if err := st.CreateSession(ctx, rec); err != nil {
-		t.Fatal(err)
-	}
-	m := NewManager(Options{Store: st, IdleTimeout: -1})
-	defer m.Close()
-	s, err := m.Get(ctx, "", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, s := encodedSession(t)
 	for _, status := range []string{"pending", "in_progress", "completed"} {
-		s.SessionUpdate("", toolUpdate("c", status), nil)
+		s.SessionUpdates([]agent.Update{{Update: toolUpdate("c", status)}})
 	}
 	st.mu.Lock()
 	held := st.held
@@ -181,5 +195,60 @@ func TestMergedCallEventsComeEncoded(t *testing.T) {
 	}
 	if last.GetStatus() != "completed" || last.GetToolCallId() != "c" {
 		t.Fatalf("the last stored merged call is %v", last)
+	}
+}
+
+// The updates the agent's read loop hands over together are stored with
+// one Append: their events in order, each merged event the call as that
+// update left it (and encoded), and each changed call once, as the last
+// update left it.
+func TestUpdatesTogetherAreOneAppend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, s := encodedSession(t)
+	chunk := &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{}}}
+	s.SessionUpdates([]agent.Update{
+		{Update: toolUpdate("a", "pending")},
+		{Update: toolUpdate("b", "pending")},
+		{Update: chunk},
+		{Update: toolUpdate("a", "in_progress")},
+		{Update: toolUpdate("a", "completed")},
+	})
+	st.mu.Lock()
+	appends, changed, held := st.appends, st.changed, st.held
+	st.mu.Unlock()
+	if appends != 1 {
+		t.Fatalf("%d appends for one batch", appends)
+	}
+	if got := changed[0]; len(got) != 2 || got[0].GetToolCallId() != "a" || got[0].GetStatus() != "completed" || got[1].GetToolCallId() != "b" {
+		t.Fatalf("changed calls %v, want a (completed) then b, once each", got)
+	}
+	for i, h := range held {
+		if !h {
+			t.Fatalf("merged event %d reached the store without its encoding", i)
+		}
+	}
+	events, err := st.Events(ctx, "s1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, ev := range events {
+		if ev.GetSeq() != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.GetSeq())
+		}
+		switch {
+		case ev.GetToolCall() != nil:
+			got = append(got, "call "+ev.GetToolCall().GetToolCallId()+" "+ev.GetToolCall().GetStatus())
+		case ev.GetToolCallUpdate() != nil:
+			got = append(got, "patch "+ev.GetToolCallUpdate().GetToolCallId())
+		case ev.GetAgentMessageChunk() != nil:
+			got = append(got, "chunk")
+		}
+	}
+	want := []string{"patch a", "call a pending", "patch b", "call b pending", "chunk",
+		"patch a", "call a in_progress", "patch a", "call a completed"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("events:\n %v\nwant\n %v", got, want)
 	}
 }
