@@ -137,7 +137,9 @@ func BenchmarkWireLife(b *testing.B) {
 		{"plain", func(*merge.State) func(*acpv2.ToolCall) ([]byte, error) {
 			return func(tc *acpv2.ToolCall) ([]byte, error) { return proto.Marshal(tc) }
 		}},
-		{"wire", func(s *merge.State) func(*acpv2.ToolCall) ([]byte, error) { return s.Wire }},
+		{"wire", func(s *merge.State) func(*acpv2.ToolCall) ([]byte, error) {
+			return func(tc *acpv2.ToolCall) ([]byte, error) { return s.Wire(tc, nil) }
+		}},
 		{"none", func(*merge.State) func(*acpv2.ToolCall) ([]byte, error) {
 			return func(*acpv2.ToolCall) ([]byte, error) { return nil, nil }
 		}},

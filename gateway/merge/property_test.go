@@ -574,15 +574,15 @@ func checkCompact(t testing.TB, ops []op, every int) {
 }
 
 // checkWire applies ops, compacting before each op whose index every
-// divides, and checks that Wire encodes each merged tool call (and the
-// version before it, no longer the current one) to bytes that decode to
-// it.
+// divides, and checks that Wire encodes each merged tool call, with the
+// parts of the op that made it (on odd ops) or without, and the version
+// before it, no longer the current one, to bytes that decode to it.
 func checkWire(t testing.TB, ops []op, every int) {
 	t.Helper()
 	s := merge.New()
-	decode := func(i int, what string, tc *acpv2.ToolCall) {
+	decode := func(i int, what string, tc *acpv2.ToolCall, parts *merge.Parts) {
 		t.Helper()
-		wire, err := s.Wire(tc)
+		wire, err := s.Wire(tc, parts)
 		if err != nil {
 			t.Fatalf("op %d: Wire(%s): %v", i, what, err)
 		}
@@ -600,13 +600,34 @@ func checkWire(t testing.TB, ops []op, every int) {
 		if err != nil {
 			continue
 		}
-		decode(i, "merged", got)
-		decode(i, "merged, again", got)
+		var parts *merge.Parts
+		if i%2 == 1 {
+			parts = opParts(t, o)
+		}
+		decode(i, "merged", got, parts)
+		decode(i, "merged, again", got, nil)
 		if prev != nil {
-			decode(i, "an earlier version", prev)
+			decode(i, "an earlier version", prev, nil)
 		}
 		prev = got
 	}
+}
+
+// opParts returns the parts of o's update or chunk, from its encoding.
+func opParts(t testing.TB, o op) *merge.Parts {
+	t.Helper()
+	if o.u != nil {
+		wire, err := proto.Marshal(o.u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return merge.UpdateParts(o.u, wire)
+	}
+	wire, err := proto.Marshal(o.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return merge.ChunkParts(o.c, wire)
 }
 
 const propertySeqs = 400

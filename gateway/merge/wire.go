@@ -42,9 +42,11 @@ var errPlain = errors.New("merge: tool call not encoded by parts")
 // Wire returns the protobuf encoding of call, proto.Marshal's but for the
 // order of map entries (which proto.Marshal does not fix either). For the
 // current version of a tool call it reuses the encodings of the fields the
-// version before it shared. The bytes are shared: the caller must not
-// modify them.
-func (s *State) Wire(call *acpv2.ToolCall) ([]byte, error) {
+// version before it shared, and of those that parts (nil for none) holds:
+// the update that made the version carries its new values, encoded in the
+// update's own event. The bytes are shared: the caller must not modify
+// them.
+func (s *State) Wire(call *acpv2.ToolCall, parts *Parts) ([]byte, error) {
 	i, ok := s.index[call.GetToolCallId()]
 	if !ok || s.calls[i].call != call {
 		return proto.Marshal(call) // an earlier version, or a preview
@@ -53,7 +55,7 @@ func (s *State) Wire(call *acpv2.ToolCall) ([]byte, error) {
 	if e.enc != nil && e.enc.call == call {
 		return e.enc.b, nil
 	}
-	enc, err := encodeCall(e.enc, call, &s.scratch)
+	enc, err := encodeCall(e.enc, call, parts, &s.scratch)
 	if err != nil {
 		e.enc = nil
 		return proto.Marshal(call)
@@ -63,12 +65,13 @@ func (s *State) Wire(call *acpv2.ToolCall) ([]byte, error) {
 }
 
 // record is a message field's record in the making: the bytes of the
-// version before, or a message marshalled anew (at scratch[start:end]).
+// version before, or a message's encoding from parts (known), or one
+// marshalled anew (at scratch[start:end]).
 type record struct {
 	k          int
 	num        protowire.Number
 	msg        proto.Message
-	old        []byte
+	old, known []byte
 	start, end int
 }
 
@@ -76,7 +79,7 @@ type record struct {
 // version before c, or nil) for the message fields c shares with it. It
 // marshals the new fields into scratch first, so that the encoding is
 // allocated once, at its size.
-func encodeCall(prev *callWire, c *acpv2.ToolCall, scratch *[]byte) (*callWire, error) {
+func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, scratch *[]byte) (*callWire, error) {
 	if len(c.ProtoReflect().GetUnknown()) != 0 {
 		return nil, errPlain
 	}
@@ -107,6 +110,8 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, scratch *[]byte) (*callWire, 
 		if i := counts[k]; prev != nil && i < len(prev.parts[k]) && prev.parts[k][i].msg == m {
 			r.old = prev.parts[k][i].b
 			size += len(r.old)
+		} else if r.known = parts.lookup(m); r.known != nil {
+			size += protowire.SizeTag(num) + protowire.SizeBytes(len(r.known))
 		} else {
 			r.start = len(buf)
 			if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, m); err != nil {
@@ -154,13 +159,132 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, scratch *[]byte) (*callWire, 
 	}
 	for _, r := range recs {
 		start := len(w.b)
-		if r.old != nil {
+		switch {
+		case r.old != nil:
 			w.b = append(w.b, r.old...)
-		} else {
+		case r.known != nil:
+			w.b = protowire.AppendTag(w.b, r.num, protowire.BytesType)
+			w.b = protowire.AppendBytes(w.b, r.known)
+		default:
 			w.b = protowire.AppendTag(w.b, r.num, protowire.BytesType)
 			w.b = protowire.AppendBytes(w.b, buf[r.start:r.end])
 		}
 		w.parts[r.k] = append(w.parts[r.k], part{msg: r.msg, b: w.b[start:len(w.b):len(w.b)]})
 	}
 	return w, nil
+}
+
+// Parts are the encodings of the messages an update carries (content
+// items, locations, rawInput and rawOutput, _meta), read from the update's
+// own encoding, for Wire to reuse in the merged call: they are the same
+// messages.
+type Parts struct {
+	msgs  []proto.Message
+	wires [][]byte
+}
+
+func (p *Parts) add(m proto.Message, wire []byte) {
+	if m != nil && wire != nil {
+		p.msgs, p.wires = append(p.msgs, m), append(p.wires, wire)
+	}
+}
+
+// lookup returns the encoding of m, or nil.
+func (p *Parts) lookup(m proto.Message) []byte {
+	if p == nil {
+		return nil
+	}
+	for i, pm := range p.msgs {
+		if pm == m {
+			return p.wires[i]
+		}
+	}
+	return nil
+}
+
+// UpdateParts returns the parts of u found in wire, u's encoding.
+func UpdateParts(u *acpv2.ToolCallUpdate, wire []byte) *Parts {
+	p := &Parts{}
+	fields(wire, func(num protowire.Number, b []byte) {
+		switch num {
+		case fieldContent:
+			p.addList(b, itemsOf(u.GetContent().GetValue().GetItems()))
+		case fieldLocations:
+			p.addList(b, itemsOf(u.GetLocations().GetValue().GetItems()))
+		case fieldRawInput:
+			p.add(u.GetRawInput().GetValue(), valueField(b))
+		case fieldRawOutput:
+			p.add(u.GetRawOutput().GetValue(), valueField(b))
+		case fieldMeta:
+			p.add(u.GetMeta().GetValue(), valueField(b))
+		}
+	})
+	return p
+}
+
+// ChunkParts returns the parts of c found in wire, c's encoding.
+func ChunkParts(c *acpv2.ToolCallContentChunk, wire []byte) *Parts {
+	p := &Parts{}
+	fields(wire, func(num protowire.Number, b []byte) {
+		switch num {
+		case 2: // content
+			p.add(c.GetContent(), b)
+		case fieldMeta:
+			p.add(c.GetMeta(), b)
+		}
+	})
+	return p
+}
+
+func itemsOf[M proto.Message](items []M) []proto.Message {
+	out := make([]proto.Message, len(items))
+	for i, m := range items {
+		out[i] = m
+	}
+	return out
+}
+
+// addList adds the items of a list patch's value (field 2, a list whose
+// items are field 1), encoded in b, to the items they encode, in order.
+func (p *Parts) addList(b []byte, items []proto.Message) {
+	list := valueField(b)
+	i := 0
+	fields(list, func(num protowire.Number, item []byte) {
+		if num == 1 && i < len(items) {
+			p.add(items[i], item)
+			i++
+		}
+	})
+}
+
+// valueField returns the encoding of a patch's value (field 2), or nil.
+func valueField(b []byte) []byte {
+	var v []byte
+	fields(b, func(num protowire.Number, f []byte) {
+		if num == 2 {
+			v = f
+		}
+	})
+	return v
+}
+
+// fields calls f with the number and contents of each length-delimited
+// field of an encoding, until the encoding ends or is malformed.
+func fields(b []byte, f func(num protowire.Number, v []byte)) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return
+		}
+		if typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(b[:m])
+			f(num, v)
+		}
+		b = b[m:]
+	}
 }

@@ -34,13 +34,10 @@ func fieldRecords(t *testing.T, wire []byte, num protowire.Number) [][]byte {
 	return out
 }
 
-// The next version of a tool call reuses the encoding of the fields it
-// shares with the one before: rawInput's map entries, which proto.Marshal
-// writes in a new random order each time, stay in the same order across
-// updates that leave rawInput alone, and the content items chunks appended
-// before stay as they were.
-func TestWireReusesUnchangedFields(t *testing.T) {
-	t.Parallel()
+// shuffledValue returns an object of eight members, whose map entries
+// proto.Marshal writes in a new random order each time.
+func shuffledValue(t *testing.T) *structpb.Value {
+	t.Helper()
 	input := map[string]any{}
 	for i := range 8 {
 		input[fmt.Sprint("key", i)] = fmt.Sprint("value ", i)
@@ -49,12 +46,23 @@ func TestWireReusesUnchangedFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return raw
+}
+
+// The next version of a tool call reuses the encoding of the fields it
+// shares with the one before: rawInput's map entries, which proto.Marshal
+// writes in a new random order each time, stay in the same order across
+// updates that leave rawInput alone, and the content items chunks appended
+// before stay as they were.
+func TestWireReusesUnchangedFields(t *testing.T) {
+	t.Parallel()
+	raw := shuffledValue(t)
 	s := merge.New()
 	first, err := s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: "c", Title: strVal("Edit"), RawInput: valueVal(raw)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := s.Wire(first)
+	wire, err := s.Wire(first, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +78,7 @@ func TestWireReusesUnchangedFields(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if wire, err = s.Wire(tc); err != nil {
+		if wire, err = s.Wire(tc, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := fieldRecords(t, wire, 7); len(got) != 1 || !bytes.Equal(got[0], input0[0]) {
@@ -102,7 +110,57 @@ func TestWireRefusesWhatProtoRefuses(t *testing.T) {
 	if _, want := proto.Marshal(tc); want == nil {
 		t.Fatal("proto.Marshal took invalid UTF-8")
 	}
-	if _, err := s.Wire(tc); err == nil {
+	if _, err := s.Wire(tc, nil); err == nil {
 		t.Fatal("Wire encoded a title that is not UTF-8")
+	}
+}
+
+// Wire takes the encodings of the new values from the update that brought
+// them: rawInput's map entries come in the order of the update's own
+// encoding (a fresh marshal shuffles them), and so does a chunk's item.
+func TestWireTakesTheUpdatesParts(t *testing.T) {
+	t.Parallel()
+	raw := shuffledValue(t)
+	messageOf := func(record []byte) []byte {
+		_, _, n := protowire.ConsumeTag(record)
+		v, _ := protowire.ConsumeBytes(record[n:])
+		return v
+	}
+	for round := range 5 {
+		s := merge.New()
+		u := &acpv2.ToolCallUpdate{ToolCallId: "c", RawInput: valueVal(raw)}
+		uw, err := proto.Marshal(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc, err := s.ApplyUpdate(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wire, err := s.Wire(tc, merge.UpdateParts(u, uw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inUpdate := messageOf(fieldRecords(t, messageOf(fieldRecords(t, uw, 7)[0]), 2)[0])
+		if got := messageOf(fieldRecords(t, wire, 7)[0]); !bytes.Equal(got, inUpdate) {
+			t.Fatalf("round %d: rawInput encoded again, not taken from the update", round)
+		}
+
+		c := &acpv2.ToolCallContentChunk{ToolCallId: "c", Content: &acpv2.ToolCallContent{
+			Item: &acpv2.ToolCallContent_Content{Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{
+				Text: "out", Meta: raw.GetStructValue()}}}}}}
+		cw, err := proto.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc, err = s.ApplyChunk(c); err != nil {
+			t.Fatal(err)
+		}
+		if wire, err = s.Wire(tc, merge.ChunkParts(c, cw)); err != nil {
+			t.Fatal(err)
+		}
+		if got := messageOf(fieldRecords(t, wire, 5)[0]); !bytes.Equal(got, messageOf(fieldRecords(t, cw, 2)[0])) {
+			t.Fatalf("round %d: the chunk's item encoded again, not taken from the chunk", round)
+		}
 	}
 }

@@ -324,9 +324,10 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 }
 
 // emitBodiesLocked is emitLocked with, for each event that has one (bodies
-// may be nil), the encoding of its event field made already: a merged
-// tool call's from merge.State.Wire, made while it was the call's current
-// version. s.mu must be held.
+// may be nil), the encoding of its event field made already: an update's,
+// whose parts its merged call reuses, and a merged call's from
+// merge.State.Wire, made while it was the call's current version. s.mu
+// must be held.
 func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies [][]byte, changed []*acpv2.ToolCall) error {
 	if s.moved {
 		return ErrMoved
@@ -342,7 +343,7 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies [][]byte
 		case i < len(bodies) && bodies[i] != nil:
 			eventwire.RememberBody(ev, bodies[i])
 		case tc != nil:
-			if wire, err := s.tools.Wire(tc); err == nil {
+			if wire, err := s.tools.Wire(tc, nil); err == nil {
 				eventwire.RememberBody(ev, wire)
 			}
 		}
@@ -399,16 +400,21 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 			s.turnIdle = nil
 		}
 		s.met.Update(updateKind(u))
-		events, bodies = append(events, eventOf(u)), append(bodies, nil)
+		ev := eventOf(u)
+		body := bodyOf(ev)
+		events, bodies = append(events, ev), append(bodies, body)
 		var merged *acpv2.ToolCall
 		var was string // the call's status before
+		var parts *merge.Parts
 		switch {
 		case u.GetToolCallUpdate() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallUpdate().GetToolCallId()))
 			merged, err = s.tools.ApplyUpdate(u.GetToolCallUpdate())
+			parts = merge.UpdateParts(u.GetToolCallUpdate(), body)
 		case u.GetToolCallContentChunk() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallContentChunk().GetToolCallId()))
 			merged, err = s.tools.ApplyChunk(u.GetToolCallContentChunk())
+			parts = merge.ChunkParts(u.GetToolCallContentChunk(), body)
 		default:
 			continue
 		}
@@ -418,8 +424,9 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		}
 		s.trackToolLocked(was, merged)
 		changed = replaceCall(changed, merged)
-		// Encoded now, while it is the call's current version.
-		wire, _ := s.tools.Wire(merged)
+		// Encoded now, while it is the call's current version, from the
+		// version before and the update's own encoding.
+		wire, _ := s.tools.Wire(merged, parts)
 		events = append(events, &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}})
 		bodies = append(bodies, wire)
 	}

@@ -126,7 +126,8 @@ func TestToolCallMetrics(t *testing.T) {
 type encodedStore struct {
 	statestore.Store
 	mu      sync.Mutex
-	held    []bool
+	held    []bool // of the merged tool-call events
+	others  []bool // of the other events
 	appends int
 	changed [][]*acpv2.ToolCall
 }
@@ -138,6 +139,8 @@ func (s *encodedStore) Append(ctx context.Context, id string, events []*acpv2.Se
 	for _, ev := range events {
 		if ev.GetToolCall() != nil {
 			s.held = append(s.held, eventwire.Proto.Held(ev))
+		} else {
+			s.others = append(s.others, eventwire.Proto.Held(ev))
 		}
 	}
 	s.mu.Unlock()
@@ -199,9 +202,9 @@ func TestMergedCallEventsComeEncoded(t *testing.T) {
 }
 
 // The updates the agent's read loop hands over together are stored with
-// one Append: their events in order, each merged event the call as that
-// update left it (and encoded), and each changed call once, as the last
-// update left it.
+// one Append: their events in order (each encoded already), each merged
+// event the call as that update left it, and each changed call once, as
+// the last update left it.
 func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -215,7 +218,7 @@ func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 		{Update: toolUpdate("a", "completed")},
 	})
 	st.mu.Lock()
-	appends, changed, held := st.appends, st.changed, st.held
+	appends, changed, held := st.appends, st.changed, append(st.held, st.others...)
 	st.mu.Unlock()
 	if appends != 1 {
 		t.Fatalf("%d appends for one batch", appends)
@@ -225,7 +228,7 @@ func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 	}
 	for i, h := range held {
 		if !h {
-			t.Fatalf("merged event %d reached the store without its encoding", i)
+			t.Fatalf("event %d (merged ones first) reached the store without its encoding", i)
 		}
 	}
 	events, err := st.Events(ctx, "s1", 0, 0)
