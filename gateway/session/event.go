@@ -5,6 +5,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
 
 var (
@@ -28,19 +29,36 @@ func eventOf(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 	return ev
 }
 
-// bodyOf returns the encoding of the message in ev's event field, or nil
-// when it does not marshal (the store's Append then says why).
-func bodyOf(ev *acpv2.SessionEvent) []byte {
+// body is the encoding of an event's event field, made before the event
+// is numbered; with room, b begins with eventwire.Headroom bytes free for
+// the rest of the event's encoding.
+type body struct {
+	b    []byte
+	room bool
+}
+
+// wire returns the encoding itself.
+func (bd body) wire() []byte {
+	if bd.room && bd.b != nil {
+		return bd.b[eventwire.Headroom:]
+	}
+	return bd.b
+}
+
+// bodyOf returns the encoding of the message in ev's event field, with
+// room before it, or none when it does not marshal (the store's Append
+// then says why).
+func bodyOf(ev *acpv2.SessionEvent) body {
 	m := ev.ProtoReflect()
 	fd := m.WhichOneof(eventOneof)
 	if fd == nil || fd.Message() == nil {
-		return nil
+		return body{}
 	}
-	b, err := proto.Marshal(m.Get(fd).Message().Interface())
+	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, eventwire.Headroom), m.Get(fd).Message().Interface())
 	if err != nil {
-		return nil
+		return body{}
 	}
-	return b
+	return body{b: b, room: true}
 }
 
 // updateKind names u's update in snake case (tool_call_update,

@@ -328,7 +328,7 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 // whose parts its merged call reuses, and a merged call's from
 // merge.State.Wire, made while it was the call's current version. s.mu
 // must be held.
-func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies [][]byte, changed []*acpv2.ToolCall) error {
+func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, changed []*acpv2.ToolCall) error {
 	if s.moved {
 		return ErrMoved
 	}
@@ -340,8 +340,10 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies [][]byte
 		// version before: the store and the streams take it from
 		// eventwire rather than marshal the whole call again.
 		switch tc := ev.GetToolCall(); {
-		case i < len(bodies) && bodies[i] != nil:
-			eventwire.RememberBody(ev, bodies[i])
+		case i < len(bodies) && bodies[i].room:
+			eventwire.RememberBodyIn(ev, bodies[i].b)
+		case i < len(bodies) && bodies[i].b != nil:
+			eventwire.RememberBody(ev, bodies[i].b)
 		case tc != nil:
 			if wire, err := s.tools.Wire(tc, nil); err == nil {
 				eventwire.RememberBody(ev, wire)
@@ -386,7 +388,7 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		return // history replayed by session/load
 	}
 	events := make([]*acpv2.SessionEvent, 0, 2*len(updates))
-	bodies := make([][]byte, 0, 2*len(updates))
+	bodies := make([]body, 0, 2*len(updates))
 	var changed []*acpv2.ToolCall
 	for _, up := range updates {
 		u, err := up.Update, up.Err
@@ -401,8 +403,8 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		}
 		s.met.Update(updateKind(u))
 		ev := eventOf(u)
-		body := bodyOf(ev)
-		events, bodies = append(events, ev), append(bodies, body)
+		bd := bodyOf(ev)
+		events, bodies = append(events, ev), append(bodies, bd)
 		var merged *acpv2.ToolCall
 		var was string // the call's status before
 		var parts *merge.Parts
@@ -410,11 +412,11 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		case u.GetToolCallUpdate() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallUpdate().GetToolCallId()))
 			merged, err = s.tools.ApplyUpdate(u.GetToolCallUpdate())
-			parts = merge.UpdateParts(u.GetToolCallUpdate(), body)
+			parts = merge.UpdateParts(u.GetToolCallUpdate(), bd.wire())
 		case u.GetToolCallContentChunk() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallContentChunk().GetToolCallId()))
 			merged, err = s.tools.ApplyChunk(u.GetToolCallContentChunk())
-			parts = merge.ChunkParts(u.GetToolCallContentChunk(), body)
+			parts = merge.ChunkParts(u.GetToolCallContentChunk(), bd.wire())
 		default:
 			continue
 		}
@@ -428,7 +430,7 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		// version before and the update's own encoding.
 		wire, _ := s.tools.Wire(merged, parts)
 		events = append(events, &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}})
-		bodies = append(bodies, wire)
+		bodies = append(bodies, body{b: wire})
 	}
 	_ = s.emitBodiesLocked(events, bodies, changed)
 }

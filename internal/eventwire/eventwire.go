@@ -50,34 +50,61 @@ func Remember(ev *acpv2.SessionEvent, wire []byte) { Proto.Remember(ev, wire) }
 // cannot make that way (unknown fields, an event field that is not a
 // message). body must not be modified afterwards.
 func RememberBody(ev *acpv2.SessionEvent, body []byte) {
+	var room [Headroom]byte
+	if h, ok := head(room[:0], ev, len(body)); ok {
+		Proto.Remember(ev, append(h, body...))
+	}
+}
+
+// Headroom is the room RememberBodyIn needs before a body: more than an
+// event's seq and time and its event field's tag and length take.
+const Headroom = 48
+
+// RememberBodyIn is RememberBody for a body at buf[Headroom:]: the head
+// is written into the room before it, and the encoding is the rest of buf
+// from there, without a copy. buf must not be used afterwards.
+func RememberBodyIn(ev *acpv2.SessionEvent, buf []byte) {
+	var room [Headroom]byte
+	h, ok := head(room[:0], ev, len(buf)-Headroom)
+	if !ok {
+		return
+	}
+	start := Headroom - len(h)
+	copy(buf[start:], h)
+	Proto.Remember(ev, buf[start:])
+}
+
+// head appends to b what comes before the body in ev's encoding, in field
+// order as proto.Marshal writes them: seq (1), time (2: seconds 1, nanos
+// 2), then the event field's tag and the body's length. It fails for an
+// event whose encoding is not made that way.
+func head(b []byte, ev *acpv2.SessionEvent, bodyLen int) ([]byte, bool) {
 	m := ev.ProtoReflect()
 	fd := m.WhichOneof(eventOneof)
 	if fd == nil || fd.Message() == nil || len(m.GetUnknown()) != 0 || len(ev.GetTime().ProtoReflect().GetUnknown()) != 0 {
-		return
+		return nil, false
 	}
-	// Fields in number order, as proto.Marshal writes them: seq (1), time
-	// (2: seconds 1, nanos 2), the event.
-	b := make([]byte, 0, 32+len(body))
 	if ev.Seq != 0 {
 		b = protowire.AppendTag(b, 1, protowire.VarintType)
 		b = protowire.AppendVarint(b, ev.Seq)
 	}
 	if t := ev.Time; t != nil {
-		var tb []byte
+		var tb [24]byte
+		tm := tb[:0]
 		if t.Seconds != 0 {
-			tb = protowire.AppendTag(tb, 1, protowire.VarintType)
-			tb = protowire.AppendVarint(tb, uint64(t.Seconds))
+			tm = protowire.AppendTag(tm, 1, protowire.VarintType)
+			tm = protowire.AppendVarint(tm, uint64(t.Seconds))
 		}
 		if t.Nanos != 0 {
-			tb = protowire.AppendTag(tb, 2, protowire.VarintType)
-			tb = protowire.AppendVarint(tb, uint64(int64(t.Nanos)))
+			tm = protowire.AppendTag(tm, 2, protowire.VarintType)
+			tm = protowire.AppendVarint(tm, uint64(int64(t.Nanos)))
 		}
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, tb)
+		b = protowire.AppendBytes(b, tm)
 	}
 	b = protowire.AppendTag(b, fd.Number(), protowire.BytesType)
-	b = protowire.AppendBytes(b, body)
-	Proto.Remember(ev, b)
+	b = protowire.AppendVarint(b, uint64(bodyLen))
+	return b, len(b) <= Headroom
 }
 
 // eventOneof is SessionEvent's oneof of event kinds.

@@ -266,7 +266,8 @@ func TestFreedEventsGoAtTheNextTick(t *testing.T) {
 }
 
 // An event's encoding made from its body is proto.Marshal's, for every
-// kind of event, with and without seq and time.
+// kind of event, with and without seq and time; made in the room before
+// the body, it is the same bytes, in the body's buffer.
 func TestRememberBodyIsProtoMarshal(t *testing.T) {
 	times := []*timestamppb.Timestamp{nil, {}, {Seconds: 1712345678, Nanos: 901234567}, {Seconds: -62135596800}, {Nanos: 1}}
 	for i, base := range testEvents(t)[:4] {
@@ -294,6 +295,14 @@ func TestRememberBodyIsProtoMarshal(t *testing.T) {
 				}
 				if want, _ := proto.Marshal(ev); !bytes.Equal(got, want) {
 					t.Fatalf("event %d, time %d, seq %d: %x, proto.Marshal gives %x", i, j, seq, got, want)
+				}
+				// The same from the room before the body, in place.
+				in := proto.Clone(ev).(*acpv2.SessionEvent)
+				buf := append(make([]byte, Headroom), body...)
+				RememberBodyIn(in, buf)
+				inPlace, _ := Proto.Get(in)
+				if !bytes.Equal(inPlace, got) || &inPlace[len(inPlace)-1] != &buf[len(buf)-1] {
+					t.Fatalf("event %d, time %d, seq %d: in place %x, want %x in buf", i, j, seq, inPlace, got)
 				}
 			}
 		}
