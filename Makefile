@@ -85,6 +85,7 @@ fuzz: ## Run each fuzz target briefly (FUZZTIME, default 50000x: runs, not secon
 	$(GO) test -run='^$$' -fuzz='^FuzzOnePassMatchesJSONRPC2$$' -fuzztime=$(FUZZTIME) ./gateway/agent
 	$(GO) test -run='^$$' -fuzz='^FuzzApply$$' -fuzztime=$(FUZZTIME) ./gateway/merge
 	$(GO) test -run='^$$' -fuzz='^FuzzFastPathMatchesGeneric$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
+	$(GO) test -run='^$$' -fuzz='^FuzzDirectMatchesParsed$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
 	$(GO) test -run='^$$' -fuzz='^FuzzRequests$$' -fuzztime=$(FUZZTIME) ./gateway/service
 
 .PHONY: benchcheck

@@ -35,17 +35,8 @@ func (d *decoder) fastUpdate(tag string, obj map[string]any) *acpv2.SessionUpdat
 			return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: c}}
 		}
 	case "agent_message_chunk", "agent_thought_chunk", "user_message_chunk":
-		c := fastChunk(obj)
-		if c == nil {
-			return nil
-		}
-		switch tag {
-		case "agent_message_chunk":
-			return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: c}}
-		case "agent_thought_chunk":
-			return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentThoughtChunk{AgentThoughtChunk: c}}
-		default:
-			return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_UserMessageChunk{UserMessageChunk: c}}
+		if c := fastChunk(obj); c != nil {
+			return wrapChunk(tag, c)
 		}
 	}
 	return nil
@@ -57,52 +48,7 @@ func (d *decoder) fastUpdate(tag string, obj map[string]any) *acpv2.SessionUpdat
 func fastToolCallUpdate(obj map[string]any, v Version) *acpv2.ToolCallUpdate {
 	u := &acpv2.ToolCallUpdate{}
 	for key, val := range obj {
-		if val == nil {
-			if v == V1 {
-				if _, known := fastPatchKeys[key]; !known {
-					return nil
-				}
-				continue
-			}
-			if !fastClear(u, key) {
-				return nil
-			}
-			continue
-		}
-		ok := true
-		switch key {
-		case "sessionUpdate":
-		case "toolCallId":
-			u.ToolCallId, ok = val.(string)
-		case "title":
-			u.Title, ok = stringPatch(val)
-		case "kind":
-			u.Kind, ok = stringPatch(val)
-		case "status":
-			u.Status, ok = stringPatch(val)
-		case "content":
-			var items []*acpv2.ToolCallContent
-			if items, ok = fastList(val, fastToolCallContent); ok {
-				u.Content = &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Value{Value: &acpv2.ToolCallContentList{Items: items}}}
-			}
-		case "locations":
-			var locs []*acpv2.ToolCallLocation
-			if locs, ok = fastList(val, fastLocation); ok {
-				u.Locations = &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Value{Value: &acpv2.ToolCallLocationList{Items: locs}}}
-			}
-		case "rawInput":
-			u.RawInput = &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: toValue(val)}}
-		case "rawOutput":
-			u.RawOutput = &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: toValue(val)}}
-		case "_meta":
-			var m *structpb.Struct
-			if m, ok = fastStruct(val); ok {
-				u.Meta = &acpv2.StructPatch{Op: &acpv2.StructPatch_Value{Value: m}}
-			}
-		default:
-			return nil
-		}
-		if !ok {
+		if !toolCallMember(u, key, val, v) {
 			return nil
 		}
 	}
@@ -110,6 +56,60 @@ func fastToolCallUpdate(obj map[string]any, v Version) *acpv2.ToolCallUpdate {
 		return nil // required: the generic decoder says so
 	}
 	return u
+}
+
+// toolCallMember decodes one member of a tool_call_update into u, or
+// reports that the fast path cannot.
+func toolCallMember(u *acpv2.ToolCallUpdate, key string, val any, v Version) bool {
+	if val == nil {
+		if v == V1 {
+			_, known := fastPatchKeys[key]
+			return known
+		}
+		return fastClear(u, key)
+	}
+	ok := true
+	switch key {
+	case "sessionUpdate":
+	case "toolCallId":
+		u.ToolCallId, ok = val.(string)
+	case "title":
+		u.Title, ok = stringPatch(val)
+	case "kind":
+		u.Kind, ok = stringPatch(val)
+	case "status":
+		u.Status, ok = stringPatch(val)
+	case "content":
+		var items []*acpv2.ToolCallContent
+		if items, ok = fastList(val, fastToolCallContent); ok {
+			u.Content = &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Value{Value: &acpv2.ToolCallContentList{Items: items}}}
+		}
+	case "locations":
+		var locs []*acpv2.ToolCallLocation
+		if locs, ok = fastList(val, fastLocation); ok {
+			u.Locations = &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Value{Value: &acpv2.ToolCallLocationList{Items: locs}}}
+		}
+	case "rawInput":
+		u.RawInput = valuePatch(toValue(val))
+	case "rawOutput":
+		u.RawOutput = valuePatch(toValue(val))
+	case "_meta":
+		var m *structpb.Struct
+		if m, ok = fastStruct(val); ok {
+			u.Meta = structPatch(m)
+		}
+	default:
+		return false
+	}
+	return ok
+}
+
+func valuePatch(v *structpb.Value) *acpv2.ValuePatch {
+	return &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: v}}
+}
+
+func structPatch(m *structpb.Struct) *acpv2.StructPatch {
+	return &acpv2.StructPatch{Op: &acpv2.StructPatch_Value{Value: m}}
 }
 
 // fastPatchKeys are ToolCallUpdate's patch members.
@@ -327,46 +327,71 @@ func fastLocation(val any) (*acpv2.ToolCallLocation, bool) {
 // fastContentChunk decodes a tool_call_content_chunk.
 func fastContentChunk(obj map[string]any) *acpv2.ToolCallContentChunk {
 	c := &acpv2.ToolCallContentChunk{}
-	ok := eachMember(obj, func(key string, v any) (ok bool) {
-		switch key {
-		case "sessionUpdate":
-			return true
-		case "toolCallId":
-			c.ToolCallId, ok = v.(string)
-		case "content":
-			c.Content, ok = fastToolCallContent(v)
-		case "_meta":
-			c.Meta, ok = fastStruct(v)
-		}
-		return ok
-	})
-	if !ok || c.ToolCallId == "" || c.Content == nil {
-		return nil // the last two are required: the generic decoder says so
+	if !eachMember(obj, func(key string, v any) bool { return contentChunkMember(c, key, v) }) {
+		return nil
+	}
+	return requiredChunk(c)
+}
+
+// requiredChunk returns c, or nil when it lacks what the generic decoder
+// requires of it.
+func requiredChunk(c *acpv2.ToolCallContentChunk) *acpv2.ToolCallContentChunk {
+	if c.ToolCallId == "" || c.Content == nil {
+		return nil
 	}
 	return c
+}
+
+// contentChunkMember decodes one member of a tool_call_content_chunk.
+func contentChunkMember(c *acpv2.ToolCallContentChunk, key string, v any) (ok bool) {
+	switch key {
+	case "sessionUpdate":
+		return true
+	case "toolCallId":
+		c.ToolCallId, ok = v.(string)
+	case "content":
+		c.Content, ok = fastToolCallContent(v)
+	case "_meta":
+		c.Meta, ok = fastStruct(v)
+	}
+	return ok
 }
 
 // fastChunk decodes a message or thought chunk.
 func fastChunk(obj map[string]any) *acpv2.ContentChunk {
 	c := &acpv2.ContentChunk{}
-	ok := eachMember(obj, func(key string, v any) (ok bool) {
-		switch key {
-		case "sessionUpdate":
-			return true
-		case "content":
-			var inner map[string]any
-			if inner, ok = v.(map[string]any); ok {
-				c.Content, ok = fastContentBlock(inner)
-			}
-		case "messageId":
-			c.MessageId, ok = optString(v)
-		case "_meta":
-			c.Meta, ok = fastStruct(v)
-		}
-		return ok
-	})
-	if !ok {
+	if !eachMember(obj, func(key string, v any) bool { return chunkMember(c, key, v) }) {
 		return nil
 	}
 	return c
+}
+
+// chunkMember decodes one member of a message or thought chunk.
+func chunkMember(c *acpv2.ContentChunk, key string, v any) (ok bool) {
+	switch key {
+	case "sessionUpdate":
+		return true
+	case "content":
+		var inner map[string]any
+		if inner, ok = v.(map[string]any); ok {
+			c.Content, ok = fastContentBlock(inner)
+		}
+	case "messageId":
+		c.MessageId, ok = optString(v)
+	case "_meta":
+		c.Meta, ok = fastStruct(v)
+	}
+	return ok
+}
+
+// wrapChunk makes the update of a message or thought chunk of kind tag.
+func wrapChunk(tag string, c *acpv2.ContentChunk) *acpv2.SessionUpdate {
+	switch tag {
+	case "agent_message_chunk":
+		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: c}}
+	case "agent_thought_chunk":
+		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentThoughtChunk{AgentThoughtChunk: c}}
+	default:
+		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_UserMessageChunk{UserMessageChunk: c}}
+	}
 }

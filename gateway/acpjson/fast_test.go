@@ -107,3 +107,42 @@ func TestFastPathTakesCommonUpdates(t *testing.T) {
 		}
 	}
 }
+
+// notificationOf wraps an update in a session/update notification.
+func notificationOf(update string) []byte {
+	return []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":` + update + `}}`)
+}
+
+// FuzzDirectMatchesParsed: DecodeNotification gives the same notification
+// whether the direct path takes the update or the update is parsed first.
+func FuzzDirectMatchesParsed(f *testing.F) {
+	for _, s := range fastSeeds {
+		f.Add(notificationOf(s), uint8(0))
+		f.Add(notificationOf(s), uint8(1))
+	}
+	f.Add(notificationOf(`{"sessionUpdate":"tool_call_update","toolCallId":"c","toolCallId":"d"}`), uint8(1))
+	f.Add(notificationOf(`{"toolCallId":"c","sessionUpdate":"tool_call_update","status":"x"}`), uint8(1))
+	f.Add(notificationOf(`{"sessionUpdate":"tool_call_update","toolCallId":"c","rawInput":{"a":[1,2.5,"x",null,true,{"b":{}}],"a":1e400},"_meta":{"k":{"k":[]}}}`), uint8(1))
+	f.Add(notificationOf(`{"sessionUpdate":"tool_call_update","toolCallId":"c","rawInput":[1,`), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, ver uint8) {
+		v := Version(1 + ver%2)
+		direct, ok1 := decodeNotification(data, v, true)
+		parsed, ok2 := decodeNotification(data, v, false)
+		if ok1 != ok2 || direct.SessionID != parsed.SessionID || (direct.Err == nil) != (parsed.Err == nil) || !proto.Equal(direct.Update, parsed.Update) {
+			t.Fatalf("v%d: %s\ndirect: %v %q %v %v\nparsed: %v %q %v %v", v, data,
+				ok1, direct.SessionID, direct.Err, direct.Update, ok2, parsed.SessionID, parsed.Err, parsed.Update)
+		}
+	})
+}
+
+// The direct path takes the updates agents send most, in both versions.
+func TestDirectPathTakesCommonUpdates(t *testing.T) {
+	for i, s := range fastSeeds[:13] {
+		for _, v := range []Version{V1, V2} {
+			_, _, decoded, ok := parseNotification(notificationOf(s), v, true)
+			if !ok || decoded == nil {
+				t.Errorf("seed %d, v%d: left to the parsed path: %s", i, v, s)
+			}
+		}
+	}
+}

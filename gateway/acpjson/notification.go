@@ -37,11 +37,21 @@ type UpdateNotification struct {
 // reading of odd messages (encoding/json matches member names to fields
 // regardless of case) this does not try to reproduce.
 func DecodeNotification(data []byte, v Version) (n UpdateNotification, ok bool) {
-	sid, update, ok := parseNotification(data)
+	return decodeNotification(data, v, true)
+}
+
+// decodeNotification is DecodeNotification, taking the direct path (see
+// directUpdate) when direct is set.
+func decodeNotification(data []byte, v Version, direct bool) (n UpdateNotification, ok bool) {
+	sid, update, decoded, ok := parseNotification(data, v, direct)
 	if !ok {
 		return UpdateNotification{}, false
 	}
 	n.SessionID = sid
+	if decoded != nil {
+		n.Update = decoded
+		return n, true
+	}
 	n.Update, n.Err = decodeUpdate(update, v)
 	if n.Err != nil {
 		n.Update = keepUnknown(update)
@@ -73,8 +83,9 @@ const (
 )
 
 // parseNotification parses data as DecodeNotification describes, returning
-// params.sessionId and the parsed params.update.
-func parseNotification(data []byte) (sid string, update any, ok bool) {
+// params.sessionId and the parsed params.update, or with direct, the
+// update decoded by the direct path when it takes it.
+func parseNotification(data []byte, v Version, direct bool) (sid string, update any, decoded *acpv2.SessionUpdate, ok bool) {
 	p := getParser(data)
 	defer putParser(p)
 	seen := 0
@@ -104,6 +115,11 @@ func parseNotification(data []byte) (sid string, update any, ok bool) {
 			if !once(mUpdate) {
 				return false
 			}
+			if direct {
+				if decoded, ok = p.directUpdate(v); ok {
+					return true
+				}
+			}
 			u, ok := p.value()
 			update = u
 			return ok
@@ -128,7 +144,7 @@ func parseNotification(data []byte) (sid string, update any, ok bool) {
 	})
 	p.ws()
 	if !ok || p.i != len(p.data) || seen&(mMethod|mParams|mUpdate) != mMethod|mParams|mUpdate {
-		return "", nil, false
+		return "", nil, nil, false
 	}
-	return sid, update, true
+	return sid, update, decoded, true
 }

@@ -1,0 +1,187 @@
+package acpjson
+
+import (
+	"google.golang.org/protobuf/types/known/structpb"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// The direct path: the fast path's updates read straight from a
+// notification's bytes, without the map of the update object, and with
+// rawInput, rawOutput and _meta parsed straight into google.protobuf
+// values rather than into maps that toValue then copies. The members
+// the fast path reads from parsed values (content, locations, ids) are
+// parsed as before and handed to the same functions. It takes an update
+// only when its first member is sessionUpdate and no member comes twice;
+// anything else, and anything the fast path declines, is parsed again
+// from the update's start as before. FuzzDirectMatchesParsed checks the
+// two give the same notification.
+
+// directUpdate decodes the update object at p.i, or returns ok false with
+// p where it was.
+func (p *parser) directUpdate(v Version) (*acpv2.SessionUpdate, bool) {
+	start, depth, elems := p.i, p.depth, len(p.elems)
+	u, ok := p.directMembers(v)
+	if !ok || u == nil {
+		p.i, p.depth = start, depth
+		clear(p.elems[elems:])
+		p.elems = p.elems[:elems]
+		return nil, false
+	}
+	return u, true
+}
+
+func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
+	var (
+		tag   string
+		seen  [12]string
+		nseen int
+		tc    *acpv2.ToolCallUpdate
+		cc    *acpv2.ToolCallContentChunk
+		mc    *acpv2.ContentChunk
+	)
+	ok := p.members(func(key string) bool {
+		if nseen == 0 {
+			if key != "sessionUpdate" {
+				return false
+			}
+			val, ok := p.value()
+			tag, _ = val.(string)
+			switch tag {
+			case "tool_call_update", "tool_call":
+				tc = &acpv2.ToolCallUpdate{}
+				if tag == "tool_call" {
+					v = V1
+				}
+			case "tool_call_content_chunk":
+				cc = &acpv2.ToolCallContentChunk{}
+			case "agent_message_chunk", "agent_thought_chunk", "user_message_chunk":
+				mc = &acpv2.ContentChunk{}
+			default:
+				return false
+			}
+			seen[0], nseen = key, 1
+			return ok
+		}
+		for _, k := range seen[:nseen] {
+			if k == key {
+				return false // the last would win: the parsed path knows
+			}
+		}
+		if nseen == len(seen) {
+			return false
+		}
+		seen[nseen] = key
+		nseen++
+		// Values bound for google.protobuf types, parsed straight into them.
+		if p.peek() != 'n' {
+			switch {
+			case tc != nil && (key == "rawInput" || key == "rawOutput"):
+				val, ok := p.protoValue()
+				if key == "rawInput" {
+					tc.RawInput = valuePatch(val)
+				} else {
+					tc.RawOutput = valuePatch(val)
+				}
+				return ok
+			case key == "_meta" && p.peek() == '{':
+				m, ok := p.protoStruct()
+				switch {
+				case tc != nil:
+					tc.Meta = structPatch(m)
+				case cc != nil:
+					cc.Meta = m
+				default:
+					mc.Meta = m
+				}
+				return ok
+			}
+		}
+		val, ok := p.value()
+		if !ok {
+			return false
+		}
+		switch {
+		case tc != nil:
+			return toolCallMember(tc, key, val, v)
+		case cc != nil:
+			return contentChunkMember(cc, key, val)
+		default:
+			return chunkMember(mc, key, val)
+		}
+	})
+	switch {
+	case !ok:
+		return nil, false
+	case tc != nil && tc.ToolCallId != "":
+		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: tc}}, true
+	case cc != nil && requiredChunk(cc) != nil:
+		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: cc}}, true
+	case mc != nil:
+		return wrapChunk(tag, mc), true
+	}
+	return nil, false
+}
+
+// peek returns the byte at p.i after whitespace, or 0 at the end.
+func (p *parser) peek() byte {
+	p.ws()
+	if p.i >= len(p.data) {
+		return 0
+	}
+	return p.data[p.i]
+}
+
+// protoValue parses the value at p.i straight into a google.protobuf
+// Value, as toValue of value's result would make it.
+func (p *parser) protoValue() (*structpb.Value, bool) {
+	switch p.peek() {
+	case '{':
+		s, ok := p.protoStruct()
+		return structpb.NewStructValue(s), ok
+	case '[':
+		if p.depth++; p.depth > maxParseDepth {
+			return nil, false
+		}
+		p.i++ // [
+		l := &structpb.ListValue{}
+		if p.peek() == ']' {
+			p.i++
+			p.depth--
+			return structpb.NewListValue(l), true
+		}
+		for {
+			v, ok := p.protoValue()
+			if !ok {
+				return nil, false
+			}
+			l.Values = append(l.Values, v)
+			end, ok := p.next(']')
+			if !ok {
+				return nil, false
+			}
+			if end {
+				break
+			}
+		}
+		p.depth--
+		return structpb.NewListValue(l), true
+	}
+	v, ok := p.value()
+	if !ok {
+		return nil, false
+	}
+	return toValue(v), true
+}
+
+// protoStruct parses the object at p.i straight into a google.protobuf
+// Struct, the last of duplicate members winning as in value's maps.
+func (p *parser) protoStruct() (*structpb.Struct, bool) {
+	s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	ok := p.members(func(k string) bool {
+		v, ok := p.protoValue()
+		s.Fields[k] = v
+		return ok
+	})
+	return s, ok
+}
