@@ -576,7 +576,9 @@ func checkCompact(t testing.TB, ops []op, every int) {
 // checkWire applies ops, compacting before each op whose index every
 // divides, and checks that Wire encodes each merged tool call, with the
 // parts of the op that made it (on odd ops) or without, and the version
-// before it, no longer the current one, to bytes that decode to it.
+// before it, no longer the current one, to bytes that decode to it; and
+// that WireRoom (every third op) gives the same, once, with room before it
+// that the caller may write into.
 func checkWire(t testing.TB, ops []op, every int) {
 	t.Helper()
 	s := merge.New()
@@ -603,6 +605,25 @@ func checkWire(t testing.TB, ops []op, every int) {
 		var parts *merge.Parts
 		if i%2 == 1 {
 			parts = opParts(t, o)
+		}
+		if i%3 == 0 {
+			// With room before it: a header written there changes
+			// nothing the State reads.
+			const room = 16
+			full, ok := s.WireRoom(got, parts, room)
+			if !ok {
+				t.Fatalf("op %d: no room for a version just made", i)
+			}
+			for j := range room {
+				full[j] = 0xff
+			}
+			back := &acpv2.ToolCall{}
+			if err := proto.Unmarshal(full[room:], back); err != nil || !proto.Equal(back, got) {
+				t.Fatalf("op %d: WireRoom's encoding decodes to %v (%v)", i, back, err)
+			}
+			if _, again := s.WireRoom(got, nil, room); again {
+				t.Fatalf("op %d: the same room handed out twice", i)
+			}
 		}
 		decode(i, "merged", got, parts)
 		decode(i, "merged, again", got, nil)

@@ -21,6 +21,9 @@ type callWire struct {
 	call  *acpv2.ToolCall
 	b     []byte
 	parts [][]part // by field: content, locations, then the singular ones
+	// room, when not nil, is b's array from its start: free bytes, then
+	// b. WireRoom hands it out once.
+	room []byte
 }
 
 // part is one message field's record (tag, length, message) in callWire.b.
@@ -55,13 +58,41 @@ func (s *State) Wire(call *acpv2.ToolCall, parts *Parts) ([]byte, error) {
 	if e.enc != nil && e.enc.call == call {
 		return e.enc.b, nil
 	}
-	enc, err := encodeCall(e.enc, call, parts, &s.scratch)
+	enc, err := encodeCall(e.enc, call, parts, 0, &s.scratch)
 	if err != nil {
 		e.enc = nil
 		return proto.Marshal(call)
 	}
 	e.enc = enc
 	return enc.b, nil
+}
+
+// WireRoom is Wire with room free bytes before the encoding, in the same
+// array, for the caller to write a header into: it returns those bytes
+// and the encoding after them. It does so once, for the current version
+// of a tool call, when it encodes it; otherwise it returns false, and the
+// caller copies what Wire returns. The encoding part must not be
+// modified: the State reads it for the next version.
+func (s *State) WireRoom(call *acpv2.ToolCall, parts *Parts, room int) ([]byte, bool) {
+	i, ok := s.index[call.GetToolCallId()]
+	if !ok || s.calls[i].call != call {
+		return nil, false
+	}
+	e := &s.calls[i]
+	if e.enc != nil && e.enc.call == call {
+		return nil, false // encoded already: its room may be in use
+	}
+	enc, err := encodeCall(e.enc, call, parts, room, &s.scratch)
+	if err != nil || enc.room == nil {
+		return nil, false
+	}
+	e.enc = enc
+	full := enc.room
+	enc.room = nil
+	if n := room + len(enc.b); n > cap(full) || len(enc.b) > 0 && &full[:n][room] != &enc.b[0] {
+		return nil, false // the encoding outgrew its array
+	}
+	return full[:room+len(enc.b)], true
 }
 
 // record is a message field's record in the making: the bytes of the
@@ -79,7 +110,7 @@ type record struct {
 // version before c, or nil) for the message fields c shares with it. It
 // marshals the new fields into scratch first, so that the encoding is
 // allocated once, at its size.
-func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, scratch *[]byte) (*callWire, error) {
+func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, room int, scratch *[]byte) (*callWire, error) {
 	if len(c.ProtoReflect().GetUnknown()) != 0 {
 		return nil, errPlain
 	}
@@ -145,7 +176,11 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, scratch *[]byte
 	if err != nil {
 		return nil, err
 	}
-	w := &callWire{call: c, b: make([]byte, 0, size), parts: make([][]part, len(counts))}
+	full := make([]byte, room, room+size)
+	w := &callWire{call: c, b: full[room:], parts: make([][]part, len(counts))}
+	if room > 0 {
+		w.room = full
+	}
 	for n, s := range strs {
 		if s != "" {
 			w.b = protowire.AppendTag(w.b, protowire.Number(n+1), protowire.BytesType)

@@ -427,10 +427,16 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		s.trackToolLocked(was, merged)
 		changed = replaceCall(changed, merged)
 		// Encoded now, while it is the call's current version, from the
-		// version before and the update's own encoding.
-		wire, _ := s.tools.Wire(merged, parts)
+		// version before and the update's own encoding, with room for the
+		// event's head.
+		bd = body{room: true}
+		var ok bool
+		if bd.b, ok = s.tools.WireRoom(merged, parts, eventwire.Headroom); !ok {
+			bd.b, _ = s.tools.Wire(merged, parts)
+			bd.room = false
+		}
 		events = append(events, &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}})
-		bodies = append(bodies, body{b: wire})
+		bodies = append(bodies, bd)
 	}
 	_ = s.emitBodiesLocked(events, bodies, changed)
 }
