@@ -1,7 +1,6 @@
 package session
 
 import (
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -54,7 +53,7 @@ func bodyOf(ev *acpv2.SessionEvent) body {
 	if fd == nil || fd.Message() == nil {
 		return body{}
 	}
-	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, eventwire.Headroom), m.Get(fd).Message().Interface())
+	b, err := appendUpdate(make([]byte, eventwire.Headroom), m.Get(fd).Message().Interface())
 	if err != nil {
 		return body{}
 	}

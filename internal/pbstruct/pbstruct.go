@@ -1,0 +1,175 @@
+// Package pbstruct encodes google.protobuf.Struct and Value messages
+// without reflection. proto.Marshal walks their maps and oneofs through
+// its table-driven coders, which made the Struct values in the _meta and
+// rawInput of agent updates the largest part of encoding an update's
+// event. The bytes are a valid encoding of the message, and decode to it;
+// like proto.Marshal's, map entries come in no set order.
+package pbstruct
+
+import (
+	"errors"
+	"math"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// ErrUnsupported is returned for a message this package does not encode
+// (unknown fields, a nil element), which proto.Marshal should have.
+var ErrUnsupported = errors.New("pbstruct: message not encoded here")
+
+// errUTF8 is proto.Marshal's refusal of a string that is not UTF-8.
+var errUTF8 = errors.New("pbstruct: string field contains invalid UTF-8")
+
+// Field numbers of google.protobuf.Value's kinds, Struct's fields and
+// ListValue's values.
+const (
+	fieldNull, fieldNumber, fieldString, fieldBool, fieldStruct, fieldList = 1, 2, 3, 4, 5, 6
+	fieldEntries, fieldKey, fieldEntryValue, fieldValues                   = 1, 1, 2, 1
+)
+
+// AppendStruct appends the encoding of s to b.
+func AppendStruct(b []byte, s *structpb.Struct) ([]byte, error) {
+	if err := checkStruct(s); err != nil {
+		return nil, err
+	}
+	return appendStruct(b, s), nil
+}
+
+// AppendValue appends the encoding of v to b.
+func AppendValue(b []byte, v *structpb.Value) ([]byte, error) {
+	if err := checkValue(v); err != nil {
+		return nil, err
+	}
+	return appendValue(b, v), nil
+}
+
+// checkStruct and checkValue find what the appends cannot encode.
+func checkStruct(s *structpb.Struct) error {
+	if s == nil || len(s.ProtoReflect().GetUnknown()) != 0 {
+		return ErrUnsupported
+	}
+	for k, v := range s.GetFields() {
+		if !utf8.ValidString(k) {
+			return errUTF8
+		}
+		if err := checkValue(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkValue(v *structpb.Value) error {
+	if v == nil || len(v.ProtoReflect().GetUnknown()) != 0 {
+		return ErrUnsupported
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		if !utf8.ValidString(k.StringValue) {
+			return errUTF8
+		}
+	case *structpb.Value_StructValue:
+		return checkStruct(k.StructValue)
+	case *structpb.Value_ListValue:
+		if k.ListValue == nil || len(k.ListValue.ProtoReflect().GetUnknown()) != 0 {
+			return ErrUnsupported
+		}
+		for _, e := range k.ListValue.GetValues() {
+			if err := checkValue(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// SizeStruct is the length of s's encoding, for a Struct that
+// AppendStruct encodes.
+func SizeStruct(s *structpb.Struct) int { return sizeStruct(s) }
+
+// SizeValue is the length of v's encoding, for a Value that AppendValue
+// encodes.
+func SizeValue(v *structpb.Value) int { return sizeValue(v) }
+
+func sizeStruct(s *structpb.Struct) int {
+	n := 0
+	for k, v := range s.GetFields() {
+		e := protowire.SizeTag(fieldKey) + protowire.SizeBytes(len(k)) +
+			protowire.SizeTag(fieldEntryValue) + protowire.SizeBytes(sizeValue(v))
+		n += protowire.SizeTag(fieldEntries) + protowire.SizeBytes(e)
+	}
+	return n
+}
+
+func sizeValue(v *structpb.Value) int {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		return protowire.SizeTag(fieldNull) + protowire.SizeVarint(uint64(k.NullValue))
+	case *structpb.Value_NumberValue:
+		return protowire.SizeTag(fieldNumber) + protowire.SizeFixed64()
+	case *structpb.Value_StringValue:
+		return protowire.SizeTag(fieldString) + protowire.SizeBytes(len(k.StringValue))
+	case *structpb.Value_BoolValue:
+		return protowire.SizeTag(fieldBool) + protowire.SizeVarint(protowire.EncodeBool(k.BoolValue))
+	case *structpb.Value_StructValue:
+		return protowire.SizeTag(fieldStruct) + protowire.SizeBytes(sizeStruct(k.StructValue))
+	case *structpb.Value_ListValue:
+		n := 0
+		for _, e := range k.ListValue.GetValues() {
+			n += protowire.SizeTag(fieldValues) + protowire.SizeBytes(sizeValue(e))
+		}
+		return protowire.SizeTag(fieldList) + protowire.SizeBytes(n)
+	}
+	return 0
+}
+
+func appendStruct(b []byte, s *structpb.Struct) []byte {
+	for k, v := range s.GetFields() {
+		vs := sizeValue(v)
+		b = protowire.AppendTag(b, fieldEntries, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fieldKey)+protowire.SizeBytes(len(k))+
+			protowire.SizeTag(fieldEntryValue)+protowire.SizeBytes(vs)))
+		b = protowire.AppendTag(b, fieldKey, protowire.BytesType)
+		b = protowire.AppendString(b, k)
+		b = protowire.AppendTag(b, fieldEntryValue, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(vs))
+		b = appendValue(b, v)
+	}
+	return b
+}
+
+func appendValue(b []byte, v *structpb.Value) []byte {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		b = protowire.AppendTag(b, fieldNull, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(k.NullValue))
+	case *structpb.Value_NumberValue:
+		b = protowire.AppendTag(b, fieldNumber, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, math.Float64bits(k.NumberValue))
+	case *structpb.Value_StringValue:
+		b = protowire.AppendTag(b, fieldString, protowire.BytesType)
+		b = protowire.AppendString(b, k.StringValue)
+	case *structpb.Value_BoolValue:
+		b = protowire.AppendTag(b, fieldBool, protowire.VarintType)
+		b = protowire.AppendVarint(b, protowire.EncodeBool(k.BoolValue))
+	case *structpb.Value_StructValue:
+		b = protowire.AppendTag(b, fieldStruct, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeStruct(k.StructValue)))
+		b = appendStruct(b, k.StructValue)
+	case *structpb.Value_ListValue:
+		n := 0
+		for _, e := range k.ListValue.GetValues() {
+			n += protowire.SizeTag(fieldValues) + protowire.SizeBytes(sizeValue(e))
+		}
+		b = protowire.AppendTag(b, fieldList, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
+		for _, e := range k.ListValue.GetValues() {
+			b = protowire.AppendTag(b, fieldValues, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(sizeValue(e)))
+			b = appendValue(b, e)
+		}
+	}
+	return b
+}
