@@ -1,6 +1,8 @@
 package session
 
 import (
+	"sync"
+
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -53,12 +55,26 @@ func bodyOf(ev *acpv2.SessionEvent) body {
 	if fd == nil || fd.Message() == nil {
 		return body{}
 	}
-	b, err := appendUpdate(make([]byte, eventwire.Headroom), m.Get(fd).Message().Interface())
+	scratch := bodyBuffers.Get().(*[]byte)
+	defer bodyBuffers.Put(scratch)
+	b, err := appendUpdate((*scratch)[:0], m.Get(fd).Message().Interface())
 	if err != nil {
 		return body{}
 	}
-	return body{b: b, room: true}
+	if cap(b) <= maxBodyBuffer {
+		*scratch = b
+	}
+	// One allocation at the size needed: growing the body in place took
+	// several, and left the event's array up to twice its size.
+	out := make([]byte, eventwire.Headroom+len(b))
+	copy(out[eventwire.Headroom:], b)
+	return body{b: out, room: true}
 }
+
+// bodyBuffers are bodyOf's scratch buffers, up to maxBodyBuffer bytes.
+var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxBodyBuffer = 64 << 10
 
 // updateKind names u's update in snake case (tool_call_update,
 // agent_message_chunk, ...), for the metrics.
