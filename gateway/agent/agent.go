@@ -299,7 +299,7 @@ func (a *Agent) streamEnded(err error) {
 }
 
 // finish ends the agent with err (not nil) the first time it is called:
-// it records why, closes done and runs the OnDone function.
+// it records why, cancels ended (closing Done) and runs the OnDone function.
 func (a *Agent) finish(err error, reason string) {
 	a.endMu.Lock()
 	if a.err != nil {

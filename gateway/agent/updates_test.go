@@ -9,7 +9,7 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
-// heldClient is a Client whose SessionUpdate waits for release, and which
+// heldClient is a Client whose SessionUpdates waits for release, and which
 // notes the updates' session ids in order.
 type heldClient struct {
 	release chan struct{}
