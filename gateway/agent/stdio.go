@@ -14,9 +14,10 @@ var ErrLineTooLong = errors.New("agent output line too long")
 
 const (
 	// lineBuffer is the read buffer of an agent's stdout, held for the
-	// agent's life: about what jsonrpc2's decoder grew to for lines of up to
-	// 3 KiB (1.5 to 3.5 KiB). A longer line is put together in a buffer of
-	// its own.
+	// agent's life: about what jsonrpc2's plain stream held for lines of up
+	// to 3 KiB (its encoding/json Decoder grows its buffer to twice its
+	// capacity and 512 bytes more: 1.5 KiB, then 3.5 KiB). A longer line is
+	// put together in a buffer of its own.
 	lineBuffer = 4 << 10
 	// keepLong bounds the long-line buffer kept for the next long line, so
 	// that one huge line does not stay in memory for the agent's life, as
