@@ -326,7 +326,8 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 // emitBodiesLocked is emitLocked with, for each event that has one (bodies
 // may be nil), the encoding of its event field made already: an update's,
 // whose parts its merged call reuses, and a merged call's from
-// merge.State.Wire, made while it was the call's current version. s.mu
+// merge.State.WireRoom or Wire, made while it was the call's current
+// version. Events without one are marshalled when first asked for. s.mu
 // must be held.
 func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, changed []*acpv2.ToolCall) error {
 	if s.moved {
@@ -336,17 +337,15 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, 
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
-		// The merged call's encoding reuses the parts it shares with the
-		// version before: the store and the streams take it from
-		// eventwire rather than marshal the whole call again.
-		switch tc := ev.GetToolCall(); {
-		case i < len(bodies) && bodies[i].room:
-			eventwire.RememberBodyIn(ev, bodies[i].b)
-		case i < len(bodies) && bodies[i].b != nil:
-			eventwire.RememberBody(ev, bodies[i].b)
-		case tc != nil:
-			if wire, err := s.tools.Wire(tc, nil); err == nil {
-				eventwire.RememberBody(ev, wire)
+		// The store and the streams take the event's encoding from
+		// eventwire rather than marshal it again: a merged call's body
+		// reuses the parts it shares with the version before.
+		if i < len(bodies) {
+			switch bd := bodies[i]; {
+			case bd.room:
+				eventwire.RememberBodyIn(ev, bd.b)
+			case bd.b != nil:
+				eventwire.RememberBody(ev, bd.b)
 			}
 		}
 	}
