@@ -50,12 +50,11 @@ var errPlain = errors.New("merge: tool call not encoded by parts")
 // update's own event. The bytes are shared: the caller must not modify
 // them.
 func (s *State) Wire(call *acpv2.ToolCall, parts *Parts) ([]byte, error) {
-	i, ok := s.index[call.GetToolCallId()]
-	if !ok || s.calls[i].call != call {
+	e, done := s.current(call)
+	switch {
+	case e == nil:
 		return proto.Marshal(call) // an earlier version, or a preview
-	}
-	e := &s.calls[i]
-	if e.enc != nil && e.enc.call == call {
+	case done:
 		return e.enc.b, nil
 	}
 	enc, err := encodeCall(e.enc, call, parts, 0, &s.scratch)
@@ -74,13 +73,9 @@ func (s *State) Wire(call *acpv2.ToolCall, parts *Parts) ([]byte, error) {
 // caller copies what Wire returns. The encoding part must not be
 // modified: the State reads it for the next version.
 func (s *State) WireRoom(call *acpv2.ToolCall, parts *Parts, room int) ([]byte, bool) {
-	i, ok := s.index[call.GetToolCallId()]
-	if !ok || s.calls[i].call != call {
-		return nil, false
-	}
-	e := &s.calls[i]
-	if e.enc != nil && e.enc.call == call {
-		return nil, false // encoded already: its room may be in use
+	e, done := s.current(call)
+	if e == nil || done {
+		return nil, false // not current, or encoded already: its room may be in use
 	}
 	enc, err := encodeCall(e.enc, call, parts, room, &s.scratch)
 	if err != nil || enc.room == nil {
@@ -93,6 +88,17 @@ func (s *State) WireRoom(call *acpv2.ToolCall, parts *Parts, room int) ([]byte, 
 		return nil, false // the encoding outgrew its array
 	}
 	return full[:room+len(enc.b)], true
+}
+
+// current returns the entry whose current version is call, or nil, and
+// whether its encoding is made already.
+func (s *State) current(call *acpv2.ToolCall) (e *entry, encoded bool) {
+	i, ok := s.index[call.GetToolCallId()]
+	if !ok || s.calls[i].call != call {
+		return nil, false
+	}
+	e = &s.calls[i]
+	return e, e.enc != nil && e.enc.call == call
 }
 
 // record is a message field's record in the making: the bytes of the
