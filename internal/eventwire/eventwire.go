@@ -48,10 +48,9 @@ func Remember(ev *acpv2.SessionEvent, wire []byte) { Proto.Remember(ev, wire) }
 // tool call's encoding that merge.State.Wire made from the parts of the
 // version before it). It does nothing for an event whose encoding it
 // cannot make that way (unknown fields, an event field that is not a
-// message). body must not be modified afterwards.
+// message). The encoding is a copy: body stays the caller's.
 func RememberBody(ev *acpv2.SessionEvent, body []byte) {
-	var room [Headroom]byte
-	if h, ok := head(room[:0], ev, len(body)); ok {
+	if h, ok := head(make([]byte, 0, Headroom+len(body)), ev, len(body)); ok {
 		Proto.Remember(ev, append(h, body...))
 	}
 }
