@@ -42,7 +42,8 @@ func AppendValue(b []byte, v *structpb.Value) ([]byte, error) {
 	if err := checkValue(v); err != nil {
 		return nil, err
 	}
-	return appendValue(b, v), nil
+	_, inner := sizeValue(v)
+	return appendValue(b, v, inner), nil
 }
 
 // checkStruct and checkValue find what the appends cannot encode.
@@ -91,56 +92,70 @@ func SizeStruct(s *structpb.Struct) int { return sizeStruct(s) }
 
 // SizeValue is the length of v's encoding, for a Value that AppendValue
 // encodes.
-func SizeValue(v *structpb.Value) int { return sizeValue(v) }
+func SizeValue(v *structpb.Value) int {
+	n, _ := sizeValue(v)
+	return n
+}
 
 func sizeStruct(s *structpb.Struct) int {
 	n := 0
 	for k, v := range s.GetFields() {
-		e := protowire.SizeTag(fieldKey) + protowire.SizeBytes(len(k)) +
-			protowire.SizeTag(fieldEntryValue) + protowire.SizeBytes(sizeValue(v))
-		n += protowire.SizeTag(fieldEntries) + protowire.SizeBytes(e)
+		vs, _ := sizeValue(v)
+		n += protowire.SizeTag(fieldEntries) + protowire.SizeBytes(entrySize(k, vs))
 	}
 	return n
 }
 
-func sizeValue(v *structpb.Value) int {
+// entrySize is the length of a Struct entry of key k and a value of vs
+// bytes.
+func entrySize(k string, vs int) int {
+	return protowire.SizeTag(fieldKey) + protowire.SizeBytes(len(k)) +
+		protowire.SizeTag(fieldEntryValue) + protowire.SizeBytes(vs)
+}
+
+// sizeValue returns the length of v's encoding and, for a Struct or a
+// list, the length of that message's, which appendValue takes: each
+// level sizes what is below it once.
+func sizeValue(v *structpb.Value) (n, inner int) {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NullValue:
-		return protowire.SizeTag(fieldNull) + protowire.SizeVarint(uint64(k.NullValue))
+		return protowire.SizeTag(fieldNull) + protowire.SizeVarint(uint64(k.NullValue)), 0
 	case *structpb.Value_NumberValue:
-		return protowire.SizeTag(fieldNumber) + protowire.SizeFixed64()
+		return protowire.SizeTag(fieldNumber) + protowire.SizeFixed64(), 0
 	case *structpb.Value_StringValue:
-		return protowire.SizeTag(fieldString) + protowire.SizeBytes(len(k.StringValue))
+		return protowire.SizeTag(fieldString) + protowire.SizeBytes(len(k.StringValue)), 0
 	case *structpb.Value_BoolValue:
-		return protowire.SizeTag(fieldBool) + protowire.SizeVarint(protowire.EncodeBool(k.BoolValue))
+		return protowire.SizeTag(fieldBool) + protowire.SizeVarint(protowire.EncodeBool(k.BoolValue)), 0
 	case *structpb.Value_StructValue:
-		return protowire.SizeTag(fieldStruct) + protowire.SizeBytes(sizeStruct(k.StructValue))
+		inner = sizeStruct(k.StructValue)
+		return protowire.SizeTag(fieldStruct) + protowire.SizeBytes(inner), inner
 	case *structpb.Value_ListValue:
-		n := 0
 		for _, e := range k.ListValue.GetValues() {
-			n += protowire.SizeTag(fieldValues) + protowire.SizeBytes(sizeValue(e))
+			es, _ := sizeValue(e)
+			inner += protowire.SizeTag(fieldValues) + protowire.SizeBytes(es)
 		}
-		return protowire.SizeTag(fieldList) + protowire.SizeBytes(n)
+		return protowire.SizeTag(fieldList) + protowire.SizeBytes(inner), inner
 	}
-	return 0
+	return 0, 0
 }
 
 func appendStruct(b []byte, s *structpb.Struct) []byte {
 	for k, v := range s.GetFields() {
-		vs := sizeValue(v)
+		vs, inner := sizeValue(v)
 		b = protowire.AppendTag(b, fieldEntries, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fieldKey)+protowire.SizeBytes(len(k))+
-			protowire.SizeTag(fieldEntryValue)+protowire.SizeBytes(vs)))
+		b = protowire.AppendVarint(b, uint64(entrySize(k, vs)))
 		b = protowire.AppendTag(b, fieldKey, protowire.BytesType)
 		b = protowire.AppendString(b, k)
 		b = protowire.AppendTag(b, fieldEntryValue, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(vs))
-		b = appendValue(b, v)
+		b = appendValue(b, v, inner)
 	}
 	return b
 }
 
-func appendValue(b []byte, v *structpb.Value) []byte {
+// appendValue appends v's encoding, where inner is the length sizeValue
+// gives for its Struct or list.
+func appendValue(b []byte, v *structpb.Value, inner int) []byte {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NullValue:
 		b = protowire.AppendTag(b, fieldNull, protowire.VarintType)
@@ -156,19 +171,16 @@ func appendValue(b []byte, v *structpb.Value) []byte {
 		b = protowire.AppendVarint(b, protowire.EncodeBool(k.BoolValue))
 	case *structpb.Value_StructValue:
 		b = protowire.AppendTag(b, fieldStruct, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(sizeStruct(k.StructValue)))
+		b = protowire.AppendVarint(b, uint64(inner))
 		b = appendStruct(b, k.StructValue)
 	case *structpb.Value_ListValue:
-		n := 0
-		for _, e := range k.ListValue.GetValues() {
-			n += protowire.SizeTag(fieldValues) + protowire.SizeBytes(sizeValue(e))
-		}
 		b = protowire.AppendTag(b, fieldList, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(n))
+		b = protowire.AppendVarint(b, uint64(inner))
 		for _, e := range k.ListValue.GetValues() {
+			es, ei := sizeValue(e)
 			b = protowire.AppendTag(b, fieldValues, protowire.BytesType)
-			b = protowire.AppendVarint(b, uint64(sizeValue(e)))
-			b = appendValue(b, e)
+			b = protowire.AppendVarint(b, uint64(es))
+			b = appendValue(b, e, ei)
 		}
 	}
 	return b

@@ -15,7 +15,7 @@ func sample(t testing.TB) *structpb.Struct {
 	t.Helper()
 	s, err := structpb.NewStruct(map[string]any{
 		"s": "text with \"quotes\" and ünïcode", "n": 42.5, "zero": 0.0, "neg": -1e300, "t": true, "f": false, "null": nil,
-		"empty": "", "list": []any{1.0, "two", nil, true, []any{}, map[string]any{}}, "obj": map[string]any{"a": map[string]any{"b": []any{"c"}}},
+		"empty": "", "list": []any{1.0, "two", nil, true, []any{}, map[string]any{}, []any{"in", []any{2.0}}, map[string]any{"k": []any{true}}}, "obj": map[string]any{"a": map[string]any{"b": []any{"c"}}},
 		"": "empty key",
 	})
 	if err != nil {
