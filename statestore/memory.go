@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
@@ -162,8 +160,7 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 // Events implements Store. The events are decoded after the store is
 // unlocked: a stored encoding is never changed (Append only writes past
 // the end of s.events, and trimming reslices it), so the slice taken under
-// the lock stays valid. Each event's encoding is left with eventwire, so a
-// stream that sends it does not marshal it again.
+// the lock stays valid.
 func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
 	kept, err := m.encodedEvents(id, after, limit)
 	if err != nil || len(kept) == 0 {
@@ -171,11 +168,9 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) (
 	}
 	out := make([]*acpv2.SessionEvent, len(kept))
 	for i, b := range kept {
-		out[i] = &acpv2.SessionEvent{}
-		if err := proto.Unmarshal(b, out[i]); err != nil {
+		if out[i], err = DecodeEvent(b); err != nil {
 			return nil, fmt.Errorf("statestore: decoding event %d of %s: %w", after+uint64(i)+1, id, err)
 		}
-		eventwire.Remember(out[i], b)
 	}
 	return out, nil
 }

@@ -627,9 +627,7 @@ func putCalls(tx *bolt.Tx, id string, calls []encoded) error {
 	return nil
 }
 
-// Events implements statestore.Store. A copy of each event's encoding is
-// left with eventwire, so a stream that sends the event does not marshal
-// it again.
+// Events implements statestore.Store.
 func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
 	var out []*acpv2.SessionEvent
 	err := s.view("read events of", id, func(tx *bolt.Tx) error {
@@ -646,12 +644,11 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 		}
 		c := b.Cursor()
 		for k, v := c.Seek(u64(after + 1)); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
-			e := &acpv2.SessionEvent{}
-			if err := proto.Unmarshal(v, e); err != nil {
+			// v is the file's memory, valid only in the transaction.
+			e, err := statestore.DecodeEvent(bytes.Clone(v))
+			if err != nil {
 				return corrupt(fmt.Sprint("event ", binary.BigEndian.Uint64(k)), err)
 			}
-			// v is the file's memory, valid only in the transaction.
-			eventwire.Remember(e, bytes.Clone(v))
 			out = append(out, e)
 		}
 		return nil

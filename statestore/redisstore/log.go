@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -82,14 +81,10 @@ func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) 
 	}
 	var out []*acpv2.SessionEvent
 	for _, blob := range blobs {
-		b := []byte(blob)
-		e := &acpv2.SessionEvent{}
-		if err := proto.Unmarshal(b, e); err != nil {
+		e, err := statestore.DecodeEvent([]byte(blob))
+		if err != nil {
 			return nil, fmt.Errorf("redisstore: corrupt event after seq %d of session %s: %w", after, id, err)
 		}
-		// The encoding is left with eventwire, so a stream that sends the
-		// event does not marshal it again.
-		eventwire.Remember(e, b)
 		out = append(out, e)
 	}
 	return out, nil
