@@ -12,9 +12,10 @@ import (
 
 // Memory is a Store that keeps everything in the process: nothing survives
 // a restart. Events are kept in their protobuf wire form, which takes about
-// a tenth of the memory of the decoded messages (google.protobuf.Struct
-// values in _meta and rawInput are large as objects), and are decoded again
-// when read. Tool calls are stored as given and must not be modified
+// a seventh of the memory of the decoded messages (381 bytes of heap
+// instead of 2,618 for BenchmarkMemoryRetained's tool-call update:
+// google.protobuf.Struct values in _meta and rawInput are large as
+// objects), and are decoded again when read. Tool calls are stored as given and must not be modified
 // afterwards.
 type Memory struct {
 	opts     Options
