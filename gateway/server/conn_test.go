@@ -1,13 +1,13 @@
 package server
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"sync"
 	"testing"
 
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // A connection's reads come from a buffer: one read of the socket takes
@@ -70,15 +70,10 @@ func TestServerBuffersItsConnections(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	defer srv.Shutdown(context.Background())
+	base, _ := testutil.Serve(t, srv.Serve, srv.Shutdown)
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
-	resp, err := hc.Get("http://" + l.Addr().String() + "/healthz")
+	resp, err := hc.Get(base + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}

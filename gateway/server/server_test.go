@@ -3,10 +3,8 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -24,24 +22,22 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
-func start(t *testing.T, opts server.Options) string {
+// start serves svc on a loopback port until the test ends, and returns
+// the server's base URL.
+func start(t *testing.T, svc acpv2connect.SessionServiceHandler, opts server.Options) string {
 	t.Helper()
-	srv := server.New(acpv2connect.UnimplementedSessionServiceHandler{}, opts)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return "http://" + l.Addr().String()
+	srv := server.New(svc, opts)
+	base, _ := testutil.Serve(t, srv.Serve, srv.Shutdown)
+	return base
 }
 
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	var ready atomic.Bool
-	base := start(t, server.Options{Ready: ready.Load})
+	base := start(t, acpv2connect.UnimplementedSessionServiceHandler{}, server.Options{Ready: ready.Load})
 	get := func(path string) int {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -76,7 +72,7 @@ func TestHealthAndReadiness(t *testing.T) {
 
 func TestCORSAllowsOnlyListedOrigins(t *testing.T) {
 	t.Parallel()
-	base := start(t, server.Options{CORSOrigins: []string{"https://app.example.com"}})
+	base := start(t, acpv2connect.UnimplementedSessionServiceHandler{}, server.Options{CORSOrigins: []string{"https://app.example.com"}})
 	preflight := func(origin string) string {
 		req, _ := http.NewRequest(http.MethodOptions, base+"/acp.v2.SessionService/GetSession", nil)
 		req.Header.Set("Origin", origin)
@@ -119,7 +115,7 @@ func TestCORSAllowsOnlyListedOrigins(t *testing.T) {
 
 func TestReflectionListsTheService(t *testing.T) {
 	t.Parallel()
-	base := start(t, server.Options{})
+	base := start(t, acpv2connect.UnimplementedSessionServiceHandler{}, server.Options{})
 	h2c := new(http.Protocols)
 	h2c.SetUnencryptedHTTP2(true)
 	client := grpcreflect.NewClient(&http.Client{Transport: &http.Transport{Protocols: h2c}}, base, connect.WithGRPC())
@@ -147,15 +143,9 @@ func (sized) GetSession(_ context.Context, req *connect.Request[acpv2.GetSession
 
 func TestOnlyLargeResponsesAreCompressed(t *testing.T) {
 	t.Parallel()
-	srv := server.New(sized{}, server.Options{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	base := start(t, sized{}, server.Options{})
 	encoding := func(size int) string {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+l.Addr().String()+"/acp.v2.SessionService/GetSession",
+		req, _ := http.NewRequest(http.MethodPost, base+"/acp.v2.SessionService/GetSession",
 			strings.NewReader(`{"sessionId":"`+strconv.Itoa(size)+`"}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept-Encoding", "gzip")
@@ -212,14 +202,7 @@ func (holding) GetSession(ctx context.Context, _ *connect.Request[acpv2.GetSessi
 // transport, and their messages, error and trailers still arrive.
 func TestServerStreamsCanHoldFlushes(t *testing.T) {
 	t.Parallel()
-	srv := server.New(holding{}, server.Options{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	base := "http://" + l.Addr().String()
+	base := start(t, holding{}, server.Options{})
 	h1 := &http.Client{Transport: &http.Transport{}}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
@@ -287,32 +270,20 @@ func (repeating) Watch(_ context.Context, _ *connect.Request[acpv2.WatchRequest]
 // entries in a new order each time.
 func TestStreamsSendAnEventsOneEncoding(t *testing.T) {
 	t.Parallel()
-	srv := server.New(repeating{}, server.Options{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	base := start(t, repeating{}, server.Options{})
 	req, _ := proto.Marshal(&acpv2.WatchRequest{SessionId: "s"})
-	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
-	resp, err := http.Post("http://"+l.Addr().String()+acpv2connect.SessionServiceWatchProcedure, "application/connect+proto",
-		bytes.NewReader(append(body, req...)))
+	resp, err := http.Post(base+acpv2connect.SessionServiceWatchProcedure, "application/connect+proto",
+		bytes.NewReader(testutil.Envelope(0, req)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	got, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var first []byte
 	for i := range 3 {
-		if len(got) < 5 || got[0] != 0 {
-			t.Fatalf("message %d: %x", i, got)
+		flags, msg, err := testutil.ReadEnvelope(resp.Body)
+		if err != nil || flags != 0 {
+			t.Fatalf("message %d: flags %d, err %v", i, flags, err)
 		}
-		n := int(binary.BigEndian.Uint32(got[1:5]))
-		msg := got[5 : 5+n]
 		var m acpv2.WatchResponse
 		if err := proto.Unmarshal(msg, &m); err != nil || !proto.Equal(m.GetEvent(), manyKeys) {
 			t.Fatalf("message %d does not decode to the event: %v", i, err)
@@ -322,6 +293,5 @@ func TestStreamsSendAnEventsOneEncoding(t *testing.T) {
 		} else if !bytes.Equal(msg, first) {
 			t.Fatalf("message %d is encoded anew", i)
 		}
-		got = got[5+n:]
 	}
 }

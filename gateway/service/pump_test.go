@@ -3,7 +3,6 @@ package service_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -34,15 +34,13 @@ func (f *flushCounter) Flush() { f.flushedAt = append(f.flushedAt, f.Body.Len())
 func envelopes(t *testing.T, body []byte) (flags []byte, payloads [][]byte, ends map[int]bool) {
 	t.Helper()
 	ends = map[int]bool{}
-	for off := 0; off < len(body); {
-		if len(body)-off < 5 {
-			t.Fatalf("a truncated envelope at %d", off)
+	for r := bytes.NewReader(body); r.Len() > 0; {
+		f, p, err := testutil.ReadEnvelope(r)
+		if err != nil {
+			t.Fatalf("at %d: %v", len(body)-r.Len(), err)
 		}
-		n := int(binary.BigEndian.Uint32(body[off+1:]))
-		flags = append(flags, body[off])
-		payloads = append(payloads, body[off+5:off+5+n])
-		off += 5 + n
-		ends[off] = true
+		flags, payloads = append(flags, f), append(payloads, p)
+		ends[len(body)-r.Len()] = true
 	}
 	return flags, payloads, ends
 }
@@ -75,7 +73,6 @@ func TestStreamFlushesOncePerBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
 	// A zero heartbeat is DefaultHeartbeat: the stream does not spin on
 	// heartbeats (it would until ctx ends).
 	for _, heartbeat := range []time.Duration{time.Minute, 0} {
@@ -84,7 +81,7 @@ func TestStreamFlushesOncePerBatch(t *testing.T) {
 			defer cancel()
 			_, h := acpv2connect.NewSessionServiceHandler(service.New(mgr, service.WithHeartbeat(heartbeat)))
 			h = flush.Holdable(h, func(*http.Request) bool { return true })
-			r := httptest.NewRequestWithContext(ctx, "POST", acpv2connect.SessionServiceWatchProcedure, bytes.NewReader(append(body, req...)))
+			r := httptest.NewRequestWithContext(ctx, "POST", acpv2connect.SessionServiceWatchProcedure, bytes.NewReader(testutil.Envelope(0, req)))
 			r.Header.Set("Content-Type", "application/connect+proto")
 			w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 			h.ServeHTTP(w, r)
