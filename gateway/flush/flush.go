@@ -37,7 +37,7 @@ type Writer struct {
 	f       http.Flusher
 	held    bool
 	pending bool    // a flush was asked for while held
-	buf     *[]byte // writes held back; nil when none
+	buf     *[]byte // writes held back; nil when none, as when not held
 	err     error   // of the last write of held bytes
 }
 
@@ -45,9 +45,6 @@ type Writer struct {
 // are written when they would pass holdBytes.
 func (w *Writer) Write(p []byte) (int, error) {
 	if !w.held {
-		if err := w.writeHeld(); err != nil {
-			return 0, err
-		}
 		return w.ResponseWriter.Write(p)
 	}
 	if w.err != nil {
@@ -91,9 +88,7 @@ func (w *Writer) Flush() {
 		w.pending = true
 		return
 	}
-	if w.writeHeld() == nil {
-		w.f.Flush()
-	}
+	w.f.Flush()
 }
 
 // FlushError is Flush for http.ResponseController, with the error of the
@@ -102,9 +97,6 @@ func (w *Writer) FlushError() error {
 	if w.held {
 		w.pending = true
 		return w.err
-	}
-	if err := w.writeHeld(); err != nil {
-		return err
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }

@@ -1,6 +1,7 @@
 package flush
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -127,4 +128,37 @@ func TestOnlyMatchingFlushableResponsesAreWrapped(t *testing.T) {
 	if _, ok := got.(http.Flusher); ok {
 		t.Fatal("a writer that cannot flush was wrapped in one that can")
 	}
+}
+
+// broken is a ResponseWriter whose writes fail.
+type broken struct{ counter }
+
+var errBroken = errors.New("broken pipe")
+
+func (b *broken) Write([]byte) (int, error) { return 0, errBroken }
+
+// A held write that fails is reported by the writes after it and by
+// Release, which then does not flush.
+func TestHeldWriteErrorsAreKept(t *testing.T) {
+	base := &broken{counter{ResponseWriter: httptest.NewRecorder()}}
+	Holdable(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fw := From(r.Context())
+		fw.Hold()
+		if _, err := w.Write(make([]byte, holdBytes-1)); err != nil {
+			t.Fatalf("a held write that fits: %v", err)
+		}
+		if _, err := w.Write([]byte("xx")); !errors.Is(err, errBroken) {
+			t.Fatalf("the write that sends the held bytes: err %v", err)
+		}
+		if _, err := w.Write([]byte("y")); !errors.Is(err, errBroken) {
+			t.Fatalf("a held write after a failed one: err %v", err)
+		}
+		w.(http.Flusher).Flush()
+		if err := fw.Release(); !errors.Is(err, errBroken) {
+			t.Fatalf("Release: err %v", err)
+		}
+		if base.flushes != 0 {
+			t.Fatal("Release flushed after a failed write")
+		}
+	}), func(*http.Request) bool { return true }).ServeHTTP(base, httptest.NewRequest("POST", "/s", nil))
 }
