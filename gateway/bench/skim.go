@@ -126,29 +126,28 @@ func skimEvent(data []byte) (*acpv2.SessionEvent, error) {
 // skimMeta decodes the _meta of an update message (a StructPatch's value
 // for a tool-call patch), or returns nil when it has none.
 func skimMeta(data []byte, patch bool) (*structpb.Struct, error) {
-	var meta []byte
-	if err := eachField(data, func(num protowire.Number, typ protowire.Type, b []byte) error {
-		if num == fieldMeta && typ == protowire.BytesType {
-			meta = b
-		}
-		return nil
-	}); err != nil || meta == nil {
-		return nil, err
+	meta, err := bytesField(data, fieldMeta)
+	if err == nil && meta != nil && patch {
+		meta, err = bytesField(meta, fieldPatchValue)
 	}
-	if patch {
-		var value []byte
-		if err := eachField(meta, func(num protowire.Number, typ protowire.Type, b []byte) error {
-			if num == fieldPatchValue && typ == protowire.BytesType {
-				value = b
-			}
-			return nil
-		}); err != nil || value == nil {
-			return nil, err
-		}
-		meta = value
+	if err != nil || meta == nil {
+		return nil, err
 	}
 	s := &structpb.Struct{}
 	return s, proto.Unmarshal(meta, s)
+}
+
+// bytesField returns the contents of a message's length-delimited field
+// num (the last, if it repeats), or nil when it has none.
+func bytesField(data []byte, num protowire.Number) ([]byte, error) {
+	var v []byte
+	err := eachField(data, func(n protowire.Number, typ protowire.Type, b []byte) error {
+		if n == num && typ == protowire.BytesType {
+			v = b
+		}
+		return nil
+	})
+	return v, err
 }
 
 // eachField calls f with each field of a message's encoding: its number,
