@@ -169,7 +169,7 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) (
 	}
 	out := make([]*acpv2.SessionEvent, len(kept))
 	for i, b := range kept {
-		if out[i], err = DecodeEvent(b); err != nil {
+		if out[i], err = eventwire.Unmarshal(b); err != nil {
 			return nil, fmt.Errorf("statestore: decoding event %d of %s: %w", after+uint64(i)+1, id, err)
 		}
 	}

@@ -14,10 +14,7 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
 
 var (
@@ -146,19 +143,6 @@ func CheckSeqs(last uint64, events []*acpv2.SessionEvent) error {
 		}
 	}
 	return nil
-}
-
-// DecodeEvent decodes a stored event from wire, for stores' Events, and
-// leaves wire with eventwire as the event's encoding, so a stream that
-// sends the event does not marshal it again. wire must not be modified
-// afterwards.
-func DecodeEvent(wire []byte) (*acpv2.SessionEvent, error) {
-	e := &acpv2.SessionEvent{}
-	if err := proto.Unmarshal(wire, e); err != nil {
-		return nil, err
-	}
-	eventwire.Remember(e, wire)
-	return e, nil
 }
 
 // TrimmedError is the ErrTrimmed of a read after seq after from session id,

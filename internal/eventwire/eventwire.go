@@ -39,6 +39,19 @@ var Proto = New(DefaultEntries, DefaultBytes, proto.Marshal)
 // shared: the caller must not modify them.
 func Marshal(ev *acpv2.SessionEvent) ([]byte, error) { return Proto.Get(ev) }
 
+// Unmarshal decodes an event from wire and records wire in [Proto] as its
+// encoding, so that a stream that sends the event does not marshal it
+// again: a store's Events reads its events so. wire must not be modified
+// afterwards.
+func Unmarshal(wire []byte) (*acpv2.SessionEvent, error) {
+	ev := &acpv2.SessionEvent{}
+	if err := proto.Unmarshal(wire, ev); err != nil {
+		return nil, err
+	}
+	Remember(ev, wire)
+	return ev, nil
+}
+
 // Remember records in [Proto] that wire is ev's protobuf encoding, as when
 // ev was just decoded from it. wire must not be modified afterwards.
 func Remember(ev *acpv2.SessionEvent, wire []byte) { Proto.Remember(ev, wire) }

@@ -315,3 +315,22 @@ func TestRememberBodyIsProtoMarshal(t *testing.T) {
 		t.Fatal("an event with unknown fields was given an encoding without them")
 	}
 }
+
+// Unmarshal decodes an event and leaves its bytes as its encoding; bytes
+// that do not decode give an error.
+func TestUnmarshalRemembers(t *testing.T) {
+	wire, err := proto.Marshal(testEvents(t)[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := Unmarshal(wire)
+	if err != nil || !proto.Equal(ev, testEvents(t)[2]) {
+		t.Fatalf("decoded %v, %v", ev, err)
+	}
+	if got, _ := Proto.Get(ev); !Proto.Held(ev) || &got[0] != &wire[0] {
+		t.Fatal("the decoded bytes are not the event's encoding")
+	}
+	if _, err := Unmarshal([]byte{0xff}); err == nil {
+		t.Fatal("a malformed encoding decoded")
+	}
+}

@@ -645,7 +645,7 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 		c := b.Cursor()
 		for k, v := c.Seek(u64(after + 1)); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
 			// v is the file's memory, valid only in the transaction.
-			e, err := statestore.DecodeEvent(bytes.Clone(v))
+			e, err := eventwire.Unmarshal(bytes.Clone(v))
 			if err != nil {
 				return corrupt(fmt.Sprint("event ", binary.BigEndian.Uint64(k)), err)
 			}

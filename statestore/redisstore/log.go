@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -81,7 +82,7 @@ func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) 
 	}
 	var out []*acpv2.SessionEvent
 	for _, blob := range blobs {
-		e, err := statestore.DecodeEvent([]byte(blob))
+		e, err := eventwire.Unmarshal([]byte(blob))
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: corrupt event after seq %d of session %s: %w", after, id, err)
 		}
