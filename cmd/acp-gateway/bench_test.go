@@ -63,6 +63,10 @@ func TestBenchQuickReport(t *testing.T) {
 		Fanout []struct {
 			Watchers int    `json:"watchers"`
 			Error    string `json:"error"`
+			Latency  struct {
+				Samples int `json:"samples"`
+			} `json:"latencyMs"`
+			WatchersNice int `json:"watchersNice"`
 		} `json:"fanout"`
 		Scale *struct {
 			Sessions int    `json:"sessions"`
@@ -104,6 +108,13 @@ func TestBenchQuickReport(t *testing.T) {
 	}
 	if len(rep.Fanout) != 2 || rep.Fanout[0].Watchers != 1 || rep.Fanout[1].Watchers != 3 || rep.Fanout[0].Error != "" || rep.Fanout[1].Error != "" {
 		t.Errorf("fan-out %+v", rep.Fanout)
+	}
+	for _, f := range rep.Fanout {
+		// Every watcher saw every update, from a process at the lowest
+		// CPU priority (standing in for clients on other machines).
+		if f.Latency.Samples != f.Watchers*20 || f.WatchersNice != 19 {
+			t.Errorf("fan-out to %d watchers: %d latency samples, watchers at nice %d", f.Watchers, f.Latency.Samples, f.WatchersNice)
+		}
 	}
 	if rep.Scale == nil || rep.Scale.Sessions != 3 || rep.Scale.Store != "bolt" || rep.Scale.Failed != 0 || rep.Scale.Leftover != 0 || rep.Scale.Error != "" {
 		t.Errorf("scale %+v", rep.Scale)

@@ -128,8 +128,8 @@ func (c *Config) Check() error {
 }
 
 // Child modes, run as `acp-gateway bench MODE`: the synthetic agent, the
-// measured gateway, the pipe reader.
-var childModes = []string{"agent", "gateway", "pipe"}
+// measured gateway, the pipe reader, the fan-out watchers.
+var childModes = []string{"agent", "gateway", "pipe", "watchers"}
 
 // IsChild reports whether mode is a child mode of the bench.
 func IsChild(mode string) bool { return slices.Contains(childModes, mode) }
@@ -163,6 +163,8 @@ func Child(ctx context.Context, mode string, args []string, stdin io.Reader, std
 		return serveGateway(ctx, args, stdin, stdout, stderr)
 	case "pipe":
 		return servePipe(ctx, args, stdout, stderr)
+	case "watchers":
+		return serveWatchers(ctx, args, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "bench: unknown child mode %q\n", mode)
 	return 2
@@ -297,7 +299,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			rep.Fanout = []FanoutResult{{Error: err.Error()}}
 		} else {
 			stopProfile := g.profileWhile(ctx, profiled("fanout"), say)
-			rep.Fanout = runFanout(ctx, g, tr, &cfg, cwd, say)
+			rep.Fanout = runFanout(ctx, self, runID, g, tr, &cfg, cwd, say)
 			stopProfile()
 			if left, err := g.stop(tr); err != nil || left > 0 {
 				say("fan-out: the gateway left %d children (%v)", left, err)
@@ -504,7 +506,7 @@ func runTurns(turns []turnSpec, one func(turnSpec) (turnResult, error)) ([]turnR
 	return out, nil
 }
 
-func runFanout(ctx context.Context, g *gatewayProc, tr *transports, cfg *Config, cwd string, say func(string, ...any)) []FanoutResult {
+func runFanout(ctx context.Context, self []string, runID string, g *gatewayProc, tr *transports, cfg *Config, cwd string, say func(string, ...any)) []FanoutResult {
 	var out []FanoutResult
 	w := Workload{Updates: cfg.FanoutUpdates, Payload: cfg.Payload}
 	var one float64
@@ -513,7 +515,7 @@ func runFanout(ctx context.Context, g *gatewayProc, tr *transports, cfg *Config,
 			break
 		}
 		say("fan-out: %d watchers, %d updates", n, w.Updates)
-		r := fanout(ctx, g, tr, n, w, cfg.Mix[len(cfg.Mix)-1], cwd)
+		r := fanout(ctx, self, runID, g, tr, n, w, cfg.Mix[len(cfg.Mix)-1], cwd)
 		if n == 1 && r.Error == "" {
 			one = r.AgentRate
 		}

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,11 +31,14 @@ type FanoutResult struct {
 	CutOffs int `json:"cutOffs"`
 	// CPUPer1000 is gateway CPU seconds per 1,000 delivered updates.
 	CPUPer1000 float64 `json:"cpuSecondsPer1000Delivered"`
-	Error      string  `json:"error,omitempty"`
+	// WatchersNice is the CPU priority the watchers ran at (see
+	// watchersNice).
+	WatchersNice int    `json:"watchersNice"`
+	Error        string `json:"error,omitempty"`
 }
 
 // fanout runs one fan-out level against the gateway g.
-func fanout(ctx context.Context, g *gatewayProc, tr *transports, watchers int, w Workload, protocol int, cwd string) FanoutResult {
+func fanout(ctx context.Context, self []string, runID string, g *gatewayProc, tr *transports, watchers int, w Workload, protocol int, cwd string) FanoutResult {
 	res := FanoutResult{Watchers: watchers, Updates: w.Updates}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -53,86 +55,36 @@ func fanout(ctx context.Context, g *gatewayProc, tr *transports, watchers int, w
 		_, _ = c.CloseSession(cctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id}))
 	}()
 
-	// Open the watchers, 64 at a time; each is registered once Watch
-	// returned (the gateway opens a stream with a heartbeat).
-	type watcher struct {
-		stream *connect.ServerStreamForClient[acpv2.WatchResponse]
-		stop   context.CancelFunc
-		k      tracker
-		err    error
-	}
-	ws := make([]*watcher, watchers)
-	sem := make(chan struct{}, 64)
-	var wg sync.WaitGroup
-	var openErr error
-	var mu sync.Mutex
-	for i := range ws {
-		ws[i] = &watcher{}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(wt *watcher) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			wctx, stop := context.WithCancel(ctx)
-			s, err := c.Watch(wctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
-			if err != nil {
-				stop()
-				mu.Lock()
-				openErr = err
-				mu.Unlock()
-				return
-			}
-			wt.stream, wt.stop = s, stop
-		}(ws[i])
-	}
-	wg.Wait()
-	if openErr != nil {
-		for _, wt := range ws {
-			if wt.stop != nil {
-				wt.stop()
-				_ = wt.stream.Close()
-			}
-		}
-		res.Error = "Watch: " + openErr.Error()
+	// The watchers run in a child process at low priority (see
+	// watchersNice); it returns once every stream is open.
+	wp, err := startWatchers(ctx, self, runID, g.base, id, watchers, w.Updates)
+	if err != nil {
+		res.Error = err.Error()
 		return res
-	}
-	for _, wt := range ws {
-		wg.Add(1)
-		go func(wt *watcher) {
-			defer wg.Done()
-			wt.k.r.Samples = make([]int64, 0, w.Updates)
-			wt.err = consume(ctx, c, id, wt.stream, wt.stop, &wt.k, nil)
-		}(wt)
 	}
 	cpu0, _ := procCPU(g.pid)
 	driver, err := promptTurn(ctx, c, id, w, nil)
 	if err != nil {
-		cancel()
-		wg.Wait()
+		wp.kill()
 		res.Error = "the driving turn: " + err.Error()
 		return res
 	}
-	wg.Wait()
+	seen, err := wp.wait(ctx)
 	cpu1, _ := procCPU(g.pid)
-	var all []int64
-	var delivered int
-	lastRecv := driver.LastRecv
-	for _, wt := range ws {
-		if wt.err != nil && res.Error == "" {
-			res.Error = "Watch: " + wt.err.Error()
-		}
-		all = append(all, wt.k.r.Samples...)
-		delivered += wt.k.r.Updates
-		res.CutOffs += wt.k.r.CutOffs
-		lastRecv = max(lastRecv, wt.k.r.LastRecv)
+	if err != nil {
+		res.Error = err.Error()
+		return res
 	}
+	res.Error, res.CutOffs, res.WatchersNice = seen.Error, seen.CutOffs, seen.Nice
+	delivered := seen.Delivered
+	lastRecv := max(driver.LastRecv, seen.LastRecv)
 	if span := driver.LastSend - driver.FirstSend; span > 0 {
 		res.AgentRate = float64(driver.Updates-1) / (float64(span) / 1e9)
 	}
 	if span := lastRecv - driver.FirstSend; span > 0 {
 		res.DeliveredRate = float64(delivered) / (float64(span) / 1e9)
 	}
-	res.Latency = latencyOf(all)
+	res.Latency = seen.Latency
 	if delivered > 0 {
 		res.CPUPer1000 = round3((cpu1 - cpu0).Seconds() / float64(delivered) * 1000)
 	}

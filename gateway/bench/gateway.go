@@ -265,28 +265,44 @@ func startGateway(ctx context.Context, self []string, runID, store string, extra
 		return nil, err
 	}
 	g.pid = cmd.Process.Pid
+	line, err := lineWithin(ctx, g.out, 30*time.Second)
+	if addr, ok := strings.CutPrefix(strings.TrimSpace(line), "addr "); ok {
+		g.base = "http://" + addr
+		return g, nil
+	}
+	g.kill()
+	if errors.Is(err, errNoLineInTime) || ctx.Err() != nil {
+		return nil, errors.New("bench gateway did not start in time")
+	}
+	return nil, fmt.Errorf("bench gateway did not start: %v %s", err, strings.TrimSpace(g.stderr.String()))
+}
+
+// errNoLineInTime is lineWithin's error when the line is late.
+var errNoLineInTime = errors.New("no line in time")
+
+// lineWithin reads a line of a child's output from r, giving up after d
+// or when ctx ends. The read it gives up on ends when the caller kills
+// the child.
+func lineWithin(ctx context.Context, r *bufio.Reader, d time.Duration) (string, error) {
 	type lineErr struct {
 		line string
 		err  error
 	}
-	first := make(chan lineErr, 1)
+	got := make(chan lineErr, 1)
 	go func() {
-		line, err := g.out.ReadString('\n')
-		first <- lineErr{line, err}
+		line, err := r.ReadString('\n')
+		got <- lineErr{line, err}
 	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
-	case le := <-first:
-		if addr, ok := strings.CutPrefix(strings.TrimSpace(le.line), "addr "); ok {
-			g.base = "http://" + addr
-			return g, nil
-		}
-		g.kill()
-		return nil, fmt.Errorf("bench gateway did not start: %v %s", le.err, strings.TrimSpace(g.stderr.String()))
-	case <-time.After(30 * time.Second):
+	case le := <-got:
+		return le.line, le.err
+	case <-t.C:
+		return "", errNoLineInTime
 	case <-ctx.Done():
+		return "", ctx.Err()
 	}
-	g.kill()
-	return nil, errors.New("bench gateway did not start in time")
 }
 
 func (g *gatewayProc) kill() {
