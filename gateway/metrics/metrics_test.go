@@ -155,3 +155,32 @@ func TestASessionHasAtMostNineSeries(t *testing.T) {
 		t.Fatalf("a session with every tool-call status has %d series, the documented bound is 9", n)
 	}
 }
+
+func TestUpdatesCountedByAgentAndKind(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Options{})
+	a := m.StartSession("a", "demo", true)
+	b := m.StartSession("b", "demo", true)
+	for range 3 {
+		a.Update("tool_call_update")
+	}
+	a.Update("agent_message_chunk")
+	b.Update("tool_call_update")
+	want := `
+# HELP acp_gateway_updates_total Session updates received from agents, by agent and update kind.
+# TYPE acp_gateway_updates_total counter
+acp_gateway_updates_total{agent="demo",kind="agent_message_chunk"} 1
+acp_gateway_updates_total{agent="demo",kind="tool_call_update"} 4
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "acp_gateway_updates_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func BenchmarkSessionUpdate(b *testing.B) {
+	m := metrics.New(metrics.Options{})
+	s := m.StartSession("a", "demo", true)
+	for b.Loop() {
+		s.Update("tool_call_update")
+	}
+}

@@ -22,6 +22,11 @@ type Session struct {
 	watchers, activity prometheus.Gauge
 	tools              *prometheus.GaugeVec
 
+	// byKind holds the aggregate counters of the agent's updates by kind,
+	// each looked up once: the lookup hashed both labels for every update.
+	mu     sync.Mutex
+	byKind map[string]prometheus.Counter
+
 	endOnce sync.Once
 }
 
@@ -93,10 +98,25 @@ func (s *Session) Update(kind string) {
 	if s == nil {
 		return
 	}
-	s.m.updates.WithLabelValues(s.agent, kind).Inc()
+	s.kindCounter(kind).Inc()
 	if s.updates != nil {
 		s.updates.Inc()
 	}
+}
+
+// kindCounter returns the counter of the agent's updates of kind.
+func (s *Session) kindCounter(kind string) prometheus.Counter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.byKind[kind]
+	if !ok {
+		c = s.m.updates.WithLabelValues(s.agent, kind)
+		if s.byKind == nil {
+			s.byKind = map[string]prometheus.Counter{}
+		}
+		s.byKind[kind] = c
+	}
+	return c
 }
 
 // Events counts n events recorded in the session's log.
