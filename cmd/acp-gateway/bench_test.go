@@ -66,7 +66,8 @@ func TestBenchQuickReport(t *testing.T) {
 			Latency  struct {
 				Samples int `json:"samples"`
 			} `json:"latencyMs"`
-			WatchersNice int `json:"watchersNice"`
+			WatchersNice int     `json:"watchersNice"`
+			AgentRunPct  float64 `json:"agentRunPercent"`
 		} `json:"fanout"`
 		Scale *struct {
 			Sessions int    `json:"sessions"`
@@ -114,6 +115,10 @@ func TestBenchQuickReport(t *testing.T) {
 		// CPU priority (standing in for clients on other machines).
 		if f.Latency.Samples != f.Watchers*20 || f.WatchersNice != 19 {
 			t.Errorf("fan-out to %d watchers: %d latency samples, watchers at nice %d", f.Watchers, f.Latency.Samples, f.WatchersNice)
+		}
+		// The agent's own threads were found and read.
+		if f.AgentRunPct <= 0 {
+			t.Errorf("fan-out to %d watchers: the agent ran %v%% of its turn", f.Watchers, f.AgentRunPct)
 		}
 	}
 	if rep.Scale == nil || rep.Scale.Sessions != 3 || rep.Scale.Store != "bolt" || rep.Scale.Failed != 0 || rep.Scale.Leftover != 0 || rep.Scale.Error != "" {

@@ -30,28 +30,40 @@ func procCPU(pid int) (time.Duration, error) {
 // schedCPU sums the on-CPU nanoseconds of process pid's living threads (a
 // Go process's threads live as long as it does).
 func schedCPU(pid int) (time.Duration, error) {
+	run, _, err := schedstat(pid)
+	return run, err
+}
+
+// schedstat sums over process pid's living threads the first two fields of
+// /proc/PID/task/TID/schedstat: the time they ran on a CPU, and the time
+// they were runnable but waited for one.
+func schedstat(pid int) (run, wait time.Duration, err error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var sum int64
 	for _, t := range tasks {
 		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
 		if err != nil {
 			continue // the thread ended meanwhile
 		}
 		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			return 0, errors.New("bench: empty schedstat")
+		if len(f) < 2 {
+			return 0, 0, errors.New("bench: short schedstat")
 		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
+		r, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		sum += ns
+		w, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		run += time.Duration(r)
+		wait += time.Duration(w)
 	}
-	return time.Duration(sum), nil
+	return run, wait, nil
 }
 
 // procStatus returns a kB field of /proc/PID/status (VmHWM, VmRSS) in bytes.
