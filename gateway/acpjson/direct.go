@@ -1,6 +1,8 @@
 package acpjson
 
 import (
+	"strconv"
+
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -135,53 +137,136 @@ func (p *parser) peek() byte {
 // protoValue parses the value at p.i straight into a google.protobuf
 // Value, as toValue of value's result would make it.
 func (p *parser) protoValue() (*structpb.Value, bool) {
-	switch p.peek() {
-	case '{':
-		s, ok := p.protoStruct()
-		return structpb.NewStructValue(s), ok
-	case '[':
-		if p.depth++; p.depth > maxParseDepth {
+	switch c := p.peek(); {
+	case c == '{':
+		x := &pbStruct{}
+		x.k.StructValue = &x.s
+		x.v.Kind = &x.k
+		return &x.v, p.protoFields(&x.s)
+	case c == '[':
+		return p.protoList()
+	case c == '"':
+		s, ok := p.text()
+		if !ok {
 			return nil, false
 		}
-		p.i++ // [
-		l := &structpb.ListValue{}
-		if p.peek() == ']' {
-			p.i++
-			p.depth--
-			return structpb.NewListValue(l), true
+		return newPBString(s), true
+	case c == '-' || '0' <= c && c <= '9':
+		n, ok := p.numberBytes()
+		if !ok {
+			return nil, false
 		}
-		for {
-			v, ok := p.protoValue()
-			if !ok {
-				return nil, false
-			}
-			l.Values = append(l.Values, v)
-			end, ok := p.next(']')
-			if !ok {
-				return nil, false
-			}
-			if end {
-				break
-			}
+		f, err := strconv.ParseFloat(string(n), 64)
+		if err != nil {
+			// Out of float64 range: kept as digits, as toValue keeps it.
+			return newPBString(string(n)), true
 		}
-		p.depth--
-		return structpb.NewListValue(l), true
+		x := &pbNumber{k: structpb.Value_NumberValue{NumberValue: f}}
+		x.v.Kind = &x.k
+		return &x.v, true
+	case c == 't' || c == 'f':
+		b := c == 't'
+		x := &pbBool{k: structpb.Value_BoolValue{BoolValue: b}}
+		x.v.Kind = &x.k
+		return &x.v, b && p.literal("true") || !b && p.literal("false")
+	case c == 'n':
+		x := &pbNull{}
+		x.v.Kind = &x.k
+		return &x.v, p.literal("null")
 	}
-	v, ok := p.value()
-	if !ok {
+	return nil, false
+}
+
+// protoList parses the array at p.i into a google.protobuf Value.
+func (p *parser) protoList() (*structpb.Value, bool) {
+	if p.depth++; p.depth > maxParseDepth {
 		return nil, false
 	}
-	return toValue(v), true
+	p.i++ // [
+	x := &pbList{}
+	x.k.ListValue = &x.l
+	x.v.Kind = &x.k
+	if p.peek() == ']' {
+		p.i++
+		p.depth--
+		return &x.v, true
+	}
+	base := len(p.vals)
+	defer func() {
+		clear(p.vals[base:])
+		p.vals = p.vals[:base]
+	}()
+	for {
+		v, ok := p.protoValue()
+		if !ok {
+			return nil, false
+		}
+		p.vals = append(p.vals, v)
+		end, ok := p.next(']')
+		if !ok {
+			return nil, false
+		}
+		if end {
+			break
+		}
+	}
+	x.l.Values = make([]*structpb.Value, len(p.vals)-base)
+	copy(x.l.Values, p.vals[base:])
+	p.depth--
+	return &x.v, true
 }
 
 // protoStruct parses the object at p.i straight into a google.protobuf
 // Struct, the last of duplicate members winning as in value's maps.
 func (p *parser) protoStruct() (*structpb.Struct, bool) {
-	s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	ok := p.members(func(k string) bool {
+	s := &structpb.Struct{}
+	return s, p.protoFields(s)
+}
+
+// protoFields parses the object at p.i into s.
+func (p *parser) protoFields(s *structpb.Struct) bool {
+	s.Fields = map[string]*structpb.Value{}
+	return p.members(func(k string) bool {
 		v, ok := p.protoValue()
 		s.Fields[k] = v
 		return ok
 	})
-	return s, ok
+}
+
+// A google.protobuf Value that protoValue makes is allocated with its
+// kind's oneof wrapper (and a Struct or list with its message) in one
+// object: structpb.NewStringValue and the like allocate each apart.
+type (
+	pbString struct {
+		v structpb.Value
+		k structpb.Value_StringValue
+	}
+	pbNumber struct {
+		v structpb.Value
+		k structpb.Value_NumberValue
+	}
+	pbBool struct {
+		v structpb.Value
+		k structpb.Value_BoolValue
+	}
+	pbNull struct {
+		v structpb.Value
+		k structpb.Value_NullValue
+	}
+	pbStruct struct {
+		v structpb.Value
+		k structpb.Value_StructValue
+		s structpb.Struct
+	}
+	pbList struct {
+		v structpb.Value
+		k structpb.Value_ListValue
+		l structpb.ListValue
+	}
+)
+
+func newPBString(s string) *structpb.Value {
+	x := &pbString{k: structpb.Value_StringValue{StringValue: s}}
+	x.v.Kind = &x.k
+	return &x.v
 }

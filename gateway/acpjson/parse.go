@@ -2,12 +2,15 @@ package acpjson
 
 import (
 	"encoding/json"
+	"hash/maphash"
 	"iter"
 	"maps"
 	"strconv"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // The codec walks JSON in the generic form encoding/json gives with
@@ -37,6 +40,27 @@ type parser struct {
 	elems []any
 	// buf holds a string being unescaped.
 	buf []byte
+	// vals holds the elements of the google.protobuf lists being parsed
+	// (see protoValue), innermost last.
+	vals []*structpb.Value
+	// names holds member names not in keyNames, by a hash of their bytes:
+	// those of _meta and rawInput objects recur from line to line.
+	names [64]string
+}
+
+// nameSeed seeds the hash of parser.names.
+var nameSeed = maphash.MakeSeed()
+
+// name returns b as a string, the one parsed before when it is in p.names.
+func (p *parser) name(b []byte) string {
+	if len(b) > maxInterned {
+		return string(b)
+	}
+	slot := &p.names[maphash.Bytes(nameSeed, b)%uint64(len(p.names))]
+	if *slot != string(b) {
+		*slot = string(b)
+	}
+	return *slot
 }
 
 // parsers keeps parsers with their grown elems and buf: without it, a
@@ -52,7 +76,7 @@ func getParser(data []byte) *parser {
 
 func putParser(p *parser) {
 	p.data = nil
-	if cap(p.elems) > 1024 || cap(p.buf) > 64<<10 {
+	if cap(p.elems) > 1024 || cap(p.vals) > 1024 || cap(p.buf) > 64<<10 {
 		return // do not keep what one large document grew
 	}
 	parsers.Put(p)
@@ -119,9 +143,21 @@ func (p *parser) literal(lit string) bool {
 	return true
 }
 
-// number parses a number as json.Number, following JSON's grammar:
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+// number parses a number as json.Number.
 func (p *parser) number() (any, bool) {
+	n, ok := p.numberBytes()
+	if !ok {
+		return nil, false
+	}
+	if len(n) == 1 {
+		return smallNumbers[n[0]-'0'], true
+	}
+	return json.Number(n), true
+}
+
+// numberBytes parses a number, following JSON's grammar, and returns its
+// text: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (p *parser) numberBytes() ([]byte, bool) {
 	d, start := p.data, p.i
 	j := start
 	if d[j] == '-' {
@@ -156,10 +192,7 @@ func (p *parser) number() (any, bool) {
 		}
 	}
 	p.i = j
-	if n := d[start:j]; len(n) == 1 {
-		return smallNumbers[n[0]-'0'], true
-	}
-	return json.Number(d[start:j]), true
+	return d[start:j], true
 }
 
 // smallNumbers are the one-digit numbers, boxed once.
@@ -230,7 +263,7 @@ func (p *parser) key() (string, bool) {
 	}
 	k, known := keyNames[string(b)]
 	if !known {
-		k = string(b)
+		k = p.name(b)
 	}
 	p.ws()
 	if p.i >= len(p.data) || p.data[p.i] != ':' {
@@ -300,6 +333,21 @@ func (p *parser) stringValue() (any, bool) {
 	if len(b) <= maxInterned {
 		if v, known := valueNames[string(b)]; known {
 			return v, true
+		}
+	}
+	return string(b), true
+}
+
+// text parses the string at p.i as stringValue does, into a string rather
+// than an interface, which takes an allocation of its own.
+func (p *parser) text() (string, bool) {
+	b, ok := p.str()
+	if !ok {
+		return "", false
+	}
+	if len(b) <= maxInterned {
+		if v, known := valueNames[string(b)]; known {
+			return v.(string), true
 		}
 	}
 	return string(b), true
