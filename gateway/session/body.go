@@ -137,16 +137,234 @@ func appendString(b []byte, num protowire.Number, s string) ([]byte, error) {
 	return protowire.AppendString(b, s), nil
 }
 
-// appendMessage appends a message field by proto.Marshal, omitted when
-// nil.
+// appendMessage appends a message field, omitted when nil: the patches,
+// content items and locations of the updates field by field (see
+// appendFields), any other message, and any that appendFields does not
+// encode, by proto.Marshal.
 func appendMessage(b []byte, num protowire.Number, m proto.Message) ([]byte, error) {
 	if m == nil || !m.ProtoReflect().IsValid() {
 		return b, nil
+	}
+	out, err := appendNested(b, num, m, appendFields)
+	if !errors.Is(err, pbstruct.ErrUnsupported) {
+		return out, err
 	}
 	size := proto.Size(m)
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
 	return proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, m)
+}
+
+// appendNested appends a message field num whose contents appendInner
+// appends from m. The length goes before the contents, which are moved
+// along for a length of more than one byte: no pass sizes them first.
+func appendNested[M any](b []byte, num protowire.Number, m M, appendInner func([]byte, M) ([]byte, error)) ([]byte, error) {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	at := len(b)
+	b, err := appendInner(append(b, 0), m)
+	if err != nil {
+		return nil, err
+	}
+	n := len(b) - at - 1
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b, nil
+	}
+	k := protowire.SizeVarint(uint64(n))
+	b = append(b, make([]byte, k-1)...)
+	copy(b[at+k:], b[at+1:at+1+n])
+	protowire.AppendVarint(b[at:at], uint64(n))
+	return b, nil
+}
+
+// appendFields appends the fields of the messages appendMessage encodes
+// itself: what proto.Marshal would, or an error where it would fail, or
+// pbstruct.ErrUnsupported for a message it leaves to proto.Marshal
+// (unknown fields, annotations, content blocks other than text). Like
+// proto.Marshal, the helpers below encode a nil message as an empty one.
+func appendFields(b []byte, m proto.Message) ([]byte, error) {
+	if len(m.ProtoReflect().GetUnknown()) != 0 {
+		return nil, pbstruct.ErrUnsupported
+	}
+	switch m := m.(type) {
+	case *acpv2.StringPatch:
+		switch op := m.Op.(type) {
+		case *acpv2.StringPatch_Clear:
+			return appendNull(b, op.Clear), nil
+		case *acpv2.StringPatch_Value:
+			if !utf8.ValidString(op.Value) {
+				return nil, errUTF8
+			}
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			return protowire.AppendString(b, op.Value), nil
+		}
+		return b, nil
+	case *acpv2.ToolCallContentPatch:
+		switch op := m.Op.(type) {
+		case *acpv2.ToolCallContentPatch_Clear:
+			return appendNull(b, op.Clear), nil
+		case *acpv2.ToolCallContentPatch_Value:
+			return appendNested(b, 2, op.Value, func(b []byte, l *acpv2.ToolCallContentList) ([]byte, error) {
+				return appendList(b, l, l.GetItems(), appendContentItem)
+			})
+		}
+		return b, nil
+	case *acpv2.ToolCallLocationPatch:
+		switch op := m.Op.(type) {
+		case *acpv2.ToolCallLocationPatch_Clear:
+			return appendNull(b, op.Clear), nil
+		case *acpv2.ToolCallLocationPatch_Value:
+			return appendNested(b, 2, op.Value, func(b []byte, l *acpv2.ToolCallLocationList) ([]byte, error) {
+				return appendList(b, l, l.GetItems(), appendLocation)
+			})
+		}
+		return b, nil
+	case *acpv2.ToolCallContent:
+		return appendContentItem(b, m)
+	case *acpv2.ContentBlock:
+		return appendContentBlock(b, m)
+	}
+	return nil, pbstruct.ErrUnsupported
+}
+
+// appendNull appends a patch's field 1, a google.protobuf.NullValue.
+func appendNull(b []byte, null structpb.NullValue) []byte {
+	b = protowire.AppendTag(b, 1, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(int64(null)))
+}
+
+// appendList appends the items of list l, each as its field 1.
+func appendList[M any](b []byte, l proto.Message, items []M, appendItem func([]byte, M) ([]byte, error)) ([]byte, error) {
+	if !l.ProtoReflect().IsValid() {
+		return b, nil
+	}
+	if len(l.ProtoReflect().GetUnknown()) != 0 {
+		return nil, pbstruct.ErrUnsupported
+	}
+	var err error
+	for _, item := range items {
+		if b, err = appendNested(b, 1, item, appendItem); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func appendContentItem(b []byte, c *acpv2.ToolCallContent) ([]byte, error) {
+	if c == nil {
+		return b, nil
+	}
+	if len(c.ProtoReflect().GetUnknown()) != 0 {
+		return nil, pbstruct.ErrUnsupported
+	}
+	// proto.Marshal writes a oneof after the other fields.
+	b, err := appendStruct(b, 14, c.Meta)
+	if err != nil {
+		return nil, err
+	}
+	if b, err = appendStruct(b, 15, c.Extra); err != nil {
+		return nil, err
+	}
+	switch item := c.Item.(type) {
+	case nil:
+	case *acpv2.ToolCallContent_Content:
+		b, err = appendNested(b, 1, item.Content, appendContentBlock)
+	case *acpv2.ToolCallContent_Diff:
+		b, err = appendNested(b, 2, item.Diff, appendDiff)
+	case *acpv2.ToolCallContent_Terminal:
+		b, err = appendNested(b, 3, item.Terminal, appendTerminal)
+	default:
+		return nil, pbstruct.ErrUnsupported
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// appendContentBlock appends a text content block without annotations.
+func appendContentBlock(b []byte, c *acpv2.ContentBlock) ([]byte, error) {
+	if c == nil {
+		return b, nil
+	}
+	if len(c.ProtoReflect().GetUnknown()) != 0 {
+		return nil, pbstruct.ErrUnsupported
+	}
+	switch block := c.Block.(type) {
+	case nil:
+		return b, nil
+	case *acpv2.ContentBlock_Text:
+		return appendNested(b, 1, block.Text, appendText)
+	}
+	return nil, pbstruct.ErrUnsupported
+}
+
+func appendText(b []byte, t *acpv2.TextContent) ([]byte, error) {
+	if t == nil {
+		return b, nil
+	}
+	if t.Annotations != nil || len(t.ProtoReflect().GetUnknown()) != 0 {
+		return nil, pbstruct.ErrUnsupported
+	}
+	var err error
+	if b, err = appendString(b, 1, t.Text); err != nil {
+		return nil, err
+	}
+	if b, err = appendStruct(b, 14, t.Meta); err != nil {
+		return nil, err
+	}
+	return appendStruct(b, 15, t.Extra)
+}
+
+func appendDiff(b []byte, d *acpv2.Diff) ([]byte, error) {
+	if d == nil {
+		return b, nil
+	}
+	if len(d.ProtoReflect().GetUnknown()) != 0 {
+		return nil, pbstruct.ErrUnsupported
+	}
+	for i, s := range [...]*string{d.Path, d.OldText, d.NewText} {
+		if s == nil {
+			continue
+		}
+		if !utf8.ValidString(*s) {
+			return nil, errUTF8
+		}
+		b = protowire.AppendTag(b, protowire.Number(1+i), protowire.BytesType)
+		b = protowire.AppendString(b, *s)
+	}
+	return b, nil
+}
+
+func appendTerminal(b []byte, t *acpv2.Terminal) ([]byte, error) {
+	if t == nil {
+		return b, nil
+	}
+	if len(t.ProtoReflect().GetUnknown()) != 0 {
+		return nil, pbstruct.ErrUnsupported
+	}
+	return appendString(b, 1, t.TerminalId)
+}
+
+func appendLocation(b []byte, l *acpv2.ToolCallLocation) ([]byte, error) {
+	if l == nil {
+		return b, nil
+	}
+	if len(l.ProtoReflect().GetUnknown()) != 0 {
+		return nil, pbstruct.ErrUnsupported
+	}
+	b, err := appendString(b, 1, l.Path)
+	if err != nil {
+		return nil, err
+	}
+	if l.Line != nil {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(*l.Line))
+	}
+	if b, err = appendStruct(b, 14, l.Meta); err != nil {
+		return nil, err
+	}
+	return appendStruct(b, 15, l.Extra)
 }
 
 // appendEmpty appends an empty message field: a patch without an op.

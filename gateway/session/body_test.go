@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -12,20 +13,33 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
+// bodyJSON are updates in JSON, in their usual shapes and their odd ones.
+var bodyJSON = []string{
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","title":"Edit","kind":"edit","status":"pending","locations":[{"path":"/p","line":4}],"rawInput":{"file":"/p","n":[1,2,{"x":null}]},"_meta":{"bench":{"n":1,"t":"17"}}}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","title":null,"kind":null,"status":null,"content":null,"locations":null,"rawInput":null,"rawOutput":null,"_meta":null}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"completed","content":[{"type":"diff","path":"/p","oldText":"a","newText":"b"}],"rawOutput":"done","extraMember":{"k":true}}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","rawInput":7}`,
+	`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":{"type":"content","content":{"type":"text","text":"x","_meta":{"a":1}}},"_meta":{"b":{"c":[]}}}`,
+	`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"},"messageId":"","_meta":{"bench":{"n":2}}}`,
+	`{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hmm"},"other":[1]}`,
+	// Content items, locations and blocks, which appendMessage encodes.
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"content","content":{"type":"text","text":"` + long + `"}},{"type":"diff","path":null,"oldText":"","newText":"` + long + long + `"},{"type":"terminal","terminalId":"t1","_meta":{"k":1}},{"type":"terminal","terminalId":""}],"locations":[{"path":"/p"},{"path":"","line":0,"_meta":{"a":"b"}},{"path":"/q","line":4294967295}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","title":"","content":[],"locations":[]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"content","content":{"type":"image","data":"AAAA","mimeType":"image/png"}}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"content","content":{"type":"text","text":"x","annotations":{"priority":1}}}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"weird","k":1}]}`,
+	`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":{"type":"diff","path":"/p","newText":"` + long + `"}}`,
+	`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":{"type":"content","content":{"type":"text","text":""}}}`,
+	`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"` + long + `","_meta":{"x":[true]}}}`,
+	`{"sessionUpdate":"agent_message_chunk","content":{"type":"resource_link","name":"n","uri":"file:///n"}}`,
+}
+
 // bodyCases are update messages of the kinds appendUpdate encodes itself,
 // in their usual shapes and their odd ones.
 func bodyCases(t *testing.T) []proto.Message {
 	t.Helper()
 	var out []proto.Message
-	for _, js := range []string{
-		`{"sessionUpdate":"tool_call_update","toolCallId":"c","title":"Edit","kind":"edit","status":"pending","locations":[{"path":"/p","line":4}],"rawInput":{"file":"/p","n":[1,2,{"x":null}]},"_meta":{"bench":{"n":1,"t":"17"}}}`,
-		`{"sessionUpdate":"tool_call_update","toolCallId":"c","title":null,"kind":null,"status":null,"content":null,"locations":null,"rawInput":null,"rawOutput":null,"_meta":null}`,
-		`{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"completed","content":[{"type":"diff","path":"/p","oldText":"a","newText":"b"}],"rawOutput":"done","extraMember":{"k":true}}`,
-		`{"sessionUpdate":"tool_call_update","toolCallId":"c","rawInput":7}`,
-		`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":{"type":"content","content":{"type":"text","text":"x","_meta":{"a":1}}},"_meta":{"b":{"c":[]}}}`,
-		`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"},"messageId":"","_meta":{"bench":{"n":2}}}`,
-		`{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hmm"},"other":[1]}`,
-	} {
+	for _, js := range bodyJSON {
 		u, err := acpjson.DecodeUpdate([]byte(js), acpjson.V2)
 		if err != nil {
 			t.Fatalf("%s: %v", js, err)
@@ -40,8 +54,41 @@ func bodyCases(t *testing.T) []proto.Message {
 			Meta: &acpv2.StructPatch{Op: &acpv2.StructPatch_Clear{Clear: structpb.NullValue(3)}}},
 		&acpv2.ToolCallContentChunk{ToolCallId: "c"},
 		&acpv2.ContentChunk{},
+		// Patches and items with nil values and unset oneofs.
+		&acpv2.ToolCallUpdate{ToolCallId: "c",
+			Title:     &acpv2.StringPatch{Op: &acpv2.StringPatch_Clear{Clear: null}},
+			Kind:      &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: ""}},
+			Content:   &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Value{}},
+			Locations: &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Clear{Clear: structpb.NullValue(5)}}},
+		&acpv2.ToolCallUpdate{ToolCallId: "c",
+			Content:   &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Clear{Clear: null}},
+			Locations: &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Value{}}},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: &acpv2.ToolCallContentPatch{}, Locations: &acpv2.ToolCallLocationPatch{}},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(
+			&acpv2.ToolCallContent{},
+			&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Content{Content: &acpv2.ContentBlock{}}},
+			&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Diff{Diff: &acpv2.Diff{}}},
+			&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Terminal{Terminal: &acpv2.Terminal{}}},
+			&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Unknown{Unknown: &structpb.Struct{}}},
+		)},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(nil)},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Diff{}})},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Content{}})},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Content{
+			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{}}}})},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Locations: &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Value{
+			Value: &acpv2.ToolCallLocationList{Items: []*acpv2.ToolCallLocation{{}, nil}}}}},
+		&acpv2.ToolCallContentChunk{ToolCallId: "c", Content: &acpv2.ToolCallContent{}},
+		&acpv2.ContentChunk{Content: &acpv2.ContentBlock{}},
 	)
 	return out
+}
+
+// long is text whose field lengths take more than one byte.
+var long = strings.Repeat("0123456789abcdef", 10)
+
+func contentPatch(items ...*acpv2.ToolCallContent) *acpv2.ToolCallContentPatch {
+	return &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Value{Value: &acpv2.ToolCallContentList{Items: items}}}
 }
 
 // appendUpdate's encoding of an update decodes to it, and is proto.Marshal's
@@ -82,6 +129,51 @@ func TestUpdateBodyRefusals(t *testing.T) {
 	if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
 		t.Fatalf("a nil Struct value: %x (%v), proto.Marshal %x (%v)", got, err, want, werr)
 	}
+	text := func(s string) *acpv2.ContentBlock {
+		return &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: s}}}
+	}
+	item := func(c *acpv2.ContentBlock) *acpv2.ToolCallContent {
+		return &acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Content{Content: c}}
+	}
+	bad8 := "bad \xff"
+	for i, m := range []proto.Message{
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: bad8}}},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(item(text(bad8)))},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Diff{Diff: &acpv2.Diff{NewText: &bad8}}})},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Terminal{Terminal: &acpv2.Terminal{TerminalId: bad8}}})},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Locations: &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Value{
+			Value: &acpv2.ToolCallLocationList{Items: []*acpv2.ToolCallLocation{{Path: bad8}}}}}},
+		&acpv2.ToolCallContentChunk{ToolCallId: "c", Content: item(text(long + bad8))},
+		&acpv2.ContentChunk{Content: text(bad8)},
+		&acpv2.ContentChunk{Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Meta: bad.Meta}}}},
+	} {
+		if _, err := appendUpdate(nil, m); err == nil {
+			t.Errorf("case %d: invalid UTF-8 encoded: %v", i, m)
+		}
+	}
+	// Unknown fields in a content item or block: proto.Marshal encodes
+	// them.
+	withUnknown := func(m proto.Message) {
+		m.ProtoReflect().SetUnknown([]byte{0x98, 0x06, 0x01})
+	}
+	block := text("x")
+	withUnknown(block.GetText())
+	inner := item(text("y"))
+	withUnknown(inner)
+	loc := &acpv2.ToolCallLocation{Path: "/p"}
+	withUnknown(loc)
+	for i, m := range []proto.Message{
+		&acpv2.ContentChunk{Content: block},
+		&acpv2.ToolCallContentChunk{ToolCallId: "c", Content: inner},
+		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(item(block), inner), Locations: &acpv2.ToolCallLocationPatch{
+			Op: &acpv2.ToolCallLocationPatch_Value{Value: &acpv2.ToolCallLocationList{Items: []*acpv2.ToolCallLocation{loc}}}}},
+	} {
+		got, err := appendUpdate(nil, m)
+		want, werr := proto.Marshal(m)
+		if err != nil || werr != nil || !bytes.Equal(got, want) {
+			t.Errorf("case %d, unknown fields: %x (%v), proto.Marshal %x (%v)", i, got, err, want, werr)
+		}
+	}
 	unknown := &acpv2.ToolCallUpdate{ToolCallId: "c"}
 	unknown.ProtoReflect().SetUnknown([]byte{0x98, 0x06, 0x01})
 	if got, err := appendUpdate(nil, unknown); err != nil || !bytes.HasSuffix(got, []byte{0x98, 0x06, 0x01}) {
@@ -110,4 +202,68 @@ func manyEntries(m protoreflect.Message) bool {
 		return !found
 	})
 	return found
+}
+
+// FuzzUpdateBody: appendUpdate's encoding of any update the decoder makes
+// decodes to it, and it fails where proto.Marshal does.
+func FuzzUpdateBody(f *testing.F) {
+	for _, js := range bodyJSON {
+		f.Add([]byte(js), uint8(0))
+		f.Add([]byte(js), uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, ver uint8) {
+		u, err := acpjson.DecodeUpdate(data, acpjson.Version(1+ver%2))
+		if err != nil {
+			return
+		}
+		um := u.ProtoReflect()
+		fd := um.WhichOneof(updateOneof)
+		if fd == nil || fd.Message() == nil {
+			return
+		}
+		m := um.Get(fd).Message().Interface()
+		got, err := appendUpdate(nil, m)
+		_, werr := proto.Marshal(m)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("%s: appendUpdate %v, proto.Marshal %v", data, err, werr)
+		}
+		if err != nil {
+			return
+		}
+		back := m.ProtoReflect().New().Interface()
+		if err := proto.Unmarshal(got, back); err != nil || !proto.Equal(back, m) {
+			t.Fatalf("%s: decodes to %v (%v), want %v", data, back, err, m)
+		}
+	})
+}
+
+// BenchmarkAppendUpdate encodes the updates of a tool call's life in the
+// shapes the bench's agent sends: a content chunk, an update with an
+// output item, one with a diff, a message chunk.
+func BenchmarkAppendUpdate(b *testing.B) {
+	text := strings.Repeat(long, 2)
+	var msgs []proto.Message
+	for _, js := range []string{
+		`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"call_1","content":{"type":"content","content":{"type":"text","text":"` + text + `"}},"_meta":{"bench":{"n":5,"t":"17"}}}`,
+		`{"sessionUpdate":"tool_call_update","toolCallId":"call_1","content":[{"type":"content","content":{"type":"text","text":"` + text + `"}}],"_meta":{"bench":{"n":5,"t":"17"}}}`,
+		`{"sessionUpdate":"tool_call_update","toolCallId":"call_1","status":"completed","content":[{"type":"diff","path":"/p/config.go","oldText":"` + text + text + `","newText":"` + text + text + `"}],"rawOutput":{"ok":true,"linesChanged":12}}`,
+		`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"` + long + `"},"_meta":{"bench":{"n":3,"t":"17"}}}`,
+	} {
+		u, err := acpjson.DecodeUpdate([]byte(js), acpjson.V2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := u.ProtoReflect()
+		msgs = append(msgs, m.Get(m.WhichOneof(updateOneof)).Message().Interface())
+	}
+	b.ReportAllocs()
+	var buf []byte
+	for b.Loop() {
+		for _, m := range msgs {
+			var err error
+			if buf, err = appendUpdate(buf[:0], m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 }
