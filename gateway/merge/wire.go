@@ -20,11 +20,16 @@ import (
 type callWire struct {
 	call  *acpv2.ToolCall
 	b     []byte
-	parts [][]part // by field: content, locations, then the singular ones
+	parts [numKinds][]part // by field: content, locations, then the singular ones
 	// room, when not nil, is b's array from its start: free bytes, then
 	// b. WireRoom hands it out once.
 	room []byte
+	// inline holds parts when they are few, saving an allocation.
+	inline [4]part
 }
+
+// numKinds is the number of kinds of message fields in callWire.parts.
+const numKinds = 6
 
 // part is one message field's record (tag, length, message) in callWire.b.
 type part struct {
@@ -132,8 +137,9 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, room int, scrat
 		size += protowire.SizeTag(protowire.Number(n+1)) + protowire.SizeBytes(len(s))
 	}
 	buf := (*scratch)[:0]
-	recs := make([]record, 0, len(c.Content)+len(c.Locations)+4)
-	counts := [6]int{}
+	var stack [8]record
+	recs := stack[:0]
+	counts := [numKinds]int{}
 	var err error
 	add := func(k int, num protowire.Number, m proto.Message, isNil bool) {
 		if err != nil {
@@ -183,19 +189,18 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, room int, scrat
 		return nil, err
 	}
 	full := make([]byte, room, room+size)
-	w := &callWire{call: c, b: full[room:], parts: make([][]part, len(counts))}
+	w := &callWire{call: c, b: full[room:]}
 	if room > 0 {
 		w.room = full
+	}
+	all := w.inline[:0]
+	if len(recs) > len(w.inline) {
+		all = make([]part, 0, len(recs))
 	}
 	for n, s := range strs {
 		if s != "" {
 			w.b = protowire.AppendTag(w.b, protowire.Number(n+1), protowire.BytesType)
 			w.b = protowire.AppendString(w.b, s)
-		}
-	}
-	for k, n := range counts {
-		if n > 0 {
-			w.parts[k] = make([]part, 0, n)
 		}
 	}
 	for _, r := range recs {
@@ -210,7 +215,13 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, room int, scrat
 			w.b = protowire.AppendTag(w.b, r.num, protowire.BytesType)
 			w.b = protowire.AppendBytes(w.b, buf[r.start:r.end])
 		}
-		w.parts[r.k] = append(w.parts[r.k], part{msg: r.msg, b: w.b[start:len(w.b):len(w.b)]})
+		all = append(all, part{msg: r.msg, b: w.b[start:len(w.b):len(w.b)]})
+	}
+	// The records come by kind: each kind's parts are a run of all.
+	for k, n := range counts {
+		if n > 0 {
+			w.parts[k], all = all[:n:n], all[n:]
+		}
 	}
 	return w, nil
 }
@@ -220,13 +231,17 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, room int, scrat
 // own encoding, for Wire to reuse in the merged call: they are the same
 // messages.
 type Parts struct {
-	msgs  []proto.Message
-	wires [][]byte
+	parts []part
+	// inline holds parts when they are few, saving allocations.
+	inline [4]part
 }
 
 func (p *Parts) add(m proto.Message, wire []byte) {
 	if m != nil && wire != nil {
-		p.msgs, p.wires = append(p.msgs, m), append(p.wires, wire)
+		if p.parts == nil {
+			p.parts = p.inline[:0]
+		}
+		p.parts = append(p.parts, part{msg: m, b: wire})
 	}
 }
 
@@ -235,9 +250,9 @@ func (p *Parts) lookup(m proto.Message) []byte {
 	if p == nil {
 		return nil
 	}
-	for i, pm := range p.msgs {
-		if pm == m {
-			return p.wires[i]
+	for _, pt := range p.parts {
+		if pt.msg == m {
+			return pt.b
 		}
 	}
 	return nil
@@ -249,9 +264,9 @@ func UpdateParts(u *acpv2.ToolCallUpdate, wire []byte) *Parts {
 	fields(wire, func(num protowire.Number, b []byte) {
 		switch num {
 		case fieldContent:
-			p.addList(b, itemsOf(u.GetContent().GetValue().GetItems()))
+			addList(p, b, u.GetContent().GetValue().GetItems())
 		case fieldLocations:
-			p.addList(b, itemsOf(u.GetLocations().GetValue().GetItems()))
+			addList(p, b, u.GetLocations().GetValue().GetItems())
 		case fieldRawInput:
 			p.add(u.GetRawInput().GetValue(), valueField(b))
 		case fieldRawOutput:
@@ -277,17 +292,9 @@ func ChunkParts(c *acpv2.ToolCallContentChunk, wire []byte) *Parts {
 	return p
 }
 
-func itemsOf[M proto.Message](items []M) []proto.Message {
-	out := make([]proto.Message, len(items))
-	for i, m := range items {
-		out[i] = m
-	}
-	return out
-}
-
 // addList adds the items of a list patch's value (field 2, a list whose
 // items are field 1), encoded in b, to the items they encode, in order.
-func (p *Parts) addList(b []byte, items []proto.Message) {
+func addList[M proto.Message](p *Parts, b []byte, items []M) {
 	list := valueField(b)
 	i := 0
 	fields(list, func(num protowire.Number, item []byte) {

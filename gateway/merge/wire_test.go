@@ -3,6 +3,7 @@ package merge_test
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -129,18 +130,7 @@ func TestWireTakesTheUpdatesParts(t *testing.T) {
 	for round := range 5 {
 		s := merge.New()
 		u := &acpv2.ToolCallUpdate{ToolCallId: "c", RawInput: valueVal(raw)}
-		uw, err := proto.Marshal(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tc, err := s.ApplyUpdate(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wire, err := s.Wire(tc, merge.UpdateParts(u, uw))
-		if err != nil {
-			t.Fatal(err)
-		}
+		tc, uw, wire := applyWire(t, s, u)
 		inUpdate := messageOf(fieldRecords(t, messageOf(fieldRecords(t, uw, 7)[0]), 2)[0])
 		if got := messageOf(fieldRecords(t, wire, 7)[0]); !bytes.Equal(got, inUpdate) {
 			t.Fatalf("round %d: rawInput encoded again, not taken from the update", round)
@@ -163,4 +153,62 @@ func TestWireTakesTheUpdatesParts(t *testing.T) {
 			t.Fatalf("round %d: the chunk's item encoded again, not taken from the chunk", round)
 		}
 	}
+}
+
+// A tool call of many content items and locations, more than the parts
+// kept inline: each version decodes to the call, and the next reuses
+// every item's and location's record of the one before (their _meta
+// maps would come in a new order if marshalled again).
+func TestWireManyParts(t *testing.T) {
+	t.Parallel()
+	meta := shuffledValue(t).GetStructValue()
+	var items []*acpv2.ToolCallContent
+	for i := range 6 {
+		item := textItem(fmt.Sprint("item ", i))
+		item.Meta = meta
+		items = append(items, item)
+	}
+	var locs []*acpv2.ToolCallLocation
+	for i := range 4 {
+		l := loc(fmt.Sprint("/p", i), uint32(i))
+		l.Meta = meta
+		locs = append(locs, l)
+	}
+	s := merge.New()
+	var prev []byte
+	for i, u := range []*acpv2.ToolCallUpdate{
+		{ToolCallId: "c", Content: contentVal(items...), Locations: locVal(locs...),
+			RawInput: valueVal(structpb.NewStringValue("in")), RawOutput: valueVal(structpb.NewBoolValue(true)), Meta: metaVal(meta)},
+		{ToolCallId: "c", Status: strVal("completed")},
+		{ToolCallId: "c", Title: strVal("t")},
+	} {
+		tc, _, wire := applyWire(t, s, u)
+		back := &acpv2.ToolCall{}
+		if err := proto.Unmarshal(wire, back); err != nil || !proto.Equal(back, tc) {
+			t.Fatalf("version %d decodes to %v (%v), want %v", i, back, err, tc)
+		}
+		for _, num := range []protowire.Number{5, 6, 7, 8, 14} {
+			if got, want := fieldRecords(t, wire, num), fieldRecords(t, prev, num); prev != nil && !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("version %d: field %d encoded again, not reused", i, num)
+			}
+		}
+		prev = wire
+	}
+}
+
+// applyWire applies u to s, and returns the call, u's encoding and the
+// call's, made with u's parts.
+func applyWire(t *testing.T, s *merge.State, u *acpv2.ToolCallUpdate) (tc *acpv2.ToolCall, uw, wire []byte) {
+	t.Helper()
+	uw, err := proto.Marshal(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc, err = s.ApplyUpdate(u); err != nil {
+		t.Fatal(err)
+	}
+	if wire, err = s.Wire(tc, merge.UpdateParts(u, uw)); err != nil {
+		t.Fatal(err)
+	}
+	return tc, uw, wire
 }
