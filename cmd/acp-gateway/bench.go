@@ -49,6 +49,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	payload := fs.Int("payload", full.Payload, "bytes of text in a tool-call content chunk (message chunks a quarter, diffs 4x)")
 	mix := fs.String("mix", "1,2", "ACP protocol versions of the agent, one turn each")
 	paths := fs.String("paths", strings.Join(bench.PathKeys, ","), "paths to measure")
+	rounds := fs.Int("rounds", full.Rounds, "times the paths run, in turn; each reports its median round (quick: 1)")
 	fanout := fs.String("fanout", "1,10,100,1000", "Watch stream counts of the fan-out phase (empty: skip)")
 	fanoutUpdates := fs.Int("fanout-updates", full.FanoutUpdates, "updates of the fan-out turn (quick: 300)")
 	sessions := fs.Int("sessions", full.Sessions, "concurrent sessions of the scale phase (0: skip; quick: 100)")
@@ -81,6 +82,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	pick("updates", &cfg.Updates, *updates)
 	pick("paced-updates", &cfg.PacedUpdates, *paced)
+	pick("rounds", &cfg.Rounds, *rounds)
 	pick("payload", &cfg.Payload, *payload)
 	pick("fanout-updates", &cfg.FanoutUpdates, *fanoutUpdates)
 	pick("sessions", &cfg.Sessions, *sessions)

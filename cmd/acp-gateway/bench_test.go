@@ -19,7 +19,7 @@ func TestBenchQuickReport(t *testing.T) {
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	jsonFile := filepath.Join(t.TempDir(), "bench.json")
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"bench", "--quick", "--updates", "40", "--paced-updates", "20", "--rate", "2000",
+	code := run(context.Background(), []string{"bench", "--quick", "--rounds", "2", "--updates", "40", "--paced-updates", "20", "--rate", "2000",
 		"--fanout", "1,3", "--fanout-updates", "20", "--sessions", "3", "--scale-updates", "3", "--json", jsonFile}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
@@ -57,8 +57,9 @@ func TestBenchQuickReport(t *testing.T) {
 			VsPipe *struct {
 				Throughput float64 `json:"throughput"`
 			} `json:"vsPipe"`
-			AllocBytesPerUpdate float64 `json:"allocBytesPerUpdate"`
-			AllocsPerUpdate     float64 `json:"allocsPerUpdate"`
+			AllocBytesPerUpdate float64   `json:"allocBytesPerUpdate"`
+			AllocsPerUpdate     float64   `json:"allocsPerUpdate"`
+			RoundRates          []float64 `json:"roundUpdatesPerSecond"`
 		} `json:"paths"`
 		Fanout []struct {
 			Watchers int    `json:"watchers"`
@@ -95,8 +96,8 @@ func TestBenchQuickReport(t *testing.T) {
 			if p.Absent == "" || (p.Key != "websocketd" && p.Key != "redis") {
 				t.Errorf("path %s absent without a reason it may have: %q", p.Key, p.Absent)
 			}
-		case p.Updates != 40 || p.UpdatesPerSecond <= 0 || p.Latency.Samples != 20:
-			t.Errorf("path %s: %d updates at %v/s, %d latency samples", p.Key, p.Updates, p.UpdatesPerSecond, p.Latency.Samples)
+		case p.Updates != 40 || p.UpdatesPerSecond <= 0 || p.Latency.Samples != 20 || len(p.RoundRates) != 2:
+			t.Errorf("path %s: %d updates at %v/s, %d latency samples, rounds' rates %v", p.Key, p.Updates, p.UpdatesPerSecond, p.Latency.Samples, p.RoundRates)
 		case p.Gateway && (p.AllocBytesPerUpdate <= 0 || p.AllocsPerUpdate <= 0):
 			t.Errorf("gateway path %s: %v heap bytes and %v objects allocated per update", p.Key, p.AllocBytesPerUpdate, p.AllocsPerUpdate)
 		}

@@ -42,6 +42,9 @@ type Config struct {
 	Mix []int `json:"mix"`
 	// Paths selects the paths (PathKeys).
 	Paths []string `json:"paths"`
+	// Rounds is how many times the paths run, one after the other in each
+	// round; each path reports its median round (see medianPaths).
+	Rounds int `json:"rounds"`
 	// Fanout lists the watcher counts of the fan-out phase; FanoutUpdates
 	// is its turn's size: 10,000 updates, about 6 MB, so that the agent's
 	// rate is more than what its 1 MiB output pipe takes at once.
@@ -75,12 +78,13 @@ type Config struct {
 func Defaults(quick bool) Config {
 	c := Config{
 		Updates: 20000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
-		Paths: PathKeys, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 10000,
+		Paths: PathKeys, Rounds: 3, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 10000,
 		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt",
 		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
 	}
 	if quick {
 		c.Quick = true
+		c.Rounds = 1
 		c.Updates, c.PacedUpdates, c.FanoutUpdates = 4000, 2000, 300
 		c.Sessions, c.ScaleUpdates = 100, 10
 		c.Timeout = 2 * time.Minute
@@ -102,6 +106,9 @@ func (c *Config) Check() error {
 		if !slices.Contains(PathKeys, p) {
 			return fmt.Errorf("--paths: unknown path %q (known: %s)", p, strings.Join(PathKeys, ","))
 		}
+	}
+	if c.Rounds < 1 || c.Rounds > 20 {
+		return fmt.Errorf("--rounds: %d (want 1 to 20)", c.Rounds)
 	}
 	if c.Updates < len(c.Mix) || c.PacedUpdates < 0 || c.Rate < 0 || c.Payload < 0 || c.FanoutUpdates < 1 ||
 		c.Sessions < 0 || c.ScaleUpdates < 1 || c.ScaleConcurrency < 1 {
@@ -221,32 +228,6 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	flood, paced := cfg.turns()
 	want := func(key string) bool { return slices.Contains(cfg.Paths, key) }
 
-	if want("pipe") {
-		p := PathResult{Name: "pipe (floor)", Key: "pipe", Present: true, Measured: "reader process (getrusage, VmHWM)"}
-		say("pipe: %d + %d updates through a pipe and a decoding reader", cfg.Updates, cfg.PacedUpdates)
-		res, err := runPipe(ctx, self, runID, append(append([]turnSpec{}, flood...), paced...))
-		if err != nil {
-			p.Error = err.Error()
-		} else {
-			fillPath(&p, res.Turns[:len(flood)], res.Turns[len(flood):])
-			p.PeakRSS = res.PeakRSS
-		}
-		rep.Paths = append(rep.Paths, p)
-		say("%s", pathLine(p))
-	}
-	if want("websocketd") {
-		p := PathResult{Name: "websocketd", Key: "websocketd", Measured: "websocketd process (/proc/PID/task/*/schedstat, VmHWM)"}
-		if wsd == "" {
-			p.Absent = "websocketd not installed (Debian: apt-get install websocketd)"
-			fmt.Fprintln(progress, "bench: websocketd is MISSING (not found; Debian: apt-get install websocketd): its path is marked absent, the others run")
-		} else {
-			p.Present = true
-			say("websocketd: %d + %d updates through %s and a WebSocket reader", cfg.Updates, cfg.PacedUpdates, wsd)
-			runWebsocketd(ctx, &p, wsd, self, runID, flood, paced)
-			say("%s", pathLine(p))
-		}
-		rep.Paths = append(rep.Paths, p)
-	}
 	// profiled says whether one of keys is the profiled phase; profFlags
 	// are then the profile flags of the gateway serving it.
 	profiled := func(keys ...string) bool {
@@ -266,33 +247,98 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		(cfg.ProfilePath != "fanout" || len(cfg.Fanout) == 0) && (cfg.ProfilePath != "scale" || cfg.Sessions == 0) {
 		say("--profile-path %s is not run: no profile is written", cfg.ProfilePath)
 	}
-	// Each gateway path gets a gateway of its own, so that none inherits
-	// another's sessions (the stores keep closed sessions' events).
-	gatewayRun := func(key, store, storeURL, protocol string, extra ...string) {
-		p := gatewayPath(key, store, protocol)
-		g, err := startGateway(ctx, self, runID, storeURL, append(extra, profFlags(key)...)...)
-		if err != nil {
-			p.Error = err.Error()
-		} else {
-			say("%s: %d + %d updates", p.Name, cfg.Updates, cfg.PacedUpdates)
-			runGatewayPath(ctx, &p, g, tr, cwd, flood, paced, profiled(key))
-			if left, err := g.stop(tr); err != nil || left > 0 {
-				say("%s: the gateway left %d children (%v)", p.Name, left, err)
-				if p.Error == "" && left > 0 {
-					p.Error = fmt.Sprintf("the gateway left %d agent processes at shutdown", left)
+	// The paths run in rounds, so that a machine whose speed drifts (a
+	// shared host) weighs on every path alike; each reports its median
+	// round.
+	var rounds [][]PathResult
+	for round := range cfg.Rounds {
+		if ctx.Err() != nil {
+			break
+		}
+		if cfg.Rounds > 1 {
+			say("round %d of %d", round+1, cfg.Rounds)
+		}
+		var got []PathResult
+		if want("pipe") {
+			p := PathResult{Name: "pipe (floor)", Key: "pipe", Present: true, Measured: "reader process (getrusage, VmHWM)"}
+			say("pipe: %d + %d updates through a pipe and a decoding reader", cfg.Updates, cfg.PacedUpdates)
+			res, err := runPipe(ctx, self, runID, append(append([]turnSpec{}, flood...), paced...))
+			if err != nil {
+				p.Error = err.Error()
+			} else {
+				fillPath(&p, res.Turns[:len(flood)], res.Turns[len(flood):])
+				p.PeakRSS = res.PeakRSS
+			}
+			got = append(got, p)
+			say("%s", pathLine(p))
+		}
+		if want("websocketd") {
+			p := PathResult{Name: "websocketd", Key: "websocketd", Measured: "websocketd process (/proc/PID/task/*/schedstat, VmHWM)"}
+			if wsd == "" {
+				p.Absent = "websocketd not installed (Debian: apt-get install websocketd)"
+				fmt.Fprintln(progress, "bench: websocketd is MISSING (not found; Debian: apt-get install websocketd): its path is marked absent, the others run")
+			} else {
+				p.Present = true
+				say("websocketd: %d + %d updates through %s and a WebSocket reader", cfg.Updates, cfg.PacedUpdates, wsd)
+				runWebsocketd(ctx, &p, wsd, self, runID, flood, paced)
+				say("%s", pathLine(p))
+			}
+			got = append(got, p)
+		}
+		// Each gateway path gets a gateway of its own, so that none inherits
+		// another's sessions (the stores keep closed sessions' events).
+		gatewayRun := func(key, store, storeURL, protocol string, extra ...string) {
+			p := gatewayPath(key, store, protocol)
+			// A path is profiled in the first round only.
+			prof := profiled(key) && round == 0
+			if prof {
+				extra = append(extra, profFlags(key)...)
+			}
+			g, err := startGateway(ctx, self, runID, storeURL, extra...)
+			if err != nil {
+				p.Error = err.Error()
+			} else {
+				say("%s: %d + %d updates", p.Name, cfg.Updates, cfg.PacedUpdates)
+				runGatewayPath(ctx, &p, g, tr, cwd, flood, paced, prof)
+				if left, err := g.stop(tr); err != nil || left > 0 {
+					say("%s: the gateway left %d children (%v)", p.Name, left, err)
+					if p.Error == "" && left > 0 {
+						p.Error = fmt.Sprintf("the gateway left %d agent processes at shutdown", left)
+					}
+				}
+			}
+			got = append(got, p)
+			say("%s", pathLine(p))
+		}
+		for _, mp := range []struct{ key, protocol string }{
+			{"json", protoConnectJSON}, {"proto", protoConnectProto}, {"grpc", protoGRPC}, {"nogzip", protoConnectIdentity},
+		} {
+			if want(mp.key) {
+				gatewayRun(mp.key, "memory", "memory:", mp.protocol)
+			}
+		}
+		if want("bolt") {
+			gatewayRun("bolt", "bolt", "bolt:"+filepath.Join(tmp, "bench.db"), protoConnectProto)
+		}
+		if want("redis") {
+			prefix := "acpgw-bench-" + runID + ":"
+			if err := pingRedis(ctx, cfg.Redis); err != nil {
+				p := gatewayPath("redis", "redis", protoConnectProto)
+				p.Present, p.Absent = false, "Redis not reachable at "+cfg.Redis+": "+err.Error()
+				say("Redis is MISSING (%v); that path is marked absent", err)
+				got = append(got, p)
+			} else {
+				gatewayRun("redis", "redis", cfg.Redis, protoConnectProto, "--redis-prefix", prefix)
+				if n, err := deleteRedisPrefix(context.WithoutCancel(ctx), cfg.Redis, prefix); err != nil {
+					say("deleting the Redis keys %s*: %v", prefix, err)
+				} else {
+					say("deleted %d Redis keys %s*", n, prefix)
 				}
 			}
 		}
-		rep.Paths = append(rep.Paths, p)
-		say("%s", pathLine(p))
+		rounds = append(rounds, got)
 	}
-	for _, mp := range []struct{ key, protocol string }{
-		{"json", protoConnectJSON}, {"proto", protoConnectProto}, {"grpc", protoGRPC}, {"nogzip", protoConnectIdentity},
-	} {
-		if want(mp.key) {
-			gatewayRun(mp.key, "memory", "memory:", mp.protocol)
-		}
-	}
+	rep.Paths = medianPaths(rounds)
 	if len(cfg.Fanout) > 0 {
 		g, err := startGateway(ctx, self, runID, "memory:", profFlags("fanout")...)
 		if err != nil {
@@ -303,25 +349,6 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			stopProfile()
 			if left, err := g.stop(tr); err != nil || left > 0 {
 				say("fan-out: the gateway left %d children (%v)", left, err)
-			}
-		}
-	}
-	if want("bolt") {
-		gatewayRun("bolt", "bolt", "bolt:"+filepath.Join(tmp, "bench.db"), protoConnectProto)
-	}
-	if want("redis") {
-		prefix := "acpgw-bench-" + runID + ":"
-		if err := pingRedis(ctx, cfg.Redis); err != nil {
-			p := gatewayPath("redis", "redis", protoConnectProto)
-			p.Present, p.Absent = false, "Redis not reachable at "+cfg.Redis+": "+err.Error()
-			say("Redis is MISSING (%v); that path is marked absent", err)
-			rep.Paths = append(rep.Paths, p)
-		} else {
-			gatewayRun("redis", "redis", cfg.Redis, protoConnectProto, "--redis-prefix", prefix)
-			if n, err := deleteRedisPrefix(context.WithoutCancel(ctx), cfg.Redis, prefix); err != nil {
-				say("deleting the Redis keys %s*: %v", prefix, err)
-			} else {
-				say("deleted %d Redis keys %s*", n, prefix)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,12 +128,50 @@ func TestConfigCheck(t *testing.T) {
 		"zero fanout":  func(c *Config) { c.Fanout = []int{0} },
 		"bad profile":  func(c *Config) { c.ProfilePath = "everything" },
 		"no timeout":   func(c *Config) { c.Timeout = 0 },
+		"no rounds":    func(c *Config) { c.Rounds = 0 },
 	} {
 		c := Defaults(true)
 		mut(&c)
 		if err := c.Check(); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// Each path reports its median round, whole, with every round's rate, and
+// its ratio to websocketd round by round.
+func TestMedianPaths(t *testing.T) {
+	t.Parallel()
+	round := func(wsd, proto float64, protoErr string) []PathResult {
+		return []PathResult{
+			{Key: "websocketd", Present: true, UpdatesPerSecond: wsd, CPUPer1000: wsd / 1e6},
+			{Key: "proto", Present: true, Gateway: true, UpdatesPerSecond: proto, CPUPer1000: proto / 1e6, Error: protoErr},
+		}
+	}
+	rep := &Report{Paths: medianPaths([][]PathResult{round(100, 90, ""), round(50, 60, ""), round(80, 70, "")})}
+	rep.finish()
+	wsd, proto := rep.path("websocketd"), rep.path("proto")
+	if wsd.UpdatesPerSecond != 80 || wsd.CPUPer1000 != 80/1e6 || !slices.Equal(wsd.RoundRates, []float64{100, 50, 80}) {
+		t.Errorf("websocketd %+v, want the 80 round with rates 100, 50, 80", *wsd)
+	}
+	if proto.UpdatesPerSecond != 70 || proto.CPUPer1000 != 70/1e6 || !slices.Equal(proto.RoundRates, []float64{90, 60, 70}) {
+		t.Errorf("proto %+v, want the 70 round with rates 90, 60, 70", *proto)
+	}
+	if r := proto.VsWebsocketd; r == nil || r.Throughput != 0.875 || !slices.Equal(r.RoundThroughputs, []float64{0.9, 1.2, 0.875}) {
+		t.Errorf("vs websocketd %+v", r)
+	}
+	if !strings.Contains(rep.Headline, "by round 0.90x, 1.20x, 0.88x") {
+		t.Errorf("headline %q does not give the rounds' ratios", rep.Headline)
+	}
+
+	// Even counts take the lower middle; a failed round is reported.
+	two := medianPaths([][]PathResult{round(100, 90, ""), round(50, 60, "")})
+	if two[0].UpdatesPerSecond != 50 || two[1].UpdatesPerSecond != 60 {
+		t.Errorf("two rounds: %v, %v, want the lower middles 50, 60", two[0].UpdatesPerSecond, two[1].UpdatesPerSecond)
+	}
+	failed := medianPaths([][]PathResult{round(100, 90, ""), round(50, 0, "the gateway died")})
+	if failed[1].Error != "the gateway died" {
+		t.Errorf("a failed round was not reported: %+v", failed[1])
 	}
 }
 

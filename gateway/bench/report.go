@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -95,6 +97,9 @@ type PathResult struct {
 	AllocBytesPerUpdate float64 `json:"allocBytesPerUpdate,omitempty"`
 	AllocsPerUpdate     float64 `json:"allocsPerUpdate,omitempty"`
 	CutOffs             int     `json:"cutOffs"`
+	// RoundRates are UpdatesPerSecond in each round, in order (0 for a
+	// round that failed); the rest of the result is the median round's.
+	RoundRates []float64 `json:"roundUpdatesPerSecond,omitempty"`
 	// VsPipe and VsWebsocketd compare with the baselines: throughput
 	// ratio, and p99 latency difference in milliseconds.
 	VsPipe       *Ratio `json:"vsPipe,omitempty"`
@@ -110,6 +115,9 @@ type Ratio struct {
 	// P99 is p99 latency over the baseline's; P99DeltaMs their difference.
 	P99        float64 `json:"p99"`
 	P99DeltaMs float64 `json:"p99DeltaMs"`
+	// RoundThroughputs are the throughput ratios of each round, the path
+	// and the baseline measured in the same round.
+	RoundThroughputs []float64 `json:"roundThroughputs,omitempty"`
 }
 
 func ratio(p, base *PathResult) *Ratio {
@@ -120,7 +128,48 @@ func ratio(p, base *PathResult) *Ratio {
 	if base.Latency.P99 > 0 {
 		r.P99 = round3(p.Latency.P99 / base.Latency.P99)
 	}
+	if len(p.RoundRates) > 1 {
+		for i, v := range p.RoundRates {
+			if i < len(base.RoundRates) && base.RoundRates[i] > 0 && v > 0 {
+				r.RoundThroughputs = append(r.RoundThroughputs, round3(v/base.RoundRates[i]))
+			}
+		}
+	}
 	return r
+}
+
+// medianPaths gives each path of rounds (the results of each round) its
+// median round: of the path's rounds, sorted by updates/s, the middle one
+// (the lower of two), whole, so that its latency, CPU and memory are those
+// of one round. A path that failed in a round reports that failure. Each
+// result records every round's updates/s in RoundRates.
+func medianPaths(rounds [][]PathResult) []PathResult {
+	if len(rounds) == 0 {
+		return nil
+	}
+	var out []PathResult
+	for _, first := range rounds[0] {
+		var all []PathResult
+		var rates []float64
+		for _, r := range rounds {
+			for _, p := range r {
+				if p.Key == first.Key {
+					all = append(all, p)
+					rates = append(rates, p.UpdatesPerSecond)
+				}
+			}
+		}
+		pick := first
+		if i := slices.IndexFunc(all, func(p PathResult) bool { return p.Error != "" || !p.Present }); i >= 0 {
+			pick = all[i]
+		} else {
+			slices.SortStableFunc(all, func(a, b PathResult) int { return cmp.Compare(a.UpdatesPerSecond, b.UpdatesPerSecond) })
+			pick = all[(len(all)-1)/2]
+		}
+		pick.RoundRates = rates
+		out = append(out, pick)
+	}
+	return out
 }
 
 func (r *Report) path(key string) *PathResult {
@@ -146,6 +195,13 @@ func (r *Report) finish() {
 		s := fmt.Sprintf("gateway (memory, connect+proto) %.0f upd/s", p.UpdatesPerSecond)
 		if p.VsWebsocketd != nil {
 			s += fmt.Sprintf(" = %.2fx websocketd", p.VsWebsocketd.Throughput)
+			if rt := p.VsWebsocketd.RoundThroughputs; len(rt) > 1 {
+				each := make([]string, len(rt))
+				for i, v := range rt {
+					each[i] = fmt.Sprintf("%.2fx", v)
+				}
+				s += " (medians; by round " + strings.Join(each, ", ") + ")"
+			}
 		} else {
 			s += " (websocketd absent)"
 		}
