@@ -17,8 +17,45 @@ var (
 
 // eventOf wraps a session update in a SessionEvent. The two messages share
 // variant names and field numbers, so the set variant is moved across by
-// number; a variant added to both is carried without a code change.
+// number; a variant added to both is carried without a code change. The
+// commonest variants are moved without reflection, the event and its
+// variant's wrapper in one allocation.
 func eventOf(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
+	switch v := u.GetUpdate().(type) {
+	case *acpv2.SessionUpdate_ToolCallUpdate:
+		e := &struct {
+			ev acpv2.SessionEvent
+			w  acpv2.SessionEvent_ToolCallUpdate
+		}{w: acpv2.SessionEvent_ToolCallUpdate{ToolCallUpdate: v.ToolCallUpdate}}
+		e.ev.Event = &e.w
+		return &e.ev
+	case *acpv2.SessionUpdate_ToolCallContentChunk:
+		e := &struct {
+			ev acpv2.SessionEvent
+			w  acpv2.SessionEvent_ToolCallContentChunk
+		}{w: acpv2.SessionEvent_ToolCallContentChunk{ToolCallContentChunk: v.ToolCallContentChunk}}
+		e.ev.Event = &e.w
+		return &e.ev
+	case *acpv2.SessionUpdate_AgentMessageChunk:
+		e := &struct {
+			ev acpv2.SessionEvent
+			w  acpv2.SessionEvent_AgentMessageChunk
+		}{w: acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: v.AgentMessageChunk}}
+		e.ev.Event = &e.w
+		return &e.ev
+	case *acpv2.SessionUpdate_AgentThoughtChunk:
+		e := &struct {
+			ev acpv2.SessionEvent
+			w  acpv2.SessionEvent_AgentThoughtChunk
+		}{w: acpv2.SessionEvent_AgentThoughtChunk{AgentThoughtChunk: v.AgentThoughtChunk}}
+		e.ev.Event = &e.w
+		return &e.ev
+	}
+	return eventByNumber(u)
+}
+
+// eventByNumber is eventOf for any variant, by reflection.
+func eventByNumber(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 	ev := &acpv2.SessionEvent{}
 	um := u.ProtoReflect()
 	fd := um.WhichOneof(updateOneof)
@@ -28,6 +65,17 @@ func eventOf(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 	target := eventFields.ByNumber(fd.Number())
 	ev.ProtoReflect().Set(target, protoreflect.ValueOfMessage(um.Get(fd).Message()))
 	return ev
+}
+
+// toolCallEvent is the event of a merged tool call, with its variant's
+// wrapper in one allocation.
+func toolCallEvent(tc *acpv2.ToolCall) *acpv2.SessionEvent {
+	e := &struct {
+		ev acpv2.SessionEvent
+		w  acpv2.SessionEvent_ToolCall
+	}{w: acpv2.SessionEvent_ToolCall{ToolCall: tc}}
+	e.ev.Event = &e.w
+	return &e.ev
 }
 
 // body is the encoding of an event's event field, made before the event

@@ -434,7 +434,7 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 			bd.b, _ = s.tools.Wire(merged, parts)
 			bd.room = false
 		}
-		events = append(events, &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}})
+		events = append(events, toolCallEvent(merged))
 		bodies = append(bodies, bd)
 	}
 	_ = s.emitBodiesLocked(events, bodies, changed)
