@@ -207,8 +207,14 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 		return toConnect(err)
 	}
 	defer sub.Close()
+	// One response carries every message: Send has marshalled it when it
+	// returns.
+	resp := &acpv2.PromptResponse{}
 	return s.pump(ctx, "Prompt", sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
-		if err := stream.Send(&acpv2.PromptResponse{Event: ev, Heartbeat: hb}); err != nil {
+		resp.Event, resp.Heartbeat = ev, hb
+		err := stream.Send(resp)
+		resp.Event, resp.Heartbeat = nil, nil
+		if err != nil {
 			return false, err
 		}
 		return ev.GetTurnEnded() != nil, nil
@@ -225,8 +231,12 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 		return toConnect(err)
 	}
 	defer sub.Close()
+	resp := &acpv2.WatchResponse{} // as Prompt's
 	err = s.pump(ctx, "Watch", sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
-		return false, stream.Send(&acpv2.WatchResponse{Event: ev, Heartbeat: hb})
+		resp.Event, resp.Heartbeat = ev, hb
+		err := stream.Send(resp)
+		resp.Event, resp.Heartbeat = nil, nil
+		return false, err
 	})
 	if errors.Is(err, session.ErrClosed) {
 		return nil // the session ended: so does the stream
