@@ -397,7 +397,7 @@ func appendStruct(b []byte, num protowire.Number, s *structpb.Struct) ([]byte, e
 // its field inner: a StructPatch's value.
 func appendStructField(b []byte, num, inner protowire.Number, s *structpb.Struct) ([]byte, error) {
 	if s == nil {
-		return appendEmpty(b, num), nil // proto.Marshal drops a nil oneof value
+		return appendNilMessage(b, num, inner), nil
 	}
 	return appendWrapped(b, num, inner, pbstruct.SizeStruct(s), func(b []byte) ([]byte, error) { return pbstruct.AppendStruct(b, s) })
 }
@@ -406,9 +406,18 @@ func appendStructField(b []byte, num, inner protowire.Number, s *structpb.Struct
 // its field inner: a ValuePatch's value.
 func appendValueField(b []byte, num, inner protowire.Number, v *structpb.Value) ([]byte, error) {
 	if v == nil {
-		return appendEmpty(b, num), nil // proto.Marshal drops a nil oneof value
+		return appendNilMessage(b, num, inner), nil
 	}
 	return appendWrapped(b, num, inner, pbstruct.SizeValue(v), func(b []byte) ([]byte, error) { return pbstruct.AppendValue(b, v) })
+}
+
+// appendNilMessage appends a message field num whose oneof field inner is
+// set to a nil message: proto.Marshal writes it as an empty message.
+func appendNilMessage(b []byte, num, inner protowire.Number) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(inner)+protowire.SizeBytes(0)))
+	b = protowire.AppendTag(b, inner, protowire.BytesType)
+	return protowire.AppendVarint(b, 0)
 }
 
 // appendWrapped appends a message field num holding only field inner, a

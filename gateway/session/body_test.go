@@ -64,6 +64,10 @@ func bodyCases(t *testing.T) []proto.Message {
 			Content:   &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Clear{Clear: null}},
 			Locations: &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Value{}}},
 		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: &acpv2.ToolCallContentPatch{}, Locations: &acpv2.ToolCallLocationPatch{}},
+		// A value patch set to a nil value: proto.Marshal writes an empty
+		// message for it.
+		&acpv2.ToolCallUpdate{ToolCallId: "c", RawInput: &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{}},
+			RawOutput: &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{}}, Meta: &acpv2.StructPatch{Op: &acpv2.StructPatch_Value{}}},
 		&acpv2.ToolCallUpdate{ToolCallId: "c", Content: contentPatch(
 			&acpv2.ToolCallContent{},
 			&acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Content{Content: &acpv2.ContentBlock{}}},
