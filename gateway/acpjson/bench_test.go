@@ -1,10 +1,15 @@
 package acpjson_test
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	"github.com/acp-gateway/acp-gateway/gateway/bench"
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 )
 
@@ -113,5 +118,70 @@ func BenchmarkDecodeMergeTurn1000(b *testing.B) {
 		if s.Len() != 100 {
 			b.Fatalf("%d tool calls, want 100", s.Len())
 		}
+	}
+}
+
+// benchAgentLines returns the session/update lines of a 20-update turn
+// (two tool calls' lives) of the bench agent (gateway/bench) speaking ACP
+// protocol version v, as the gateway reads them.
+func benchAgentLines(b *testing.B, v int) [][]byte {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- bench.ServeAgent(context.Background(), inR, outW, v)
+		outW.Close()
+	}()
+	go func() {
+		_, _ = io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`+"\n"+
+			`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{}}`+"\n"+
+			`{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"bench-session-1","prompt":[{"type":"text","text":"{\"updates\":20}"}]}}`+"\n")
+	}()
+	var lines [][]byte
+	sc := bufio.NewScanner(outR)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if bytes.Contains(line, []byte(`"id":3`)) {
+			break
+		}
+		if bytes.Contains(line, []byte(`"session/update"`)) && !bytes.Contains(line, []byte(`"state_update"`)) {
+			lines = append(lines, bytes.Clone(line))
+		}
+	}
+	inW.Close()
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	if len(lines) != 20 {
+		b.Fatalf("the bench agent sent %d updates, want 20", len(lines))
+	}
+	return lines
+}
+
+// BenchmarkDecodeBenchAgent decodes the bench agent's session/update
+// lines, as the gateway's read loop does; an op is one line.
+func BenchmarkDecodeBenchAgent(b *testing.B) {
+	for _, v := range []int{1, 2} {
+		b.Run(fmt.Sprintf("v%d", v), func(b *testing.B) {
+			lines := benchAgentLines(b, v)
+			var size int64
+			for _, l := range lines {
+				size += int64(len(l))
+			}
+			b.ReportAllocs()
+			b.SetBytes(size / int64(len(lines)))
+			i := 0
+			for b.Loop() {
+				n, ok := acpjson.DecodeNotification(lines[i], acpjson.Version(v))
+				if !ok || n.Err != nil || n.Update.GetUnknown() != nil {
+					b.Fatalf("%v %v: %s", ok, n.Err, lines[i])
+				}
+				if i++; i == len(lines) {
+					i = 0
+				}
+			}
+		})
 	}
 }
