@@ -75,29 +75,33 @@ func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
 		}
 		seen[nseen] = key
 		nseen++
-		// Values bound for google.protobuf types, parsed straight into them.
-		if p.peek() != 'n' {
-			switch {
-			case tc != nil && (key == "rawInput" || key == "rawOutput"):
-				val, ok := p.protoValue()
-				if key == "rawInput" {
-					tc.RawInput = valuePatch(val)
-				} else {
-					tc.RawOutput = valuePatch(val)
-				}
-				return ok
-			case key == "_meta" && p.peek() == '{':
-				m, ok := p.protoStruct()
-				switch {
-				case tc != nil:
-					tc.Meta = structPatch(m)
-				case cc != nil:
-					cc.Meta = m
-				default:
-					mc.Meta = m
-				}
-				return ok
+		switch c := p.peek(); {
+		case c == 'n':
+			// null: a clear, or unchanged, or absent (below)
+		case tc != nil && (key == "rawInput" || key == "rawOutput"):
+			// Values bound for google.protobuf types, parsed straight into them.
+			val, ok := p.protoValue()
+			if key == "rawInput" {
+				tc.RawInput = valuePatch(val)
+			} else {
+				tc.RawOutput = valuePatch(val)
 			}
+			return ok
+		case key == "_meta" && c == '{':
+			m, ok := p.protoStruct()
+			switch {
+			case tc != nil:
+				tc.Meta = structPatch(m)
+			case cc != nil:
+				cc.Meta = m
+			default:
+				mc.Meta = m
+			}
+			return ok
+		case c == '"':
+			// Strings, parsed without boxing them into an interface.
+			s, ok := p.text()
+			return ok && directString(tc, cc, mc, key, s)
 		}
 		val, ok := p.value()
 		if !ok {
@@ -123,6 +127,39 @@ func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
 		return wrapChunk(tag, mc), true
 	}
 	return nil, false
+}
+
+// directString decodes the member key of the update being decoded (one of
+// tc, cc and mc) whose value is the string s, as toolCallMember,
+// contentChunkMember or chunkMember would.
+func directString(tc *acpv2.ToolCallUpdate, cc *acpv2.ToolCallContentChunk, mc *acpv2.ContentChunk, key, s string) bool {
+	switch {
+	case tc != nil:
+		switch key {
+		case "toolCallId":
+			tc.ToolCallId = s
+		case "title":
+			tc.Title = newStringPatch(s)
+		case "kind":
+			tc.Kind = newStringPatch(s)
+		case "status":
+			tc.Status = newStringPatch(s)
+		default:
+			return false // no other member of a tool call is a string
+		}
+	case cc != nil:
+		if key != "toolCallId" {
+			return false
+		}
+		cc.ToolCallId = s
+	default:
+		if key != "messageId" {
+			return false
+		}
+		id := s // not &s, which would put s on the heap in every case
+		mc.MessageId = &id
+	}
+	return true
 }
 
 // peek returns the byte at p.i after whitespace, or 0 at the end.

@@ -148,7 +148,11 @@ func stringPatch(val any) (*acpv2.StringPatch, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: s}}, true
+	return newStringPatch(s), true
+}
+
+func newStringPatch(s string) *acpv2.StringPatch {
+	return &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: s}}
 }
 
 // fastList decodes a JSON array with item, declining when any item does.

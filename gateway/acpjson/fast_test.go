@@ -124,6 +124,12 @@ func FuzzDirectMatchesParsed(f *testing.F) {
 	f.Add(notificationOf(`{"toolCallId":"c","sessionUpdate":"tool_call_update","status":"x"}`), uint8(1))
 	f.Add(notificationOf(`{"sessionUpdate":"tool_call_update","toolCallId":"c","rawInput":{"a":[1,2.5,"x",null,true,{"b":{}}],"a":1e400},"_meta":{"k":{"k":[]}}}`), uint8(1))
 	f.Add(notificationOf(`{"sessionUpdate":"tool_call_update","toolCallId":"c","rawInput":[1,`), uint8(1))
+	// Strings where the direct path reads them, and where no string goes.
+	f.Add(notificationOf(`{"sessionUpdate":"tool_call_update","toolCallId":"c","rawInput":"x","rawOutput":"\u00e9","title":"t\n"}`), uint8(0))
+	f.Add(notificationOf(`{"sessionUpdate":"tool_call_update","toolCallId":"c","_meta":"m"}`), uint8(1))
+	f.Add(notificationOf(`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":"x"}`), uint8(1))
+	f.Add(notificationOf(`{"sessionUpdate":"agent_message_chunk","messageId":"","content":{"type":"text","text":"x"}}`), uint8(1))
+	f.Add(notificationOf(`{"sessionUpdate":"agent_message_chunk","toolCallId":"c","content":{"type":"text","text":"x"}}`), uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, ver uint8) {
 		v := Version(1 + ver%2)
 		direct, ok1 := decodeNotification(data, v, true)

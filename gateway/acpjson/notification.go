@@ -102,15 +102,15 @@ func parseNotification(data []byte, v Version, direct bool) (sid string, update 
 			if !once(mSessionID) {
 				return false
 			}
-			v, ok := p.value()
-			switch v := v.(type) {
-			case string:
-				sid = v
-			case nil:
-			default:
-				return false
+			switch p.peek() {
+			case '"':
+				var ok bool
+				sid, ok = p.text()
+				return ok
+			case 'n':
+				return p.literal("null")
 			}
-			return ok
+			return false
 		case k == "update":
 			if !once(mUpdate) {
 				return false
