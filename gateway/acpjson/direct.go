@@ -35,7 +35,7 @@ func (p *parser) directUpdate(v Version) (*acpv2.SessionUpdate, bool) {
 
 func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
 	var (
-		tag   string
+		u     *acpv2.SessionUpdate
 		seen  [12]string
 		nseen int
 		tc    *acpv2.ToolCallUpdate
@@ -47,18 +47,20 @@ func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
 			if key != "sessionUpdate" {
 				return false
 			}
-			val, ok := p.value()
-			tag, _ = val.(string)
+			if p.peek() != '"' {
+				return false
+			}
+			tag, ok := p.text()
 			switch tag {
 			case "tool_call_update", "tool_call":
-				tc = &acpv2.ToolCallUpdate{}
+				u, tc = newToolCallUpdate()
 				if tag == "tool_call" {
 					v = V1
 				}
 			case "tool_call_content_chunk":
-				cc = &acpv2.ToolCallContentChunk{}
+				u, cc = newContentChunkUpdate()
 			case "agent_message_chunk", "agent_thought_chunk", "user_message_chunk":
-				mc = &acpv2.ContentChunk{}
+				u, mc = newChunkUpdate(tag)
 			default:
 				return false
 			}
@@ -88,16 +90,18 @@ func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
 			}
 			return ok
 		case key == "_meta" && c == '{':
-			m, ok := p.protoStruct()
+			var m *structpb.Struct
 			switch {
 			case tc != nil:
-				tc.Meta = structPatch(m)
+				tc.Meta, m = newStructPatch()
 			case cc != nil:
+				m = &structpb.Struct{}
 				cc.Meta = m
 			default:
+				m = &structpb.Struct{}
 				mc.Meta = m
 			}
-			return ok
+			return p.protoFields(m)
 		case c == '"':
 			// Strings, parsed without boxing them into an interface.
 			s, ok := p.text()
@@ -119,12 +123,8 @@ func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
 	switch {
 	case !ok:
 		return nil, false
-	case tc != nil && tc.ToolCallId != "":
-		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: tc}}, true
-	case cc != nil && requiredChunk(cc) != nil:
-		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: cc}}, true
-	case mc != nil:
-		return wrapChunk(tag, mc), true
+	case tc != nil && tc.ToolCallId != "", cc != nil && requiredChunk(cc), mc != nil:
+		return u, true
 	}
 	return nil, false
 }

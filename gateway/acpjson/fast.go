@@ -27,35 +27,35 @@ func (d *decoder) fastUpdate(tag string, obj map[string]any) *acpv2.SessionUpdat
 		if tag == "tool_call" {
 			v = V1
 		}
-		if tc := fastToolCallUpdate(obj, v); tc != nil {
-			return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: tc}}
+		u, tc := newToolCallUpdate()
+		if fastToolCallUpdate(tc, obj, v) {
+			return u
 		}
 	case "tool_call_content_chunk":
-		if c := fastContentChunk(obj); c != nil {
-			return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: c}}
+		u, c := newContentChunkUpdate()
+		if fastContentChunk(c, obj) {
+			return u
 		}
 	case "agent_message_chunk", "agent_thought_chunk", "user_message_chunk":
-		if c := fastChunk(obj); c != nil {
-			return wrapChunk(tag, c)
+		u, c := newChunkUpdate(tag)
+		if fastChunk(c, obj) {
+			return u
 		}
 	}
 	return nil
 }
 
-// fastToolCallUpdate decodes a tool_call_update (or a v1 tool_call) whose
-// members are all ToolCallUpdate's. A null patch member clears the field,
-// except from a v1 agent, where it leaves it unchanged.
-func fastToolCallUpdate(obj map[string]any, v Version) *acpv2.ToolCallUpdate {
-	u := &acpv2.ToolCallUpdate{}
+// fastToolCallUpdate decodes into u a tool_call_update (or a v1
+// tool_call) whose members are all ToolCallUpdate's, or reports that it
+// cannot. A null patch member clears the field, except from a v1 agent,
+// where it leaves it unchanged.
+func fastToolCallUpdate(u *acpv2.ToolCallUpdate, obj map[string]any, v Version) bool {
 	for key, val := range obj {
 		if !toolCallMember(u, key, val, v) {
-			return nil
+			return false
 		}
 	}
-	if u.ToolCallId == "" {
-		return nil // required: the generic decoder says so
-	}
-	return u
+	return u.ToolCallId != "" // required: the generic decoder says so
 }
 
 // toolCallMember decodes one member of a tool_call_update into u, or
@@ -82,12 +82,12 @@ func toolCallMember(u *acpv2.ToolCallUpdate, key string, val any, v Version) boo
 	case "content":
 		var items []*acpv2.ToolCallContent
 		if items, ok = fastList(val, fastToolCallContent); ok {
-			u.Content = &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Value{Value: &acpv2.ToolCallContentList{Items: items}}}
+			u.Content = contentPatch(items)
 		}
 	case "locations":
 		var locs []*acpv2.ToolCallLocation
 		if locs, ok = fastList(val, fastLocation); ok {
-			u.Locations = &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Value{Value: &acpv2.ToolCallLocationList{Items: locs}}}
+			u.Locations = locationsPatch(locs)
 		}
 	case "rawInput":
 		u.RawInput = valuePatch(toValue(val))
@@ -102,14 +102,6 @@ func toolCallMember(u *acpv2.ToolCallUpdate, key string, val any, v Version) boo
 		return false
 	}
 	return ok
-}
-
-func valuePatch(v *structpb.Value) *acpv2.ValuePatch {
-	return &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: v}}
-}
-
-func structPatch(m *structpb.Struct) *acpv2.StructPatch {
-	return &acpv2.StructPatch{Op: &acpv2.StructPatch_Value{Value: m}}
 }
 
 // fastPatchKeys are ToolCallUpdate's patch members.
@@ -149,10 +141,6 @@ func stringPatch(val any) (*acpv2.StringPatch, bool) {
 		return nil, false
 	}
 	return newStringPatch(s), true
-}
-
-func newStringPatch(s string) *acpv2.StringPatch {
-	return &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: s}}
 }
 
 // fastList decodes a JSON array with item, declining when any item does.
@@ -222,7 +210,7 @@ func fastToolCallContent(val any) (*acpv2.ToolCallContent, bool) {
 	if !ok {
 		return nil, false
 	}
-	c := &acpv2.ToolCallContent{}
+	var c *acpv2.ToolCallContent
 	// item takes the variant's own members.
 	var item func(key string, v any) bool
 	switch obj["type"] {
@@ -235,25 +223,31 @@ func fastToolCallContent(val any) (*acpv2.ToolCallContent, bool) {
 		if !ok {
 			return nil, false
 		}
-		c.Item = &acpv2.ToolCallContent_Content{Content: block}
+		c = newContentItem(block)
 		item = func(key string, _ any) bool { return key == "content" }
 	case "diff":
-		diff := &acpv2.Diff{}
-		c.Item = &acpv2.ToolCallContent_Diff{Diff: diff}
-		item = func(key string, v any) (ok bool) {
+		d := newDiffItem()
+		c = &d.c
+		item = func(key string, v any) bool {
+			s, ok := v.(string)
+			if !ok && v != nil {
+				return false
+			}
 			switch key {
 			case "path":
-				diff.Path, ok = optString(v)
+				d.setPath(s, ok)
 			case "oldText":
-				diff.OldText, ok = optString(v)
+				d.setOldText(s, ok)
 			case "newText":
-				diff.NewText, ok = optString(v)
+				d.setNewText(s, ok)
+			default:
+				return false
 			}
-			return ok
+			return true
 		}
 	case "terminal":
-		term := &acpv2.Terminal{}
-		c.Item = &acpv2.ToolCallContent_Terminal{Terminal: term}
+		var term *acpv2.Terminal
+		c, term = newTerminalItem()
 		item = func(key string, v any) (ok bool) {
 			if key == "terminalId" {
 				term.TerminalId, ok = plainString(v)
@@ -281,7 +275,7 @@ func fastContentBlock(obj map[string]any) (*acpv2.ContentBlock, bool) {
 	if obj["type"] != "text" {
 		return nil, false
 	}
-	text := &acpv2.TextContent{}
+	block, text := newTextBlock()
 	ok := eachMember(obj, func(key string, v any) (ok bool) {
 		switch key {
 		case "type":
@@ -293,7 +287,7 @@ func fastContentBlock(obj map[string]any) (*acpv2.ContentBlock, bool) {
 		}
 		return ok
 	})
-	return &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: text}}, ok
+	return block, ok
 }
 
 // fastLocation decodes a tool-call location.
@@ -302,7 +296,8 @@ func fastLocation(val any) (*acpv2.ToolCallLocation, bool) {
 	if !ok {
 		return nil, false
 	}
-	loc := &acpv2.ToolCallLocation{}
+	x := &location{}
+	loc := &x.l
 	ok = eachMember(obj, func(key string, v any) (ok bool) {
 		switch key {
 		case "path":
@@ -316,8 +311,7 @@ func fastLocation(val any) (*acpv2.ToolCallLocation, bool) {
 				if err != nil {
 					return false
 				}
-				l := uint32(line)
-				loc.Line = &l
+				x.setLine(uint32(line))
 				return true
 			}
 		case "_meta":
@@ -328,22 +322,17 @@ func fastLocation(val any) (*acpv2.ToolCallLocation, bool) {
 	return loc, ok
 }
 
-// fastContentChunk decodes a tool_call_content_chunk.
-func fastContentChunk(obj map[string]any) *acpv2.ToolCallContentChunk {
-	c := &acpv2.ToolCallContentChunk{}
-	if !eachMember(obj, func(key string, v any) bool { return contentChunkMember(c, key, v) }) {
-		return nil
-	}
-	return requiredChunk(c)
+// fastContentChunk decodes a tool_call_content_chunk into c, or reports
+// that it cannot.
+func fastContentChunk(c *acpv2.ToolCallContentChunk, obj map[string]any) bool {
+	return eachMember(obj, func(key string, v any) bool { return contentChunkMember(c, key, v) }) &&
+		requiredChunk(c)
 }
 
-// requiredChunk returns c, or nil when it lacks what the generic decoder
-// requires of it.
-func requiredChunk(c *acpv2.ToolCallContentChunk) *acpv2.ToolCallContentChunk {
-	if c.ToolCallId == "" || c.Content == nil {
-		return nil
-	}
-	return c
+// requiredChunk reports whether c has what the generic decoder requires
+// of it.
+func requiredChunk(c *acpv2.ToolCallContentChunk) bool {
+	return c.ToolCallId != "" && c.Content != nil
 }
 
 // contentChunkMember decodes one member of a tool_call_content_chunk.
@@ -361,13 +350,10 @@ func contentChunkMember(c *acpv2.ToolCallContentChunk, key string, v any) (ok bo
 	return ok
 }
 
-// fastChunk decodes a message or thought chunk.
-func fastChunk(obj map[string]any) *acpv2.ContentChunk {
-	c := &acpv2.ContentChunk{}
-	if !eachMember(obj, func(key string, v any) bool { return chunkMember(c, key, v) }) {
-		return nil
-	}
-	return c
+// fastChunk decodes a message or thought chunk into c, or reports that it
+// cannot.
+func fastChunk(c *acpv2.ContentChunk, obj map[string]any) bool {
+	return eachMember(obj, func(key string, v any) bool { return chunkMember(c, key, v) })
 }
 
 // chunkMember decodes one member of a message or thought chunk.
@@ -386,16 +372,4 @@ func chunkMember(c *acpv2.ContentChunk, key string, v any) (ok bool) {
 		c.Meta, ok = fastStruct(v)
 	}
 	return ok
-}
-
-// wrapChunk makes the update of a message or thought chunk of kind tag.
-func wrapChunk(tag string, c *acpv2.ContentChunk) *acpv2.SessionUpdate {
-	switch tag {
-	case "agent_message_chunk":
-		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: c}}
-	case "agent_thought_chunk":
-		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentThoughtChunk{AgentThoughtChunk: c}}
-	default:
-		return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_UserMessageChunk{UserMessageChunk: c}}
-	}
 }
