@@ -11,9 +11,11 @@ import (
 // The direct path: the fast path's updates read straight from a
 // notification's bytes, without the map of the update object, and with
 // rawInput, rawOutput and _meta parsed straight into google.protobuf
-// values rather than into maps that toValue then copies. The members
-// the fast path reads from parsed values (content, locations, ids) are
-// parsed as before and handed to the same functions. It takes an update
+// values rather than into maps that toValue then copies. Strings, content
+// and locations are parsed into their fields too (content items and
+// locations of other shapes are parsed into values and handed to the fast
+// path's functions), and any other member is parsed into a value and
+// handed to the fast path's member functions. It takes an update
 // only when its first member is sessionUpdate and no member comes twice;
 // anything else, and anything the fast path declines, is parsed again
 // from the update's start as before. FuzzDirectMatchesParsed checks the
@@ -22,15 +24,21 @@ import (
 // directUpdate decodes the update object at p.i, or returns ok false with
 // p where it was.
 func (p *parser) directUpdate(v Version) (*acpv2.SessionUpdate, bool) {
+	return retry(p, func() (*acpv2.SessionUpdate, bool) { return p.directMembers(v) })
+}
+
+// retry returns what parse parses at p.i or, when it declines, ok false
+// with p where it was, for the caller to parse the value another way.
+func retry[T any](p *parser, parse func() (T, bool)) (x T, ok bool) {
 	start, depth, elems := p.i, p.depth, len(p.elems)
-	u, ok := p.directMembers(v)
-	if !ok || u == nil {
-		p.i, p.depth = start, depth
-		clear(p.elems[elems:])
-		p.elems = p.elems[:elems]
-		return nil, false
+	if x, ok = parse(); ok {
+		return x, true
 	}
-	return u, true
+	p.i, p.depth = start, depth
+	clear(p.elems[elems:])
+	p.elems = p.elems[:elems]
+	var none T
+	return none, false
 }
 
 func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
@@ -106,6 +114,23 @@ func (p *parser) directMembers(v Version) (*acpv2.SessionUpdate, bool) {
 			// Strings, parsed without boxing them into an interface.
 			s, ok := p.text()
 			return ok && directString(tc, cc, mc, key, s)
+		// Content and locations, parsed straight into their messages.
+		case key == "content" && tc != nil && c == '[':
+			items, ok := list(p, p.toolCallContent)
+			tc.Content = contentPatch(items)
+			return ok
+		case key == "content" && cc != nil && c == '{':
+			var ok bool
+			cc.Content, ok = p.toolCallContent()
+			return ok
+		case key == "content" && mc != nil && c == '{':
+			var ok bool
+			mc.Content, ok = p.contentBlock()
+			return ok
+		case key == "locations" && tc != nil && c == '[':
+			locs, ok := list(p, p.location)
+			tc.Locations = locationsPatch(locs)
+			return ok
 		}
 		val, ok := p.value()
 		if !ok {
@@ -160,6 +185,290 @@ func directString(tc *acpv2.ToolCallUpdate, cc *acpv2.ToolCallContentChunk, mc *
 		mc.MessageId = &id
 	}
 	return true
+}
+
+// The parts of updates: each parsed straight into its message when its
+// members are those the fast path takes, each once, the type (of a content
+// item or block) first; else parsed into a generic value and decoded by the
+// fast path's function, which takes it or declines.
+
+// list parses the array at p.i with item, as fastList decodes it parsed.
+func list[T any](p *parser, item func() (T, bool)) ([]T, bool) {
+	if p.depth++; p.depth > maxParseDepth {
+		return nil, false
+	}
+	p.i++ // [
+	var buf [4]T
+	items := buf[:0]
+	if p.peek() == ']' {
+		p.i++
+	} else {
+		for {
+			x, ok := item()
+			if !ok {
+				return nil, false
+			}
+			items = append(items, x)
+			end, ok := p.next(']')
+			if !ok {
+				return nil, false
+			}
+			if end {
+				break
+			}
+		}
+	}
+	p.depth--
+	out := make([]T, len(items))
+	copy(out, items)
+	return out, true
+}
+
+// toolCallContent parses the tool-call content item at p.i, as
+// fastToolCallContent decodes it parsed.
+func (p *parser) toolCallContent() (*acpv2.ToolCallContent, bool) {
+	return orParsed(p, p.directToolCallContent, fastToolCallContent)
+}
+
+// orParsed returns what direct parses at p.i or, when it declines, what
+// fast decodes of the value parsed there.
+func orParsed[T any](p *parser, direct func() (T, bool), fast func(any) (T, bool)) (T, bool) {
+	if x, ok := retry(p, direct); ok {
+		return x, true
+	}
+	val, ok := p.value()
+	if !ok {
+		var none T
+		return none, false
+	}
+	return fast(val)
+}
+
+// Members of a content item, block or location, as bits.
+const (
+	mType = 1 << iota
+	mMeta
+	mContent
+	mText
+	mPath
+	mOldText
+	mNewText
+	mTerminalID
+	mLine
+)
+
+// partMember returns the bit of a member of a content item, block or
+// location, or 0 for any other.
+func partMember(key string) uint {
+	switch key {
+	case "type":
+		return mType
+	case "_meta":
+		return mMeta
+	case "content":
+		return mContent
+	case "text":
+		return mText
+	case "path":
+		return mPath
+	case "oldText":
+		return mOldText
+	case "newText":
+		return mNewText
+	case "terminalId":
+		return mTerminalID
+	case "line":
+		return mLine
+	}
+	return 0
+}
+
+func (p *parser) directToolCallContent() (*acpv2.ToolCallContent, bool) {
+	var (
+		c    *acpv2.ToolCallContent
+		d    *diffItem
+		term *acpv2.Terminal
+		// takes are the members of c's type.
+		takes, seen uint
+	)
+	ok := p.members(func(key string) bool {
+		m := partMember(key)
+		if m&takes == 0 || m&seen != 0 {
+			if c != nil || key != "type" || p.peek() != '"' {
+				return false
+			}
+			typ, ok := p.text()
+			switch typ {
+			case "content":
+				c, takes = newContentItem(nil), mContent
+			case "diff":
+				d, takes = newDiffItem(), mPath|mOldText|mNewText
+				c = &d.c
+			case "terminal":
+				c, term = newTerminalItem()
+				takes = mTerminalID
+			default:
+				return false
+			}
+			takes |= mMeta
+			return ok
+		}
+		seen |= m
+		switch m {
+		case mMeta:
+			var ok bool
+			c.Meta, ok = p.optStruct()
+			return ok
+		case mContent:
+			b, ok := p.contentBlock()
+			c.GetItem().(*acpv2.ToolCallContent_Content).Content = b
+			return ok
+		case mTerminalID:
+			var ok bool
+			term.TerminalId, ok = p.plainText()
+			return ok
+		}
+		s, set, ok := p.optText()
+		switch m {
+		case mPath:
+			d.setPath(s, set)
+		case mOldText:
+			d.setOldText(s, set)
+		default:
+			d.setNewText(s, set)
+		}
+		return ok
+	})
+	if !ok || c == nil || c.GetContent() == nil && takes&mContent != 0 {
+		return nil, false
+	}
+	return c, true
+}
+
+// contentBlock parses the content block at p.i, as fastContentBlock
+// decodes it parsed.
+func (p *parser) contentBlock() (*acpv2.ContentBlock, bool) {
+	if p.peek() != '{' {
+		return nil, false
+	}
+	if b, ok := retry(p, p.directContentBlock); ok {
+		return b, true
+	}
+	val, ok := p.value()
+	obj, isObj := val.(map[string]any)
+	if !ok || !isObj {
+		return nil, false
+	}
+	return fastContentBlock(obj)
+}
+
+func (p *parser) directContentBlock() (*acpv2.ContentBlock, bool) {
+	var (
+		b    *acpv2.ContentBlock
+		text *acpv2.TextContent
+		seen uint
+	)
+	ok := p.members(func(key string) bool {
+		if b == nil {
+			if key != "type" || p.peek() != '"' {
+				return false
+			}
+			typ, ok := p.text()
+			if typ != "text" {
+				return false
+			}
+			b, text = newTextBlock()
+			return ok
+		}
+		m := partMember(key)
+		if m&(mText|mMeta) == 0 || m&seen != 0 {
+			return false
+		}
+		seen |= m
+		var ok bool
+		if m == mText {
+			text.Text, ok = p.plainText()
+		} else {
+			text.Meta, ok = p.optStruct()
+		}
+		return ok
+	})
+	return b, ok && b != nil
+}
+
+// location parses the tool-call location at p.i, as fastLocation decodes
+// it parsed.
+func (p *parser) location() (*acpv2.ToolCallLocation, bool) {
+	return orParsed(p, p.directLocation, fastLocation)
+}
+
+func (p *parser) directLocation() (*acpv2.ToolCallLocation, bool) {
+	x := &location{}
+	var seen uint
+	ok := p.members(func(key string) bool {
+		m := partMember(key)
+		if m&(mPath|mLine|mMeta) == 0 || m&seen != 0 {
+			return false
+		}
+		seen |= m
+		var ok bool
+		switch m {
+		case mPath:
+			x.l.Path, ok = p.plainText()
+		case mMeta:
+			x.l.Meta, ok = p.optStruct()
+		default:
+			switch c := p.peek(); {
+			case c == 'n':
+				return p.literal("null")
+			case c == '-' || '0' <= c && c <= '9':
+				n, ok := p.numberBytes()
+				if !ok {
+					return false
+				}
+				line, err := strconv.ParseUint(string(n), 10, 32)
+				if err != nil {
+					return false
+				}
+				x.setLine(uint32(line))
+				return true
+			}
+		}
+		return ok
+	})
+	return &x.l, ok
+}
+
+// plainText parses a string, or null (the empty string), as plainString
+// decodes it parsed.
+func (p *parser) plainText() (string, bool) {
+	s, _, ok := p.optText()
+	return s, ok
+}
+
+// optText parses a string, or null (set false), as optString decodes it
+// parsed.
+func (p *parser) optText() (s string, set, ok bool) {
+	switch p.peek() {
+	case '"':
+		s, ok = p.text()
+		return s, true, ok
+	case 'n':
+		return "", false, p.literal("null")
+	}
+	return "", false, false
+}
+
+// optStruct parses an object, or null (none), as fastStruct decodes it
+// parsed.
+func (p *parser) optStruct() (*structpb.Struct, bool) {
+	switch p.peek() {
+	case '{':
+		return p.protoStruct()
+	case 'n':
+		return nil, p.literal("null")
+	}
+	return nil, false
 }
 
 // peek returns the byte at p.i after whitespace, or 0 at the end.

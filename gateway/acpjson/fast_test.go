@@ -130,6 +130,22 @@ func FuzzDirectMatchesParsed(f *testing.F) {
 	f.Add(notificationOf(`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":"x"}`), uint8(1))
 	f.Add(notificationOf(`{"sessionUpdate":"agent_message_chunk","messageId":"","content":{"type":"text","text":"x"}}`), uint8(1))
 	f.Add(notificationOf(`{"sessionUpdate":"agent_message_chunk","toolCallId":"c","content":{"type":"text","text":"x"}}`), uint8(1))
+	// Content items, blocks and locations that the direct path parses
+	// itself, and those it leaves to the fast path's functions.
+	for _, u := range []string{
+		`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"content","content":{"type":"text","text":"a","_meta":null}},{"type":"diff","path":"/p","oldText":null,"newText":"b","_meta":{"x":1}},{"type":"terminal","terminalId":null}],"locations":[{"path":"/p","line":0},{"line":null,"_meta":{}},{}]}`,
+		`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"content":{"type":"text","text":"a"},"type":"content"},{"path":"/p","type":"diff"}],"locations":[{"path":"/p","path":"/q"}]}`,
+		`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"content","type":"diff"},{"type":"diff","path":"/p","path":null},{"type":"content","content":null},{"type":"content"},{"type":"terminal","terminalId":"t","content":{}}]}`,
+		`{"sessionUpdate":"tool_call_update","toolCallId":"c","locations":[{"path":"/p","line":-1},{"line":1.5},{"line":4294967296},{"line":"7"},{"path":7},{"_meta":[]}]}`,
+		`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":{"type":"content","content":{"text":"a","type":"text"}}}`,
+		`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":{"type":"content","content":{"type":"text","text":"a","text":"b"}}}`,
+		`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":null,"_meta":{"k":[1]}}}`,
+		`{"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"AA","mimeType":"image/png"}}`,
+		`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a","annotations":null}}`,
+		`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"`,
+	} {
+		f.Add(notificationOf(u), uint8(1))
+	}
 	f.Fuzz(func(t *testing.T, data []byte, ver uint8) {
 		v := Version(1 + ver%2)
 		direct, ok1 := decodeNotification(data, v, true)
@@ -151,4 +167,44 @@ func TestDirectPathTakesCommonUpdates(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The direct path parses the common content items, blocks and locations
+// straight into their messages, rather than leaving them to the fast
+// path's functions, so that FuzzDirectMatchesParsed compares the two.
+func TestDirectPartsTakeCommonShapes(t *testing.T) {
+	for _, c := range []struct {
+		parse func(p *parser) bool
+		json  string
+	}{
+		{(*parser).takesItem, `{"type":"content","content":{"type":"text","text":"out\n"}}`},
+		{(*parser).takesItem, `{"type":"content","content":{"type":"text","text":"x","_meta":{"a":1}},"_meta":null}`},
+		{(*parser).takesItem, `{"type":"diff","path":"/p","oldText":"a","newText":"b"}`},
+		{(*parser).takesItem, `{"type":"diff","path":"/p","oldText":null,"newText":"b","_meta":{}}`},
+		{(*parser).takesItem, `{"type":"terminal","terminalId":"t1"}`},
+		{(*parser).takesBlock, `{"type":"text","text":"hello"}`},
+		{(*parser).takesLocation, `{"path":"/p/config.go","line":42}`},
+		{(*parser).takesLocation, `{"line":null,"path":"/p","_meta":{"k":"v"}}`},
+	} {
+		p := getParser([]byte(c.json))
+		if !c.parse(p) || p.i != len(p.data) {
+			t.Errorf("the direct path leaves %s to the fast path", c.json)
+		}
+		putParser(p)
+	}
+}
+
+func (p *parser) takesItem() bool {
+	_, ok := retry(p, p.directToolCallContent)
+	return ok
+}
+
+func (p *parser) takesBlock() bool {
+	_, ok := retry(p, p.directContentBlock)
+	return ok
+}
+
+func (p *parser) takesLocation() bool {
+	_, ok := retry(p, p.directLocation)
+	return ok
 }
