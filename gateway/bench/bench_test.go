@@ -138,40 +138,52 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
-// Each path reports its median round, whole, with every round's rate, and
-// its ratio to websocketd round by round.
+// Each path reports its median round, whole, with every round's rate and
+// p99; its comparison with websocketd is the median of the rounds' own.
 func TestMedianPaths(t *testing.T) {
 	t.Parallel()
-	round := func(wsd, proto float64, protoErr string) []PathResult {
+	round := func(wsd, proto, wsdP99, protoP99 float64, protoErr string) []PathResult {
 		return []PathResult{
-			{Key: "websocketd", Present: true, UpdatesPerSecond: wsd, CPUPer1000: wsd / 1e6},
-			{Key: "proto", Present: true, Gateway: true, UpdatesPerSecond: proto, CPUPer1000: proto / 1e6, Error: protoErr},
+			{Key: "websocketd", Present: true, UpdatesPerSecond: wsd, CPUPer1000: wsd / 1e6, Latency: Latency{P99: wsdP99}},
+			{Key: "proto", Present: true, Gateway: true, UpdatesPerSecond: proto, CPUPer1000: proto / 1e6, Latency: Latency{P99: protoP99}, Error: protoErr},
 		}
 	}
-	rep := &Report{Paths: medianPaths([][]PathResult{round(100, 90, ""), round(50, 60, ""), round(80, 70, "")})}
+	// A slow round (the second) slows both paths and their latency.
+	rep := &Report{Paths: medianPaths([][]PathResult{round(100, 90, 1, 1.5, ""), round(50, 60, 8, 9, ""), round(80, 70, 1, 1.25, "")})}
 	rep.finish()
 	wsd, proto := rep.path("websocketd"), rep.path("proto")
-	if wsd.UpdatesPerSecond != 80 || wsd.CPUPer1000 != 80/1e6 || !slices.Equal(wsd.RoundRates, []float64{100, 50, 80}) {
+	if wsd.UpdatesPerSecond != 80 || wsd.CPUPer1000 != 80/1e6 || !slices.Equal(wsd.RoundRates, []float64{100, 50, 80}) || !slices.Equal(wsd.RoundP99s, []float64{1, 8, 1}) {
 		t.Errorf("websocketd %+v, want the 80 round with rates 100, 50, 80", *wsd)
 	}
 	if proto.UpdatesPerSecond != 70 || proto.CPUPer1000 != 70/1e6 || !slices.Equal(proto.RoundRates, []float64{90, 60, 70}) {
 		t.Errorf("proto %+v, want the 70 round with rates 90, 60, 70", *proto)
 	}
-	if r := proto.VsWebsocketd; r == nil || r.Throughput != 0.875 || !slices.Equal(r.RoundThroughputs, []float64{0.9, 1.2, 0.875}) {
-		t.Errorf("vs websocketd %+v", r)
+	r := proto.VsWebsocketd
+	if r == nil || !slices.Equal(r.RoundThroughputs, []float64{0.9, 1.2, 0.875}) || !slices.Equal(r.RoundP99DeltasMs, []float64{0.5, 1, 0.25}) {
+		t.Fatalf("vs websocketd %+v", r)
 	}
-	if !strings.Contains(rep.Headline, "by round 0.90x, 1.20x, 0.88x") {
-		t.Errorf("headline %q does not give the rounds' ratios", rep.Headline)
+	// Medians of the rounds' comparisons, not comparisons of medians
+	// (70/80 = 0.875, 1.25 - 1 = 0.25).
+	if r.Throughput != 0.9 || r.P99DeltaMs != 0.5 || r.P99 != 1.25 {
+		t.Errorf("vs websocketd: throughput %v, p99 delta %v, p99 ratio %v; want 0.9, 0.5, 1.25", r.Throughput, r.P99DeltaMs, r.P99)
+	}
+	for _, want := range []string{"0.90x websocketd (median of rounds 0.90x, 1.20x, 0.88x)", "p99 +0.50 ms vs websocketd (median of rounds +0.50, +1.00, +0.25 ms"} {
+		if !strings.Contains(rep.Headline, want) {
+			t.Errorf("headline %q lacks %q", rep.Headline, want)
+		}
 	}
 
 	// Even counts take the lower middle; a failed round is reported.
-	two := medianPaths([][]PathResult{round(100, 90, ""), round(50, 60, "")})
+	two := medianPaths([][]PathResult{round(100, 90, 1, 1, ""), round(50, 60, 1, 1, "")})
 	if two[0].UpdatesPerSecond != 50 || two[1].UpdatesPerSecond != 60 {
 		t.Errorf("two rounds: %v, %v, want the lower middles 50, 60", two[0].UpdatesPerSecond, two[1].UpdatesPerSecond)
 	}
-	failed := medianPaths([][]PathResult{round(100, 90, ""), round(50, 0, "the gateway died")})
+	failed := medianPaths([][]PathResult{round(100, 90, 1, 1, ""), round(50, 0, 1, 1, "the gateway died")})
 	if failed[1].Error != "the gateway died" {
 		t.Errorf("a failed round was not reported: %+v", failed[1])
+	}
+	if got := median([]float64{3, 1, 4, 2}); got != 2.5 {
+		t.Errorf("median of 1..4: %v", got)
 	}
 }
 

@@ -100,6 +100,8 @@ type PathResult struct {
 	// RoundRates are UpdatesPerSecond in each round, in order (0 for a
 	// round that failed); the rest of the result is the median round's.
 	RoundRates []float64 `json:"roundUpdatesPerSecond,omitempty"`
+	// RoundP99s are Latency.P99 in each round, in order.
+	RoundP99s []float64 `json:"roundP99Ms,omitempty"`
 	// VsPipe and VsWebsocketd compare with the baselines: throughput
 	// ratio, and p99 latency difference in milliseconds.
 	VsPipe       *Ratio `json:"vsPipe,omitempty"`
@@ -108,16 +110,21 @@ type PathResult struct {
 	client string // the client protocol of a gateway path
 }
 
-// Ratio compares a path with a baseline.
+// Ratio compares a path with a baseline. With several rounds, each figure
+// is the median over the rounds of the path and the baseline measured in
+// the same round (minutes apart at most), rather than a comparison of the
+// two medians, which may come from rounds far apart on a machine whose
+// speed drifts.
 type Ratio struct {
 	// Throughput is updates/s over the baseline's.
 	Throughput float64 `json:"throughput"`
 	// P99 is p99 latency over the baseline's; P99DeltaMs their difference.
 	P99        float64 `json:"p99"`
 	P99DeltaMs float64 `json:"p99DeltaMs"`
-	// RoundThroughputs are the throughput ratios of each round, the path
-	// and the baseline measured in the same round.
+	// RoundThroughputs and RoundP99DeltasMs are the round by round
+	// figures the medians are taken of.
 	RoundThroughputs []float64 `json:"roundThroughputs,omitempty"`
+	RoundP99DeltasMs []float64 `json:"roundP99DeltasMs,omitempty"`
 }
 
 func ratio(p, base *PathResult) *Ratio {
@@ -128,21 +135,46 @@ func ratio(p, base *PathResult) *Ratio {
 	if base.Latency.P99 > 0 {
 		r.P99 = round3(p.Latency.P99 / base.Latency.P99)
 	}
-	if len(p.RoundRates) > 1 {
-		for i, v := range p.RoundRates {
-			if i < len(base.RoundRates) && base.RoundRates[i] > 0 && v > 0 {
-				r.RoundThroughputs = append(r.RoundThroughputs, round3(v/base.RoundRates[i]))
-			}
+	if len(p.RoundRates) < 2 {
+		return r
+	}
+	var p99s []float64
+	for i, v := range p.RoundRates {
+		if i >= len(base.RoundRates) || base.RoundRates[i] <= 0 || v <= 0 || i >= len(p.RoundP99s) || i >= len(base.RoundP99s) {
+			continue
+		}
+		r.RoundThroughputs = append(r.RoundThroughputs, round3(v/base.RoundRates[i]))
+		r.RoundP99DeltasMs = append(r.RoundP99DeltasMs, round3(p.RoundP99s[i]-base.RoundP99s[i]))
+		if base.RoundP99s[i] > 0 {
+			p99s = append(p99s, round3(p.RoundP99s[i]/base.RoundP99s[i]))
 		}
 	}
+	if len(r.RoundThroughputs) > 0 {
+		r.Throughput, r.P99DeltaMs = median(r.RoundThroughputs), median(r.RoundP99DeltasMs)
+	}
+	if len(p99s) > 0 {
+		r.P99 = median(p99s)
+	}
 	return r
+}
+
+// median returns the middle of vs (the mean of the two middles of an even
+// count).
+func median(vs []float64) float64 {
+	s := slices.Sorted(slices.Values(vs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return round3((s[n/2-1] + s[n/2]) / 2)
 }
 
 // medianPaths gives each path of rounds (the results of each round) its
 // median round: of the path's rounds, sorted by updates/s, the middle one
 // (the lower of two), whole, so that its latency, CPU and memory are those
 // of one round. A path that failed in a round reports that failure. Each
-// result records every round's updates/s in RoundRates.
+// result records every round's updates/s and p99 in RoundRates and
+// RoundP99s.
 func medianPaths(rounds [][]PathResult) []PathResult {
 	if len(rounds) == 0 {
 		return nil
@@ -150,12 +182,13 @@ func medianPaths(rounds [][]PathResult) []PathResult {
 	var out []PathResult
 	for _, first := range rounds[0] {
 		var all []PathResult
-		var rates []float64
+		var rates, p99s []float64
 		for _, r := range rounds {
 			for _, p := range r {
 				if p.Key == first.Key {
 					all = append(all, p)
 					rates = append(rates, p.UpdatesPerSecond)
+					p99s = append(p99s, p.Latency.P99)
 				}
 			}
 		}
@@ -166,7 +199,7 @@ func medianPaths(rounds [][]PathResult) []PathResult {
 			slices.SortStableFunc(all, func(a, b PathResult) int { return cmp.Compare(a.UpdatesPerSecond, b.UpdatesPerSecond) })
 			pick = all[(len(all)-1)/2]
 		}
-		pick.RoundRates = rates
+		pick.RoundRates, pick.RoundP99s = rates, p99s
 		out = append(out, pick)
 	}
 	return out
@@ -200,7 +233,7 @@ func (r *Report) finish() {
 				for i, v := range rt {
 					each[i] = fmt.Sprintf("%.2fx", v)
 				}
-				s += " (medians; by round " + strings.Join(each, ", ") + ")"
+				s += " (median of rounds " + strings.Join(each, ", ") + ")"
 			}
 		} else {
 			s += " (websocketd absent)"
@@ -210,7 +243,15 @@ func (r *Report) finish() {
 		}
 		parts = append(parts, s)
 		if p.VsWebsocketd != nil {
-			parts = append(parts, fmt.Sprintf("p99 %.2f ms vs websocketd %.2f ms (%+.2f ms; target <= +1 ms)", p.Latency.P99, wsd.Latency.P99, p.VsWebsocketd.P99DeltaMs))
+			if d := p.VsWebsocketd.RoundP99DeltasMs; len(d) > 1 {
+				each := make([]string, len(d))
+				for i, v := range d {
+					each[i] = fmt.Sprintf("%+.2f", v)
+				}
+				parts = append(parts, fmt.Sprintf("p99 %+.2f ms vs websocketd (median of rounds %s ms; target <= +1 ms)", p.VsWebsocketd.P99DeltaMs, strings.Join(each, ", ")))
+			} else {
+				parts = append(parts, fmt.Sprintf("p99 %.2f ms vs websocketd %.2f ms (%+.2f ms; target <= +1 ms)", p.Latency.P99, wsd.Latency.P99, p.VsWebsocketd.P99DeltaMs))
+			}
 		} else {
 			parts = append(parts, fmt.Sprintf("p99 %.2f ms", p.Latency.P99))
 		}
