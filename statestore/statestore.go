@@ -118,6 +118,12 @@ type Store interface {
 	Close() error
 }
 
+// Pinger is implemented by stores on the network: Ping says whether the
+// store answers now, for the gateway's readiness (/readyz).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Leaser is implemented by stores that several gateway replicas share. The
 // replica that runs a session's agent holds the session's lease and renews
 // it before ttl runs out; a replica that dies stops renewing, and its

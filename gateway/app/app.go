@@ -95,6 +95,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		extra[pattern] = h
 	}
 	srv := server.New(service.New(mgr, svcOpts...), server.Options{
+		Ready:        newReadiness(cfg.Session.Store).ready,
 		CORSOrigins:  cfg.CORSOrigins,
 		Extra:        extra,
 		Interceptors: append(service.Interceptors(ic), cfg.Interceptors...),

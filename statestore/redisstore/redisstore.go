@@ -76,6 +76,7 @@ type Store struct {
 var (
 	_ statestore.Store  = (*Store)(nil)
 	_ statestore.Leaser = (*Store)(nil)
+	_ statestore.Pinger = (*Store)(nil)
 )
 
 // Open connects to the Redis at url, redis://[user:password@]HOST:PORT/DB
@@ -165,6 +166,14 @@ func ParseURL(rawURL string) (shown string, opts *redis.Options, err error) {
 		return "", nil, fmt.Errorf("redisstore: bad Redis URL %s: %w", shown, err)
 	}
 	return shown, opts, nil
+}
+
+// Ping implements statestore.Pinger: it sends Redis a PING.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redisstore: Redis does not answer: %w", err)
+	}
+	return nil
 }
 
 // Close implements statestore.Store. It closes the store's connections;

@@ -583,3 +583,40 @@ func BenchmarkAppendParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+// Ping answers while Redis does, and fails once it is out of reach.
+func TestPing(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var conns []net.Conn
+	down := false
+	s := openTest(t, Options{}, func(o *redis.Options) {
+		o.MaxRetries = 1
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if down {
+				return nil, errors.New("Redis is out of reach")
+			}
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				conns = append(conns, c)
+			}
+			return c, err
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping with Redis up: %v", err)
+	}
+	mu.Lock()
+	down = true
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping succeeded with Redis out of reach")
+	}
+}
