@@ -101,6 +101,27 @@ type configError struct{ error }
 
 func (e configError) Unwrap() error { return e.error }
 
+// sessionOptions are the session manager's options of cfg, over store,
+// for the replica reached at advertise.
+func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger, advertise string) session.Options {
+	return session.Options{
+		Agents:             cfg.agents,
+		Env:                agentEnv(cfg.envAllow),
+		Store:              store,
+		Log:                log,
+		PermissionTimeout:  cfg.permissionTimeout,
+		IdleTimeout:        cfg.idleTimeout,
+		MaxEndedSessions:   cfg.maxEnded,
+		Replica:            advertise,
+		LeaseTTL:           cfg.leaseTTL,
+		MaxSessions:        cfg.maxSessions,
+		MaxSessionsPerUser: cfg.maxUserSessions,
+		MaxAgentLine:       cfg.maxAgentLine,
+		WatchBuffer:        cfg.watchBuffer,
+		WatchBufferBytes:   cfg.watchBufferBytes,
+	}
+}
+
 // serveConfig is the configuration of `acp-gateway serve`.
 type serveConfig struct {
 	listen            string
@@ -113,6 +134,9 @@ type serveConfig struct {
 	idleTimeout       time.Duration
 	envAllow          listFlag
 	maxEvents         int
+	redisPrefix       string
+	watchBuffer       int
+	watchBufferBytes  int
 	maxEnded          int
 	advertise         string
 	leaseTTL          time.Duration
@@ -176,6 +200,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
+	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "", "with a redis:// --store: the prefix of its keys, so that separate deployments can share one Redis (default acpgw:)")
+	fs.IntVar(&cfg.watchBuffer, "watch-buffer", session.DefaultWatchBuffer, "events a Prompt or Watch stream may fall behind before it is cut off (it resumes with Watch afterSeq)")
+	fs.IntVar(&cfg.watchBufferBytes, "watch-buffer-bytes", session.DefaultWatchBufferBytes, "bytes of encoded events a stream may fall behind, per session, before it is cut off")
 	fs.IntVar(&cfg.maxEvents, "max-events", statestore.DefaultMaxEvents, "events kept per session; older ones are dropped and Watch starts with a snapshot (0: keep all)")
 	fs.IntVar(&cfg.maxEnded, "max-ended-sessions", session.DefaultMaxEndedSessions, "closed sessions kept in the store; the oldest are deleted (0: keep all)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "base URL other replicas reach this one at, for a shared store (default http://LISTEN when it names a host)")
@@ -252,6 +279,18 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.maxEvents < 0 || cfg.maxEnded < 0 {
 		return nil, errors.New("--max-events and --max-ended-sessions must not be negative")
 	}
+	if cfg.redisPrefix != "" {
+		if !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
+			return nil, errors.New("--redis-prefix needs a redis:// or rediss:// --store")
+		}
+		// A session's keys hash-tag its id in braces (Redis Cluster).
+		if strings.ContainsAny(cfg.redisPrefix, "{}") {
+			return nil, fmt.Errorf("--redis-prefix %q: braces would break the keys' hash tags", cfg.redisPrefix)
+		}
+	}
+	if cfg.watchBuffer < 1 || cfg.watchBufferBytes < 1 {
+		return nil, errors.New("--watch-buffer and --watch-buffer-bytes must be positive")
+	}
 	if cfg.metricsListen != "" {
 		if _, _, err := net.SplitHostPort(cfg.metricsListen); err != nil {
 			return nil, fmt.Errorf("--metrics-listen %q: %v", cfg.metricsListen, err)
@@ -318,7 +357,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if series == 0 {
 		series = -1 // off
 	}
-	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{MaxEvents: cfg.maxEvents}})
+	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{MaxEvents: cfg.maxEvents}, RedisPrefix: cfg.redisPrefix})
 	if err != nil {
 		return err
 	}
@@ -328,20 +367,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		advertise = "http://" + l.Addr().String() // the port the kernel chose
 	}
 	gw, err := app.New(ctx, app.Config{
-		Session: session.Options{
-			Agents:             cfg.agents,
-			Env:                agentEnv(cfg.envAllow),
-			Store:              store,
-			Log:                log,
-			PermissionTimeout:  cfg.permissionTimeout,
-			IdleTimeout:        cfg.idleTimeout,
-			MaxEndedSessions:   cfg.maxEnded,
-			Replica:            advertise,
-			LeaseTTL:           cfg.leaseTTL,
-			MaxSessions:        cfg.maxSessions,
-			MaxSessionsPerUser: cfg.maxUserSessions,
-			MaxAgentLine:       cfg.maxAgentLine,
-		},
+		Session:        cfg.sessionOptions(store, log, advertise),
 		Metrics:        metrics.Options{MaxSessionSeries: series},
 		Auth:           authn,
 		Tracing:        tracing.Interceptor,

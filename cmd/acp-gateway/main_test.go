@@ -4,18 +4,22 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
@@ -46,6 +50,9 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"bad heartbeat", []string{"serve", "--heartbeat", "0s"}, "--heartbeat"},
 		{"bad metrics listen", []string{"serve", "--metrics-listen", "x"}, "--metrics-listen"},
 		{"negative session series", []string{"serve", "--session-metrics-max", "-2"}, "--session-metrics-max"},
+		{"redis prefix without redis", []string{"serve", "--store", "memory:", "--redis-prefix", "x:"}, "--redis-prefix"},
+		{"redis prefix with braces", []string{"serve", "--store", "redis://127.0.0.1:6379/9", "--redis-prefix", "a{b}:"}, "--redis-prefix"},
+		{"zero watch buffer", []string{"serve", "--watch-buffer", "0"}, "--watch-buffer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -229,6 +236,18 @@ func TestMetricsOnTheMainAndTheMetricsListener(t *testing.T) {
 	}
 }
 
+// The watch buffer's flags reach the session manager.
+func TestWatchBufferFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseServe([]string{"--store", "memory:", "--watch-buffer", "128", "--watch-buffer-bytes", "4096"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := cfg.sessionOptions(nil, nil, ""); o.WatchBuffer != 128 || o.WatchBufferBytes != 4096 {
+		t.Errorf("session options: watch buffer %d events, %d bytes", o.WatchBuffer, o.WatchBufferBytes)
+	}
+}
+
 func TestConfigFileSetsWhatFlagsDoNot(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
@@ -329,5 +348,62 @@ func TestConsoleIsServedAtTheRoot(t *testing.T) {
 		}
 		cancel()
 		<-exited
+	}
+}
+
+// With --redis-prefix the gateway keeps its sessions under that prefix in
+// Redis, and is ready while Redis answers.
+func TestRedisPrefixNamesTheKeys(t *testing.T) {
+	t.Parallel()
+	const url = "redis://127.0.0.1:6379/9"
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "acpgw-cmdtest-" + hex.EncodeToString(b[:]) + ":"
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if keys, err := rdb.Keys(ctx, prefix+"*").Result(); err == nil && len(keys) > 0 {
+			rdb.Del(ctx, keys...)
+		}
+		rdb.Close()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, exited := startServe(t, ctx, "--store", url, "--redis-prefix", prefix)
+	base := "http://" + addr
+	client := acpv2connect.NewSessionServiceClient(http.DefaultClient, base)
+	created, err := client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "demo", Cwd: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := rdb.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, created.Msg.GetSessionId()) }) {
+		t.Errorf("no key under %s names session %s: %q", prefix, created.Msg.GetSessionId(), keys)
+	}
+	res, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("/readyz with Redis up: %s", res.Status)
+	}
+	if _, err := client.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: created.Msg.GetSessionId()})); err != nil {
+		t.Error(err)
+	}
+	cancel()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("serve exited %d after shutdown", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop after its context ended")
 	}
 }
