@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -113,15 +112,7 @@ func TestServeAnswersOnEveryProtocol(t *testing.T) {
 		}
 	}
 
-	cancel()
-	select {
-	case code := <-exited:
-		if code != 0 {
-			t.Fatalf("serve exited %d after shutdown", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal(errors.New("serve did not stop after its context ended"))
-	}
+	stopServe(t, cancel, exited)
 }
 
 func TestMain(m *testing.M) {
@@ -173,6 +164,21 @@ func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-ch
 	}
 	go io.Copy(io.Discard, pr)
 	return line.Addr, exited
+}
+
+// stopServe ends a serve startServe started, by cancelling its context,
+// and checks that it exits cleanly.
+func stopServe(t *testing.T, cancel context.CancelFunc, exited <-chan int) {
+	t.Helper()
+	cancel()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("serve exited %d after shutdown", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop after its context ended")
+	}
 }
 
 func TestBadRedisURLNeverShowsItsPassword(t *testing.T) {
@@ -397,13 +403,5 @@ func TestRedisPrefixNamesTheKeys(t *testing.T) {
 	if _, err := client.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: created.Msg.GetSessionId()})); err != nil {
 		t.Error(err)
 	}
-	cancel()
-	select {
-	case code := <-exited:
-		if code != 0 {
-			t.Fatalf("serve exited %d after shutdown", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop after its context ended")
-	}
+	stopServe(t, cancel, exited)
 }
