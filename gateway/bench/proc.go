@@ -17,8 +17,8 @@ import (
 // that is not available utime + stime of /proc/PID/stat (10 ms ticks).
 // Its children are never included.
 func procCPU(pid int) (time.Duration, error) {
-	if d, err := schedCPU(pid); err == nil {
-		return d, nil
+	if run, _, err := schedstat(pid); err == nil {
+		return run, nil
 	}
 	p, ok := procfs.Stat(pid)
 	if !ok {
@@ -27,16 +27,10 @@ func procCPU(pid int) (time.Duration, error) {
 	return p.CPU, nil
 }
 
-// schedCPU sums the on-CPU nanoseconds of process pid's living threads (a
-// Go process's threads live as long as it does).
-func schedCPU(pid int) (time.Duration, error) {
-	run, _, err := schedstat(pid)
-	return run, err
-}
-
 // schedstat sums over process pid's living threads the first two fields of
 // /proc/PID/task/TID/schedstat: the time they ran on a CPU, and the time
-// they were runnable but waited for one.
+// they were runnable but waited for one. (A Go process's threads live as
+// long as it does, so its sum misses none.)
 func schedstat(pid int) (run, wait time.Duration, err error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	tasks, err := os.ReadDir(dir)
