@@ -140,7 +140,8 @@ func ratio(p, base *PathResult) *Ratio {
 	}
 	var p99s []float64
 	for i, v := range p.RoundRates {
-		if i >= len(base.RoundRates) || base.RoundRates[i] <= 0 || v <= 0 || i >= len(p.RoundP99s) || i >= len(base.RoundP99s) {
+		// A path's RoundP99s are as many as its RoundRates (medianPaths).
+		if i >= len(base.RoundRates) || base.RoundRates[i] <= 0 || v <= 0 {
 			continue
 		}
 		r.RoundThroughputs = append(r.RoundThroughputs, round3(v/base.RoundRates[i]))
@@ -192,7 +193,7 @@ func medianPaths(rounds [][]PathResult) []PathResult {
 				}
 			}
 		}
-		pick := first
+		var pick PathResult
 		if i := slices.IndexFunc(all, func(p PathResult) bool { return p.Error != "" || !p.Present }); i >= 0 {
 			pick = all[i]
 		} else {
