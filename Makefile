@@ -7,11 +7,12 @@ BUF       := $(GO) tool buf
 NPM       ?= npm
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can
 # fail a target with "context deadline exceeded" at the deadline, with no
-# failing input (go.dev/issue/75804, fixed in go1.27). Measured on a
-# 2-core machine, 50000 runs took 1.5 to 3.5 s for each acpjson and agent
-# target timed, and 19 to 37 s for the merge and service targets
-# (FuzzFastPathMatchesGeneric and FuzzDirectMatchesParsed, added since,
-# were not timed).
+# failing input (go.dev/issue/75804, fixed in go1.27). 50000 runs take
+# seconds to minutes a target, as the machine and its load allow: on a
+# shared 2-core machine 1.5 to 3.5 s for most acpjson and agent targets,
+# 26 s for FuzzFastPathMatchesGeneric (one run); in CI, 139 to 197 s for
+# FuzzApply (the 19 to 37 s once measured for it no longer held). The
+# service target was not timed again.
 FUZZTIME  ?= 50000x
 
 .PHONY: help
