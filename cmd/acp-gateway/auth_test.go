@@ -67,10 +67,7 @@ func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	cancel()
-	if code := <-exited; code != 0 {
-		t.Fatalf("serve exited %d", code)
-	}
+	stopServe(t, cancel, exited)
 }
 
 func TestOIDCTokensFromALocalJWKS(t *testing.T) {
@@ -117,8 +114,5 @@ func TestOIDCTokensFromALocalJWKS(t *testing.T) {
 			t.Errorf("%s token: code %v, want %v", name, got, tc.want)
 		}
 	}
-	cancel()
-	if code := <-exited; code != 0 {
-		t.Fatalf("serve exited %d", code)
-	}
+	stopServe(t, cancel, exited)
 }

@@ -139,10 +139,7 @@ func TestTryPlaysTheDemoTurn(t *testing.T) {
 			t.Errorf("try output lacks %s", want)
 		}
 	}
-	cancel()
-	if code := <-exited; code != 0 {
-		t.Fatalf("serve exited %d", code)
-	}
+	stopServe(t, cancel, exited)
 }
 
 // startServe runs `serve` on a loopback port until ctx ends. It returns the
@@ -236,10 +233,7 @@ func TestMetricsOnTheMainAndTheMetricsListener(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("the metrics listener answered an RPC path with %s", resp.Status)
 	}
-	cancel()
-	if code := <-exited; code != 0 {
-		t.Fatalf("serve exited %d", code)
-	}
+	stopServe(t, cancel, exited)
 }
 
 // The watch buffer's flags reach the session manager.
@@ -352,8 +346,7 @@ func TestConsoleIsServedAtTheRoot(t *testing.T) {
 		if !on && resp.StatusCode != http.StatusNotFound {
 			t.Errorf("--console=false: config.json %s, want 404", resp.Status)
 		}
-		cancel()
-		<-exited
+		stopServe(t, cancel, exited)
 	}
 }
 
