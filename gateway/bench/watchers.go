@@ -20,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 )
 
 // The fan-out phase's Watch streams run in a child process of their own,
@@ -114,21 +115,15 @@ func threadsNice() (int, error) {
 	}
 	var seen []int
 	for _, e := range entries {
-		stat, err := os.ReadFile("/proc/self/task/" + e.Name() + "/stat")
+		tid, err := strconv.Atoi(e.Name())
 		if err != nil {
+			continue
+		}
+		t, ok := procfs.Stat(tid)
+		if !ok {
 			continue // the thread ended
 		}
-		// The fields after the command (in parentheses): nice is the 19th
-		// field of the line, the 17th after it.
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
-		f := strings.Fields(rest)
-		if len(f) < 17 {
-			return 0, fmt.Errorf("short /proc stat line for thread %s", e.Name())
-		}
-		v, err := strconv.Atoi(f[16])
-		if err != nil {
-			return 0, err
-		}
+		v := t.Nice
 		if !slices.Contains(seen, v) {
 			seen = append(seen, v)
 		}

@@ -25,6 +25,9 @@ type Process struct {
 	// CPU is the process's user and system time (utime + stime, in 10 ms
 	// ticks), its children's not included.
 	CPU time.Duration
+	// Nice is its nice value (of its main thread; Stat of a thread id
+	// gives the thread's).
+	Nice int
 }
 
 // List returns the processes of this machine this user may see.
@@ -49,22 +52,23 @@ func Stat(pid int) (Process, bool) {
 	if err != nil {
 		return Process{}, false
 	}
-	// pid (comm) state ppid pgrp ... utime stime ...: comm may hold spaces
-	// and parentheses; utime and stime are fields 14 and 15, the 12th and
-	// 13th after it.
+	// pid (comm) state ppid pgrp ... utime stime ... nice ...: comm may
+	// hold spaces and parentheses; utime and stime are fields 14 and 15,
+	// the 12th and 13th after it, nice field 19, the 17th.
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
 		return Process{}, false
 	}
 	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 13 {
+	if len(f) < 17 {
 		return Process{}, false
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	pgid, _ := strconv.Atoi(f[2])
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return Process{PID: pid, PPID: ppid, PGID: pgid, Zombie: f[0] == "Z", CPU: time.Duration(ut+st) * clockTick}, true
+	nice, _ := strconv.Atoi(f[16])
+	return Process{PID: pid, PPID: ppid, PGID: pgid, Zombie: f[0] == "Z", CPU: time.Duration(ut+st) * clockTick, Nice: nice}, true
 }
 
 // Alive reports whether pid is a living process.

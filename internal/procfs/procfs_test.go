@@ -50,6 +50,18 @@ func TestChildGroupAndZombie(t *testing.T) {
 
 // Stat's CPU is the process's utime + stime: what getrusage says, less
 // at most a tick of each for /proc's rounding down.
+func TestStatNice(t *testing.T) {
+	t.Parallel()
+	// Linux's getpriority gives 20 - nice.
+	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := procfs.Stat(os.Getpid()); !ok || p.Nice != 20-prio {
+		t.Fatalf("Stat Nice = %d (%v), getpriority says %d", p.Nice, ok, 20-prio)
+	}
+}
+
 func TestStatCPU(t *testing.T) {
 	t.Parallel()
 	rusage := func() time.Duration {
