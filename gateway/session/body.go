@@ -388,44 +388,29 @@ func appendStruct(b []byte, num protowire.Number, s *structpb.Struct) ([]byte, e
 	if s == nil {
 		return b, nil
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(pbstruct.SizeStruct(s)))
-	return pbstruct.AppendStruct(b, s)
+	return appendNested(b, num, s, pbstruct.AppendStruct)
 }
 
 // appendStructField appends a message field num holding only Struct s as
-// its field inner: a StructPatch's value.
+// its field inner: a StructPatch's value. Like proto.Marshal, it encodes
+// a nil Struct as an empty one.
 func appendStructField(b []byte, num, inner protowire.Number, s *structpb.Struct) ([]byte, error) {
-	if s == nil {
-		return appendNilMessage(b, num, inner), nil
-	}
-	return appendWrapped(b, num, inner, pbstruct.SizeStruct(s), func(b []byte) ([]byte, error) { return pbstruct.AppendStruct(b, s) })
+	return appendNested(b, num, s, func(b []byte, s *structpb.Struct) ([]byte, error) {
+		if s == nil {
+			return appendEmpty(b, inner), nil
+		}
+		return appendNested(b, inner, s, pbstruct.AppendStruct)
+	})
 }
 
 // appendValueField appends a message field num holding only Value v as
-// its field inner: a ValuePatch's value.
+// its field inner: a ValuePatch's value. Like proto.Marshal, it encodes
+// a nil Value as an empty one.
 func appendValueField(b []byte, num, inner protowire.Number, v *structpb.Value) ([]byte, error) {
-	if v == nil {
-		return appendNilMessage(b, num, inner), nil
-	}
-	return appendWrapped(b, num, inner, pbstruct.SizeValue(v), func(b []byte) ([]byte, error) { return pbstruct.AppendValue(b, v) })
-}
-
-// appendNilMessage appends a message field num whose oneof field inner is
-// set to a nil message: proto.Marshal writes it as an empty message.
-func appendNilMessage(b []byte, num, inner protowire.Number) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(inner)+protowire.SizeBytes(0)))
-	b = protowire.AppendTag(b, inner, protowire.BytesType)
-	return protowire.AppendVarint(b, 0)
-}
-
-// appendWrapped appends a message field num holding only field inner, a
-// message of n bytes that appendInner appends.
-func appendWrapped(b []byte, num, inner protowire.Number, n int, appendInner func([]byte) ([]byte, error)) ([]byte, error) {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(inner)+protowire.SizeBytes(n)))
-	b = protowire.AppendTag(b, inner, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(n))
-	return appendInner(b)
+	return appendNested(b, num, v, func(b []byte, v *structpb.Value) ([]byte, error) {
+		if v == nil {
+			return appendEmpty(b, inner), nil
+		}
+		return appendNested(b, inner, v, pbstruct.AppendValue)
+	})
 }

@@ -86,17 +86,6 @@ func checkValue(v *structpb.Value) error {
 	return nil
 }
 
-// SizeStruct is the length of s's encoding, for a Struct that
-// AppendStruct encodes.
-func SizeStruct(s *structpb.Struct) int { return sizeStruct(s) }
-
-// SizeValue is the length of v's encoding, for a Value that AppendValue
-// encodes.
-func SizeValue(v *structpb.Value) int {
-	n, _ := sizeValue(v)
-	return n
-}
-
 func sizeStruct(s *structpb.Struct) int {
 	n := 0
 	for k, v := range s.GetFields() {
