@@ -23,35 +23,31 @@ var (
 func eventOf(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 	switch v := u.GetUpdate().(type) {
 	case *acpv2.SessionUpdate_ToolCallUpdate:
-		e := &struct {
-			ev acpv2.SessionEvent
-			w  acpv2.SessionEvent_ToolCallUpdate
-		}{w: acpv2.SessionEvent_ToolCallUpdate{ToolCallUpdate: v.ToolCallUpdate}}
-		e.ev.Event = &e.w
-		return &e.ev
+		return withEvent(acpv2.SessionEvent_ToolCallUpdate{ToolCallUpdate: v.ToolCallUpdate},
+			func(ev *acpv2.SessionEvent, w *acpv2.SessionEvent_ToolCallUpdate) { ev.Event = w })
 	case *acpv2.SessionUpdate_ToolCallContentChunk:
-		e := &struct {
-			ev acpv2.SessionEvent
-			w  acpv2.SessionEvent_ToolCallContentChunk
-		}{w: acpv2.SessionEvent_ToolCallContentChunk{ToolCallContentChunk: v.ToolCallContentChunk}}
-		e.ev.Event = &e.w
-		return &e.ev
+		return withEvent(acpv2.SessionEvent_ToolCallContentChunk{ToolCallContentChunk: v.ToolCallContentChunk},
+			func(ev *acpv2.SessionEvent, w *acpv2.SessionEvent_ToolCallContentChunk) { ev.Event = w })
 	case *acpv2.SessionUpdate_AgentMessageChunk:
-		e := &struct {
-			ev acpv2.SessionEvent
-			w  acpv2.SessionEvent_AgentMessageChunk
-		}{w: acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: v.AgentMessageChunk}}
-		e.ev.Event = &e.w
-		return &e.ev
+		return withEvent(acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: v.AgentMessageChunk},
+			func(ev *acpv2.SessionEvent, w *acpv2.SessionEvent_AgentMessageChunk) { ev.Event = w })
 	case *acpv2.SessionUpdate_AgentThoughtChunk:
-		e := &struct {
-			ev acpv2.SessionEvent
-			w  acpv2.SessionEvent_AgentThoughtChunk
-		}{w: acpv2.SessionEvent_AgentThoughtChunk{AgentThoughtChunk: v.AgentThoughtChunk}}
-		e.ev.Event = &e.w
-		return &e.ev
+		return withEvent(acpv2.SessionEvent_AgentThoughtChunk{AgentThoughtChunk: v.AgentThoughtChunk},
+			func(ev *acpv2.SessionEvent, w *acpv2.SessionEvent_AgentThoughtChunk) { ev.Event = w })
 	}
 	return eventByNumber(u)
+}
+
+// withEvent returns an event whose event field set gives the variant
+// wrapper w: the event and its wrapper in one allocation. (The field's
+// interface type is not exported, so set does the assignment.)
+func withEvent[W any](w W, set func(*acpv2.SessionEvent, *W)) *acpv2.SessionEvent {
+	x := &struct {
+		ev acpv2.SessionEvent
+		w  W
+	}{w: w}
+	set(&x.ev, &x.w)
+	return &x.ev
 }
 
 // eventByNumber is eventOf for any variant, by reflection.
@@ -70,12 +66,8 @@ func eventByNumber(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 // toolCallEvent is the event of a merged tool call, with its variant's
 // wrapper in one allocation.
 func toolCallEvent(tc *acpv2.ToolCall) *acpv2.SessionEvent {
-	e := &struct {
-		ev acpv2.SessionEvent
-		w  acpv2.SessionEvent_ToolCall
-	}{w: acpv2.SessionEvent_ToolCall{ToolCall: tc}}
-	e.ev.Event = &e.w
-	return &e.ev
+	return withEvent(acpv2.SessionEvent_ToolCall{ToolCall: tc},
+		func(ev *acpv2.SessionEvent, w *acpv2.SessionEvent_ToolCall) { ev.Event = w })
 }
 
 // body is the encoding of an event's event field, made before the event

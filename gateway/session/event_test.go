@@ -44,3 +44,24 @@ func TestEventOfCarriesEveryVariant(t *testing.T) {
 		t.Errorf("toolCallEvent: %v", ev)
 	}
 }
+
+// The commonest variants' events, and a merged call's, are made in one
+// allocation, the event with its variant's wrapper.
+func TestEventOfAllocatesOnce(t *testing.T) {
+	for _, u := range []*acpv2.SessionUpdate{
+		{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: &acpv2.ToolCallUpdate{}}},
+		{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: &acpv2.ToolCallContentChunk{}}},
+		{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{}}},
+		{Update: &acpv2.SessionUpdate_AgentThoughtChunk{AgentThoughtChunk: &acpv2.ContentChunk{}}},
+	} {
+		if n := testing.AllocsPerRun(10, func() { eventSink = eventOf(u) }); n != 1 {
+			t.Errorf("%T: %v allocations", u.Update, n)
+		}
+	}
+	tc := &acpv2.ToolCall{}
+	if n := testing.AllocsPerRun(10, func() { eventSink = toolCallEvent(tc) }); n != 1 {
+		t.Errorf("toolCallEvent: %v allocations", n)
+	}
+}
+
+var eventSink *acpv2.SessionEvent
