@@ -131,8 +131,8 @@ var eventOneof = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().By
 // tick (about [Expiry]) is let go, so sessions gone quiet keep none; the
 // oldest go first beyond a number of entries or of bytes. (A cleanup per
 // event, to let go of an encoding as soon as its event is freed, made
-// BenchmarkGetNewEvent 1.4 µs instead of 0.54 µs.) It is safe for
-// concurrent use.
+// BenchmarkGetNewEvent about 2.6 times as long: 1.4 against 0.54 µs on
+// the machine of commit 0d4cb62.) It is safe for concurrent use.
 type Cache struct {
 	maxBytes int
 	marshal  func(proto.Message) ([]byte, error)
