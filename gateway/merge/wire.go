@@ -37,8 +37,8 @@ type part struct {
 	b   []byte
 }
 
-// The fields of ToolCall, by number, and the index of each message field
-// in callWire.parts.
+// The numbers of ToolCall's message fields. (Their index in
+// callWire.parts is encodeCall's first argument to add.)
 const (
 	fieldContent, fieldLocations, fieldRawInput, fieldRawOutput = 5, 6, 7, 8
 	fieldMeta, fieldExtra                                       = 14, 15
