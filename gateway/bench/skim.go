@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/protowalk"
 )
 
 // skimCodec is the "proto" codec of the bench's gateway clients. It reads
@@ -61,7 +62,7 @@ func (skimCodec) Unmarshal(data []byte, m any) error {
 	if ev == nil {
 		return fallback(m, func(pm proto.Message) error { return proto.Unmarshal(data, pm) })
 	}
-	return eachField(data, func(num protowire.Number, typ protowire.Type, b []byte) error {
+	return protowalk.Fields(data, func(num protowire.Number, typ protowire.Type, b []byte) error {
 		if num != 1 || typ != protowire.BytesType {
 			return nil // a heartbeat
 		}
@@ -83,7 +84,7 @@ const (
 // and whether it ends the turn.
 func skimEvent(data []byte) (*acpv2.SessionEvent, error) {
 	ev := &acpv2.SessionEvent{}
-	err := eachField(data, func(num protowire.Number, typ protowire.Type, b []byte) error {
+	err := protowalk.Fields(data, func(num protowire.Number, typ protowire.Type, b []byte) error {
 		if num == fieldSeq && typ == protowire.VarintType {
 			ev.Seq, _ = protowire.ConsumeVarint(b)
 			return nil
@@ -126,54 +127,15 @@ func skimEvent(data []byte) (*acpv2.SessionEvent, error) {
 // skimMeta decodes the _meta of an update message (a StructPatch's value
 // for a tool-call patch), or returns nil when it has none.
 func skimMeta(data []byte, patch bool) (*structpb.Struct, error) {
-	meta, err := bytesField(data, fieldMeta)
+	meta, err := protowalk.Bytes(data, fieldMeta)
 	if err == nil && meta != nil && patch {
-		meta, err = bytesField(meta, fieldPatchValue)
+		meta, err = protowalk.Bytes(meta, fieldPatchValue)
 	}
 	if err != nil || meta == nil {
 		return nil, err
 	}
 	s := &structpb.Struct{}
 	return s, proto.Unmarshal(meta, s)
-}
-
-// bytesField returns the contents of a message's length-delimited field
-// num (the last, if it repeats), or nil when it has none.
-func bytesField(data []byte, num protowire.Number) ([]byte, error) {
-	var v []byte
-	err := eachField(data, func(n protowire.Number, typ protowire.Type, b []byte) error {
-		if n == num && typ == protowire.BytesType {
-			v = b
-		}
-		return nil
-	})
-	return v, err
-}
-
-// eachField calls f with each field of a message's encoding: its number,
-// its wire type and its value (a length-delimited field's contents, or
-// the other types' encoded value).
-func eachField(data []byte, f func(num protowire.Number, typ protowire.Type, b []byte) error) error {
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		data = data[n:]
-		m := protowire.ConsumeFieldValue(num, typ, data)
-		if m < 0 {
-			return protowire.ParseError(m)
-		}
-		b := data[:m]
-		if typ == protowire.BytesType {
-			b, _ = protowire.ConsumeBytes(b)
-		}
-		if err := f(num, typ, b); err != nil {
-			return err
-		}
-		data = data[m:]
-	}
-	return nil
 }
 
 // skimJSONCodec is skimCodec's counterpart for the Connect JSON clients:

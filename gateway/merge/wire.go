@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/protowalk"
 )
 
 // callWire is the protobuf encoding of an entry's current tool call, with
@@ -307,32 +308,17 @@ func addList[M proto.Message](p *Parts, b []byte, items []M) {
 
 // valueField returns the encoding of a patch's value (field 2), or nil.
 func valueField(b []byte) []byte {
-	var v []byte
-	fields(b, func(num protowire.Number, f []byte) {
-		if num == 2 {
-			v = f
-		}
-	})
+	v, _ := protowalk.Bytes(b, 2)
 	return v
 }
 
 // fields calls f with the number and contents of each length-delimited
 // field of an encoding, until the encoding ends or is malformed.
 func fields(b []byte, f func(num protowire.Number, v []byte)) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return
-		}
-		b = b[n:]
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return
-		}
+	_ = protowalk.Fields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b[:m])
 			f(num, v)
 		}
-		b = b[m:]
-	}
+		return nil
+	})
 }
