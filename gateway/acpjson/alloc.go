@@ -12,29 +12,48 @@ import (
 // protoValue does for google.protobuf values. Such a message keeps the
 // others of its object alive while it lives: a few dozen bytes.
 
+// Two or three messages in one object: alloc2 and alloc3 make one, and
+// link points each at the next, as the generated types' literals would.
+type (
+	two[A, B any] struct {
+		a A
+		b B
+	}
+	three[A, B, C any] struct {
+		a A
+		b B
+		c C
+	}
+)
+
+// alloc2 returns the messages of a new two, linked by link.
+func alloc2[A, B any](link func(*A, *B)) (*A, *B) {
+	x := new(two[A, B])
+	link(&x.a, &x.b)
+	return &x.a, &x.b
+}
+
+// alloc3 returns the first and last messages of a new three, linked by
+// link.
+func alloc3[A, B, C any](link func(*A, *B, *C)) (*A, *C) {
+	x := new(three[A, B, C])
+	link(&x.a, &x.b, &x.c)
+	return &x.a, &x.c
+}
+
 // newToolCallUpdate returns an update of a tool call, and the tool call.
 func newToolCallUpdate() (*acpv2.SessionUpdate, *acpv2.ToolCallUpdate) {
-	x := &struct {
-		u acpv2.SessionUpdate
-		w acpv2.SessionUpdate_ToolCallUpdate
-		m acpv2.ToolCallUpdate
-	}{}
-	x.w.ToolCallUpdate = &x.m
-	x.u.Update = &x.w
-	return &x.u, &x.m
+	return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_ToolCallUpdate, m *acpv2.ToolCallUpdate) {
+		u.Update, w.ToolCallUpdate = w, m
+	})
 }
 
 // newContentChunkUpdate returns an update of a tool-call content chunk,
 // and the chunk.
 func newContentChunkUpdate() (*acpv2.SessionUpdate, *acpv2.ToolCallContentChunk) {
-	x := &struct {
-		u acpv2.SessionUpdate
-		w acpv2.SessionUpdate_ToolCallContentChunk
-		m acpv2.ToolCallContentChunk
-	}{}
-	x.w.ToolCallContentChunk = &x.m
-	x.u.Update = &x.w
-	return &x.u, &x.m
+	return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_ToolCallContentChunk, m *acpv2.ToolCallContentChunk) {
+		u.Update, w.ToolCallContentChunk = w, m
+	})
 }
 
 // newChunkUpdate returns the update of a message or thought chunk of kind
@@ -42,130 +61,82 @@ func newContentChunkUpdate() (*acpv2.SessionUpdate, *acpv2.ToolCallContentChunk)
 func newChunkUpdate(tag string) (*acpv2.SessionUpdate, *acpv2.ContentChunk) {
 	switch tag {
 	case "agent_message_chunk":
-		x := &struct {
-			u acpv2.SessionUpdate
-			w acpv2.SessionUpdate_AgentMessageChunk
-			m acpv2.ContentChunk
-		}{}
-		x.w.AgentMessageChunk = &x.m
-		x.u.Update = &x.w
-		return &x.u, &x.m
+		return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_AgentMessageChunk, m *acpv2.ContentChunk) {
+			u.Update, w.AgentMessageChunk = w, m
+		})
 	case "agent_thought_chunk":
-		x := &struct {
-			u acpv2.SessionUpdate
-			w acpv2.SessionUpdate_AgentThoughtChunk
-			m acpv2.ContentChunk
-		}{}
-		x.w.AgentThoughtChunk = &x.m
-		x.u.Update = &x.w
-		return &x.u, &x.m
+		return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_AgentThoughtChunk, m *acpv2.ContentChunk) {
+			u.Update, w.AgentThoughtChunk = w, m
+		})
 	default:
-		x := &struct {
-			u acpv2.SessionUpdate
-			w acpv2.SessionUpdate_UserMessageChunk
-			m acpv2.ContentChunk
-		}{}
-		x.w.UserMessageChunk = &x.m
-		x.u.Update = &x.w
-		return &x.u, &x.m
+		return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_UserMessageChunk, m *acpv2.ContentChunk) {
+			u.Update, w.UserMessageChunk = w, m
+		})
 	}
 }
 
 func newStringPatch(s string) *acpv2.StringPatch {
-	x := &struct {
-		p acpv2.StringPatch
-		w acpv2.StringPatch_Value
-	}{w: acpv2.StringPatch_Value{Value: s}}
-	x.p.Op = &x.w
-	return &x.p
+	p, w := alloc2(func(p *acpv2.StringPatch, w *acpv2.StringPatch_Value) { p.Op = w })
+	w.Value = s
+	return p
 }
 
 func valuePatch(v *structpb.Value) *acpv2.ValuePatch {
-	x := &struct {
-		p acpv2.ValuePatch
-		w acpv2.ValuePatch_Value
-	}{w: acpv2.ValuePatch_Value{Value: v}}
-	x.p.Op = &x.w
-	return &x.p
+	p, w := alloc2(func(p *acpv2.ValuePatch, w *acpv2.ValuePatch_Value) { p.Op = w })
+	w.Value = v
+	return p
 }
 
 func structPatch(m *structpb.Struct) *acpv2.StructPatch {
-	x := &struct {
-		p acpv2.StructPatch
-		w acpv2.StructPatch_Value
-	}{w: acpv2.StructPatch_Value{Value: m}}
-	x.p.Op = &x.w
-	return &x.p
+	p, w := alloc2(func(p *acpv2.StructPatch, w *acpv2.StructPatch_Value) { p.Op = w })
+	w.Value = m
+	return p
 }
 
 // newStructPatch returns a patch to the value of an empty Struct, and the
 // Struct.
 func newStructPatch() (*acpv2.StructPatch, *structpb.Struct) {
-	x := &struct {
-		p acpv2.StructPatch
-		w acpv2.StructPatch_Value
-		s structpb.Struct
-	}{}
-	x.w.Value = &x.s
-	x.p.Op = &x.w
-	return &x.p, &x.s
+	return alloc3(func(p *acpv2.StructPatch, w *acpv2.StructPatch_Value, s *structpb.Struct) {
+		p.Op, w.Value = w, s
+	})
 }
 
 func contentPatch(items []*acpv2.ToolCallContent) *acpv2.ToolCallContentPatch {
-	x := &struct {
-		p acpv2.ToolCallContentPatch
-		w acpv2.ToolCallContentPatch_Value
-		l acpv2.ToolCallContentList
-	}{l: acpv2.ToolCallContentList{Items: items}}
-	x.w.Value = &x.l
-	x.p.Op = &x.w
-	return &x.p
+	p, l := alloc3(func(p *acpv2.ToolCallContentPatch, w *acpv2.ToolCallContentPatch_Value, l *acpv2.ToolCallContentList) {
+		p.Op, w.Value = w, l
+	})
+	l.Items = items
+	return p
 }
 
 func locationsPatch(locs []*acpv2.ToolCallLocation) *acpv2.ToolCallLocationPatch {
-	x := &struct {
-		p acpv2.ToolCallLocationPatch
-		w acpv2.ToolCallLocationPatch_Value
-		l acpv2.ToolCallLocationList
-	}{l: acpv2.ToolCallLocationList{Items: locs}}
-	x.w.Value = &x.l
-	x.p.Op = &x.w
-	return &x.p
+	p, l := alloc3(func(p *acpv2.ToolCallLocationPatch, w *acpv2.ToolCallLocationPatch_Value, l *acpv2.ToolCallLocationList) {
+		p.Op, w.Value = w, l
+	})
+	l.Items = locs
+	return p
 }
 
 // newTextBlock returns a text content block, and its text.
 func newTextBlock() (*acpv2.ContentBlock, *acpv2.TextContent) {
-	x := &struct {
-		b acpv2.ContentBlock
-		w acpv2.ContentBlock_Text
-		t acpv2.TextContent
-	}{}
-	x.w.Text = &x.t
-	x.b.Block = &x.w
-	return &x.b, &x.t
+	return alloc3(func(b *acpv2.ContentBlock, w *acpv2.ContentBlock_Text, t *acpv2.TextContent) {
+		b.Block, w.Text = w, t
+	})
 }
 
 // newContentItem returns a tool-call content item of type content.
 func newContentItem(block *acpv2.ContentBlock) *acpv2.ToolCallContent {
-	x := &struct {
-		c acpv2.ToolCallContent
-		w acpv2.ToolCallContent_Content
-	}{w: acpv2.ToolCallContent_Content{Content: block}}
-	x.c.Item = &x.w
-	return &x.c
+	c, w := alloc2(func(c *acpv2.ToolCallContent, w *acpv2.ToolCallContent_Content) { c.Item = w })
+	w.Content = block
+	return c
 }
 
 // newTerminalItem returns a tool-call content item of type terminal, and
 // its terminal.
 func newTerminalItem() (*acpv2.ToolCallContent, *acpv2.Terminal) {
-	x := &struct {
-		c acpv2.ToolCallContent
-		w acpv2.ToolCallContent_Terminal
-		t acpv2.Terminal
-	}{}
-	x.w.Terminal = &x.t
-	x.c.Item = &x.w
-	return &x.c, &x.t
+	return alloc3(func(c *acpv2.ToolCallContent, w *acpv2.ToolCallContent_Terminal, t *acpv2.Terminal) {
+		c.Item, w.Terminal = w, t
+	})
 }
 
 // diffItem is a tool-call content item of type diff, with the strings its

@@ -481,14 +481,17 @@ func (p *parser) peek() byte {
 }
 
 // protoValue parses the value at p.i straight into a google.protobuf
-// Value, as toValue of value's result would make it.
+// Value, as toValue of value's result would make it. Each Value is
+// allocated with its kind's oneof wrapper (and a Struct or list with its
+// message) in one object (see alloc2): structpb.NewStringValue and the
+// like allocate each apart.
 func (p *parser) protoValue() (*structpb.Value, bool) {
 	switch c := p.peek(); {
 	case c == '{':
-		x := &pbStruct{}
-		x.k.StructValue = &x.s
-		x.v.Kind = &x.k
-		return &x.v, p.protoFields(&x.s)
+		v, s := alloc3(func(v *structpb.Value, k *structpb.Value_StructValue, s *structpb.Struct) {
+			v.Kind, k.StructValue = k, s
+		})
+		return v, p.protoFields(s)
 	case c == '[':
 		return p.protoList()
 	case c == '"':
@@ -507,18 +510,16 @@ func (p *parser) protoValue() (*structpb.Value, bool) {
 			// Out of float64 range: kept as digits, as toValue keeps it.
 			return newPBString(string(n)), true
 		}
-		x := &pbNumber{k: structpb.Value_NumberValue{NumberValue: f}}
-		x.v.Kind = &x.k
-		return &x.v, true
+		v, k := alloc2(func(v *structpb.Value, k *structpb.Value_NumberValue) { v.Kind = k })
+		k.NumberValue = f
+		return v, true
 	case c == 't' || c == 'f':
-		b := c == 't'
-		x := &pbBool{k: structpb.Value_BoolValue{BoolValue: b}}
-		x.v.Kind = &x.k
-		return &x.v, b && p.literal("true") || !b && p.literal("false")
+		v, k := alloc2(func(v *structpb.Value, k *structpb.Value_BoolValue) { v.Kind = k })
+		k.BoolValue = c == 't'
+		return v, k.BoolValue && p.literal("true") || !k.BoolValue && p.literal("false")
 	case c == 'n':
-		x := &pbNull{}
-		x.v.Kind = &x.k
-		return &x.v, p.literal("null")
+		v, _ := alloc2(func(v *structpb.Value, k *structpb.Value_NullValue) { v.Kind = k })
+		return v, p.literal("null")
 	}
 	return nil, false
 }
@@ -529,13 +530,13 @@ func (p *parser) protoList() (*structpb.Value, bool) {
 		return nil, false
 	}
 	p.i++ // [
-	x := &pbList{}
-	x.k.ListValue = &x.l
-	x.v.Kind = &x.k
+	val, l := alloc3(func(v *structpb.Value, k *structpb.Value_ListValue, l *structpb.ListValue) {
+		v.Kind, k.ListValue = k, l
+	})
 	if p.peek() == ']' {
 		p.i++
 		p.depth--
-		return &x.v, true
+		return val, true
 	}
 	base := len(p.vals)
 	defer func() {
@@ -556,10 +557,10 @@ func (p *parser) protoList() (*structpb.Value, bool) {
 			break
 		}
 	}
-	x.l.Values = make([]*structpb.Value, len(p.vals)-base)
-	copy(x.l.Values, p.vals[base:])
+	l.Values = make([]*structpb.Value, len(p.vals)-base)
+	copy(l.Values, p.vals[base:])
 	p.depth--
-	return &x.v, true
+	return val, true
 }
 
 // protoStruct parses the object at p.i straight into a google.protobuf
@@ -579,40 +580,10 @@ func (p *parser) protoFields(s *structpb.Struct) bool {
 	})
 }
 
-// A google.protobuf Value that protoValue makes is allocated with its
-// kind's oneof wrapper (and a Struct or list with its message) in one
-// object: structpb.NewStringValue and the like allocate each apart.
-type (
-	pbString struct {
-		v structpb.Value
-		k structpb.Value_StringValue
-	}
-	pbNumber struct {
-		v structpb.Value
-		k structpb.Value_NumberValue
-	}
-	pbBool struct {
-		v structpb.Value
-		k structpb.Value_BoolValue
-	}
-	pbNull struct {
-		v structpb.Value
-		k structpb.Value_NullValue
-	}
-	pbStruct struct {
-		v structpb.Value
-		k structpb.Value_StructValue
-		s structpb.Struct
-	}
-	pbList struct {
-		v structpb.Value
-		k structpb.Value_ListValue
-		l structpb.ListValue
-	}
-)
-
+// newPBString returns a google.protobuf Value of s, as protoValue makes
+// it.
 func newPBString(s string) *structpb.Value {
-	x := &pbString{k: structpb.Value_StringValue{StringValue: s}}
-	x.v.Kind = &x.k
-	return &x.v
+	v, k := alloc2(func(v *structpb.Value, k *structpb.Value_StringValue) { v.Kind = k })
+	k.StringValue = s
+	return v
 }
