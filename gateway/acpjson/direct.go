@@ -348,18 +348,7 @@ func (p *parser) directToolCallContent() (*acpv2.ToolCallContent, bool) {
 // contentBlock parses the content block at p.i, as fastContentBlock
 // decodes it parsed.
 func (p *parser) contentBlock() (*acpv2.ContentBlock, bool) {
-	if p.peek() != '{' {
-		return nil, false
-	}
-	if b, ok := retry(p, p.directContentBlock); ok {
-		return b, true
-	}
-	val, ok := p.value()
-	obj, isObj := val.(map[string]any)
-	if !ok || !isObj {
-		return nil, false
-	}
-	return fastContentBlock(obj)
+	return orParsed(p, p.directContentBlock, fastContentBlock)
 }
 
 func (p *parser) directContentBlock() (*acpv2.ContentBlock, bool) {

@@ -215,11 +215,7 @@ func fastToolCallContent(val any) (*acpv2.ToolCallContent, bool) {
 	var item func(key string, v any) bool
 	switch obj["type"] {
 	case "content":
-		inner, isObj := obj["content"].(map[string]any)
-		if !isObj {
-			return nil, false
-		}
-		block, ok := fastContentBlock(inner)
+		block, ok := fastContentBlock(obj["content"])
 		if !ok {
 			return nil, false
 		}
@@ -271,12 +267,13 @@ func fastToolCallContent(val any) (*acpv2.ToolCallContent, bool) {
 }
 
 // fastContentBlock decodes a text content block without annotations.
-func fastContentBlock(obj map[string]any) (*acpv2.ContentBlock, bool) {
-	if obj["type"] != "text" {
+func fastContentBlock(val any) (*acpv2.ContentBlock, bool) {
+	obj, ok := val.(map[string]any)
+	if !ok || obj["type"] != "text" {
 		return nil, false
 	}
 	block, text := newTextBlock()
-	ok := eachMember(obj, func(key string, v any) (ok bool) {
+	ok = eachMember(obj, func(key string, v any) (ok bool) {
 		switch key {
 		case "type":
 			return true
@@ -362,10 +359,7 @@ func chunkMember(c *acpv2.ContentChunk, key string, v any) (ok bool) {
 	case "sessionUpdate":
 		return true
 	case "content":
-		var inner map[string]any
-		if inner, ok = v.(map[string]any); ok {
-			c.Content, ok = fastContentBlock(inner)
-		}
+		c.Content, ok = fastContentBlock(v)
 	case "messageId":
 		c.MessageId, ok = optString(v)
 	case "_meta":
