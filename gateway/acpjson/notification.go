@@ -102,15 +102,9 @@ func parseNotification(data []byte, v Version, direct bool) (sid string, update 
 			if !once(mSessionID) {
 				return false
 			}
-			switch p.peek() {
-			case '"':
-				var ok bool
-				sid, ok = p.text()
-				return ok
-			case 'n':
-				return p.literal("null")
-			}
-			return false
+			var ok bool
+			sid, ok = p.plainText() // a string, or null
+			return ok
 		case k == "update":
 			if !once(mUpdate) {
 				return false
