@@ -4,46 +4,17 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/together"
 )
 
 // The messages the fast and direct paths make are allocated with the
 // oneof wrappers (and the patches with the values) they always come with,
-// in one object where the generated types' literals take two or three, as
-// protoValue does for google.protobuf values. Such a message keeps the
-// others of its object alive while it lives: a few dozen bytes.
-
-// Two or three messages in one object: alloc2 and alloc3 make one, and
-// link points each at the next, as the generated types' literals would.
-type (
-	two[A, B any] struct {
-		a A
-		b B
-	}
-	three[A, B, C any] struct {
-		a A
-		b B
-		c C
-	}
-)
-
-// alloc2 returns the messages of a new two, linked by link.
-func alloc2[A, B any](link func(*A, *B)) (*A, *B) {
-	x := new(two[A, B])
-	link(&x.a, &x.b)
-	return &x.a, &x.b
-}
-
-// alloc3 returns the first and last messages of a new three, linked by
-// link.
-func alloc3[A, B, C any](link func(*A, *B, *C)) (*A, *C) {
-	x := new(three[A, B, C])
-	link(&x.a, &x.b, &x.c)
-	return &x.a, &x.c
-}
+// in one object (package together), as protoValue does for google.protobuf
+// values.
 
 // newToolCallUpdate returns an update of a tool call, and the tool call.
 func newToolCallUpdate() (*acpv2.SessionUpdate, *acpv2.ToolCallUpdate) {
-	return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_ToolCallUpdate, m *acpv2.ToolCallUpdate) {
+	return together.Three(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_ToolCallUpdate, m *acpv2.ToolCallUpdate) {
 		u.Update, w.ToolCallUpdate = w, m
 	})
 }
@@ -51,7 +22,7 @@ func newToolCallUpdate() (*acpv2.SessionUpdate, *acpv2.ToolCallUpdate) {
 // newContentChunkUpdate returns an update of a tool-call content chunk,
 // and the chunk.
 func newContentChunkUpdate() (*acpv2.SessionUpdate, *acpv2.ToolCallContentChunk) {
-	return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_ToolCallContentChunk, m *acpv2.ToolCallContentChunk) {
+	return together.Three(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_ToolCallContentChunk, m *acpv2.ToolCallContentChunk) {
 		u.Update, w.ToolCallContentChunk = w, m
 	})
 }
@@ -61,34 +32,34 @@ func newContentChunkUpdate() (*acpv2.SessionUpdate, *acpv2.ToolCallContentChunk)
 func newChunkUpdate(tag string) (*acpv2.SessionUpdate, *acpv2.ContentChunk) {
 	switch tag {
 	case "agent_message_chunk":
-		return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_AgentMessageChunk, m *acpv2.ContentChunk) {
+		return together.Three(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_AgentMessageChunk, m *acpv2.ContentChunk) {
 			u.Update, w.AgentMessageChunk = w, m
 		})
 	case "agent_thought_chunk":
-		return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_AgentThoughtChunk, m *acpv2.ContentChunk) {
+		return together.Three(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_AgentThoughtChunk, m *acpv2.ContentChunk) {
 			u.Update, w.AgentThoughtChunk = w, m
 		})
 	default:
-		return alloc3(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_UserMessageChunk, m *acpv2.ContentChunk) {
+		return together.Three(func(u *acpv2.SessionUpdate, w *acpv2.SessionUpdate_UserMessageChunk, m *acpv2.ContentChunk) {
 			u.Update, w.UserMessageChunk = w, m
 		})
 	}
 }
 
 func newStringPatch(s string) *acpv2.StringPatch {
-	p, w := alloc2(func(p *acpv2.StringPatch, w *acpv2.StringPatch_Value) { p.Op = w })
+	p, w := together.Two(func(p *acpv2.StringPatch, w *acpv2.StringPatch_Value) { p.Op = w })
 	w.Value = s
 	return p
 }
 
 func valuePatch(v *structpb.Value) *acpv2.ValuePatch {
-	p, w := alloc2(func(p *acpv2.ValuePatch, w *acpv2.ValuePatch_Value) { p.Op = w })
+	p, w := together.Two(func(p *acpv2.ValuePatch, w *acpv2.ValuePatch_Value) { p.Op = w })
 	w.Value = v
 	return p
 }
 
 func structPatch(m *structpb.Struct) *acpv2.StructPatch {
-	p, w := alloc2(func(p *acpv2.StructPatch, w *acpv2.StructPatch_Value) { p.Op = w })
+	p, w := together.Two(func(p *acpv2.StructPatch, w *acpv2.StructPatch_Value) { p.Op = w })
 	w.Value = m
 	return p
 }
@@ -96,13 +67,13 @@ func structPatch(m *structpb.Struct) *acpv2.StructPatch {
 // newStructPatch returns a patch to the value of an empty Struct, and the
 // Struct.
 func newStructPatch() (*acpv2.StructPatch, *structpb.Struct) {
-	return alloc3(func(p *acpv2.StructPatch, w *acpv2.StructPatch_Value, s *structpb.Struct) {
+	return together.Three(func(p *acpv2.StructPatch, w *acpv2.StructPatch_Value, s *structpb.Struct) {
 		p.Op, w.Value = w, s
 	})
 }
 
 func contentPatch(items []*acpv2.ToolCallContent) *acpv2.ToolCallContentPatch {
-	p, l := alloc3(func(p *acpv2.ToolCallContentPatch, w *acpv2.ToolCallContentPatch_Value, l *acpv2.ToolCallContentList) {
+	p, l := together.Three(func(p *acpv2.ToolCallContentPatch, w *acpv2.ToolCallContentPatch_Value, l *acpv2.ToolCallContentList) {
 		p.Op, w.Value = w, l
 	})
 	l.Items = items
@@ -110,7 +81,7 @@ func contentPatch(items []*acpv2.ToolCallContent) *acpv2.ToolCallContentPatch {
 }
 
 func locationsPatch(locs []*acpv2.ToolCallLocation) *acpv2.ToolCallLocationPatch {
-	p, l := alloc3(func(p *acpv2.ToolCallLocationPatch, w *acpv2.ToolCallLocationPatch_Value, l *acpv2.ToolCallLocationList) {
+	p, l := together.Three(func(p *acpv2.ToolCallLocationPatch, w *acpv2.ToolCallLocationPatch_Value, l *acpv2.ToolCallLocationList) {
 		p.Op, w.Value = w, l
 	})
 	l.Items = locs
@@ -119,14 +90,14 @@ func locationsPatch(locs []*acpv2.ToolCallLocation) *acpv2.ToolCallLocationPatch
 
 // newTextBlock returns a text content block, and its text.
 func newTextBlock() (*acpv2.ContentBlock, *acpv2.TextContent) {
-	return alloc3(func(b *acpv2.ContentBlock, w *acpv2.ContentBlock_Text, t *acpv2.TextContent) {
+	return together.Three(func(b *acpv2.ContentBlock, w *acpv2.ContentBlock_Text, t *acpv2.TextContent) {
 		b.Block, w.Text = w, t
 	})
 }
 
 // newContentItem returns a tool-call content item of type content.
 func newContentItem(block *acpv2.ContentBlock) *acpv2.ToolCallContent {
-	c, w := alloc2(func(c *acpv2.ToolCallContent, w *acpv2.ToolCallContent_Content) { c.Item = w })
+	c, w := together.Two(func(c *acpv2.ToolCallContent, w *acpv2.ToolCallContent_Content) { c.Item = w })
 	w.Content = block
 	return c
 }
@@ -134,7 +105,7 @@ func newContentItem(block *acpv2.ContentBlock) *acpv2.ToolCallContent {
 // newTerminalItem returns a tool-call content item of type terminal, and
 // its terminal.
 func newTerminalItem() (*acpv2.ToolCallContent, *acpv2.Terminal) {
-	return alloc3(func(c *acpv2.ToolCallContent, w *acpv2.ToolCallContent_Terminal, t *acpv2.Terminal) {
+	return together.Three(func(c *acpv2.ToolCallContent, w *acpv2.ToolCallContent_Terminal, t *acpv2.Terminal) {
 		c.Item, w.Terminal = w, t
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/together"
 )
 
 // The direct path: the fast path's updates read straight from a
@@ -477,7 +478,7 @@ func (p *parser) peek() byte {
 func (p *parser) protoValue() (*structpb.Value, bool) {
 	switch c := p.peek(); {
 	case c == '{':
-		v, s := alloc3(func(v *structpb.Value, k *structpb.Value_StructValue, s *structpb.Struct) {
+		v, s := together.Three(func(v *structpb.Value, k *structpb.Value_StructValue, s *structpb.Struct) {
 			v.Kind, k.StructValue = k, s
 		})
 		return v, p.protoFields(s)
@@ -499,15 +500,15 @@ func (p *parser) protoValue() (*structpb.Value, bool) {
 			// Out of float64 range: kept as digits, as toValue keeps it.
 			return newPBString(string(n)), true
 		}
-		v, k := alloc2(func(v *structpb.Value, k *structpb.Value_NumberValue) { v.Kind = k })
+		v, k := together.Two(func(v *structpb.Value, k *structpb.Value_NumberValue) { v.Kind = k })
 		k.NumberValue = f
 		return v, true
 	case c == 't' || c == 'f':
-		v, k := alloc2(func(v *structpb.Value, k *structpb.Value_BoolValue) { v.Kind = k })
+		v, k := together.Two(func(v *structpb.Value, k *structpb.Value_BoolValue) { v.Kind = k })
 		k.BoolValue = c == 't'
 		return v, k.BoolValue && p.literal("true") || !k.BoolValue && p.literal("false")
 	case c == 'n':
-		v, _ := alloc2(func(v *structpb.Value, k *structpb.Value_NullValue) { v.Kind = k })
+		v, _ := together.Two(func(v *structpb.Value, k *structpb.Value_NullValue) { v.Kind = k })
 		return v, p.literal("null")
 	}
 	return nil, false
@@ -519,7 +520,7 @@ func (p *parser) protoList() (*structpb.Value, bool) {
 		return nil, false
 	}
 	p.i++ // [
-	val, l := alloc3(func(v *structpb.Value, k *structpb.Value_ListValue, l *structpb.ListValue) {
+	val, l := together.Three(func(v *structpb.Value, k *structpb.Value_ListValue, l *structpb.ListValue) {
 		v.Kind, k.ListValue = k, l
 	})
 	if p.peek() == ']' {
@@ -572,7 +573,7 @@ func (p *parser) protoFields(s *structpb.Struct) bool {
 // newPBString returns a google.protobuf Value of s, as protoValue makes
 // it.
 func newPBString(s string) *structpb.Value {
-	v, k := alloc2(func(v *structpb.Value, k *structpb.Value_StringValue) { v.Kind = k })
+	v, k := together.Two(func(v *structpb.Value, k *structpb.Value_StringValue) { v.Kind = k })
 	k.StringValue = s
 	return v
 }

@@ -7,6 +7,7 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/together"
 )
 
 var (
@@ -39,15 +40,14 @@ func eventOf(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 }
 
 // withEvent returns an event whose event field set gives the variant
-// wrapper w: the event and its wrapper in one allocation. (The field's
+// wrapper w: the event and its wrapper in one allocation (together.Two). (The field's
 // interface type is not exported, so set does the assignment.)
 func withEvent[W any](w W, set func(*acpv2.SessionEvent, *W)) *acpv2.SessionEvent {
-	x := &struct {
-		ev acpv2.SessionEvent
-		w  W
-	}{w: w}
-	set(&x.ev, &x.w)
-	return &x.ev
+	ev, _ := together.Two(func(ev *acpv2.SessionEvent, wp *W) {
+		*wp = w
+		set(ev, wp)
+	})
+	return ev
 }
 
 // eventByNumber is eventOf for any variant, by reflection.
