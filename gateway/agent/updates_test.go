@@ -14,12 +14,12 @@ import (
 type heldClient struct {
 	release chan struct{}
 	got     []string
-	calls   int
+	sizes   []int // of each call's batch
 }
 
 func (c *heldClient) SessionUpdates(updates []Update) {
 	<-c.release
-	c.calls++
+	c.sizes = append(c.sizes, len(updates))
 	for _, u := range updates {
 		c.got = append(c.got, u.AgentSessionID)
 	}
@@ -73,9 +73,12 @@ func TestUpdatesQueueBesideTheReadLoop(t *testing.T) {
 				t.Fatalf("update %d is %s: out of order", i, sid)
 			}
 		}
-		// What queued while the Client was busy came in one call.
-		if c.calls > 3 {
-			t.Fatalf("%d updates came in %d calls", n, c.calls)
+		// What queued while the Client was busy with the first batch came
+		// in the next call: together the two hold the bound. (How many the
+		// first holds depends on when its goroutine started, and how the
+		// last few pushed are split, on scheduling.)
+		if len(c.sizes) < 2 || c.sizes[0]+c.sizes[1] < maxQueuedUpdates {
+			t.Fatalf("batches of %v: the first two do not hold the %d that waited", c.sizes, maxQueuedUpdates)
 		}
 		synctest.Wait()
 		q.mu.Lock()
