@@ -22,6 +22,7 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 func TestBadFlagsExit2WithOneLine(t *testing.T) {
@@ -354,7 +355,7 @@ func TestConsoleIsServedAtTheRoot(t *testing.T) {
 // Redis, and is ready while Redis answers.
 func TestRedisPrefixNamesTheKeys(t *testing.T) {
 	t.Parallel()
-	const url = "redis://127.0.0.1:6379/9"
+	url := testutil.RedisURL()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "acpgw-cmdtest-" + hex.EncodeToString(b[:]) + ":"

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // FuzzDecodeUpdate feeds arbitrary agent output to the decoder. It must
@@ -39,7 +40,7 @@ func FuzzDecodeUpdate(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !jsonEqual(t, out, out2) {
+		if !testutil.JSONEqual(t, out, out2) {
 			t.Fatalf("not a fixed point\nfirst:  %s\nsecond: %s\ninput: %s", out, out2, data)
 		}
 		if v1, err := acpjson.EncodeUpdate(u, acpjson.V1); err == nil && !json.Valid(v1) {
@@ -67,7 +68,7 @@ func TestV2RoundTripProperty(t *testing.T) {
 		if err != nil {
 			t.Fatalf("encode %s: %v", in, err)
 		}
-		if !jsonEqual(t, in, out) {
+		if !testutil.JSONEqual(t, in, out) {
 			t.Fatalf("lossy round trip\n in: %s\nout: %s", in, out)
 		}
 	}

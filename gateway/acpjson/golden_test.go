@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // goldenCase is one vector in testdata/golden: an update as an agent of
@@ -49,19 +49,6 @@ func loadGolden(t testing.TB) []goldenCase {
 	return all
 }
 
-// jsonEqual reports whether a and b are the same JSON value.
-func jsonEqual(t testing.TB, a, b []byte) bool {
-	t.Helper()
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("invalid JSON %s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("invalid JSON %s: %v", b, err)
-	}
-	return reflect.DeepEqual(va, vb)
-}
-
 func TestGoldenDecodeEncodeV2(t *testing.T) {
 	t.Parallel()
 	for _, c := range loadGolden(t) {
@@ -79,7 +66,7 @@ func TestGoldenDecodeEncodeV2(t *testing.T) {
 			if err != nil {
 				t.Fatalf("encode: %v", err)
 			}
-			if !jsonEqual(t, got, want) {
+			if !testutil.JSONEqual(t, got, want) {
 				t.Fatalf("v2 JSON differs\n got: %s\nwant: %s", got, want)
 			}
 
@@ -92,7 +79,7 @@ func TestGoldenDecodeEncodeV2(t *testing.T) {
 			if err != nil {
 				t.Fatalf("encode v2 form: %v", err)
 			}
-			if !jsonEqual(t, again, want) {
+			if !testutil.JSONEqual(t, again, want) {
 				t.Fatalf("v2 round trip differs\n got: %s\nwant: %s", again, want)
 			}
 
@@ -119,7 +106,7 @@ func TestGoldenDecodeEncodeV2(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !jsonEqual(t, out, want) {
+				if !testutil.JSONEqual(t, out, want) {
 					t.Fatalf("after %s the v2 JSON differs\n got: %s\nwant: %s", name, out, want)
 				}
 			}

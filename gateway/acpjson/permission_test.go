@@ -8,6 +8,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 func TestDecodePermissionRequestV1(t *testing.T) {
@@ -73,11 +74,11 @@ func TestDecodePermissionRequestErrors(t *testing.T) {
 func TestEncodePermissionResponse(t *testing.T) {
 	t.Parallel()
 	got := acpjson.EncodePermissionResponse(&acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: "allow-once"}})
-	if !jsonEqual(t, got, []byte(`{"outcome":{"outcome":"selected","optionId":"allow-once"}}`)) {
+	if !testutil.JSONEqual(t, got, []byte(`{"outcome":{"outcome":"selected","optionId":"allow-once"}}`)) {
 		t.Fatalf("got %s", got)
 	}
 	got = acpjson.EncodePermissionResponse(&acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}})
-	if !jsonEqual(t, got, []byte(`{"outcome":{"outcome":"cancelled"}}`)) {
+	if !testutil.JSONEqual(t, got, []byte(`{"outcome":{"outcome":"cancelled"}}`)) {
 		t.Fatalf("got %s", got)
 	}
 }
@@ -97,7 +98,7 @@ func TestContentBlockRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !jsonEqual(t, out, in) {
+	if !testutil.JSONEqual(t, out, in) {
 		t.Fatalf("got %s", out)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 type state int
@@ -158,7 +159,7 @@ func TestEncodeV1BestEffort(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !jsonEqual(t, got, []byte(tc.v1)) {
+			if !testutil.JSONEqual(t, got, []byte(tc.v1)) {
 				t.Fatalf("got  %s\nwant %s", got, tc.v1)
 			}
 		})
@@ -191,7 +192,7 @@ func TestEncodeToolCallV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"sessionUpdate":"tool_call","toolCallId":"c1","title":"Read","kind":"read","locations":[{"path":"/a"}]}`
-	if !jsonEqual(t, got, []byte(want)) {
+	if !testutil.JSONEqual(t, got, []byte(want)) {
 		t.Fatalf("got %s want %s", got, want)
 	}
 }
@@ -239,7 +240,7 @@ func TestKeepUnknownKeepsWhatDoesNotDecode(t *testing.T) {
 			t.Errorf("%s: tag %q, want %q", tc.in, u.GetUnknown().GetSessionUpdate(), tc.tag)
 		}
 		body, err := u.GetUnknown().GetBody().MarshalJSON()
-		if err != nil || !jsonEqual(t, body, []byte(tc.body)) {
+		if err != nil || !testutil.JSONEqual(t, body, []byte(tc.body)) {
 			t.Errorf("%s: body %s, want %s", tc.in, body, tc.body)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/sourcegraph/jsonrpc2"
 )
 
@@ -130,7 +131,7 @@ func TestTurn(t *testing.T) {
 					t.Errorf("update %d sessionId = %q, want %q", i, u.SessionID, id)
 				}
 				want := []byte(strings.ReplaceAll(string(updates[i]), "{{cwd}}", "/home/u/proj"))
-				if !jsonEqual(t, u.Update, want) {
+				if !testutil.JSONEqual(t, u.Update, want) {
 					t.Errorf("update %d = %s, want %s", i, u.Update, want)
 				}
 			}
@@ -236,10 +237,10 @@ func TestPermission(t *testing.T) {
 			if params.SessionID != id {
 				t.Errorf("sessionId = %q, want %q", params.SessionID, id)
 			}
-			if want := raw(`{"toolCallId":"c1","title":"Edit /p/main.go","kind":"edit"}`); !jsonEqual(t, params.ToolCall, want) {
+			if want := raw(`{"toolCallId":"c1","title":"Edit /p/main.go","kind":"edit"}`); !testutil.JSONEqual(t, params.ToolCall, want) {
 				t.Errorf("toolCall = %s, want %s", params.ToolCall, want)
 			}
-			if !jsonEqual(t, params.Options, []byte(tt.wantOptions)) {
+			if !testutil.JSONEqual(t, params.Options, []byte(tt.wantOptions)) {
 				t.Errorf("options = %s, want %s", params.Options, tt.wantOptions)
 			}
 			req.answer(tt.answer)
@@ -552,7 +553,7 @@ func TestSetModeAndConfigOption(t *testing.T) {
 		t.Errorf("session/set_mode = %v, want {}", res)
 	}
 	us := h.waitUpdates(1)
-	if want := raw(`{"sessionUpdate":"current_mode_update","currentModeId":"architect"}`); !jsonEqual(t, us[0].Update, want) || us[0].SessionID != id {
+	if want := raw(`{"sessionUpdate":"current_mode_update","currentModeId":"architect"}`); !testutil.JSONEqual(t, us[0].Update, want) || us[0].SessionID != id {
 		t.Errorf("update = %+v, want %s for %s", us[0], want, id)
 	}
 	var cfg map[string]any

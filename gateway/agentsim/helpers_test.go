@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -422,19 +421,6 @@ func (r *rawHarness) next() string {
 		r.t.Fatal("no line from the agent")
 		return ""
 	}
-}
-
-// jsonEqual reports whether a and b are the same JSON value.
-func jsonEqual(t *testing.T, a, b []byte) bool {
-	t.Helper()
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("bad JSON %s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("bad JSON %s: %v", b, err)
-	}
-	return reflect.DeepEqual(va, vb)
 }
 
 func raw(s string) json.RawMessage { return json.RawMessage(s) }

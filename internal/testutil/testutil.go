@@ -8,9 +8,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -98,4 +101,39 @@ func ReadEnvelope(r io.Reader) (flags byte, data []byte, err error) {
 		return head[0], nil, fmt.Errorf("reading a %d-byte message: %w", len(data), err)
 	}
 	return head[0], data, nil
+}
+
+// JSONEqual reports whether a and b hold the same JSON value, failing the
+// test where either is not JSON. Both are decoded by encoding/json:
+// objects are maps, whose member order does not count, and numbers
+// float64s, whose notation (1e21 or 1e+21) does not.
+func JSONEqual(t testing.TB, a, b []byte) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		t.Fatalf("not JSON: %v: %s", err, a)
+	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		t.Fatalf("not JSON: %v: %s", err, b)
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// SameJSON fails the test unless got and want hold the same JSON value,
+// as JSONEqual compares them.
+func SameJSON(t testing.TB, got, want []byte) {
+	t.Helper()
+	if !JSONEqual(t, got, want) {
+		t.Fatalf("JSON differs:\n got %s\nwant %s", got, want)
+	}
+}
+
+// RedisURL is the Redis the tests use: $ACP_GATEWAY_TEST_REDIS, or
+// database 9 of a local one. Tests keep their keys under a prefix of
+// their own.
+func RedisURL() string {
+	if u := os.Getenv("ACP_GATEWAY_TEST_REDIS"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/9"
 }

@@ -211,3 +211,20 @@ func TestServe(t *testing.T) {
 		t.Fatalf("the failing server gave %q, want %q", rec.errs, want)
 	}
 }
+
+func TestSameJSON(t *testing.T) {
+	for _, c := range []struct{ got, want, fails string }{
+		{`{"a":1,"b":[true,null]}`, `{"b": [true, null], "a": 1.0}`, ""},
+		{`1e21`, `1e+21`, ""},
+		{`{"a":"1"}`, `{"a":1}`, "JSON differs"},
+		{`{"a":1}`, `{"a":1,"b":null}`, "JSON differs"},
+		{`[1,2]`, `[2,1]`, "JSON differs"},
+		{`{"a":`, `{}`, "not JSON"},
+		{`{}`, `nope`, "not JSON"},
+	} {
+		msg := failure(func(t testing.TB) { SameJSON(t, []byte(c.got), []byte(c.want)) })
+		if c.fails == "" && msg != "" || !strings.Contains(msg, c.fails) {
+			t.Errorf("SameJSON(%s, %s): failure %q, want one with %q", c.got, c.want, msg, c.fails)
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,18 +18,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
-
-// testURL is the Redis the tests use: ACP_GATEWAY_TEST_REDIS, or database 9
-// of a local one.
-func testURL() string {
-	if u := os.Getenv("ACP_GATEWAY_TEST_REDIS"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/9"
-}
 
 // fresh opens a store under a prefix of its own, whose keys are deleted
 // when the test ends.
@@ -47,7 +38,7 @@ func fresh(t testing.TB, opts Options) *Store {
 // reachable says once whether the test Redis answers, quickly, so that
 // without one every test fails at once rather than after retrying.
 var reachable = sync.OnceValue(func() error {
-	o, err := redis.ParseURL(testURL())
+	o, err := redis.ParseURL(testutil.RedisURL())
 	if err != nil {
 		return err
 	}
@@ -67,10 +58,10 @@ func openTest(t testing.TB, opts Options, tweak func(*redis.Options)) *Store {
 	err := reachable()
 	var s *Store
 	if err == nil {
-		s, err = open(ctx, testURL(), opts, tweak)
+		s, err = open(ctx, testutil.RedisURL(), opts, tweak)
 	}
 	if err != nil {
-		shown, _, _ := ParseURL(testURL())
+		shown, _, _ := ParseURL(testutil.RedisURL())
 		t.Fatalf("the tests need the Redis at %s: start one (redis-server --port 6379) or set ACP_GATEWAY_TEST_REDIS to its URL: %v", shown, err)
 	}
 	t.Cleanup(func() { s.Close() })
@@ -80,7 +71,7 @@ func openTest(t testing.TB, opts Options, tweak func(*redis.Options)) *Store {
 // admin returns a plain client on the test Redis, closed when the test ends.
 func admin(t testing.TB) *redis.Client {
 	t.Helper()
-	o, err := redis.ParseURL(testURL())
+	o, err := redis.ParseURL(testutil.RedisURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +83,7 @@ func admin(t testing.TB) *redis.Client {
 // deleteKeys deletes every key that starts with prefix.
 func deleteKeys(t testing.TB, prefix string) {
 	ctx := context.Background()
-	o, err := redis.ParseURL(testURL())
+	o, err := redis.ParseURL(testutil.RedisURL())
 	if err != nil {
 		t.Error(err)
 		return
