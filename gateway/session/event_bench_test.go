@@ -9,6 +9,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventjson"
 )
 
 // benchEventUpdate is a typical tool-call update as an agent sends it: a
@@ -46,10 +47,16 @@ func BenchmarkEventMarshalProto(b *testing.B) {
 	benchMarshal(b, proto.MarshalOptions{}.MarshalAppend)
 }
 
-// BenchmarkEventMarshalProtoJSON encodes the same events as the Connect
-// JSON codec does.
+// BenchmarkEventMarshalProtoJSON encodes the same events with protojson,
+// as the Connect JSON codec did before eventjson.
 func BenchmarkEventMarshalProtoJSON(b *testing.B) {
 	benchMarshal(b, protojson.MarshalOptions{}.MarshalAppend)
+}
+
+// BenchmarkEventMarshalEventJSON encodes the same events as the Connect
+// JSON codec does: the same JSON as protojson's.
+func BenchmarkEventMarshalEventJSON(b *testing.B) {
+	benchMarshal(b, eventjson.MarshalAppend)
 }
 
 // benchMarshal encodes benchEvents, each in a PromptResponse, with
