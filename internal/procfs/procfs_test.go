@@ -1,8 +1,10 @@
 package procfs_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -48,20 +50,33 @@ func TestChildGroupAndZombie(t *testing.T) {
 	}
 }
 
-// Stat's CPU is the process's utime + stime: what getrusage says, less
-// at most a tick of each for /proc's rounding down.
+// Stat's Nice is the process's nice value: a thread given nice 7 (which
+// needs no privilege) reads 7.
 func TestStatNice(t *testing.T) {
 	t.Parallel()
-	// Linux's getpriority gives 20 - nice.
-	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
-	if err != nil {
+	done := make(chan error)
+	go func() {
+		// The thread is locked and never unlocked: it ends with the
+		// goroutine, its nice with it.
+		runtime.LockOSThread()
+		tid := syscall.Gettid()
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, 7); err != nil {
+			done <- err
+			return
+		}
+		if p, ok := procfs.Stat(tid); !ok || p.Nice != 7 {
+			done <- fmt.Errorf("Stat Nice = %d (%v), want 7", p.Nice, ok)
+			return
+		}
+		done <- nil
+	}()
+	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-	if p, ok := procfs.Stat(os.Getpid()); !ok || p.Nice != 20-prio {
-		t.Fatalf("Stat Nice = %d (%v), getpriority says %d", p.Nice, ok, 20-prio)
 	}
 }
 
+// Stat's CPU is the process's utime + stime: what getrusage says, less
+// at most a tick of each for /proc's rounding down.
 func TestStatCPU(t *testing.T) {
 	t.Parallel()
 	rusage := func() time.Duration {
