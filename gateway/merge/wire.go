@@ -111,7 +111,6 @@ func (s *State) current(call *acpv2.ToolCall) (e *entry, encoded bool) {
 // version before, or a message's encoding from parts (known), or one
 // marshalled anew (at scratch[start:end]).
 type record struct {
-	k          int
 	num        protowire.Number
 	msg        proto.Message
 	old, known []byte
@@ -150,7 +149,7 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, room int, scrat
 			err = errPlain // proto.Marshal's business
 			return
 		}
-		r := record{k: k, num: num, msg: m}
+		r := record{num: num, msg: m}
 		if i := counts[k]; prev != nil && i < len(prev.parts[k]) && prev.parts[k][i].msg == m {
 			r.old = prev.parts[k][i].b
 			size += len(r.old)
