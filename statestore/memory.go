@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
@@ -27,6 +29,7 @@ type Memory struct {
 type memSession struct {
 	rec    Session
 	events [][]byte       // encoded events, seqs TrimmedSeq+1 .. LastSeq
+	bytes  int64          // the lengths of events
 	calls  map[string]int // tool call id -> index in list
 	list   []*acpv2.ToolCall
 	// changed is closed and replaced on every append and on deletion.
@@ -111,18 +114,14 @@ func (m *Memory) SetAgentSession(_ context.Context, id, agentSessionID string, p
 	return nil
 }
 
-// Append implements Store. The events are encoded before the store is
-// locked: a batch that cannot be encoded leaves the log as it was, and
-// encoding holds up no other session. The encodings are eventwire's, which
-// the streams that send the events reuse.
-func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
-	encoded := make([][]byte, len(events))
-	for i, ev := range events {
-		b, err := eventwire.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("statestore: encoding event %d of %s: %w", ev.GetSeq(), id, err)
-		}
-		encoded[i] = b
+// Append implements Store. The events are encoded (those without an
+// encoding given) before the store is locked: a batch that cannot be
+// encoded leaves the log as it was, and encoding holds up no other
+// session.
+func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
+	encoded, err := EventWires(id, events, wires, marshalEvent)
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -145,12 +144,26 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 		return nil
 	}
 	s.events = append(s.events, encoded...)
+	for _, b := range encoded {
+		s.bytes += int64(len(b))
+	}
 	s.rec.LastSeq = events[len(events)-1].GetSeq()
+	drop := 0
 	if max := m.opts.MaxEvents; max > 0 && len(s.events) > max {
-		drop := len(s.events) - max
+		drop = len(s.events) - max
+	}
+	for i := range drop {
+		s.bytes -= int64(len(s.events[i]))
+	}
+	for max := m.opts.MaxEventBytes; max > 0 && s.bytes > max && drop < len(s.events)-1; drop++ {
+		s.bytes -= int64(len(s.events[drop]))
+	}
+	if drop > 0 {
 		s.rec.TrimmedSeq += uint64(drop)
 		// Reslice: append reallocates (copying only the kept events) once
 		// the array is full, so a full session is not copied per append.
+		// The dropped encodings are let go now, not then.
+		clear(s.events[:drop])
 		s.events = s.events[drop:]
 	}
 	close(s.changed)
@@ -175,6 +188,8 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) (
 	}
 	return out, nil
 }
+
+func marshalEvent(ev *acpv2.SessionEvent) ([]byte, error) { return proto.Marshal(ev) }
 
 // encodedEvents returns up to limit (0: no limit) stored encodings of the
 // events of session id with seq > after.

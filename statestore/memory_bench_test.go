@@ -6,13 +6,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
@@ -33,7 +31,7 @@ func BenchmarkMemoryAppend(b *testing.B) {
 		seq++
 		ev := []*acpv2.SessionEvent{storetest.Event(seq, text)}
 		calls := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("call", seq%8), Title: "run tests", Status: "in_progress"}}
-		if err := s.Append(ctx, "a", ev, calls); err != nil {
+		if err := s.Append(ctx, "a", ev, nil, calls); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -62,40 +60,20 @@ func BenchmarkMemoryRetained(b *testing.B) {
 			b.Fatal(err)
 		}
 		var before, after runtime.MemStats
-		drainEncodings(b)
+		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for seq := uint64(1); seq <= n; seq++ {
 			// Each event decoded anew, as the session hands them over.
 			e := proto.Clone(ev).(*acpv2.SessionEvent)
 			e.Seq = seq
-			if err := s.Append(ctx, "a", []*acpv2.SessionEvent{e}, nil); err != nil {
+			if err := s.Append(ctx, "a", []*acpv2.SessionEvent{e}, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
-		drainEncodings(b)
+		runtime.GC()
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "heap-B/event")
 		runtime.KeepAlive(s)
-	}
-}
-
-// drainEncodings collects garbage and waits until eventwire's cache holds
-// no encodings. The cache keeps an encoding for a tick or two after its
-// event is freed (eventwire.Expiry); without the wait, the heap measured
-// before an Append loop holds the encodings of the loop before, which it
-// evicts, and the figure varied from 28 to 589 bytes per event.
-func drainEncodings(b *testing.B) {
-	b.Helper()
-	deadline := time.Now().Add(5 * eventwire.Expiry)
-	for {
-		runtime.GC()
-		if n, _ := eventwire.Proto.Len(); n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("eventwire's cache still holds encodings after %v", 5*eventwire.Expiry)
-		}
-		time.Sleep(eventwire.Expiry / 10)
 	}
 }
 

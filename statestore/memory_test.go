@@ -26,7 +26,7 @@ func TestMemoryKeepsEventCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := storetest.Event(1, "hello")
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{ev}, nil); err != nil {
+	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{ev}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	ev.GetAgentMessageChunk().GetContent().GetText().Text = "changed after append"
@@ -53,7 +53,7 @@ func TestMemoryAppendIsAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := []*acpv2.SessionEvent{storetest.Event(1, "fine"), storetest.Event(2, "not UTF-8: \xff")}
-	if err := s.Append(ctx, "a", bad, []*acpv2.ToolCall{{ToolCallId: "c"}}); err == nil {
+	if err := s.Append(ctx, "a", bad, nil, []*acpv2.ToolCall{{ToolCallId: "c"}}); err == nil {
 		t.Fatal("Append of an event that cannot be encoded succeeded")
 	}
 	if rec, err := s.GetSession(ctx, "a"); err != nil || rec.LastSeq != 0 {
@@ -62,7 +62,7 @@ func TestMemoryAppendIsAllOrNothing(t *testing.T) {
 	if calls, _, err := s.ToolCalls(ctx, "a"); err != nil || len(calls) != 0 {
 		t.Fatalf("after a failed Append: ToolCalls = %v, %v; want none", calls, err)
 	}
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(1, "fine")}, nil); err != nil {
+	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(1, "fine")}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Events(ctx, "a", 0, 0); err != nil || len(got) != 1 || got[0].GetSeq() != 1 {

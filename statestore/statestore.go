@@ -36,11 +36,21 @@ var (
 // DefaultMaxEvents is serve's default for Options.MaxEvents.
 const DefaultMaxEvents = 100000
 
+// DefaultMaxEventBytes is serve's default for Options.MaxEventBytes.
+const DefaultMaxEventBytes = 256 << 20
+
 // Options are the settings every store takes.
 type Options struct {
 	// MaxEvents caps the events kept per session; the oldest are dropped
 	// first. Zero keeps every event.
 	MaxEvents int
+	// MaxEventBytes caps the bytes of the events kept per session (their
+	// encodings); the oldest are dropped first, but a session's newest
+	// event is always kept. Zero sets no cap. A tool call streamed in many
+	// content chunks makes events whose sizes grow with it (each merged
+	// call holds all its content so far), so its bytes grow as the square
+	// of its length: MaxEvents alone does not bound them.
+	MaxEventBytes int64
 }
 
 // State is where a session is in its life. It only moves forward, except
@@ -98,8 +108,11 @@ type Store interface {
 	// SetAgentSession records the agent's ACP session id and protocol version.
 	SetAgentSession(ctx context.Context, id, agentSessionID string, protocolVersion int) error
 	// Append stores events, whose seqs must continue the session's log
-	// without a gap, and the tool calls they changed, atomically.
-	Append(ctx context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error
+	// without a gap, and the tool calls they changed, atomically. wires
+	// is nil or holds, for each event, its protobuf encoding (nil when
+	// not made): the store keeps those bytes rather than marshal the
+	// event again, and does not modify them.
+	Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error
 	// Events returns up to limit (0: no limit) stored events with seq >
 	// after, in order. It fails with ErrTrimmed when after is below the
 	// session's TrimmedSeq.
@@ -149,6 +162,28 @@ func CheckSeqs(last uint64, events []*acpv2.SessionEvent) error {
 		}
 	}
 	return nil
+}
+
+// EventWires returns each event's encoding for Append: wires[i] where
+// given (wires is nil or as long as events), else marshal's; an error
+// names the event that does not marshal.
+func EventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal func(*acpv2.SessionEvent) ([]byte, error)) ([][]byte, error) {
+	if wires != nil && len(wires) != len(events) {
+		return nil, fmt.Errorf("statestore: append to %s: %d encodings for %d events", id, len(wires), len(events))
+	}
+	out := make([][]byte, len(events))
+	for i, ev := range events {
+		if wires != nil && wires[i] != nil {
+			out[i] = wires[i]
+			continue
+		}
+		b, err := marshal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("statestore: encoding event %d of %s: %w", ev.GetSeq(), id, err)
+		}
+		out[i] = b
+	}
+	return out, nil
 }
 
 // TrimmedError is the ErrTrimmed of a read after seq after from session id,

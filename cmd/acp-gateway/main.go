@@ -134,6 +134,7 @@ type serveConfig struct {
 	idleTimeout       time.Duration
 	envAllow          listFlag
 	maxEvents         int
+	maxEventBytes     int64
 	redisPrefix       string
 	watchBuffer       int
 	watchBufferBytes  int
@@ -204,6 +205,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.watchBuffer, "watch-buffer", session.DefaultWatchBuffer, "events a Prompt or Watch stream may fall behind before it is cut off (it resumes with Watch afterSeq)")
 	fs.IntVar(&cfg.watchBufferBytes, "watch-buffer-bytes", session.DefaultWatchBufferBytes, "bytes of encoded events a stream may fall behind, per session, before it is cut off")
 	fs.IntVar(&cfg.maxEvents, "max-events", statestore.DefaultMaxEvents, "events kept per session; older ones are dropped and Watch starts with a snapshot (0: keep all)")
+	fs.Int64Var(&cfg.maxEventBytes, "max-event-bytes", statestore.DefaultMaxEventBytes, "bytes of events kept per session (their encodings); older ones are dropped as with --max-events, the newest always kept (0: no cap)")
 	fs.IntVar(&cfg.maxEnded, "max-ended-sessions", session.DefaultMaxEndedSessions, "closed sessions kept in the store; the oldest are deleted (0: keep all)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "base URL other replicas reach this one at, for a shared store (default http://LISTEN when it names a host)")
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", session.DefaultLeaseTTL, "with a shared store: how long a dead replica keeps its sessions")
@@ -276,6 +278,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, fmt.Errorf("--store: %v", err)
 	}
 	cfg.storeShown = shown
+	if cfg.maxEventBytes < 0 {
+		return nil, fmt.Errorf("--max-event-bytes must not be negative, got %d", cfg.maxEventBytes)
+	}
 	if cfg.maxEvents < 0 || cfg.maxEnded < 0 {
 		return nil, errors.New("--max-events and --max-ended-sessions must not be negative")
 	}
@@ -357,7 +362,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if series == 0 {
 		series = -1 // off
 	}
-	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{MaxEvents: cfg.maxEvents}, RedisPrefix: cfg.redisPrefix})
+	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{MaxEvents: cfg.maxEvents, MaxEventBytes: cfg.maxEventBytes}, RedisPrefix: cfg.redisPrefix})
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"bolt without path", []string{"serve", "--store", "bolt:"}, "file path"},
 		{"bad redis db", []string{"serve", "--store", "redis://127.0.0.1:6379/abc"}, "--store"},
 		{"negative retention", []string{"serve", "--max-events", "-1"}, "--max-events"},
+		{"negative byte retention", []string{"serve", "--max-event-bytes", "-1"}, "--max-event-bytes"},
 		{"short lease", []string{"serve", "--lease-ttl", "1ms"}, "--lease-ttl"},
 		{"stray argument", []string{"serve", "extra"}, "no arguments"},
 		{"wildcard cors", []string{"serve", "--cors-origin", "*"}, "wildcard"},
@@ -398,4 +399,47 @@ func TestRedisPrefixNamesTheKeys(t *testing.T) {
 		t.Error(err)
 	}
 	stopServe(t, cancel, exited)
+}
+
+// --max-event-bytes reaches the store: with a cap of one byte, a session
+// keeps only its newest event, and a Watch from the start begins with the
+// snapshot that stands for the rest.
+func TestMaxEventBytesTrimsTheLog(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, exited := startServe(t, ctx, "--max-event-bytes", "1")
+	defer stopServe(t, cancel, exited)
+	calls, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	client := acpv2connect.NewSessionServiceClient(http.DefaultClient, "http://"+addr)
+	created, err := client.CreateSession(calls, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "demo", Cwd: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetSessionId()
+	// The demo agent asks a permission: the first option answers it.
+	answer := func(ev *acpv2.SessionEvent) {
+		if req := ev.GetPermissionRequest(); req != nil && len(req.GetOptions()) > 0 {
+			_, err := client.RespondPermission(calls, connect.NewRequest(&acpv2.RespondPermissionRequest{
+				SessionId: id, RequestId: req.GetRequestId(), OptionId: req.GetOptions()[0].GetOptionId()}))
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	turn, err := testutil.Turn(calls, client, &acpv2.PromptRequest{SessionId: id, Prompt: []*acpv2.ContentBlock{
+		{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "hello"}}}}}, answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(turn) < 3 {
+		t.Fatalf("the demo turn gave %d events", len(turn))
+	}
+	watched, err := testutil.Watch(calls, client, id, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap := watched[0].GetSnapshot(); snap == nil || watched[0].GetSeq() < turn[len(turn)-2].GetSeq() {
+		t.Fatalf("a Watch from the start began with %v, want a snapshot standing for all but the newest event", watched[0])
+	}
 }

@@ -63,7 +63,7 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintln(stderr, "bench gateway:", err)
 		return 1
 	}
-	opts := storeurl.Options{Store: statestore.Options{MaxEvents: statestore.DefaultMaxEvents}, RedisPrefix: *prefix}
+	opts := storeurl.Options{Store: statestore.Options{MaxEvents: statestore.DefaultMaxEvents, MaxEventBytes: statestore.DefaultMaxEventBytes}, RedisPrefix: *prefix}
 	store, err := storeurl.Open(ctx, *storeURL, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench gateway: store:", err)

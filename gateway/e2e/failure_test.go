@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
@@ -481,7 +482,7 @@ func TestCancelRightAfterPromptReachesTheAgent(t *testing.T) {
 			t.Fatalf("turn %d: Cancel: %v", i, err)
 		}
 		var ended *acpv2.TurnEnded
-		evs := make([]*acpv2.SessionEvent, 16)
+		evs := make([]session.Event, 16)
 		for ended == nil {
 			n, err := sub.NextBatch(ctx, evs)
 			if err != nil {

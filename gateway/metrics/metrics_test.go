@@ -84,7 +84,7 @@ func TestNilSessionDoesNothing(t *testing.T) {
 // failingStore fails every Append.
 type failingStore struct{ statestore.Store }
 
-func (failingStore) Append(context.Context, string, []*acpv2.SessionEvent, []*acpv2.ToolCall) error {
+func (failingStore) Append(context.Context, string, []*acpv2.SessionEvent, [][]byte, []*acpv2.ToolCall) error {
 	return errors.New("disk on fire")
 }
 
@@ -109,7 +109,7 @@ func TestInstrumentStoreKeepsLeasesAndCountsFailures(t *testing.T) {
 	if _, err := st.GetSession(ctx, "missing"); !errors.Is(err, statestore.ErrNotFound) {
 		t.Fatalf("GetSession: %v", err)
 	}
-	if err := st.Append(ctx, "s", nil, nil); err == nil {
+	if err := st.Append(ctx, "s", nil, nil, nil); err == nil {
 		t.Fatal("Append did not fail")
 	}
 	want := `

@@ -63,9 +63,9 @@ func (s *store) SetAgentSession(ctx context.Context, id, agentSessionID string, 
 	return s.Store.SetAgentSession(ctx, id, agentSessionID, version)
 }
 
-func (s *store) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) (err error) {
+func (s *store) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) (err error) {
 	defer func(t time.Time) { s.observe("append", t, err) }(time.Now())
-	return s.Store.Append(ctx, id, events, changed)
+	return s.Store.Append(ctx, id, events, wires, changed)
 }
 
 func (s *store) Events(ctx context.Context, id string, after uint64, limit int) (evs []*acpv2.SessionEvent, err error) {

@@ -19,11 +19,12 @@ import (
 // holding only an event (a PromptResponse or WatchResponse) reuses that
 // event's encoding: an event is sent by every stream watching its session,
 // and marshalling it (its google.protobuf.Struct values above all) once per
-// stream was the gateway's largest cost with many watchers. The output is
+// stream was the gateway's largest cost with many watchers. A stream sends
+// an eventwire.Reply, with the encoding the session made when it numbered
+// the event (or the bytes a store read it from); a response without one
+// takes its event's encoding from eventwire's shared cache. The output is
 // the bytes proto.Marshal gives for the message (which, like it, writes
-// map entries in no set order), and the same for every stream while the
-// event is cached. The cache is eventwire's shared one, where a store that
-// marshalled or decoded the event has left its encoding.
+// map entries in no set order).
 type protoCodec struct{ events *eventwire.Cache }
 
 func newProtoCodec() *protoCodec { return &protoCodec{events: eventwire.Proto} }
@@ -35,8 +36,19 @@ func (*protoCodec) IsBinary() bool { return true }
 func (c *protoCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, m) }
 
 func (c *protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+	var wire []byte // the event's encoding, when the sender has it
+	if r, ok := m.(*eventwire.Reply); ok {
+		m, wire = r.Message, r.Event
+	}
 	if ev := soleEvent(m); ev != nil {
-		return c.appendEvent(dst, ev)
+		if wire == nil {
+			var err error
+			if wire, err = c.events.Get(ev); err != nil {
+				return nil, err
+			}
+		}
+		dst = protowire.AppendTag(dst, eventField, protowire.BytesType)
+		return protowire.AppendBytes(dst, wire), nil
 	}
 	pm, ok := m.(proto.Message)
 	if !ok {
@@ -70,16 +82,6 @@ func soleEvent(m any) *acpv2.SessionEvent {
 // eventField is the number of the event field of PromptResponse and
 // WatchResponse.
 const eventField = 1
-
-// appendEvent appends the encoding of a response whose only field is ev.
-func (c *protoCodec) appendEvent(dst []byte, ev *acpv2.SessionEvent) ([]byte, error) {
-	wire, err := c.events.Get(ev)
-	if err != nil {
-		return nil, err
-	}
-	dst = protowire.AppendTag(dst, eventField, protowire.BytesType)
-	return protowire.AppendBytes(dst, wire), nil
-}
 
 func (*protoCodec) Unmarshal(data []byte, m any) error {
 	pm, ok := m.(proto.Message)
@@ -122,6 +124,9 @@ func (c *jsonCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil,
 const jsonEventField = `{"event":`
 
 func (c *jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+	if r, ok := m.(*eventwire.Reply); ok {
+		m = r.Message // the protobuf encoding is of no use here
+	}
 	if ev := soleEvent(m); ev != nil {
 		wire, err := c.events.Get(ev)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // testEvents are events of many kinds, with Struct values of several keys
@@ -139,4 +140,48 @@ func TestJSONCodecOutputIsProtojson(t *testing.T) {
 	if c.IsBinary() || c.Name() != "json" {
 		t.Fatal("the codec is not connect's json codec")
 	}
+}
+
+// A Reply is written with its event's encoding as given, not marshalled
+// again: the given bytes here carry a field the event lacks, which the
+// output then holds. A Reply without an encoding, or whose message is not
+// an event alone (a heartbeat), is its message's encoding; the JSON codec
+// writes the message.
+func TestCodecWritesAReplysEncoding(t *testing.T) {
+	c, jc := newProtoCodec(), newJSONCodec()
+	ev := testEvents(t)[0]
+	wire, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire = append(wire, 0x98, 0x06, 0x01) // field 99, varint 1
+	resp := &acpv2.WatchResponse{Event: ev}
+	got, err := c.MarshalAppend([]byte("prefix"), &eventwire.Reply{Message: resp, Event: wire})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := &acpv2.WatchResponse{}
+	if err := c.Unmarshal(got[len("prefix"):], back); err != nil || string(got[:len("prefix")]) != "prefix" {
+		t.Fatalf("%x does not decode after its prefix: %v", got, err)
+	}
+	if u := back.GetEvent().ProtoReflect().GetUnknown(); !bytes.Equal(u, []byte{0x98, 0x06, 0x01}) {
+		t.Fatalf("the event was marshalled again, not written as given (unknown fields %x)", u)
+	}
+	hb := &acpv2.WatchResponse{Event: ev, Heartbeat: timestamppb.Now()}
+	for i, r := range []*eventwire.Reply{{Message: resp}, {Message: hb, Event: wire}} {
+		got, err := c.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := &acpv2.WatchResponse{}
+		if err := c.Unmarshal(got, back); err != nil || !proto.Equal(back, r.Message) {
+			t.Fatalf("reply %d decodes to %v (%v), want %v", i, back, err, r.Message)
+		}
+	}
+	js, err := jc.Marshal(&eventwire.Reply{Message: resp, Event: wire})
+	want, _ := protojson.Marshal(resp)
+	if err != nil {
+		t.Fatalf("JSON codec: %v", err)
+	}
+	testutil.SameJSON(t, js, want)
 }

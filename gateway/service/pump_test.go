@@ -62,7 +62,7 @@ func TestStreamFlushesOncePerBatch(t *testing.T) {
 	}
 	events = append(events, &acpv2.SessionEvent{Seq: n + 1, Event: &acpv2.SessionEvent_StateChanged{
 		StateChanged: &acpv2.SessionStateChanged{State: string(statestore.StateClosed)}}})
-	if err := store.Append(ctx, id, events, nil); err != nil {
+	if err := store.Append(ctx, id, events, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// No gateway runs the session: the watch follows the store, and ends

@@ -20,6 +20,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -208,12 +209,14 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 	}
 	defer sub.Close()
 	// One response carries every message: Send has marshalled it when it
-	// returns.
+	// returns. It goes with the event's encoding, which the codec writes
+	// rather than marshal the event.
 	resp := &acpv2.PromptResponse{}
-	return s.pump(ctx, "Prompt", sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
-		resp.Event, resp.Heartbeat = ev, hb
-		err := stream.Send(resp)
-		resp.Event, resp.Heartbeat = nil, nil
+	reply := &eventwire.Reply{Message: resp}
+	return s.pump(ctx, "Prompt", sub, stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
+		resp.Event, resp.Heartbeat, reply.Event = ev.SessionEvent, hb, ev.Wire
+		err := stream.Conn().Send(reply)
+		resp.Event, resp.Heartbeat, reply.Event = nil, nil, nil
 		if err != nil {
 			return false, err
 		}
@@ -232,10 +235,11 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 	}
 	defer sub.Close()
 	resp := &acpv2.WatchResponse{} // as Prompt's
-	err = s.pump(ctx, "Watch", sub, stream.ResponseHeader(), func(ev *acpv2.SessionEvent, hb *timestamppb.Timestamp) (bool, error) {
-		resp.Event, resp.Heartbeat = ev, hb
-		err := stream.Send(resp)
-		resp.Event, resp.Heartbeat = nil, nil
+	reply := &eventwire.Reply{Message: resp}
+	err = s.pump(ctx, "Watch", sub, stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
+		resp.Event, resp.Heartbeat, reply.Event = ev.SessionEvent, hb, ev.Wire
+		err := stream.Conn().Send(reply)
+		resp.Event, resp.Heartbeat, reply.Event = nil, nil, nil
 		return false, err
 	})
 	if errors.Is(err, session.ErrClosed) {
@@ -257,17 +261,17 @@ const batchSize = 64
 // heartbeat or the client's end, then sends the events at hand as one
 // batch, holding the flushes connect does after each message until the
 // last one.
-func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h header, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) error {
+func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h header, send func(session.Event, *timestamppb.Timestamp) (bool, error)) error {
 	defer s.metrics.StreamOpened(rpc)()
 	// Tell buffering proxies (nginx) to pass the stream through.
 	h.Set("X-Accel-Buffering", "no")
 	// Open the stream at once: response headers only reach the client with
 	// the first message, and a watched session may be idle for long.
-	if _, err := send(nil, timestamppb.Now()); err != nil {
+	if _, err := send(session.Event{}, timestamppb.Now()); err != nil {
 		return err
 	}
 	fw := flush.From(ctx)
-	batch := make([]*acpv2.SessionEvent, batchSize)
+	batch := make([]session.Event, batchSize)
 	last := time.Now() // of the last message sent
 	for {
 		// Waits for events end at this deadline, a heartbeat interval
@@ -283,7 +287,7 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 			return nil // the client went, or the gateway is shutting down
 		}
 		if now := time.Now(); now.Sub(last) >= s.heartbeat {
-			if _, err := send(nil, timestamppb.New(now)); err != nil {
+			if _, err := send(session.Event{}, timestamppb.New(now)); err != nil {
 				return err
 			}
 			last = now
@@ -294,8 +298,8 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 // sendEvents sends sub's events in batches until wait ends (done is then
 // false: time for a heartbeat, maybe) or the stream is done. It sets *last
 // to the time of each batch.
-func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Stream, fw *flush.Writer, batch []*acpv2.SessionEvent,
-	send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error), last *time.Time) (done bool, err error) {
+func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Stream, fw *flush.Writer, batch []session.Event,
+	send func(session.Event, *timestamppb.Timestamp) (bool, error), last *time.Time) (done bool, err error) {
 	for {
 		n, err := sub.NextBatch(wait, batch)
 		switch {
@@ -324,7 +328,7 @@ func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Strea
 
 // sendBatch sends events with their writes gathered and one flush, after
 // the last, until send says stop or fails. It returns how many it sent.
-func sendBatch(fw *flush.Writer, events []*acpv2.SessionEvent, send func(*acpv2.SessionEvent, *timestamppb.Timestamp) (bool, error)) (sent int, stop bool, err error) {
+func sendBatch(fw *flush.Writer, events []session.Event, send func(session.Event, *timestamppb.Timestamp) (bool, error)) (sent int, stop bool, err error) {
 	fw.Hold()
 	defer func() {
 		if rerr := fw.Release(); err == nil {

@@ -3,6 +3,7 @@ package session
 import (
 	"sync"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -63,11 +64,33 @@ func eventByNumber(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 	return ev
 }
 
+// toolCallField is the number of SessionEvent's tool_call field.
+var toolCallField = eventFields.ByName("tool_call").Number()
+
 // toolCallEvent is the event of a merged tool call, with its variant's
 // wrapper in one allocation.
 func toolCallEvent(tc *acpv2.ToolCall) *acpv2.SessionEvent {
 	return withEvent(acpv2.SessionEvent_ToolCall{ToolCall: tc},
 		func(ev *acpv2.SessionEvent, w *acpv2.SessionEvent_ToolCall) { ev.Event = w })
+}
+
+// Event is a session event with its protobuf encoding, which the store
+// and every stream that sends the event share: it is marshalled once,
+// whatever the number of streams.
+type Event struct {
+	*acpv2.SessionEvent
+	// Wire is the event's encoding (the bytes must not be modified): a
+	// live event's is the session's, a replayed one's the store's; nil
+	// only for a replayed event whose encoding could not be had.
+	Wire []byte
+}
+
+// seq is the event's seq, 0 for no event (an empty slot).
+func (e *Event) seq() uint64 {
+	if e == nil {
+		return 0
+	}
+	return e.GetSeq()
 }
 
 // body is the encoding of an event's event field, made before the event
@@ -76,6 +99,8 @@ func toolCallEvent(tc *acpv2.ToolCall) *acpv2.SessionEvent {
 type body struct {
 	b    []byte
 	room bool
+	// field is the number of the event's field that b encodes.
+	field protowire.Number
 }
 
 // wire returns the encoding itself.
@@ -108,7 +133,7 @@ func bodyOf(ev *acpv2.SessionEvent) body {
 	// several, and left the event's array up to twice its size.
 	out := make([]byte, eventwire.Headroom+len(b))
 	copy(out[eventwire.Headroom:], b)
-	return body{b: out, room: true}
+	return body{b: out, room: true, field: fd.Number()}
 }
 
 // bodyBuffers are bodyOf's scratch buffers, up to maxBodyBuffer bytes.
@@ -119,6 +144,17 @@ const maxBodyBuffer = 64 << 10
 // updateKind names u's update in snake case (tool_call_update,
 // agent_message_chunk, ...), for the metrics.
 func updateKind(u *acpv2.SessionUpdate) string {
+	// The commonest without reflection.
+	switch u.GetUpdate().(type) {
+	case *acpv2.SessionUpdate_ToolCallUpdate:
+		return "tool_call_update"
+	case *acpv2.SessionUpdate_ToolCallContentChunk:
+		return "tool_call_content_chunk"
+	case *acpv2.SessionUpdate_AgentMessageChunk:
+		return "agent_message_chunk"
+	case *acpv2.SessionUpdate_AgentThoughtChunk:
+		return "agent_thought_chunk"
+	}
 	if fd := u.ProtoReflect().WhichOneof(updateOneof); fd != nil {
 		return string(fd.Name())
 	}

@@ -65,3 +65,25 @@ func TestEventOfAllocatesOnce(t *testing.T) {
 }
 
 var eventSink *acpv2.SessionEvent
+
+// updateKind names an update by its variant's field, the commonest ones
+// without reflection included.
+func TestUpdateKindIsTheVariantsName(t *testing.T) {
+	t.Parallel()
+	text := &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "x"}}}
+	for _, u := range []*acpv2.SessionUpdate{
+		{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: &acpv2.ToolCallUpdate{ToolCallId: "c"}}},
+		{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: &acpv2.ToolCallContentChunk{ToolCallId: "c"}}},
+		{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{Content: text}}},
+		{Update: &acpv2.SessionUpdate_AgentThoughtChunk{AgentThoughtChunk: &acpv2.ContentChunk{Content: text}}},
+		{Update: &acpv2.SessionUpdate_UserMessageChunk{UserMessageChunk: &acpv2.ContentChunk{Content: text}}},
+	} {
+		want := string(u.ProtoReflect().WhichOneof(updateOneof).Name())
+		if got := updateKind(u); got != want {
+			t.Errorf("updateKind = %q, want %q", got, want)
+		}
+	}
+	if got := updateKind(&acpv2.SessionUpdate{}); got != "unknown" {
+		t.Errorf("updateKind of an empty update = %q, want unknown", got)
+	}
+}

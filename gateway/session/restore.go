@@ -50,7 +50,7 @@ func live(st statestore.State) bool {
 func (m *Manager) markLost(ctx context.Context, rec *statestore.Session) error {
 	ev := stateEvent(statestore.StateAgentLost, detailGatewayGone)
 	ev.Seq, ev.Time = rec.LastSeq+1, timestamppb.Now()
-	if err := m.opts.Store.Append(ctx, rec.ID, []*acpv2.SessionEvent{ev}, nil); err != nil {
+	if err := m.opts.Store.Append(ctx, rec.ID, []*acpv2.SessionEvent{ev}, nil, nil); err != nil {
 		return err
 	}
 	rec.LastSeq, rec.State, rec.Detail = ev.Seq, statestore.StateAgentLost, detailGatewayGone
@@ -130,7 +130,7 @@ type Stream interface {
 	// NextBatch fills dst with the next events, at least one, waiting for
 	// one if need be, and returns how many it wrote; or why the stream
 	// ended, once every event before the end was returned.
-	NextBatch(ctx context.Context, dst []*acpv2.SessionEvent) (int, error)
+	NextBatch(ctx context.Context, dst []Event) (int, error)
 	// LastSeq is the seq of the last event NextBatch returned.
 	LastSeq() uint64
 	// Close ends the stream.
@@ -162,7 +162,7 @@ type follower struct {
 	done bool
 }
 
-func (f *follower) NextBatch(ctx context.Context, dst []*acpv2.SessionEvent) (int, error) {
+func (f *follower) NextBatch(ctx context.Context, dst []Event) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
@@ -189,7 +189,7 @@ func (f *follower) NextBatch(ctx context.Context, dst []*acpv2.SessionEvent) (in
 	for n < len(dst) && len(f.page) > 0 {
 		ev := f.page[0]
 		f.page = f.page[1:]
-		dst[n] = ev
+		dst[n] = storedEvent(ev)
 		n++
 		f.next = ev.GetSeq() + 1
 		if ev.GetStateChanged().GetState() == string(statestore.StateClosed) {

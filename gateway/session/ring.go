@@ -12,7 +12,7 @@ import (
 const initialRing = 64
 
 // slotArray holds the event with seq q at q % len.
-type slotArray []atomic.Pointer[acpv2.SessionEvent]
+type slotArray []atomic.Pointer[Event]
 
 // ring holds a session's last live events, shared by all its
 // subscriptions: publishing an event costs the same whatever the number of
@@ -44,17 +44,16 @@ type ring struct {
 	// subscription needs were let go, and the last seq at the previous
 	// sweep.
 	maxEvents, maxBytes int
-	size                func(*acpv2.SessionEvent) int
 	sizes               []int
 	bytes               int
 	swept, sweptAt      uint64
 }
 
 // newRing returns a ring of at most maxEvents events and maxBytes bytes
-// (as size counts them) whose next event has seq last+1.
-func newRing(maxEvents, maxBytes int, size func(*acpv2.SessionEvent) int, last uint64) *ring {
+// (of their encodings) whose next event has seq last+1.
+func newRing(maxEvents, maxBytes int, last uint64) *ring {
 	n := min(maxEvents, initialRing)
-	r := &ring{maxEvents: maxEvents, maxBytes: maxBytes, size: size, sizes: make([]int, n), swept: last, sweptAt: last}
+	r := &ring{maxEvents: maxEvents, maxBytes: maxBytes, sizes: make([]int, n), swept: last, sweptAt: last}
 	slots := make(slotArray, n)
 	r.slots.Store(&slots)
 	r.last.Store(last)
@@ -83,7 +82,7 @@ func (r *ring) sweep(need uint64) {
 		from = to - n + 1
 	}
 	for q := from; q <= to; q++ {
-		if slot := &slots[q%n]; slot.Load().GetSeq() == q {
+		if slot := &slots[q%n]; slot.Load().seq() == q {
 			slot.Store(nil)
 			r.bytes -= r.sizes[q%n]
 			r.sizes[q%n] = 0
@@ -92,30 +91,34 @@ func (r *ring) sweep(need uint64) {
 	r.swept = to
 }
 
-// publish appends events, numbered in sequence after the last one, and
-// wakes the readers waiting for them. need gives the first seq a
-// subscription still has to read, for when the ring must make room.
-func (r *ring) publish(events []*acpv2.SessionEvent, need func() uint64) {
+// publish appends events, numbered in sequence after the last one, with
+// their encodings (wires[i] is events[i]'s: the store took them), and
+// wakes the readers waiting for them. An event counts its encoding's
+// length in the ring's bytes. need gives the first seq a subscription
+// still has to read, for when the ring must make room.
+func (r *ring) publish(events []*acpv2.SessionEvent, wires [][]byte, need func() uint64) {
 	if len(events) == 0 {
 		return
 	}
-	sizes := make([]int, len(events))
+	// One allocation for the batch's slots.
+	batch := make([]Event, len(events))
 	incoming := 0
 	for i, ev := range events {
-		sizes[i] = r.size(ev)
-		incoming += sizes[i]
+		batch[i] = Event{SessionEvent: ev, Wire: wires[i]}
+		incoming += len(wires[i])
 	}
 	r.makeRoom(len(events), incoming, need)
 	slots := *r.slots.Load()
 	n := uint64(len(slots))
-	for i, ev := range events {
-		j := ev.GetSeq() % n
+	for i := range batch {
+		e := &batch[i]
+		j := e.GetSeq() % n
 		if slots[j].Load() != nil {
 			r.bytes -= r.sizes[j] // lapped: a subscription at it is lagging
 		}
-		slots[j].Store(ev)
-		r.sizes[j] = sizes[i]
-		r.bytes += sizes[i]
+		slots[j].Store(e)
+		r.sizes[j] = len(e.Wire)
+		r.bytes += r.sizes[j]
 	}
 	r.last.Store(events[len(events)-1].GetSeq())
 	if r.waiting.Load() {
@@ -163,7 +166,7 @@ func (r *ring) grow(n int) {
 		from = last - on + 1
 	}
 	for q := from; q <= last; q++ {
-		if ev := old[q%on].Load(); ev.GetSeq() == q {
+		if ev := old[q%on].Load(); ev.seq() == q {
 			slots[q%uint64(n)].Store(ev)
 			sizes[q%uint64(n)] = r.sizes[q%on]
 		}
@@ -176,9 +179,9 @@ func (r *ring) grow(n int) {
 // q must have been published: the array at hands out is then one that q
 // was stored in, or copied to when the ring grew, since both happen before
 // last moves past q.
-func (r *ring) at(q uint64) *acpv2.SessionEvent {
+func (r *ring) at(q uint64) *Event {
 	slots := *r.slots.Load()
-	if ev := slots[q%uint64(len(slots))].Load(); ev.GetSeq() == q {
+	if ev := slots[q%uint64(len(slots))].Load(); ev.seq() == q {
 		return ev
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -327,31 +328,35 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 // may be nil), the encoding of its event field made already: an update's,
 // whose parts its merged call reuses, and a merged call's from
 // merge.State.WireRoom or Wire, made while it was the call's current
-// version. Events without one are marshalled when first asked for. s.mu
-// must be held.
+// version. Each event is encoded once, here, for the store and the
+// streams. s.mu must be held.
 func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, changed []*acpv2.ToolCall) error {
 	if s.moved {
 		return ErrMoved
 	}
 	now := timestamppb.Now()
+	wires := make([][]byte, len(events))
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
-		// The store and the streams take the event's encoding from
-		// eventwire rather than marshal it again: a merged call's body
-		// reuses the parts it shares with the version before.
+		ok := false
 		if i < len(bodies) {
 			switch bd := bodies[i]; {
 			case bd.room:
-				eventwire.RememberBodyIn(ev, bd.b)
+				wires[i], ok = eventwire.WithBodyIn(ev, bd.field, bd.b)
 			case bd.b != nil:
-				eventwire.RememberBody(ev, bd.b)
+				wires[i], ok = eventwire.WithBody(ev, bd.field, bd.b)
 			}
+		}
+		if !ok {
+			// Left nil when it does not marshal: the store's Append then
+			// says why.
+			wires[i], _ = proto.Marshal(ev)
 		}
 	}
 	ctx, cancel := s.m.storeContext()
 	defer cancel()
-	if err := s.m.opts.Store.Append(ctx, s.rec.ID, events, changed); err != nil {
+	if err := s.m.opts.Store.Append(ctx, s.rec.ID, events, wires, changed); err != nil {
 		s.log.Error("store: appending events", "error", err)
 		if errors.Is(err, statestore.ErrSeqConflict) && s.m.leaser != nil {
 			// Another replica wrote to the log: it took the session over
@@ -369,7 +374,7 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, 
 	s.met.Events(len(events))
 	if s.live != nil {
 		// The same work however many watch: each reads the ring.
-		s.live.publish(events, s.needLocked)
+		s.live.publish(events, wires, s.needLocked)
 		if s.live.sweepDue() {
 			s.sweepLocked()
 		}
@@ -428,7 +433,7 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		// Encoded now, while it is the call's current version, from the
 		// version before and the update's own encoding, with room for the
 		// event's head.
-		bd = body{room: true}
+		bd = body{room: true, field: toolCallField}
 		var ok bool
 		if bd.b, ok = s.tools.WireRoom(merged, parts, eventwire.Headroom); !ok {
 			bd.b, _ = s.tools.Wire(merged, parts)

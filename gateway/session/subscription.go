@@ -44,7 +44,7 @@ func (s *Session) subscribeLocked(afterSeq uint64) *Subscription {
 	if s.live == nil {
 		// Made with the first subscription: a session nobody watched
 		// needs no ring, and its past events are in the store.
-		s.live = newRing(s.m.opts.WatchBuffer, s.m.opts.WatchBufferBytes, encodedSize, s.seq)
+		s.live = newRing(s.m.opts.WatchBuffer, s.m.opts.WatchBufferBytes, s.seq)
 	}
 	sub := &Subscription{
 		s:        s,
@@ -92,19 +92,13 @@ func (s *Session) needLocked() uint64 {
 	return need
 }
 
-// encodedSize is what an event counts in a ring's bytes: its encoding,
-// which the store's Append left with eventwire.
-func encodedSize(ev *acpv2.SessionEvent) int {
-	wire, _ := eventwire.Marshal(ev)
-	return len(wire)
-}
-
 // NextBatch fills dst with the next events, as many as are there (at least
 // one), waiting for one if need be, and returns how many it wrote. Once
 // every event delivered before the subscription ended has been returned, it
 // returns why it ended (ErrLagging, ErrClosed, ErrShutdown, ErrMoved); or
-// ctx's error.
-func (sub *Subscription) NextBatch(ctx context.Context, dst []*acpv2.SessionEvent) (int, error) {
+// ctx's error. Live events come with the encoding the session made, and
+// replayed ones with the bytes the store read them from.
+func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
@@ -127,7 +121,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []*acpv2.SessionEven
 			}
 		}
 		if len(sub.page) > 0 {
-			n := copy(dst, sub.page)
+			n := replayed(dst, sub.page)
 			sub.page = sub.page[n:]
 			sub.next = dst[n-1].GetSeq() + 1
 			sub.need.Store(max(sub.next, sub.liveFrom))
@@ -157,7 +151,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []*acpv2.SessionEven
 					}
 					return 0, sub.lagging()
 				}
-				dst[n] = ev
+				dst[n] = *ev
 				sub.next++
 			}
 			sub.need.Store(sub.next)
@@ -177,6 +171,23 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []*acpv2.SessionEven
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// replayed fills dst with events read from the store, and returns how
+// many.
+func replayed(dst []Event, events []*acpv2.SessionEvent) int {
+	n := min(len(dst), len(events))
+	for i, ev := range events[:n] {
+		dst[i] = storedEvent(ev)
+	}
+	return n
+}
+
+// storedEvent is an event read from the store, with its encoding from
+// eventwire, where the store's Events left the bytes it decoded.
+func storedEvent(ev *acpv2.SessionEvent) Event {
+	wire, _ := eventwire.Marshal(ev)
+	return Event{SessionEvent: ev, Wire: wire}
 }
 
 // lagging cuts off a subscription whose next event has left the ring.

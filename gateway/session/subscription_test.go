@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
@@ -52,7 +54,7 @@ func TestLaggingWatcherIsCutOffWithoutBlocking(t *testing.T) {
 
 	// Emitting never waits for the slow watcher, which reads nothing; the
 	// fast one keeps up as long as it reads (it reads each step).
-	dst := make([]*acpv2.SessionEvent, 2)
+	dst := make([]Event, 2)
 	for i := uint64(0); i < 5; i++ {
 		emitText(t, s, 2)
 		checkRun(t, seqsOf(t, fast, dst, 2), 2*i+1)
@@ -99,19 +101,29 @@ func TestReplayLongerThanOnePage(t *testing.T) {
 	}
 }
 
-// next reads sub's next event with NextBatch.
+// next reads sub's next event with NextBatch, and checks that it comes
+// with its encoding.
 func next(ctx context.Context, sub Stream) (*acpv2.SessionEvent, error) {
-	var one [1]*acpv2.SessionEvent
+	var one [1]Event
 	if _, err := sub.NextBatch(ctx, one[:]); err != nil {
 		return nil, err
 	}
-	return one[0], nil
+	return one[0].SessionEvent, checkWire(one[0])
+}
+
+// checkWire says whether e's Wire is its event's encoding.
+func checkWire(e Event) error {
+	back := &acpv2.SessionEvent{}
+	if err := proto.Unmarshal(e.Wire, back); err != nil || e.Wire == nil || !proto.Equal(back, e.SessionEvent) {
+		return fmt.Errorf("event %d comes with an encoding of %v (%v), want %v", e.GetSeq(), back, err, e.SessionEvent)
+	}
+	return nil
 }
 
 // collect reads sub with NextBatch calls of dst's size until it has n
 // events or an error, checking each batch is at most len(dst). It may run
 // in its own goroutine.
-func collect(sub Stream, dst []*acpv2.SessionEvent, n int) ([]uint64, error) {
+func collect(sub Stream, dst []Event, n int) ([]uint64, error) {
 	var seqs []uint64
 	for len(seqs) < n {
 		got, err := sub.NextBatch(context.Background(), dst)
@@ -122,13 +134,16 @@ func collect(sub Stream, dst []*acpv2.SessionEvent, n int) ([]uint64, error) {
 			return seqs, fmt.Errorf("NextBatch returned %d events for a batch of %d", got, len(dst))
 		}
 		for _, ev := range dst[:got] {
+			if err := checkWire(ev); err != nil {
+				return seqs, err
+			}
 			seqs = append(seqs, ev.GetSeq())
 		}
 	}
 	return seqs, nil
 }
 
-func seqsOf(t *testing.T, sub Stream, dst []*acpv2.SessionEvent, n int) []uint64 {
+func seqsOf(t *testing.T, sub Stream, dst []Event, n int) []uint64 {
 	t.Helper()
 	seqs, err := collect(sub, dst, n)
 	if err != nil {
@@ -160,11 +175,11 @@ func TestUnreadSubscriptionsAreCutOffOnlyOffTheRing(t *testing.T) {
 	full, over := s.Watch(0), s.Watch(0)
 	// Exactly a ring's worth: every subscription can still read it all.
 	emitText(t, s, buffer)
-	checkRun(t, seqsOf(t, full, make([]*acpv2.SessionEvent, 3), buffer), 1)
+	checkRun(t, seqsOf(t, full, make([]Event, 3), buffer), 1)
 	// One more: the subscriptions still at seq 1 fell off; the one that
 	// read on does not.
 	emitText(t, s, 1)
-	if n, err := over.NextBatch(context.Background(), make([]*acpv2.SessionEvent, 4)); n != 0 || !errors.Is(err, ErrLagging) {
+	if n, err := over.NextBatch(context.Background(), make([]Event, 4)); n != 0 || !errors.Is(err, ErrLagging) {
 		t.Fatalf("a subscription a ring and one behind: %d events, err %v; want ErrLagging", n, err)
 	}
 	if ev, err := next(context.Background(), full); err != nil || ev.GetSeq() != buffer+1 {
@@ -222,12 +237,12 @@ func TestNextBatchKeepsOrderAndEndings(t *testing.T) {
 	emitText(t, s, 5)
 	sub := s.Watch(1) // replays 2..5 from the store
 	emitText(t, s, 10)
-	dst := make([]*acpv2.SessionEvent, 3)
+	dst := make([]Event, 3)
 	checkRun(t, seqsOf(t, sub, dst, 14), 2)
 	// Waits for the next event.
 	got := make(chan []uint64)
 	go func() {
-		seqs, _ := collect(sub, make([]*acpv2.SessionEvent, 8), 1)
+		seqs, _ := collect(sub, make([]Event, 8), 1)
 		got <- seqs
 	}()
 	emitText(t, s, 1)
@@ -238,7 +253,7 @@ func TestNextBatchKeepsOrderAndEndings(t *testing.T) {
 	emitText(t, s, 2)
 	s.release(ErrShutdown)
 	emitText(t, s, 1) // after the end: not delivered
-	checkRun(t, seqsOf(t, sub, make([]*acpv2.SessionEvent, 8), 2), 17)
+	checkRun(t, seqsOf(t, sub, make([]Event, 8), 2), 17)
 	if n, err := sub.NextBatch(context.Background(), dst); n != 0 || !errors.Is(err, ErrShutdown) {
 		t.Fatalf("after the last event: %d events, err %v; want ErrShutdown", n, err)
 	}
@@ -267,7 +282,7 @@ func TestNextBatchEndsAfterTheClosedEvent(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	dst := make([]*acpv2.SessionEvent, 8)
+	dst := make([]Event, 8)
 	n, err := sub.NextBatch(context.Background(), dst)
 	if err != nil || n != 3 || dst[2].GetStateChanged().GetState() != string(statestore.StateClosed) {
 		t.Fatalf("got %d events (%v), err %v; want two and the closed event", n, dst[:n], err)
@@ -291,7 +306,7 @@ func TestFollowerNextBatch(t *testing.T) {
 	if _, ok := f.(*follower); !ok {
 		t.Fatalf("Watch of a session the manager does not run gave %T", f)
 	}
-	dst := make([]*acpv2.SessionEvent, 2)
+	dst := make([]Event, 2)
 	checkRun(t, seqsOf(t, f, dst, 5), 3)
 	type result struct {
 		seqs []uint64
@@ -299,7 +314,7 @@ func TestFollowerNextBatch(t *testing.T) {
 	}
 	got := make(chan result)
 	go func() {
-		seqs, err := collect(f, make([]*acpv2.SessionEvent, 8), 3)
+		seqs, err := collect(f, make([]Event, 8), 3)
 		got <- result{seqs, err}
 	}()
 	s.mu.Lock()
@@ -336,7 +351,7 @@ func TestRingKeepsOnlyWhatIsStillToBeRead(t *testing.T) {
 	s := testSession(t, buffer)
 	a, b := s.Watch(0), s.Watch(0)
 	r := s.live
-	dst := make([]*acpv2.SessionEvent, buffer)
+	dst := make([]Event, buffer)
 	emitText(t, s, 500)
 	seqsOf(t, a, dst, 500)
 	// b has read nothing: everything is kept for it.
@@ -383,7 +398,7 @@ func TestRingGrowsWhileAWatcherLags(t *testing.T) {
 	t.Parallel()
 	const buffer = 4096
 	s := testSession(t, buffer)
-	dst := make([]*acpv2.SessionEvent, 64)
+	dst := make([]Event, 64)
 	keeps := s.Watch(0)
 	for i := range 100 {
 		emitText(t, s, 50)
@@ -414,7 +429,7 @@ func TestRingGrowsWhileAWatcherLags(t *testing.T) {
 // lagging watcher is then cut off before it is WatchBuffer events behind.
 func TestRingStopsGrowingAtItsBytes(t *testing.T) {
 	t.Parallel()
-	one := encodedSize(&acpv2.SessionEvent{Seq: 1 << 20, Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
+	one := proto.Size(&acpv2.SessionEvent{Seq: 1 << 20, Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
 		Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "1000"}}}}}})
 	s := testSessionOf(t, Options{WatchBuffer: 1 << 16, WatchBufferBytes: 500 * (one + 16)}) // with the time
 	lags := s.Watch(0)
@@ -441,7 +456,7 @@ func TestRingGrowsUnderItsReaders(t *testing.T) {
 	for range 4 {
 		sub := s.Watch(0)
 		go func() {
-			seqs, err := collect(sub, make([]*acpv2.SessionEvent, 7), total)
+			seqs, err := collect(sub, make([]Event, 7), total)
 			results <- result{seqs, err}
 		}()
 	}

@@ -59,7 +59,7 @@ func TestReplicaStepsAsideWhenAnotherWroteTheLog(t *testing.T) {
 	}
 	w := s.Watch(0)
 	// Another replica, believing a's lease lapsed, appends to the log.
-	if err := st.Append(ctx, "s1", []*acpv2.SessionEvent{{Seq: 1}}, nil); err != nil {
+	if err := st.Append(ctx, "s1", []*acpv2.SessionEvent{{Seq: 1}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()

@@ -10,7 +10,6 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -72,7 +71,7 @@ func TestToolCallMetrics(t *testing.T) {
 	if err := st.Append(ctx, "s1", []*acpv2.SessionEvent{
 		{Seq: 1, Event: &acpv2.SessionEvent_ToolCall{ToolCall: done}},
 		{Seq: 2, Event: &acpv2.SessionEvent_ToolCall{ToolCall: running}},
-	}, []*acpv2.ToolCall{done, running}); err != nil {
+	}, nil, []*acpv2.ToolCall{done, running}); err != nil {
 		t.Fatal(err)
 	}
 	met := metrics.New(metrics.Options{MaxSessionSeries: 10})
@@ -122,7 +121,7 @@ func TestToolCallMetrics(t *testing.T) {
 }
 
 // encodedStore notes, for each merged tool-call event it is given, whether
-// its encoding was in eventwire already.
+// it came with its encoding.
 type encodedStore struct {
 	statestore.Store
 	mu      sync.Mutex
@@ -132,19 +131,20 @@ type encodedStore struct {
 	changed [][]*acpv2.ToolCall
 }
 
-func (s *encodedStore) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+func (s *encodedStore) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
 	s.mu.Lock()
 	s.appends++
 	s.changed = append(s.changed, changed)
-	for _, ev := range events {
+	for i, ev := range events {
+		encoded := len(wires) == len(events) && checkWire(Event{SessionEvent: ev, Wire: wires[i]}) == nil
 		if ev.GetToolCall() != nil {
-			s.held = append(s.held, eventwire.Proto.Held(ev))
+			s.held = append(s.held, encoded)
 		} else {
-			s.others = append(s.others, eventwire.Proto.Held(ev))
+			s.others = append(s.others, encoded)
 		}
 	}
 	s.mu.Unlock()
-	return s.Store.Append(ctx, id, events, changed)
+	return s.Store.Append(ctx, id, events, wires, changed)
 }
 
 // encodedSession returns a session (s1, restored from the store, with no

@@ -2,12 +2,14 @@
 // has at hand, so that an event is marshalled once however many times it
 // is stored and sent.
 //
-// An event is never changed once published, so its pointer names its
-// encoding. [Proto] is the process's cache of protobuf encodings: a store
-// that marshals an event to keep it, and every stream that sends it, get
-// the same bytes from one marshal; a store that decodes an event from its
-// bytes hands them to [Remember], so a replayed event is not marshalled
-// again either.
+// A session encodes each event once, when it numbers it ([WithBody] and
+// [WithBodyIn] make the encoding from the event field's, made already),
+// and hands the bytes to the store and, with the event, to the streams,
+// which send them as a [Reply]. An event is never changed once published,
+// so its pointer names its encoding: [Proto] is the process's cache of
+// protobuf encodings for the events that come without theirs. A store that
+// decodes an event from its bytes hands them to [Remember] (through
+// [Unmarshal]), so a replayed event is not marshalled again either.
 package eventwire
 
 import (
@@ -56,44 +58,54 @@ func Unmarshal(wire []byte) (*acpv2.SessionEvent, error) {
 // ev was just decoded from it. wire must not be modified afterwards.
 func Remember(ev *acpv2.SessionEvent, wire []byte) { Proto.Remember(ev, wire) }
 
-// RememberBody records in [Proto] ev's encoding made of its seq and time
-// and body, the encoding of the message in its event field (as a merged
-// tool call's encoding that merge.State.Wire made from the parts of the
-// version before it). It does nothing for an event whose encoding it
-// cannot make that way (unknown fields, an event field that is not a
-// message). The encoding is a copy: body stays the caller's.
-func RememberBody(ev *acpv2.SessionEvent, body []byte) {
-	if h, ok := head(make([]byte, 0, Headroom+len(body)), ev, len(body)); ok {
-		Proto.Remember(ev, append(h, body...))
+// WithBody returns ev's encoding made of its seq and time and body, the
+// encoding of the message in its event field, whose number is field (as
+// a merged tool call's encoding that merge.State.Wire made from the parts
+// of the version before it), or false for an event whose encoding cannot
+// be made that way (unknown fields). The encoding is a copy: body stays
+// the caller's.
+func WithBody(ev *acpv2.SessionEvent, field protowire.Number, body []byte) ([]byte, bool) {
+	h, ok := head(make([]byte, 0, Headroom+len(body)), ev, field, len(body))
+	if !ok {
+		return nil, false
 	}
+	return append(h, body...), true
 }
 
-// Headroom is the room RememberBodyIn needs before a body: more than an
+// Headroom is the room WithBodyIn needs before a body: more than an
 // event's seq and time and its event field's tag and length take.
 const Headroom = 48
 
-// RememberBodyIn is RememberBody for a body at buf[Headroom:]: the head
-// is written into the room before it, and the encoding is the rest of buf
+// WithBodyIn is WithBody for a body at buf[Headroom:]: the head is
+// written into the room before it, and the encoding is the rest of buf
 // from there, without a copy. buf must not be used afterwards.
-func RememberBodyIn(ev *acpv2.SessionEvent, buf []byte) {
+func WithBodyIn(ev *acpv2.SessionEvent, field protowire.Number, buf []byte) ([]byte, bool) {
 	var room [Headroom]byte
-	h, ok := head(room[:0], ev, len(buf)-Headroom)
+	h, ok := head(room[:0], ev, field, len(buf)-Headroom)
 	if !ok {
-		return
+		return nil, false
 	}
 	start := Headroom - len(h)
 	copy(buf[start:], h)
-	Proto.Remember(ev, buf[start:])
+	return buf[start:], true
+}
+
+// Reply is a stream message (a PromptResponse or WatchResponse) whose only
+// field is its event, with that event's protobuf encoding: the gateway's
+// proto codec writes Event rather than marshal the event again. It is
+// itself the message, for whatever reads a stream's messages on the way.
+type Reply struct {
+	proto.Message
+	// Event is the encoding of the message's event; nil when not known.
+	Event []byte
 }
 
 // head appends to b what comes before the body in ev's encoding, in field
 // order as proto.Marshal writes them: seq (1), time (2: seconds 1, nanos
-// 2), then the event field's tag and the body's length. It fails for an
-// event whose encoding is not made that way.
-func head(b []byte, ev *acpv2.SessionEvent, bodyLen int) ([]byte, bool) {
-	m := ev.ProtoReflect()
-	fd := m.WhichOneof(eventOneof)
-	if fd == nil || fd.Message() == nil || len(m.GetUnknown()) != 0 || len(ev.GetTime().ProtoReflect().GetUnknown()) != 0 {
+// 2), then the tag of the event field, number field, and the body's
+// length. It fails for an event whose encoding is not made that way.
+func head(b []byte, ev *acpv2.SessionEvent, field protowire.Number, bodyLen int) ([]byte, bool) {
+	if len(ev.ProtoReflect().GetUnknown()) != 0 || len(ev.GetTime().ProtoReflect().GetUnknown()) != 0 {
 		return nil, false
 	}
 	if ev.Seq != 0 {
@@ -114,13 +126,10 @@ func head(b []byte, ev *acpv2.SessionEvent, bodyLen int) ([]byte, bool) {
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
 		b = protowire.AppendBytes(b, tm)
 	}
-	b = protowire.AppendTag(b, fd.Number(), protowire.BytesType)
+	b = protowire.AppendTag(b, field, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(bodyLen))
 	return b, len(b) <= Headroom
 }
-
-// eventOneof is SessionEvent's oneof of event kinds.
-var eventOneof = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event")
 
 // Cache holds the encodings of the events last asked for, by event. An
 // entry is found by its event's address and holds the event by a weak

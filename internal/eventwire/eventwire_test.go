@@ -268,7 +268,7 @@ func TestFreedEventsGoAtTheNextTick(t *testing.T) {
 // An event's encoding made from its body is proto.Marshal's, for every
 // kind of event, with and without seq and time; made in the room before
 // the body, it is the same bytes, in the body's buffer.
-func TestRememberBodyIsProtoMarshal(t *testing.T) {
+func TestWithBodyIsProtoMarshal(t *testing.T) {
 	times := []*timestamppb.Timestamp{nil, {}, {Seconds: 1712345678, Nanos: 901234567}, {Seconds: -62135596800}, {Nanos: 1}}
 	for i, base := range testEvents(t)[:4] {
 		for j, tm := range times {
@@ -281,11 +281,10 @@ func TestRememberBodyIsProtoMarshal(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				RememberBody(ev, body)
-				if !Proto.Held(ev) {
-					t.Fatalf("event %d, time %d, seq %d: nothing remembered", i, j, seq)
+				got, ok := WithBody(ev, fd.Number(), body)
+				if !ok {
+					t.Fatalf("event %d, time %d, seq %d: no encoding made", i, j, seq)
 				}
-				got, _ := Proto.Get(ev)
 				back := &acpv2.SessionEvent{}
 				if err := proto.Unmarshal(got, back); err != nil || !proto.Equal(back, ev) {
 					t.Fatalf("event %d, time %d, seq %d: decodes to %v (%v), want %v", i, j, seq, back, err, ev)
@@ -297,24 +296,27 @@ func TestRememberBodyIsProtoMarshal(t *testing.T) {
 					t.Fatalf("event %d, time %d, seq %d: %x, proto.Marshal gives %x", i, j, seq, got, want)
 				}
 				// The same from the room before the body, in place.
-				in := proto.Clone(ev).(*acpv2.SessionEvent)
 				buf := append(make([]byte, Headroom), body...)
-				RememberBodyIn(in, buf)
-				inPlace, _ := Proto.Get(in)
-				if !bytes.Equal(inPlace, got) || &inPlace[len(inPlace)-1] != &buf[len(buf)-1] {
+				inPlace, ok := WithBodyIn(ev, fd.Number(), buf)
+				if !ok || !bytes.Equal(inPlace, got) || &inPlace[len(inPlace)-1] != &buf[len(buf)-1] {
 					t.Fatalf("event %d, time %d, seq %d: in place %x, want %x in buf", i, j, seq, inPlace, got)
 				}
 			}
 		}
 	}
-	// An event with unknown fields is left to Get's marshal.
+	// An event with unknown fields is left to a marshal.
 	ev := proto.Clone(testEvents(t)[3]).(*acpv2.SessionEvent)
 	ev.ProtoReflect().SetUnknown([]byte{0x98, 0x06, 0x01})
-	RememberBody(ev, []byte{})
-	if Proto.Held(ev) {
+	if _, ok := WithBody(ev, 1, []byte{}); ok {
 		t.Fatal("an event with unknown fields was given an encoding without them")
 	}
+	if _, ok := WithBodyIn(ev, 1, make([]byte, Headroom)); ok {
+		t.Fatal("an event with unknown fields was given an encoding without them, in place")
+	}
 }
+
+// eventOneof is SessionEvent's oneof of event kinds.
+var eventOneof = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event")
 
 // Unmarshal decodes an event and leaves its bytes as its encoding; bytes
 // that do not decode give an error.

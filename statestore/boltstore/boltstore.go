@@ -263,8 +263,11 @@ type record struct {
 	CreatedAt       time.Time `json:"created_at"`
 	LastSeq         uint64    `json:"last_seq,omitempty"`
 	TrimmedSeq      uint64    `json:"trimmed_seq,omitempty"`
-	Detail          string    `json:"detail,omitempty"`
-	StateChangedAt  time.Time `json:"state_changed_at,omitzero"`
+	// EventBytes is the length of the kept events' encodings; 0 with
+	// events kept is not known (a record written before it was counted).
+	EventBytes     int64     `json:"event_bytes,omitempty"`
+	Detail         string    `json:"detail,omitempty"`
+	StateChangedAt time.Time `json:"state_changed_at,omitzero"`
 	// Order is the session's key in the order bucket.
 	Order uint64 `json:"order"`
 }
@@ -535,12 +538,15 @@ func encodeAll[M proto.Message](id, what string, msgs []M, marshal func(M) ([]by
 	return out, nil
 }
 
-// Append implements statestore.Store. The events' encodings are
-// eventwire's, which the streams that send the events reuse.
-func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
-	evs, err := encodeAll(id, "event", events, eventwire.Marshal, func(e *acpv2.SessionEvent) []byte { return u64(e.GetSeq()) })
+// Append implements statestore.Store.
+func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
+	wires, err := statestore.EventWires(id, events, wires, marshalEvent)
 	if err != nil {
 		return err
+	}
+	evs := make([]encoded, len(events))
+	for i, e := range events {
+		evs[i] = encoded{u64(e.GetSeq()), wires[i]}
 	}
 	calls, err := encodeAll(id, "tool call", changed, marshalCall, func(tc *acpv2.ToolCall) []byte { return []byte(tc.GetToolCallId()) })
 	if err != nil {
@@ -570,26 +576,42 @@ func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEven
 
 func marshalCall(tc *acpv2.ToolCall) ([]byte, error) { return proto.Marshal(tc) }
 
+func marshalEvent(ev *acpv2.SessionEvent) ([]byte, error) { return proto.Marshal(ev) }
+
 // putEvents stores evs, advances r.LastSeq and drops the events beyond the
-// retention cap.
+// retention caps, the oldest first (the newest is always kept).
 func (s *Store) putEvents(tx *bolt.Tx, r *record, evs []encoded) error {
 	b, err := logOf(tx, r.ID, bucketEvents)
 	if err != nil {
 		return err
 	}
+	if r.EventBytes == 0 && r.LastSeq > r.TrimmedSeq {
+		// Counted once for a record written before the count was kept.
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			r.EventBytes += int64(len(v))
+		}
+	}
 	for _, e := range evs {
 		if err := b.Put(e.key, e.data); err != nil {
 			return err
 		}
+		r.EventBytes += int64(len(e.data))
 	}
 	r.LastSeq = binary.BigEndian.Uint64(evs[len(evs)-1].key)
-	if keep := uint64(s.opts.MaxEvents); keep > 0 && r.LastSeq-r.TrimmedSeq > keep {
-		for seq := r.TrimmedSeq + 1; seq <= r.LastSeq-keep; seq++ {
-			if err := b.Delete(u64(seq)); err != nil {
-				return err
-			}
+	over := func() bool {
+		if keep := uint64(s.opts.MaxEvents); keep > 0 && r.LastSeq-r.TrimmedSeq > keep {
+			return true
 		}
-		r.TrimmedSeq = r.LastSeq - keep
+		return s.opts.MaxEventBytes > 0 && r.EventBytes > s.opts.MaxEventBytes && r.LastSeq-r.TrimmedSeq > 1
+	}
+	for over() {
+		seq := u64(r.TrimmedSeq + 1)
+		r.EventBytes -= int64(len(b.Get(seq)))
+		if err := b.Delete(seq); err != nil {
+			return err
+		}
+		r.TrimmedSeq++
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -107,7 +108,7 @@ func TestCorruptRecords(t *testing.T) {
 		if err := s.CreateSession(ctx, &statestore.Session{ID: id}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Append(ctx, id, []*acpv2.SessionEvent{storetest.Event(1, "x")}, []*acpv2.ToolCall{{ToolCallId: "c"}}); err != nil {
+		if err := s.Append(ctx, id, []*acpv2.SessionEvent{storetest.Event(1, "x")}, nil, []*acpv2.ToolCall{{ToolCallId: "c"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,7 +137,7 @@ func TestCorruptRecords(t *testing.T) {
 	_, err = s.ListSessions(ctx, "alice") // its owner is unknown
 	check("ListSessions(alice)", "bad", err)
 	check("SetState", "bad", s.SetState(ctx, "bad", statestore.StateReady, ""))
-	check("Append", "bad", s.Append(ctx, "bad", []*acpv2.SessionEvent{storetest.Event(2, "y")}, nil))
+	check("Append", "bad", s.Append(ctx, "bad", []*acpv2.SessionEvent{storetest.Event(2, "y")}, nil, nil))
 	_, err = s.Events(ctx, "bad", 0, 0)
 	check("Events", "bad", err)
 	_, err = s.Events(ctx, "badlog", 0, 0)
@@ -215,7 +216,7 @@ func TestConcurrentAppendsSurviveReopen(t *testing.T) {
 		wg.Go(func() {
 			for seq := uint64(1); seq <= events; seq++ {
 				ev, tc := toolCallEvent(seq, fmt.Sprint(id, "-call", seq%4))
-				if err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, []*acpv2.ToolCall{tc}); err != nil {
+				if err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, []*acpv2.ToolCall{tc}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -283,7 +284,7 @@ func TestRacingWriters(t *testing.T) {
 			wg.Go(func() {
 				for seq := uint64(1); seq <= events; seq++ {
 					ev := storetest.Event(seq, fmt.Sprint("writer ", w))
-					err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, []*acpv2.ToolCall{{ToolCallId: fmt.Sprint(seq), Title: fmt.Sprint(w)}})
+					err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, []*acpv2.ToolCall{{ToolCallId: fmt.Sprint(seq), Title: fmt.Sprint(w)}})
 					switch {
 					case err == nil:
 						wins[i][seq].Add(1)
@@ -340,7 +341,7 @@ func TestClosed(t *testing.T) {
 	}
 	errs := map[string]error{
 		"Create":  s.CreateSession(ctx, &statestore.Session{ID: "b"}),
-		"Append":  s.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(1, "x")}, nil),
+		"Append":  s.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(1, "x")}, nil, nil),
 		"Delete":  s.DeleteSession(ctx, "a"),
 		"Wait":    s.WaitEvents(ctx, "a", 0),
 		"Close":   s.Close(),
@@ -408,7 +409,7 @@ func BenchmarkAppend(b *testing.B) {
 	for b.Loop() {
 		seq++
 		ev, tc := toolCallEvent(seq, "call")
-		if err := s.Append(ctx, "a", []*acpv2.SessionEvent{ev}, []*acpv2.ToolCall{tc}); err != nil {
+		if err := s.Append(ctx, "a", []*acpv2.SessionEvent{ev}, nil, []*acpv2.ToolCall{tc}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -434,7 +435,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 		for pb.Next() {
 			seq++
 			ev, tc := toolCallEvent(seq, "call")
-			if err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, []*acpv2.ToolCall{tc}); err != nil {
+			if err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, []*acpv2.ToolCall{tc}); err != nil {
 				b.Error(err)
 				return
 			}
@@ -443,4 +444,37 @@ func BenchmarkAppendParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(total.Load())/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(sessions.Load()), "sessions")
+}
+
+// A record without the count of its events' bytes (written before it was
+// kept) has it counted at its next append, and the byte cap holds from
+// there.
+func TestEventBytesCountedForOldRecords(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	s := openAt(t, path, statestore.Options{})
+	if err := s.CreateSession(ctx, &statestore.Session{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	storetest.AppendSized(t, s, "a", 1, 10)
+	s.Close()
+	rawUpdate(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSessions)
+		var rec map[string]any
+		if err := json.Unmarshal(b.Get([]byte("a")), &rec); err != nil {
+			return err
+		}
+		if _, ok := rec["event_bytes"]; !ok {
+			return fmt.Errorf("the record has no event_bytes: %v", rec)
+		}
+		delete(rec, "event_bytes")
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("a"), data)
+	})
+	s = openAt(t, path, statestore.Options{MaxEventBytes: 5*storetest.SizedEventBytes + 1})
+	storetest.AppendSized(t, s, "a", 11, 11)
+	storetest.CheckKept(t, s, "a", 6, 11, "five events' bytes kept")
 }

@@ -16,7 +16,8 @@ import (
 )
 
 // marshal encodes deterministically, so that the same message gives the
-// same bytes when an append is retried.
+// same bytes when an append is retried (an event given with its encoding
+// is retried with the same bytes).
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 // Append implements statestore.Store, in one script: the events and tool
@@ -26,7 +27,7 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // already, byte for byte (the writer retries an append whose reply it
 // lost, say to a dropped connection), Append does nothing and returns
 // nil. Other events with taken seqs fail with ErrSeqConflict.
-func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
 	var first uint64
 	if len(events) > 0 {
 		first = events[0].GetSeq()
@@ -35,13 +36,13 @@ func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEv
 			return err
 		}
 	}
-	args := make([]any, 0, 3+len(events)+2*len(changed))
-	args = append(args, len(events), strconv.FormatUint(first, 10), s.maxEv)
-	for _, e := range events {
-		b, err := marshal.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("redisstore: encode event %d: %w", e.GetSeq(), err)
-		}
+	wires, err := statestore.EventWires(id, events, wires, func(e *acpv2.SessionEvent) ([]byte, error) { return marshal.Marshal(e) })
+	if err != nil {
+		return err
+	}
+	args := make([]any, 0, 4+len(events)+2*len(changed))
+	args = append(args, len(events), strconv.FormatUint(first, 10), s.maxEv, s.maxBytes)
+	for _, b := range wires {
 		args = append(args, b)
 	}
 	for _, tc := range changed {

@@ -70,6 +70,7 @@ type Store struct {
 	waits    *redis.Client // WaitEvents' blocking reads
 	prefix   string
 	maxEv    int
+	maxBytes int64
 	endedTTL time.Duration
 }
 
@@ -131,6 +132,7 @@ func open(ctx context.Context, rawURL string, opts Options, tweak func(*redis.Op
 		waits:    redis.NewClient(&wo),
 		prefix:   opts.Prefix,
 		maxEv:    opts.MaxEvents,
+		maxBytes: opts.MaxEventBytes,
 		endedTTL: opts.EndedTTL,
 	}
 	if s.prefix == "" {

@@ -116,7 +116,7 @@ func contractOpener(t *testing.T, opts statestore.Options) statestore.Store {
 // secondReplica opens another store on s's Redis and prefix.
 func secondReplica(t *testing.T, s statestore.Store) statestore.Store {
 	first := s.(*Store)
-	return openTest(t, Options{Options: statestore.Options{MaxEvents: first.maxEv}, Prefix: first.prefix}, nil)
+	return openTest(t, Options{Options: statestore.Options{MaxEvents: first.maxEv, MaxEventBytes: first.maxBytes}, Prefix: first.prefix}, nil)
 }
 
 func TestContract(t *testing.T) { storetest.Run(t, contractOpener) }
@@ -144,7 +144,7 @@ func create(t testing.TB, s *Store, id, owner string) {
 
 func appendOne(t testing.TB, s *Store, id string, seq uint64, calls ...*acpv2.ToolCall) {
 	t.Helper()
-	if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{storetest.Event(seq, fmt.Sprint("e", seq))}, calls); err != nil {
+	if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{storetest.Event(seq, fmt.Sprint("e", seq))}, nil, calls); err != nil {
 		t.Fatalf("append seq %d: %v", seq, err)
 	}
 }
@@ -298,13 +298,13 @@ func TestClientKill(t *testing.T) {
 		batch := []*acpv2.SessionEvent{storetest.Event(seq, fmt.Sprint("e", seq))}
 		calls := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("c", seq%5), Title: fmt.Sprint(seq)}}
 		t0 := time.Now()
-		err := s.Append(ctx, "a", batch, calls)
+		err := s.Append(ctx, "a", batch, nil, calls)
 		slowest = max(slowest, time.Since(t0))
 		// A writer that is told an append failed tries it again.
 		for try := 0; err != nil && try < 5; try++ {
 			failures++
 			t.Logf("append seq %d: %v", seq, err)
-			err = s.Append(ctx, "a", batch, calls)
+			err = s.Append(ctx, "a", batch, nil, calls)
 		}
 		if err != nil {
 			t.Fatalf("append seq %d: %v", seq, err)
@@ -350,13 +350,13 @@ func TestIdempotentRetry(t *testing.T) {
 	batch := []*acpv2.SessionEvent{storetest.Event(1, "x"), storetest.Event(2, "y")}
 	call := []*acpv2.ToolCall{{ToolCallId: "c", Status: "pending"}}
 	for range 2 {
-		if err := s.Append(ctx, "a", batch, call); err != nil {
+		if err := s.Append(ctx, "a", batch, nil, call); err != nil {
 			t.Fatal(err)
 		}
 	}
 	appendOne(t, s, "a", 3)
 	// Still recognised once the log has moved on.
-	if err := s.Append(ctx, "a", batch, call); err != nil {
+	if err := s.Append(ctx, "a", batch, nil, call); err != nil {
 		t.Fatalf("repeat of a stored batch: %v", err)
 	}
 	for name, b := range map[string][]*acpv2.SessionEvent{
@@ -364,7 +364,7 @@ func TestIdempotentRetry(t *testing.T) {
 		"part of the log":  {storetest.Event(3, "e3"), storetest.Event(4, "new")},
 		"not yet appended": {storetest.Event(5, "e5")},
 	} {
-		if err := s.Append(ctx, "a", b, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+		if err := s.Append(ctx, "a", b, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
 			t.Errorf("%s: err = %v, want ErrSeqConflict", name, err)
 		}
 	}
@@ -383,10 +383,10 @@ func TestIdempotentRetry(t *testing.T) {
 	for seq := uint64(1); seq <= 4; seq++ {
 		appendOne(t, short, "a", seq)
 	}
-	if err := short.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(1, "e1")}, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+	if err := short.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(1, "e1")}, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
 		t.Errorf("repeat of a trimmed event: err = %v, want ErrSeqConflict", err)
 	}
-	if err := short.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(4, "e4")}, nil); err != nil {
+	if err := short.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(4, "e4")}, nil, nil); err != nil {
 		t.Errorf("repeat of a kept event: %v", err)
 	}
 }
@@ -440,7 +440,7 @@ func TestRetryAfterLostReply(t *testing.T) {
 	create(t, s, "a", "")
 	appendOne(t, s, "a", 1)
 	d.armed.Store(true)
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(2, "e2"), storetest.Event(3, "e3")},
+	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(2, "e2"), storetest.Event(3, "e3")}, nil,
 		[]*acpv2.ToolCall{{ToolCallId: "c"}}); err != nil {
 		t.Fatalf("append whose reply was lost: %v", err)
 	}
@@ -542,7 +542,7 @@ func benchAppend(b *testing.B, s *Store, id string, more func() bool) {
 	for seq := uint64(1); more(); seq++ {
 		ev := []*acpv2.SessionEvent{storetest.Event(seq, text)}
 		calls := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("call", seq%8), Title: "run tests", Status: "in_progress"}}
-		if err := s.Append(ctx, id, ev, calls); err != nil {
+		if err := s.Append(ctx, id, ev, nil, calls); err != nil {
 			b.Error(err)
 			return
 		}
@@ -610,4 +610,23 @@ func TestPing(t *testing.T) {
 	if err := s.Ping(ctx); err == nil {
 		t.Fatal("Ping succeeded with Redis out of reach")
 	}
+}
+
+// A record without the count of its events' bytes (written before it was
+// kept) has it counted at its next append, and the byte cap holds from
+// there.
+func TestEventBytesCountedForOldRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	old := fresh(t, Options{})
+	if err := old.CreateSession(ctx, &statestore.Session{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	storetest.AppendSized(t, old, "a", 1, 10)
+	if err := admin(t).HDel(ctx, old.keys("a").rec, "bytes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	capped := openTest(t, Options{Options: statestore.Options{MaxEventBytes: 5*storetest.SizedEventBytes + 1}, Prefix: old.prefix}, nil)
+	storetest.AppendSized(t, capped, "a", 11, 11)
+	storetest.CheckKept(t, capped, "a", 6, 11, "five events' bytes kept")
 }

@@ -73,18 +73,20 @@ const (
 
 // appendScript appends events and merges tool calls.
 // KEYS: rec, ev, tc, tco.
-// ARGV: number of events n, seq of the first, MaxEvents, then the n
-// events' bytes, then a tool call id and bytes for each changed call.
-// The caller has checked that the events' seqs are consecutive.
+// ARGV: number of events n, seq of the first, MaxEvents, MaxEventBytes,
+// then the n events' bytes, then a tool call id and bytes for each changed
+// call. The caller has checked that the events' seqs are consecutive.
+// The record's 'bytes' is the length of the kept events; a record without
+// it (written before it was kept) has it counted at its next append.
 var appendScript = redis.NewScript(`
 local rec, ev, tc, tco = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local last = redis.call('HGET', rec, 'last')
 if not last then return {0, 0} end
 last = tonumber(last)
-local n, first, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n, first, max, maxb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local trimmed = tonumber(redis.call('HGET', rec, 'trimmed') or '0')
 if n > 0 and first ~= last + 1 then
-  -- The seq of event s is in ARGV[4 + s - first]. If the kept ones among
+  -- The seq of event s is in ARGV[5 + s - first]. If the kept ones among
   -- these seqs hold exactly these bytes, this is a retry of an append that
   -- was done.
   local stop = first + n - 1
@@ -93,26 +95,55 @@ if n > 0 and first ~= last + 1 then
     local got = redis.call('XRANGE', ev, string.format('%d-0', from), string.format('%d-0', stop))
     if #got == stop - from + 1 then
       for i, e in ipairs(got) do
-        if e[2][2] ~= ARGV[4 + from + i - 1 - first] then return {2, last} end
+        if e[2][2] ~= ARGV[5 + from + i - 1 - first] then return {2, last} end
       end
       return {3, last}
     end
   end
   return {2, last}
 end
-for i = 1, n do
-  redis.call('XADD', ev, string.format('%d-0', first + i - 1), 'e', ARGV[3 + i])
-end
 if n > 0 then
+  local bytes = redis.call('HGET', rec, 'bytes')
+  if bytes then
+    bytes = tonumber(bytes)
+  else
+    bytes = 0
+    if last > trimmed then
+      for _, e in ipairs(redis.call('XRANGE', ev, '-', '+')) do bytes = bytes + #e[2][2] end
+    end
+  end
+  for i = 1, n do
+    redis.call('XADD', ev, string.format('%d-0', first + i - 1), 'e', ARGV[4 + i])
+    bytes = bytes + #ARGV[4 + i]
+  end
   last = first + n - 1
   redis.call('HSET', rec, 'last', string.format('%d', last))
-  if max > 0 and last - trimmed > max then
-    trimmed = last - max
+  -- Retention: beyond MaxEvents, then the oldest while the kept bytes
+  -- pass MaxEventBytes, the newest event always kept.
+  local keep = trimmed
+  if max > 0 and last - keep > max then
+    keep = last - max
+    for _, e in ipairs(redis.call('XRANGE', ev, string.format('%d-0', trimmed + 1), string.format('%d-0', keep))) do
+      bytes = bytes - #e[2][2]
+    end
+  end
+  while maxb > 0 and bytes > maxb and last - keep > 1 do
+    local got = redis.call('XRANGE', ev, string.format('%d-0', keep + 1), '+', 'COUNT', 64)
+    if #got == 0 then break end
+    for _, e in ipairs(got) do
+      if bytes <= maxb or last - keep <= 1 then break end
+      bytes = bytes - #e[2][2]
+      keep = tonumber(string.match(e[1], '^(%d+)'))
+    end
+  end
+  if keep > trimmed then
+    trimmed = keep
     redis.call('XTRIM', ev, 'MINID', string.format('%d-0', trimmed + 1))
     redis.call('HSET', rec, 'trimmed', string.format('%d', trimmed))
   end
+  redis.call('HSET', rec, 'bytes', string.format('%d', bytes))
 end
-for i = 4 + n, #ARGV, 2 do
+for i = 5 + n, #ARGV, 2 do
   if redis.call('HSET', tc, ARGV[i], ARGV[i + 1]) == 1 then redis.call('RPUSH', tco, ARGV[i]) end
 end
 -- A closed session's keys expire together, new ones included.

@@ -3,14 +3,17 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -30,10 +33,18 @@ func Run(t *testing.T, open Opener) {
 	t.Run("NotFound", func(t *testing.T) { testNotFound(t, plain(t)) })
 	t.Run("StateAndAgentSession", func(t *testing.T) { testState(t, plain(t)) })
 	t.Run("AppendAndReplay", func(t *testing.T) { testAppend(t, plain(t)) })
+	t.Run("AppendKeepsEncodings", func(t *testing.T) { testAppendEncoded(t, plain(t)) })
 	t.Run("SeqConflict", func(t *testing.T) { testSeqConflict(t, plain(t)) })
 	t.Run("ToolCallOrder", func(t *testing.T) { testToolCalls(t, plain(t)) })
 	t.Run("ConcurrentSessions", func(t *testing.T) { testConcurrent(t, plain(t)) })
 	t.Run("Retention", func(t *testing.T) { testRetention(t, open(t, statestore.Options{MaxEvents: 10})) })
+	t.Run("RetentionByBytes", func(t *testing.T) {
+		testRetentionBytes(t, open(t, statestore.Options{MaxEventBytes: 10*SizedEventBytes + SizedEventBytes/2}))
+	})
+	// The count trims first, and the bytes it let go are not counted.
+	t.Run("RetentionByBytesAndCount", func(t *testing.T) {
+		testRetentionBytes(t, open(t, statestore.Options{MaxEvents: 12, MaxEventBytes: 10*SizedEventBytes + SizedEventBytes/2}))
+	})
 	t.Run("WaitEvents", func(t *testing.T) { testWaitEvents(t, plain(t), nil) })
 	t.Run("Delete", func(t *testing.T) { testDelete(t, plain(t)) })
 }
@@ -124,7 +135,7 @@ func testNotFound(t *testing.T, s statestore.Store) {
 	_, checks["GetSession"] = s.GetSession(ctx, "nope")
 	checks["SetState"] = s.SetState(ctx, "nope", statestore.StateReady, "")
 	checks["SetAgentSession"] = s.SetAgentSession(ctx, "nope", "x", 1)
-	checks["Append"] = s.Append(ctx, "nope", []*acpv2.SessionEvent{Event(1, "x")}, nil)
+	checks["Append"] = s.Append(ctx, "nope", []*acpv2.SessionEvent{Event(1, "x")}, nil, nil)
 	_, checks["Events"] = s.Events(ctx, "nope", 0, 0)
 	_, _, checks["ToolCalls"] = s.ToolCalls(ctx, "nope")
 	checks["DeleteSession"] = s.DeleteSession(ctx, "nope")
@@ -174,7 +185,7 @@ func testAppend(t *testing.T, s statestore.Store) {
 			batch = append(batch, Event(seq, fmt.Sprint("chunk ", seq)))
 			seq++
 		}
-		if err := s.Append(ctx, "a", batch, nil); err != nil {
+		if err := s.Append(ctx, "a", batch, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		all = append(all, batch...)
@@ -220,12 +231,48 @@ func testAppend(t *testing.T, s statestore.Store) {
 	}
 }
 
+// An event appended with its encoding is stored as those bytes, not
+// marshalled again: the encoding here carries a field the event does not,
+// which the stored event then has. Events without one are marshalled, and
+// a count of encodings that does not match the events' is refused,
+// leaving the log as it was.
+func testAppendEncoded(t *testing.T, s statestore.Store) {
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, session("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	given := Event(2, "given")
+	wire, err := proto.Marshal(given)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 7)
+	wire = append(wire, extra...)
+	events := []*acpv2.SessionEvent{Event(1, "marshalled"), given}
+	if err := s.Append(ctx, "a", events, [][]byte{nil, wire, nil}, nil); err == nil {
+		t.Fatal("three encodings for two events were taken")
+	}
+	if err := s.Append(ctx, "a", events, [][]byte{nil, wire}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Events(ctx, "a", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !eventEqual(got[0], events[0]) || len(got[0].ProtoReflect().GetUnknown()) != 0 {
+		t.Fatalf("stored %v, want %v first", got, events[0])
+	}
+	if u := got[1].ProtoReflect().GetUnknown(); !bytes.Equal(u, extra) {
+		t.Fatalf("the second event was not stored as its given encoding: unknown fields %x, want %x", u, extra)
+	}
+}
+
 func testSeqConflict(t *testing.T, s statestore.Store) {
 	ctx := context.Background()
 	if err := s.CreateSession(ctx, session("a", "")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(1, "x"), Event(2, "y")}, nil); err != nil {
+	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(1, "x"), Event(2, "y")}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	for name, batch := range map[string][]*acpv2.SessionEvent{
@@ -235,7 +282,7 @@ func testSeqConflict(t *testing.T, s statestore.Store) {
 		"zero":            {Event(0, "zero")},
 		"second writer 1": {Event(1, "fork")},
 	} {
-		if err := s.Append(ctx, "a", batch, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+		if err := s.Append(ctx, "a", batch, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
 			t.Errorf("%s: err = %v, want ErrSeqConflict", name, err)
 		}
 	}
@@ -263,7 +310,7 @@ func testToolCalls(t *testing.T, s statestore.Store) {
 		{tc("a", "completed")},
 	}
 	for i, changed := range steps {
-		if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(uint64(i+1), "e")}, changed); err != nil {
+		if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(uint64(i+1), "e")}, nil, changed); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -298,7 +345,7 @@ func testConcurrent(t *testing.T, s statestore.Store) {
 		go func() {
 			defer wg.Done()
 			for seq := uint64(1); seq <= events; seq++ {
-				if err := s.Append(ctx, id, []*acpv2.SessionEvent{Event(seq, id)}, nil); err != nil {
+				if err := s.Append(ctx, id, []*acpv2.SessionEvent{Event(seq, id)}, nil, nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -336,7 +383,7 @@ func appendN(t *testing.T, s statestore.Store, id string, from, to uint64) {
 	t.Helper()
 	for seq := from; seq <= to; seq++ {
 		changed := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("call", seq%3), Title: fmt.Sprint("seq ", seq)}}
-		if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{Event(seq, fmt.Sprint("e", seq))}, changed); err != nil {
+		if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{Event(seq, fmt.Sprint("e", seq))}, nil, changed); err != nil {
 			t.Fatalf("append seq %d: %v", seq, err)
 		}
 	}
@@ -374,6 +421,77 @@ func testRetention(t *testing.T, s statestore.Store) {
 	}
 	if len(calls) != 3 || asOf != 25 || calls[0].GetTitle() != "seq 25" {
 		t.Fatalf("ToolCalls = %v as of %d", calls, asOf)
+	}
+}
+
+// SizedEvent is an event whose encoding is SizedEventBytes long, for seqs
+// below 128.
+func SizedEvent(seq uint64) *acpv2.SessionEvent { return Event(seq, strings.Repeat("x", 100)) }
+
+// SizedEventBytes is the length of a SizedEvent's encoding.
+var SizedEventBytes = int64(proto.Size(SizedEvent(1)))
+
+// testRetentionBytes checks a store whose sessions keep at most ten and a
+// half sizedEvents' bytes: the oldest events go first, whatever the
+// batches; an event larger than the cap alone is kept, being the newest,
+// until another follows it.
+func testRetentionBytes(t *testing.T, s statestore.Store) {
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, session("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 25; {
+		var batch []*acpv2.SessionEvent
+		for n := 0; n < int(seq%3)+1 && seq <= 25; n++ {
+			batch = append(batch, SizedEvent(seq))
+			seq++
+		}
+		if err := s.Append(ctx, "a", batch, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	CheckKept(t, s, "a", 15, 25, "25 events")
+	big := Event(26, strings.Repeat("y", int(20*SizedEventBytes)))
+	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{big}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	CheckKept(t, s, "a", 25, 26, "an event over the cap")
+	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{SizedEvent(27)}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	CheckKept(t, s, "a", 26, 27, "an event after it")
+}
+
+// AppendSized appends SizedEvents with seqs from to to to session id, one
+// per Append.
+func AppendSized(t testing.TB, s statestore.Store, id string, from, to uint64) {
+	t.Helper()
+	for seq := from; seq <= to; seq++ {
+		if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{SizedEvent(seq)}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// CheckKept fails the test (saying what was checked) unless session id's
+// record and Events agree that it keeps the events with seqs trimmed+1
+// to last, and those before are trimmed.
+func CheckKept(t testing.TB, s statestore.Store, id string, trimmed, last uint64, what string) {
+	t.Helper()
+	ctx := context.Background()
+	rec, err := s.GetSession(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.LastSeq != last || rec.TrimmedSeq != trimmed {
+		t.Fatalf("%s: LastSeq %d TrimmedSeq %d, want %d and %d", what, rec.LastSeq, rec.TrimmedSeq, last, trimmed)
+	}
+	if _, err := s.Events(ctx, id, trimmed-1, 0); trimmed > 0 && !errors.Is(err, statestore.ErrTrimmed) {
+		t.Fatalf("%s: Events(after %d) err = %v, want ErrTrimmed", what, trimmed-1, err)
+	}
+	got, err := s.Events(ctx, id, trimmed, 0)
+	if err != nil || uint64(len(got)) != last-trimmed || len(got) > 0 && got[0].GetSeq() != trimmed+1 {
+		t.Fatalf("%s: Events(after %d) = %d events (%v), want seqs %d to %d", what, trimmed, len(got), err, trimmed+1, last)
 	}
 }
 
@@ -517,7 +635,7 @@ func testRestart(t *testing.T, s statestore.Store, reopen func(*testing.T, state
 	}
 	// The log continues where it was.
 	appendN(t, s, "a", 31, 31)
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(31, "again")}, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(31, "again")}, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
 		t.Fatalf("reused seq after restart: err = %v", err)
 	}
 }
@@ -537,10 +655,10 @@ func testShared(t *testing.T, a, b statestore.Store) {
 		t.Fatalf("Events on the second replica = %d, %v", len(got), err)
 	}
 	// Two writers cannot fork the log: the second one to use a seq loses.
-	if err := b.Append(ctx, "s", []*acpv2.SessionEvent{Event(6, "b")}, nil); err != nil {
+	if err := b.Append(ctx, "s", []*acpv2.SessionEvent{Event(6, "b")}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Append(ctx, "s", []*acpv2.SessionEvent{Event(6, "a")}, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+	if err := a.Append(ctx, "s", []*acpv2.SessionEvent{Event(6, "a")}, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
 		t.Fatalf("second writer of seq 6: err = %v, want ErrSeqConflict", err)
 	}
 }
