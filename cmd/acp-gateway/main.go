@@ -141,6 +141,7 @@ type serveConfig struct {
 	maxEnded          int
 	advertise         string
 	leaseTTL          time.Duration
+	shutdownDrain     time.Duration
 	metricsListen     string
 	sessionSeries     int
 
@@ -232,6 +233,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", service.DefaultHeartbeat, "interval of heartbeats on idle server streams")
 	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
+	fs.DurationVar(&cfg.shutdownDrain, "shutdown-drain", 0, "on SIGTERM or SIGINT, go on serving this long while not ready (/readyz 503, gRPC health NOT_SERVING), so that load balancers stop sending new clients, then shut down (0: at once)")
 	fs.Var(&cfg.envAllow, "agent-env", "a variable of the gateway's environment that agents inherit (repeatable; default "+strings.Join(defaultEnvAllow, ",")+")")
 	configPath := fs.String("config", "", "YAML file of settings named like these flags; flags given here win")
 	if err := fs.Parse(args); err != nil {
@@ -324,6 +326,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if cfg.oidc.Issuer == "" && (cfg.oidc.Audience != "" || cfg.oidc.JWKSFile != "" || cfg.oidc.JWKSURL != "") {
 		return nil, errors.New("--oidc-audience, --oidc-jwks-file and --oidc-jwks-url need --oidc-issuer")
+	}
+	if cfg.shutdownDrain < 0 {
+		return nil, fmt.Errorf("--shutdown-drain must not be negative, got %v", cfg.shutdownDrain)
 	}
 	if cfg.leaseTTL < 300*time.Millisecond {
 		return nil, fmt.Errorf("--lease-ttl must be at least 300ms, got %v", cfg.leaseTTL)
@@ -418,6 +423,16 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	select {
 	case serveErr = <-done:
 	case <-ctx.Done():
+		if cfg.shutdownDrain > 0 {
+			// Not ready, still serving: load balancers take the replica
+			// out before its listener closes.
+			gw.Drain()
+			log.Info("draining before shutdown", "for", cfg.shutdownDrain.String())
+			select {
+			case serveErr = <-done:
+			case <-time.After(cfg.shutdownDrain):
+			}
+		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

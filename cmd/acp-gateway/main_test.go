@@ -46,6 +46,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"negative retention", []string{"serve", "--max-events", "-1"}, "--max-events"},
 		{"negative byte retention", []string{"serve", "--max-event-bytes", "-1"}, "--max-event-bytes"},
 		{"short lease", []string{"serve", "--lease-ttl", "1ms"}, "--lease-ttl"},
+		{"negative drain", []string{"serve", "--shutdown-drain", "-1s"}, "--shutdown-drain"},
 		{"stray argument", []string{"serve", "extra"}, "no arguments"},
 		{"wildcard cors", []string{"serve", "--cors-origin", "*"}, "wildcard"},
 		{"bad heartbeat", []string{"serve", "--heartbeat", "0s"}, "--heartbeat"},
@@ -170,12 +171,18 @@ func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-ch
 func stopServe(t *testing.T, cancel context.CancelFunc, exited <-chan int) {
 	t.Helper()
 	cancel()
+	waitExit(t, exited, 10*time.Second)
+}
+
+// waitExit checks that serve exits cleanly within d.
+func waitExit(t *testing.T, exited <-chan int, d time.Duration) {
+	t.Helper()
 	select {
 	case code := <-exited:
 		if code != 0 {
 			t.Fatalf("serve exited %d after shutdown", code)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(d):
 		t.Fatal("serve did not stop after its context ended")
 	}
 }
@@ -399,6 +406,43 @@ func TestRedisPrefixNamesTheKeys(t *testing.T) {
 		t.Error(err)
 	}
 	stopServe(t, cancel, exited)
+}
+
+// With --shutdown-drain, a serve told to stop is not ready but goes on
+// answering calls for the drain, then exits cleanly.
+func TestShutdownDrains(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, exited := startServe(t, ctx, "--shutdown-drain", "3s")
+	base := "http://" + addr
+	status := func(path string) int {
+		t.Helper()
+		res, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if got := status("/readyz"); got != http.StatusOK {
+		t.Fatalf("/readyz before the stop: %d", got)
+	}
+	cancel()
+	for status("/readyz") != http.StatusServiceUnavailable {
+		select {
+		case code := <-exited:
+			t.Fatalf("serve exited (%d) without draining", code)
+		default:
+		}
+	}
+	if got := status("/healthz"); got != http.StatusOK {
+		t.Errorf("/healthz while draining: %d", got)
+	}
+	client := acpv2connect.NewSessionServiceClient(http.DefaultClient, base)
+	if _, err := client.ListSessions(context.Background(), connect.NewRequest(&acpv2.ListSessionsRequest{})); err != nil {
+		t.Errorf("a call while draining: %v", err)
+	}
+	waitExit(t, exited, 15*time.Second) // the drain and the shutdown
 }
 
 // --max-event-bytes reaches the store: with a cap of one byte, a session

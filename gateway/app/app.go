@@ -58,6 +58,7 @@ type App struct {
 	Manager *session.Manager
 	Metrics *metrics.Metrics
 	Server  *server.Server
+	ready   *readiness
 }
 
 // New assembles a gateway and recovers the sessions its store holds.
@@ -94,16 +95,22 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	for pattern, h := range cfg.Extra {
 		extra[pattern] = h
 	}
+	ready := newReadiness(cfg.Session.Store)
 	srv := server.New(service.New(mgr, svcOpts...), server.Options{
-		Ready:        newReadiness(cfg.Session.Store).ready,
+		Ready:        ready.ready,
 		CORSOrigins:  cfg.CORSOrigins,
 		Extra:        extra,
 		Interceptors: append(service.Interceptors(ic), cfg.Interceptors...),
 		ReadMaxBytes: cfg.ReadMaxBytes,
 		SendMaxBytes: cfg.SendMaxBytes,
 	})
-	return &App{Manager: mgr, Metrics: met, Server: srv}, nil
+	return &App{Manager: mgr, Metrics: met, Server: srv, ready: ready}, nil
 }
+
+// Drain makes the gateway not ready (/readyz and gRPC health) while it
+// goes on serving, so that load balancers stop sending it new clients
+// before it shuts down.
+func (a *App) Drain() { a.ready.draining.Store(true) }
 
 // Shutdown stops serving, ending the streams, then ends every agent.
 func (a *App) Shutdown(ctx context.Context) error {

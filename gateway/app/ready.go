@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/statestore"
@@ -19,10 +20,12 @@ const (
 	readyTimeout    = time.Second
 )
 
-// readiness answers /readyz from the store's last ping.
+// readiness answers /readyz from the store's last ping; a draining
+// gateway is not ready, whatever its store.
 type readiness struct {
-	store statestore.Pinger
-	now   func() time.Time
+	store    statestore.Pinger
+	now      func() time.Time
+	draining atomic.Bool
 
 	mu sync.Mutex
 	at time.Time // of the last ping; zero before the first
@@ -38,6 +41,9 @@ func newReadiness(st statestore.Store) *readiness {
 // ready reports whether the store answered its last ping, pinging it again
 // when that is more than readyCheckEvery ago.
 func (r *readiness) ready() bool {
+	if r.draining.Load() {
+		return false
+	}
 	if r.store == nil {
 		return true
 	}

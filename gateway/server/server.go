@@ -88,7 +88,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	// The server streams send their events in batches with one flush each
 	// (connect flushes after every message).
 	mux.Handle(path, flush.Holdable(svcHandler, serverStream))
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(acpv2connect.SessionServiceName)))
+	mux.Handle(grpchealth.NewHandler(readyChecker{grpchealth.NewStaticChecker(acpv2connect.SessionServiceName), opts.Ready}))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
@@ -183,4 +183,19 @@ func (c framedConn) Receive(m any) error {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("malformed request: %s", ce.Message()))
 	}
 	return err
+}
+
+// readyChecker answers gRPC health checks as /readyz does: not serving
+// while the gateway is not ready (its store out of reach, or draining).
+type readyChecker struct {
+	*grpchealth.StaticChecker
+	ready func() bool
+}
+
+func (c readyChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	resp, err := c.StaticChecker.Check(ctx, req)
+	if err == nil && c.ready != nil && !c.ready() {
+		resp.Status = grpchealth.StatusNotServing
+	}
+	return resp, err
 }

@@ -3,8 +3,8 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -49,24 +49,33 @@ func TestHealthAndReadiness(t *testing.T) {
 	if got := get("/healthz"); got != http.StatusOK {
 		t.Fatalf("/healthz = %d", got)
 	}
+	// grpc.health.v1 over the Connect protocol: a plain JSON POST. It
+	// follows readiness, as /readyz does.
+	health := func() string {
+		resp, err := http.Post(base+"/grpc.health.v1.Health/Check", "application/json",
+			strings.NewReader(`{"service":"`+acpv2connect.SessionServiceName+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct{ Status string }
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("health check: %s, %v", resp.Status, err)
+		}
+		return out.Status
+	}
 	if got := get("/readyz"); got != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz before ready = %d", got)
+	}
+	if got := health(); got != "SERVING_STATUS_NOT_SERVING" {
+		t.Fatalf("gRPC health before ready = %q", got)
 	}
 	ready.Store(true)
 	if got := get("/readyz"); got != http.StatusOK {
 		t.Fatalf("/readyz when ready = %d", got)
 	}
-
-	// grpc.health.v1 over the Connect protocol: a plain JSON POST.
-	resp, err := http.Post(base+"/grpc.health.v1.Health/Check", "application/json",
-		strings.NewReader(`{"service":"`+acpv2connect.SessionServiceName+`"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "SERVING") {
-		t.Fatalf("health check: %s %s", resp.Status, body)
+	if got := health(); got != "SERVING_STATUS_SERVING" {
+		t.Fatalf("gRPC health when ready = %q", got)
 	}
 }
 
