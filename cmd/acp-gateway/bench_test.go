@@ -105,7 +105,7 @@ func TestBenchQuickReport(t *testing.T) {
 			t.Errorf("the gateway path has no ratio to the pipe")
 		}
 	}
-	if got := strings.Join(keys, ","); got != "pipe,websocketd,json,proto,grpc,nogzip,bolt,redis" {
+	if got := strings.Join(keys, ","); got != "pipe,websocketd,json,proto,grpc,nogzip,deltas,bolt,redis" {
 		t.Errorf("paths %s", got)
 	}
 	if len(rep.Fanout) != 2 || rep.Fanout[0].Watchers != 1 || rep.Fanout[1].Watchers != 3 || rep.Fanout[0].Error != "" || rep.Fanout[1].Error != "" {

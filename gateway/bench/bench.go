@@ -25,7 +25,7 @@ import (
 )
 
 // Path keys, the values of Config.Paths, in the order they run.
-var PathKeys = []string{"pipe", "websocketd", "json", "proto", "grpc", "nogzip", "bolt", "redis"}
+var PathKeys = []string{"pipe", "websocketd", "json", "proto", "grpc", "nogzip", "deltas", "bolt", "redis"}
 
 // Config is a bench run's settings.
 type Config struct {
@@ -125,7 +125,7 @@ func (c *Config) Check() error {
 	if c.Sessions > 10000 {
 		return fmt.Errorf("--sessions: %d (at most 10000)", c.Sessions)
 	}
-	if c.ProfilePath != "" && !slices.Contains([]string{"json", "proto", "grpc", "nogzip", "bolt", "redis", "fanout", "scale"}, c.ProfilePath) {
+	if c.ProfilePath != "" && !slices.Contains([]string{"json", "proto", "grpc", "nogzip", "deltas", "bolt", "redis", "fanout", "scale"}, c.ProfilePath) {
 		return fmt.Errorf("--profile-path: unknown %q", c.ProfilePath)
 	}
 	if c.Timeout <= 0 {
@@ -312,6 +312,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 		for _, mp := range []struct{ key, protocol string }{
 			{"json", protoConnectJSON}, {"proto", protoConnectProto}, {"grpc", protoGRPC}, {"nogzip", protoConnectIdentity},
+			{"deltas", protoConnectDeltas},
 		} {
 			if want(mp.key) {
 				gatewayRun(mp.key, "memory", "memory:", mp.protocol)

@@ -24,6 +24,9 @@ const (
 	// protoConnectIdentity is connect+proto from a client that does not
 	// accept gzip, so the gateway sends every message uncompressed.
 	protoConnectIdentity = "connect+proto (no gzip)"
+	// protoConnectDeltas is connect+proto whose streams ask for deltas
+	// only (PromptRequest.deltas_only): no merged tool-call events.
+	protoConnectDeltas = "connect+proto, deltas only"
 )
 
 // transports are the HTTP clients of the gateway paths: HTTP/1.1 for
@@ -62,8 +65,38 @@ func (t *transports) client(protocol, base string, h2 bool) acpv2connect.Session
 		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithGRPC(), connect.WithCodec(skimCodec{}))
 	case protoConnectIdentity:
 		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(skimCodec{}))
+	case protoConnectDeltas:
+		return acpv2connect.NewSessionServiceClient(hc, base, connect.WithInterceptors(deltasOnly{}), connect.WithCodec(skimCodec{}))
 	}
 	return acpv2connect.NewSessionServiceClient(hc, base, connect.WithCodec(skimCodec{}))
+}
+
+// deltasOnly sets deltas_only on every Prompt and Watch request a client
+// sends.
+type deltasOnly struct{}
+
+func (deltasOnly) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (deltasOnly) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		return deltasConn{next(ctx, spec)}
+	}
+}
+
+func (deltasOnly) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+type deltasConn struct{ connect.StreamingClientConn }
+
+func (c deltasConn) Send(m any) error {
+	switch r := m.(type) {
+	case *acpv2.PromptRequest:
+		r.DeltasOnly = true
+	case *acpv2.WatchRequest:
+		r.DeltasOnly = true
+	}
+	return c.StreamingClientConn.Send(m)
 }
 
 // stampOf returns the bench stamp of an event carrying an agent update:

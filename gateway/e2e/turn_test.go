@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
@@ -133,6 +134,68 @@ func TestV2TurnWithChunksAndClears(t *testing.T) {
 	}
 	if end := events[n-1].GetTurnEnded(); end.GetStopReason() != "max_tokens" || end.GetReason() != acpv2.StopReason_STOP_REASON_MAX_TOKENS {
 		t.Fatalf("turn_ended = %v, want max_tokens from the idle state_update", end)
+	}
+}
+
+// A stream asked for deltas only carries every event but the merged tool
+// calls, in order, and the deltas it carries rebuild the session's tool
+// calls; a stream that does not ask has the merged calls.
+func TestDeltasOnlyStreams(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{
+		"v2": agentCommand(t, agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{v2Turn}}),
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := g.create(t, "v2")
+	deltas, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go"), DeltasOnly: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := watchAll(t, g.connect, id, 0, int(deltas[len(deltas)-1].GetSeq()))
+	var want []*acpv2.SessionEvent
+	for _, ev := range all {
+		if ev.GetToolCall() == nil {
+			want = append(want, ev)
+		}
+	}
+	if len(want) == len(all) {
+		t.Fatal("the full stream has no merged tool calls to leave out")
+	}
+	if !slices.EqualFunc(deltas, want, eventEqual) {
+		t.Fatalf("deltas-only Prompt stream:\n %v\nwant the log without merged calls:\n %v", deltas, want)
+	}
+	// Watch too, from the start.
+	stream, err := g.connect.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id, DeltasOnly: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var watched []*acpv2.SessionEvent
+	for len(watched) < len(want) && stream.Receive() {
+		if ev := stream.Msg().GetEvent(); ev != nil {
+			watched = append(watched, ev)
+		}
+	}
+	cancel()
+	stream.Close()
+	if !slices.EqualFunc(watched, want, eventEqual) {
+		t.Fatalf("deltas-only Watch stream:\n %v\nwant\n %v", watched, want)
+	}
+	// The client that applies the deltas has the gateway's tool calls.
+	mine := merge.New()
+	for _, ev := range deltas {
+		switch {
+		case ev.GetToolCallUpdate() != nil:
+			_, err = mine.ApplyUpdate(ev.GetToolCallUpdate())
+		case ev.GetToolCallContentChunk() != nil:
+			_, err = mine.ApplyChunk(ev.GetToolCallContentChunk())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := mine.Snapshot(), snapshot(t, g, id).GetToolCalls(); !slices.EqualFunc(got, want, func(a, b *acpv2.ToolCall) bool { return proto.Equal(a, b) }) {
+		t.Fatalf("the deltas rebuild\n %v\nthe gateway has\n %v", got, want)
 	}
 }
 

@@ -213,7 +213,7 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 	// rather than marshal the event.
 	resp := &acpv2.PromptResponse{}
 	reply := &eventwire.Reply{Message: resp}
-	return s.pump(ctx, "Prompt", sub, stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
+	return s.pump(ctx, "Prompt", deltasOnly(sub, m.GetDeltasOnly()), stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
 		resp.Event, resp.Heartbeat, reply.Event = ev.SessionEvent, hb, ev.Wire
 		err := stream.Conn().Send(reply)
 		resp.Event, resp.Heartbeat, reply.Event = nil, nil, nil
@@ -236,7 +236,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 	defer sub.Close()
 	resp := &acpv2.WatchResponse{} // as Prompt's
 	reply := &eventwire.Reply{Message: resp}
-	err = s.pump(ctx, "Watch", sub, stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
+	err = s.pump(ctx, "Watch", deltasOnly(sub, req.Msg.GetDeltasOnly()), stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
 		resp.Event, resp.Heartbeat, reply.Event = ev.SessionEvent, hb, ev.Wire
 		err := stream.Conn().Send(reply)
 		resp.Event, resp.Heartbeat, reply.Event = nil, nil, nil
@@ -249,6 +249,40 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 }
 
 type header interface{ Set(key, value string) }
+
+// deltasOnly returns sub, or when on is set, sub without its merged
+// tool-call events (WatchRequest.deltas_only).
+func deltasOnly(sub session.Stream, on bool) session.Stream {
+	if !on {
+		return sub
+	}
+	return withoutMerged{sub}
+}
+
+// withoutMerged is a stream that leaves out the merged tool-call events.
+// Its LastSeq is its stream's: a client resuming after it skips what was
+// left out too.
+type withoutMerged struct{ session.Stream }
+
+func (w withoutMerged) NextBatch(ctx context.Context, dst []session.Event) (int, error) {
+	for {
+		n, err := w.Stream.NextBatch(ctx, dst)
+		if err != nil {
+			return 0, err
+		}
+		kept := 0
+		for _, ev := range dst[:n] {
+			if ev.GetToolCall() == nil {
+				dst[kept] = ev
+				kept++
+			}
+		}
+		clear(dst[kept:n])
+		if kept > 0 {
+			return kept, nil
+		}
+	}
+}
 
 // batchSize is the most events a stream sends with one flush.
 const batchSize = 64

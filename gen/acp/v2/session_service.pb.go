@@ -1143,9 +1143,11 @@ func (x *CreateSessionResponse) GetSessionId() string {
 
 // PromptRequest sends a user turn.
 type PromptRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Prompt        []*ContentBlock        `protobuf:"bytes,2,rep,name=prompt,proto3" json:"prompt,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Prompt    []*ContentBlock        `protobuf:"bytes,2,rep,name=prompt,proto3" json:"prompt,omitempty"`
+	// Leave out the merged tool_call events; see WatchRequest.deltas_only.
+	DeltasOnly    bool `protobuf:"varint,3,opt,name=deltas_only,json=deltasOnly,proto3" json:"deltas_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1192,6 +1194,13 @@ func (x *PromptRequest) GetPrompt() []*ContentBlock {
 		return x.Prompt
 	}
 	return nil
+}
+
+func (x *PromptRequest) GetDeltasOnly() bool {
+	if x != nil {
+		return x.DeltasOnly
+	}
+	return false
 }
 
 // PromptResponse carries one event of the turn, or a heartbeat.
@@ -1254,7 +1263,13 @@ type WatchRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Replay events with seq greater than this; 0 replays from the start.
-	AfterSeq      uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	AfterSeq uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	// Leave out the merged tool_call events, which follow every
+	// tool_call_update and tool_call_content_chunk and repeat the whole call
+	// each time: the stream carries what changed, and the client applies it
+	// (the ACP v2 upsert rules) or reads the merged calls with GetSession.
+	// The seqs of the events left out are skipped. Off by default.
+	DeltasOnly    bool `protobuf:"varint,3,opt,name=deltas_only,json=deltasOnly,proto3" json:"deltas_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1301,6 +1316,13 @@ func (x *WatchRequest) GetAfterSeq() uint64 {
 		return x.AfterSeq
 	}
 	return 0
+}
+
+func (x *WatchRequest) GetDeltasOnly() bool {
+	if x != nil {
+		return x.DeltasOnly
+	}
+	return false
 }
 
 // WatchResponse carries one event, or a heartbeat.
@@ -2126,18 +2148,22 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"authMethod\"6\n" +
 	"\x15CreateSessionResponse\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\\\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"}\n" +
 	"\rPromptRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12,\n" +
-	"\x06prompt\x18\x02 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"v\n" +
+	"\x06prompt\x18\x02 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\x12\x1f\n" +
+	"\vdeltas_only\x18\x03 \x01(\bR\n" +
+	"deltasOnly\"v\n" +
 	"\x0ePromptResponse\x12*\n" +
 	"\x05event\x18\x01 \x01(\v2\x14.acp.v2.SessionEventR\x05event\x128\n" +
-	"\theartbeat\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\theartbeat\"J\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\theartbeat\"k\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"u\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\x12\x1f\n" +
+	"\vdeltas_only\x18\x03 \x01(\bR\n" +
+	"deltasOnly\"u\n" +
 	"\rWatchResponse\x12*\n" +
 	"\x05event\x18\x01 \x01(\v2\x14.acp.v2.SessionEventR\x05event\x128\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\theartbeat\".\n" +
