@@ -319,7 +319,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			}
 		}
 		if want("bolt") {
-			gatewayRun("bolt", "bolt", "bolt:"+filepath.Join(tmp, "bench.db"), protoConnectProto)
+			// A file per round: a gateway on the file of a round before
+			// would recover its sessions, and write to a grown file.
+			gatewayRun("bolt", "bolt", "bolt:"+filepath.Join(tmp, fmt.Sprintf("bench-%d.db", round)), protoConnectProto)
 		}
 		if want("redis") {
 			prefix := "acpgw-bench-" + runID + ":"
