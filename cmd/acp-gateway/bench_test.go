@@ -145,3 +145,31 @@ func TestBenchBadFlagsExit2(t *testing.T) {
 		}
 	}
 }
+
+// The bench writes the profiles asked for, of the gateway process serving
+// the profiled path: each a gzipped pprof protobuf.
+func TestBenchWritesProfiles(t *testing.T) {
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	dir := t.TempDir()
+	files := map[string]string{}
+	args := []string{"bench", "--quick", "--rounds", "1", "--paths", "proto", "--updates", "40", "--paced-updates", "20",
+		"--rate", "2000", "--fanout", "", "--sessions", "0", "--profile-path", "proto"}
+	for _, kind := range []string{"cpuprofile", "memprofile", "mutexprofile"} {
+		files[kind] = filepath.Join(dir, kind+".pb.gz")
+		args = append(args, "--"+kind, files[kind])
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	for kind, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("--%s: %v", kind, err)
+			continue
+		}
+		if len(data) < 20 || data[0] != 0x1f || data[1] != 0x8b {
+			t.Errorf("--%s wrote %d bytes, not a gzipped profile", kind, len(data))
+		}
+	}
+}

@@ -63,11 +63,12 @@ type Config struct {
 	Redis string `json:"redis"`
 	// Websocketd is the websocketd binary; empty looks it up in PATH.
 	Websocketd string `json:"websocketd,omitempty"`
-	// CPUProfile and MemProfile are written by the gateway process during
-	// ProfilePath (a gateway path key).
-	CPUProfile  string `json:"cpuProfile,omitempty"`
-	MemProfile  string `json:"memProfile,omitempty"`
-	ProfilePath string `json:"profilePath,omitempty"`
+	// CPUProfile, MemProfile and MutexProfile are written by the gateway
+	// process during ProfilePath (a gateway path key).
+	CPUProfile   string `json:"cpuProfile,omitempty"`
+	MemProfile   string `json:"memProfile,omitempty"`
+	MutexProfile string `json:"mutexProfile,omitempty"`
+	ProfilePath  string `json:"profilePath,omitempty"`
 	// Timeout bounds the whole run.
 	Timeout time.Duration `json:"timeout"`
 	// Quick marks the --quick settings.
@@ -230,8 +231,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 
 	// profiled says whether one of keys is the profiled phase; profFlags
 	// are then the profile flags of the gateway serving it.
+	profiling := cfg.CPUProfile != "" || cfg.MemProfile != "" || cfg.MutexProfile != ""
 	profiled := func(keys ...string) bool {
-		return (cfg.CPUProfile != "" || cfg.MemProfile != "") && slices.Contains(keys, cfg.ProfilePath)
+		return profiling && slices.Contains(keys, cfg.ProfilePath)
 	}
 	profFlags := func(keys ...string) []string {
 		var extra []string
@@ -241,9 +243,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		if profiled(keys...) && cfg.MemProfile != "" {
 			extra = append(extra, "--memprofile", cfg.MemProfile)
 		}
+		if profiled(keys...) && cfg.MutexProfile != "" {
+			extra = append(extra, "--mutexprofile", cfg.MutexProfile)
+		}
 		return extra
 	}
-	if (cfg.CPUProfile != "" || cfg.MemProfile != "") && !want(cfg.ProfilePath) &&
+	if profiling && !want(cfg.ProfilePath) &&
 		(cfg.ProfilePath != "fanout" || len(cfg.Fanout) == 0) && (cfg.ProfilePath != "scale" || cfg.Sessions == 0) {
 		say("--profile-path %s is not run: no profile is written", cfg.ProfilePath)
 	}

@@ -46,7 +46,7 @@ func agentCommand(self []string, runID string, protocol int) []string {
 //
 // Besides the SessionService it serves GET /bench/memstats (after a GC)
 // and POST /bench/profile/start and /bench/profile/stop, which write
-// --cpuprofile and --memprofile.
+// --cpuprofile, --memprofile and --mutexprofile.
 func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -55,6 +55,7 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	prefix := fs.String("redis-prefix", "", "Redis key prefix")
 	cpuprofile := fs.String("cpuprofile", "", "CPU profile file, written between /bench/profile/start and stop")
 	memprofile := fs.String("memprofile", "", "heap profile file, written at /bench/profile/stop")
+	mutexprofile := fs.String("mutexprofile", "", "mutex contention profile file, of the time between /bench/profile/start and stop")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -69,7 +70,7 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintln(stderr, "bench gateway: store:", err)
 		return 1
 	}
-	prof := &profiler{cpu: *cpuprofile, mem: *memprofile}
+	prof := &profiler{cpu: *cpuprofile, mem: *memprofile, mutex: *mutexprofile}
 	gw, err := app.New(ctx, app.Config{
 		Session: session.Options{
 			Agents: map[string][]string{
@@ -174,10 +175,14 @@ func memstatsHandler(w http.ResponseWriter, _ *http.Request) {
 // profiler writes the CPU profile between start and stop, and the heap
 // profile at stop.
 type profiler struct {
-	cpu, mem string
-	mu       sync.Mutex
-	f        *os.File
+	cpu, mem, mutex string
+	mu              sync.Mutex
+	f               *os.File
 }
+
+// mutexFraction samples one in this many contention events for the mutex
+// profile (pprof scales the figures back up).
+const mutexFraction = 5
 
 func (p *profiler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var err error
@@ -198,6 +203,9 @@ func (p *profiler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *profiler) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.mutex != "" {
+		runtime.SetMutexProfileFraction(mutexFraction)
+	}
 	if p.cpu == "" || p.f != nil {
 		return nil
 	}
@@ -231,6 +239,16 @@ func (p *profiler) stop() error {
 		}
 		errs = append(errs, err)
 		p.mem = "" // once
+	}
+	if p.mutex != "" {
+		f, err := os.Create(p.mutex)
+		if err == nil {
+			err = pprof.Lookup("mutex").WriteTo(f, 0)
+			errs = append(errs, f.Close())
+		}
+		errs = append(errs, err)
+		runtime.SetMutexProfileFraction(0)
+		p.mutex = "" // once
 	}
 	return errors.Join(errs...)
 }
