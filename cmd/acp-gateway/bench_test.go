@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -67,8 +69,10 @@ func TestBenchQuickReport(t *testing.T) {
 			Latency  struct {
 				Samples int `json:"samples"`
 			} `json:"latencyMs"`
-			WatchersNice int     `json:"watchersNice"`
-			AgentRunPct  float64 `json:"agentRunPercent"`
+			WatchersNice    int     `json:"watchersNice"`
+			AgentRunPct     float64 `json:"agentRunPercent"`
+			AgentCPUWaitPct float64 `json:"agentCPUWaitPercent"`
+			AgentBlockedPct float64 `json:"agentBlockedPercent"`
 		} `json:"fanout"`
 		Scale *struct {
 			Sessions int    `json:"sessions"`
@@ -117,9 +121,12 @@ func TestBenchQuickReport(t *testing.T) {
 		if f.Latency.Samples != f.Watchers*20 || f.WatchersNice != 19 {
 			t.Errorf("fan-out to %d watchers: %d latency samples, watchers at nice %d", f.Watchers, f.Latency.Samples, f.WatchersNice)
 		}
-		// The agent's own threads were found and read.
-		if f.AgentRunPct <= 0 {
-			t.Errorf("fan-out to %d watchers: the agent ran %v%% of its turn", f.Watchers, f.AgentRunPct)
+		// The agent's own threads were found and read, and its time split
+		// into shares of one whole (this 20-update turn is mostly the
+		// prompt's start and end).
+		shares := []float64{f.AgentRunPct, f.AgentCPUWaitPct, f.AgentBlockedPct}
+		if sum := f.AgentRunPct + f.AgentCPUWaitPct + f.AgentBlockedPct; f.AgentRunPct <= 0 || slices.Max(shares) > 100 || slices.Min(shares) < 0 || math.Abs(sum-100) > 0.01 {
+			t.Errorf("fan-out to %d watchers: the agent's run/CPU wait/blocked shares are %v%%", f.Watchers, shares)
 		}
 	}
 	if rep.Scale == nil || rep.Scale.Sessions != 3 || rep.Scale.Store != "bolt" || rep.Scale.Failed != 0 || rep.Scale.Leftover != 0 || rep.Scale.Error != "" {

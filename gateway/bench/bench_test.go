@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 )
@@ -198,5 +199,29 @@ func TestKBField(t *testing.T) {
 	}
 	if _, err := kBField(path, "VmSwap"); err == nil {
 		t.Fatal("a missing field gave no error")
+	}
+}
+
+// The agent's shares of a window add up to 100, each within 0 to 100,
+// however its threads' times compare with the window.
+func TestAgentShares(t *testing.T) {
+	const ms = time.Millisecond
+	for _, c := range []struct {
+		run, wait, window           time.Duration
+		runPct, waitPct, blockedPct float64
+	}{
+		{run: 10 * ms, wait: 30 * ms, window: 100 * ms, runPct: 10, waitPct: 30, blockedPct: 60},
+		{run: 100 * ms, window: 100 * ms, runPct: 100},
+		// Two threads at once: more than the window between them.
+		{run: 150 * ms, wait: 50 * ms, window: 100 * ms, runPct: 75, waitPct: 25},
+		// A turn shorter than its call's start and end, as in --quick:
+		// the shares are of the call, not of the turn's send stamps.
+		{run: 2 * ms, wait: 6 * ms, window: 8 * ms, runPct: 25, waitPct: 75},
+		{},
+	} {
+		r, w, b := agentShares(c.run, c.wait, c.window)
+		if r != c.runPct || w != c.waitPct || b != c.blockedPct {
+			t.Errorf("agentShares(%v, %v, %v) = %v, %v, %v; want %v, %v, %v", c.run, c.wait, c.window, r, w, b, c.runPct, c.waitPct, c.blockedPct)
+		}
 	}
 }

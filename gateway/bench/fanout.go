@@ -24,12 +24,13 @@ type FanoutResult struct {
 	AgentRate float64 `json:"agentUpdatesPerSecond"`
 	// AgentVsOne is AgentRate over the AgentRate with one watcher.
 	AgentVsOne float64 `json:"agentRateVsOneWatcher,omitempty"`
-	// Where the agent's time went while it wrote the turn (first to last
-	// send stamp), in percent of it: running, runnable but waiting for a
-	// CPU (the machine is busy), and the rest, blocked, which for this
+	// Where the agent's time went during the driving Prompt call, in
+	// percent of it (see agentShares): running, runnable but waiting for
+	// a CPU (the machine is busy), and the rest, blocked, which for this
 	// agent is waiting for room in its output pipe: the gateway reading
 	// more slowly than it writes. From the agent's threads' schedstat
-	// before and after the turn (so they count its start and end too).
+	// before and after the call, so the turn's start and end count too:
+	// in a short turn (--quick) they are most of it.
 	AgentRunPct     float64 `json:"agentRunPercent"`
 	AgentCPUWaitPct float64 `json:"agentCPUWaitPercent"`
 	AgentBlockedPct float64 `json:"agentBlockedPercent"`
@@ -76,9 +77,11 @@ func fanout(ctx context.Context, self []string, runID string, g *gatewayProc, tr
 		return res
 	}
 	cpu0, _ := procCPU(g.pid)
+	t0 := time.Now()
 	run0, wait0, agentErr := schedstat(agentPID)
 	driver, err := promptTurn(ctx, c, id, w, nil)
 	run1, wait1, agentErr1 := schedstat(agentPID)
+	window := time.Since(t0)
 	if err != nil {
 		wp.kill()
 		res.Error = "the driving turn: " + err.Error()
@@ -96,10 +99,7 @@ func fanout(ctx context.Context, self []string, runID string, g *gatewayProc, tr
 	if span := driver.LastSend - driver.FirstSend; span > 0 {
 		res.AgentRate = float64(driver.Updates-1) / (float64(span) / 1e9)
 		if agentErr == nil && agentErr1 == nil {
-			pct := func(d time.Duration) float64 { return round3(100 * float64(d) / float64(span)) }
-			run, wait := run1-run0, wait1-wait0
-			res.AgentRunPct, res.AgentCPUWaitPct = pct(run), pct(wait)
-			res.AgentBlockedPct = pct(max(0, time.Duration(span)-run-wait))
+			res.AgentRunPct, res.AgentCPUWaitPct, res.AgentBlockedPct = agentShares(run1-run0, wait1-wait0, window)
 		}
 	}
 	if span := lastRecv - driver.FirstSend; span > 0 {
@@ -110,6 +110,25 @@ func fanout(ctx context.Context, self []string, runID string, g *gatewayProc, tr
 		res.CPUPer1000 = round3((cpu1 - cpu0).Seconds() / float64(delivered) * 1000)
 	}
 	return res
+}
+
+// agentShares splits window, the time between two readings of the agent's
+// schedstat, into the shares of it, in percent, that the agent ran (run),
+// waited for a CPU (wait) and was blocked (the rest). The times are summed
+// over the agent's threads, which may run or wait at once: where they add
+// up to more than the window, the shares are of their sum and blocked is
+// 0. The three add up to 100, or are all 0 for an empty window.
+//
+// The shares were once taken of the span of the agent's send stamps while
+// the times covered the whole Prompt call: a turn of a few hundred updates
+// then showed the agent running 200% of its turn.
+func agentShares(run, wait, window time.Duration) (runPct, waitPct, blockedPct float64) {
+	total := max(window, run+wait)
+	if total <= 0 {
+		return 0, 0, 0
+	}
+	pct := func(d time.Duration) float64 { return round3(100 * float64(d) / float64(total)) }
+	return pct(run), pct(wait), pct(total - run - wait)
 }
 
 // newChild returns the child of process parent that is not in before and
