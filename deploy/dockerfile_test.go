@@ -462,3 +462,48 @@ func TestDockerignore(t *testing.T) {
 		}
 	}
 }
+
+// The image's build stamps the VERSION and REVISION build arguments into
+// the binary: built with the Dockerfile's own -X flags (their ${...}
+// given values here), `acp-gateway version` reports them. A renamed
+// package or a mistyped flag would otherwise leave every image reporting
+// dev and unknown.
+func TestDockerfileStampsTheBuild(t *testing.T) {
+	d := parseDockerfile(t)
+	build := d.stage(t, "build")
+	args := map[string]string{}
+	for _, c := range build.Commands {
+		if a, ok := c.(*instructions.ArgCommand); ok {
+			for _, kv := range a.Args {
+				if kv.Value != nil {
+					args[kv.Key] = *kv.Value
+				}
+			}
+		}
+	}
+	if args["VERSION"] != "dev" || args["REVISION"] != "unknown" {
+		t.Errorf("build stage: ARG VERSION=%q, REVISION=%q; want dev and unknown, what an unstamped build reports", args["VERSION"], args["REVISION"])
+	}
+	var stamps []string
+	for _, r := range runs(build) {
+		if strings.Contains(r, "go build") && strings.Contains(r, "./cmd/acp-gateway") {
+			for _, m := range regexp.MustCompile(`-X\s+([^\s"=]+)=([^\s"]+)`).FindAllStringSubmatch(r, -1) {
+				v := strings.NewReplacer("${VERSION}", "v9.8.7-test", "${REVISION}", "0123abcd").Replace(m[2])
+				stamps = append(stamps, "-X", m[1]+"="+v)
+			}
+		}
+	}
+	if len(stamps) != 4 {
+		t.Fatalf("build stage: the go build's -ldflags set %q, want the version and the revision", stamps)
+	}
+	bin := filepath.Join(t.TempDir(), "acp-gateway")
+	cmd := exec.Command("go", "build", "-ldflags", strings.Join(stamps, " "), "-o", bin, "./cmd/acp-gateway")
+	cmd.Dir = repo()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build with the Dockerfile's -ldflags: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if want := "acp-gateway v9.8.7-test (revision 0123abcd) go"; err != nil || !strings.HasPrefix(string(out), want) {
+		t.Fatalf("acp-gateway version: %q (%v), want it to begin %q", out, err, want)
+	}
+}

@@ -11,10 +11,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
+	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 )
 
 // stdin is what `acp-gateway connect` reads the editor's requests from.
@@ -47,10 +47,7 @@ func connectCmd(ctx context.Context, args []string, in io.Reader, stdout, stderr
 	}
 	// stdout is the protocol: diagnostics go to stderr, which editors log.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel})).With("component", "acp-gateway connect")
-	version := "dev"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		version = bi.Main.Version
-	}
+	version := buildinfo.Get().Version
 	log.Info("bridging", "gateway", cfg.url, "agent", cfg.agent, "token", cfg.token != "")
 	if u, _ := url.Parse(cfg.url); cfg.token != "" && u.Scheme == "http" && !isLoopback(u.Hostname()) {
 		log.Warn("the token travels unencrypted over http to a host that is not this one; use https")

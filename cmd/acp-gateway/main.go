@@ -29,6 +29,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	"github.com/acp-gateway/acp-gateway/gateway/telemetry"
+	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 	"github.com/acp-gateway/acp-gateway/statestore"
 	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
 )
@@ -39,6 +40,7 @@ const usage = `usage:
   acp-gateway connect URL --agent NAME [--token TOKEN | --token-file FILE] [--cwd DIR]   (an editor's ACP agent, run on the gateway at URL)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
   acp-gateway bench [--quick] [--json FILE] [flags]   (measure the gateway against a pipe and websocketd)
+  acp-gateway version   (this build's version, revision and Go release)
 
 Run 'acp-gateway serve --help' for every serve flag.
 `
@@ -86,6 +88,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "acp-gateway demo-agent: %v\n", err)
 			return 1
 		}
+		return 0
+	case "version", "--version":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "acp-gateway version: takes no arguments, got %q\n", args[1:])
+			return exitUsage
+		}
+		fmt.Fprintln(stdout, buildinfo.Get())
 		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
@@ -407,8 +416,9 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		mux.Handle("GET /metrics", met.Handler())
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
+	build := buildinfo.Get()
 	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise,
-		"auth", authn != nil, "trace_export", tracing.Exporting)
+		"auth", authn != nil, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
 	if metricsSrv != nil {

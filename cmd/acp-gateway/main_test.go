@@ -22,6 +22,7 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
@@ -55,6 +56,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"redis prefix without redis", []string{"serve", "--store", "memory:", "--redis-prefix", "x:"}, "--redis-prefix"},
 		{"redis prefix with braces", []string{"serve", "--store", "redis://127.0.0.1:6379/9", "--redis-prefix", "a{b}:"}, "--redis-prefix"},
 		{"zero watch buffer", []string{"serve", "--watch-buffer", "0"}, "--watch-buffer"},
+		{"version with an argument", []string{"version", "x"}, "takes no arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -485,5 +487,19 @@ func TestMaxEventBytesTrimsTheLog(t *testing.T) {
 	}
 	if snap := watched[0].GetSnapshot(); snap == nil || watched[0].GetSeq() < turn[len(turn)-2].GetSeq() {
 		t.Fatalf("a Watch from the start began with %v, want a snapshot standing for all but the newest event", watched[0])
+	}
+}
+
+// version and --version print the build's one line, as buildinfo has it.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"version", "--version"} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), []string{arg}, &stdout, &stderr); code != 0 || stderr.Len() != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", arg, code, stderr.String())
+		}
+		if want := buildinfo.Get().String() + "\n"; stdout.String() != want || !strings.HasPrefix(want, "acp-gateway ") {
+			t.Errorf("%s printed %q, want %q", arg, stdout.String(), want)
+		}
 	}
 }

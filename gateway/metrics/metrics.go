@@ -9,13 +9,14 @@ package metrics
 
 import (
 	"net/http"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 )
 
 // DefaultMaxSessionSeries is the number of sessions that get per-session
@@ -194,22 +195,14 @@ func (f factory) histogram(name, help string, labels []string, buckets []float64
 	return h
 }
 
-// buildInfo is acp_gateway_build_info: 1, labelled with the module version,
-// VCS revision and Go version of the binary.
+// buildInfo is acp_gateway_build_info: 1, labelled with the version,
+// revision and Go version of the binary (see internal/buildinfo).
 func buildInfo() prometheus.Collector {
-	version, revision, goVersion := "unknown", "unknown", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		version, goVersion = bi.Main.Version, bi.GoVersion
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = s.Value
-			}
-		}
-	}
+	bi := buildinfo.Get()
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
 		Help:        "Build of this gateway: always 1, labelled with version, revision and Go version.",
-		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	}, func() float64 { return 1 })
 }
 

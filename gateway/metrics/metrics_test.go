@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -182,5 +184,20 @@ func BenchmarkSessionUpdate(b *testing.B) {
 	s := m.StartSession("a", "demo", true)
 	for b.Loop() {
 		s.Update("tool_call_update")
+	}
+}
+
+// acp_gateway_build_info carries the build as buildinfo reports it, the
+// version command's and the start-up log's.
+func TestBuildInfo(t *testing.T) {
+	bi := buildinfo.Get()
+	want := fmt.Sprintf(`
+# HELP acp_gateway_build_info Build of this gateway: always 1, labelled with version, revision and Go version.
+# TYPE acp_gateway_build_info gauge
+acp_gateway_build_info{goversion=%q,revision=%q,version=%q} 1
+`, bi.GoVersion, bi.Revision, bi.Version)
+	m := metrics.New(metrics.Options{})
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "acp_gateway_build_info"); err != nil {
+		t.Fatal(err)
 	}
 }
