@@ -81,21 +81,39 @@ func (e *entry) load(keep bool) *acpv2.ToolCall {
 func (s *State) Compact() {
 	s.scratch = nil
 	for i := range s.calls {
-		e := &s.calls[i]
-		if e.call == nil {
-			continue
-		}
-		var b []byte
-		if e.enc != nil && e.enc.call == e.call {
-			b = bytes.Clone(e.enc.b) // not the room Wire's buffer had
-		} else {
-			var err error
-			if b, err = proto.Marshal(e.call); err != nil {
-				continue // kept as it is
-			}
-		}
-		*e = entry{wire: b}
+		s.calls[i].compact()
 	}
+}
+
+// CompactCall is Compact for the tool call id alone (nothing happens for
+// an unknown id). A session compacts each call as it finishes, during a
+// turn: a long turn's finished calls would otherwise stay whole messages
+// that the garbage collector walks in every cycle until the turn ends.
+// Its encoding is the one Wire or WireRoom made, when made for its
+// current version, so that compacting a call just encoded marshals
+// nothing.
+func (s *State) CompactCall(id string) {
+	if i, ok := s.index[id]; ok {
+		s.calls[i].compact()
+	}
+}
+
+// compact keeps e's tool call in its wire form; a call that does not
+// marshal is kept as it is.
+func (e *entry) compact() {
+	if e.call == nil {
+		return
+	}
+	var b []byte
+	if e.enc != nil && e.enc.call == e.call {
+		b = bytes.Clone(e.enc.b) // not the room Wire's buffer had
+	} else {
+		var err error
+		if b, err = proto.Marshal(e.call); err != nil {
+			return
+		}
+	}
+	*e = entry{wire: b}
 }
 
 // New returns an empty State.

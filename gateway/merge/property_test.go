@@ -631,6 +631,54 @@ func checkWire(t testing.TB, ops []op, every int) {
 			decode(i, "an earlier version", prev, nil)
 		}
 		prev = got
+		if i%4 == 1 {
+			// As a session compacts a finished call: the next version
+			// is encoded from the call decoded again.
+			s.CompactCall(got.ToolCallId)
+		}
+	}
+}
+
+// checkCompactCall applies ops to two States, one of which compacts the
+// call each op touched right after it (half the time once WireRoom has
+// encoded it, as a session compacts a call that finished), and checks that
+// both give equal results, Previews and Snapshots throughout. It compares
+// Snapshots, not Gets: a Get would expand the call again, and the next op
+// would not find it compacted.
+func checkCompactCall(t testing.TB, ops []op) {
+	t.Helper()
+	plain, compacted := merge.New(), merge.New()
+	for i, o := range ops {
+		if o.u != nil {
+			p1, err1 := plain.Preview(o.u)
+			p2, err2 := compacted.Preview(o.u)
+			if !errors.Is(err1, err2) || !proto.Equal(p1, p2) {
+				t.Fatalf("op %d %v: Preview %v, %v; with compacted calls %v, %v", i, o, p1, err1, p2, err2)
+			}
+		}
+		got1, err1 := apply(plain, o)
+		got2, err2 := apply(compacted, o)
+		if !errors.Is(err1, err2) || !proto.Equal(got1, got2) {
+			t.Fatalf("op %d %v: %v, %v; with compacted calls %v, %v", i, o, got1, err1, got2, err2)
+		}
+		if err2 != nil {
+			continue
+		}
+		if i%2 == 0 {
+			if _, ok := compacted.WireRoom(got2, nil, 16); !ok {
+				t.Fatalf("op %d: no room for a version just made", i)
+			}
+		}
+		compacted.CompactCall(got2.ToolCallId)
+		compacted.CompactCall("no such call") // nothing happens
+		if !equalCalls(compacted.Snapshot(), plain.Snapshot()) || compacted.Len() != plain.Len() {
+			t.Fatalf("op %d: Snapshot after CompactCall differs:\n got: %v\nwant: %v", i, compacted.Snapshot(), plain.Snapshot())
+		}
+	}
+	// The compacted calls were left compacted: each Snapshot decodes them
+	// afresh.
+	if first, second := compacted.Snapshot(), compacted.Snapshot(); len(first) > 0 && first[len(first)-1] == second[len(second)-1] {
+		t.Fatal("a call was not left compacted")
 	}
 }
 
@@ -700,6 +748,10 @@ func TestPropertyIdempotentUpdate(t *testing.T) {
 
 func TestPropertyCompact(t *testing.T) {
 	forEachSeed(t, 4, func(t *testing.T, r *rand.Rand) { checkCompact(t, randomOps(r), 1+r.IntN(5)) })
+}
+
+func TestPropertyCompactCall(t *testing.T) {
+	forEachSeed(t, 6, func(t *testing.T, r *rand.Rand) { checkCompactCall(t, randomOps(r)) })
 }
 
 func TestPropertyWire(t *testing.T) {

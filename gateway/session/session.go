@@ -441,6 +441,13 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		}
 		events = append(events, toolCallEvent(merged))
 		bodies = append(bodies, bd)
+		if finished(toolStatus(merged)) {
+			// From now in wire form, from the encoding just made: a long
+			// turn's finished calls would otherwise stay whole messages,
+			// which the garbage collector walks in every cycle, until the
+			// turn ends and Compact takes them all.
+			s.tools.CompactCall(merged.GetToolCallId())
+		}
 	}
 	_ = s.emitBodiesLocked(events, bodies, changed)
 }

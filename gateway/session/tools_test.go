@@ -255,3 +255,40 @@ func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 		t.Fatalf("events:\n %v\nwant\n %v", got, want)
 	}
 }
+
+// A tool call that finishes during a turn is kept compacted from then on:
+// each Snapshot decodes it afresh, where a call still running is handed
+// out as the same message. A later update to the finished call still
+// merges onto it.
+func TestFinishedCallsAreCompactedDuringATurn(t *testing.T) {
+	t.Parallel()
+	_, s := encodedSession(t)
+	s.SessionUpdates([]agent.Update{
+		{Update: toolUpdate("done", "in_progress")}, {Update: toolUpdate("done", "completed")},
+		{Update: toolUpdate("failed", "failed")},
+		{Update: toolUpdate("running", "in_progress")},
+	})
+	s.mu.Lock()
+	first, second := s.tools.Snapshot(), s.tools.Snapshot()
+	s.mu.Unlock()
+	if len(first) != 3 || len(second) != 3 {
+		t.Fatalf("snapshots of %d and %d calls, want 3", len(first), len(second))
+	}
+	for i, want := range []struct {
+		id, status string
+		compacted  bool
+	}{{"done", "completed", true}, {"failed", "failed", true}, {"running", "in_progress", false}} {
+		if got := first[i]; got.GetToolCallId() != want.id || got.GetStatus() != want.status || (first[i] != second[i]) != want.compacted {
+			t.Errorf("call %d: %s %s, compacted %v; want %s %s, compacted %v", i, got.GetToolCallId(), got.GetStatus(), first[i] != second[i], want.id, want.status, want.compacted)
+		}
+	}
+	// An agent may still update a finished call.
+	s.SessionUpdates([]agent.Update{{Update: &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: &acpv2.ToolCallUpdate{
+		ToolCallId: "done", Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "again"}}}}}}})
+	s.mu.Lock()
+	got := s.tools.Get("done")
+	s.mu.Unlock()
+	if got.GetTitle() != "again" || got.GetStatus() != "completed" {
+		t.Fatalf("the finished call after an update: %v", got)
+	}
+}
