@@ -3,6 +3,7 @@ package statestore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/protowalk"
 )
 
 // Memory is a Store that keeps everything in the process: nothing survives
@@ -17,8 +19,8 @@ import (
 // a seventh of the memory of the decoded messages (381 bytes of heap
 // instead of 2,618 for BenchmarkMemoryRetained's tool-call update:
 // google.protobuf.Struct values in _meta and rawInput are large as
-// objects), and are decoded again when read. Tool calls are stored as given and must not be modified
-// afterwards.
+// objects), and are decoded again when read. Tool calls are kept in wire
+// form too: a call's merged event in the same Append gives its bytes.
 type Memory struct {
 	opts     Options
 	mu       sync.RWMutex
@@ -31,7 +33,7 @@ type memSession struct {
 	events [][]byte       // encoded events, seqs TrimmedSeq+1 .. LastSeq
 	bytes  int64          // the lengths of events
 	calls  map[string]int // tool call id -> index in list
-	list   []*acpv2.ToolCall
+	list   [][]byte       // encoded tool calls
 	// changed is closed and replaced on every append and on deletion.
 	changed chan struct{}
 }
@@ -123,6 +125,10 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	if err != nil {
 		return err
 	}
+	calls, err := callWires(id, events, encoded, changed)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, err := m.get(id)
@@ -132,13 +138,13 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	if err := CheckSeqs(s.rec.LastSeq, events); err != nil {
 		return err
 	}
-	for _, tc := range changed {
-		if i, ok := s.calls[tc.GetToolCallId()]; ok {
-			s.list[i] = tc
+	for i, tc := range changed {
+		if j, ok := s.calls[tc.GetToolCallId()]; ok {
+			s.list[j] = calls[i]
 			continue
 		}
 		s.calls[tc.GetToolCallId()] = len(s.list)
-		s.list = append(s.list, tc)
+		s.list = append(s.list, calls[i])
 	}
 	if len(events) == 0 {
 		return nil
@@ -240,12 +246,48 @@ func (m *Memory) WaitEvents(ctx context.Context, id string, after uint64) error 
 // ToolCalls implements Store.
 func (m *Memory) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uint64, error) {
 	m.mu.RLock()
-	defer m.mu.RUnlock()
 	s, err := m.get(id)
 	if err != nil {
+		m.mu.RUnlock()
 		return nil, 0, err
 	}
-	return append([]*acpv2.ToolCall(nil), s.list...), s.rec.LastSeq, nil
+	list, asOf := slices.Clip(s.list), s.rec.LastSeq
+	m.mu.RUnlock()
+	// Decoded unlocked, as Events does: a kept encoding is never changed.
+	out := make([]*acpv2.ToolCall, len(list))
+	for i, b := range list {
+		out[i] = &acpv2.ToolCall{}
+		if err := proto.Unmarshal(b, out[i]); err != nil {
+			return nil, 0, fmt.Errorf("statestore: decoding a tool call of %s: %w", id, err)
+		}
+	}
+	return out, asOf, nil
+}
+
+// toolCallField is the number of SessionEvent's tool_call field.
+var toolCallField = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
+
+// callWires returns the encoding of each changed tool call: within the
+// encoding of the last of events that holds the call (its merged call's
+// event, which the store keeps anyway: no copy is made), else marshalled.
+func callWires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) ([][]byte, error) {
+	out := make([][]byte, len(changed))
+	for i, tc := range changed {
+		for j := len(events) - 1; j >= 0; j-- {
+			if events[j].GetToolCall() == tc {
+				out[i], _ = protowalk.Bytes(wires[j], toolCallField)
+				break
+			}
+		}
+		if out[i] == nil {
+			b, err := proto.Marshal(tc)
+			if err != nil {
+				return nil, fmt.Errorf("statestore: encoding tool call %q of %s: %w", tc.GetToolCallId(), id, err)
+			}
+			out[i] = b
+		}
+	}
+	return out, nil
 }
 
 // DeleteSession implements Store.
