@@ -427,8 +427,14 @@ func (p *parser) strSlow(start, j int) ([]byte, bool) {
 			}
 			j += 2
 		case c < utf8.RuneSelf:
-			b = append(b, c)
-			j++
+			// The run of bytes that need nothing, in one append: text
+			// with escapes (code, above all) is mostly such runs.
+			k := j + 1
+			for k < len(d) && plainByte(d[k]) {
+				k++
+			}
+			b = append(b, d[j:k]...)
+			j = k
 		default:
 			r, size := utf8.DecodeRune(d[j:])
 			if r == utf8.RuneError && size == 1 {
@@ -441,6 +447,10 @@ func (p *parser) strSlow(start, j int) ([]byte, bool) {
 	}
 	return nil, false
 }
+
+// plainByte reports whether c stands for itself in a JSON string: ASCII,
+// neither a control character, a quote nor a backslash.
+func plainByte(c byte) bool { return c >= ' ' && c < utf8.RuneSelf && c != '"' && c != '\\' }
 
 // hex4 decodes the four hex digits at the start of b, or returns -1.
 func hex4(b []byte) rune {
