@@ -17,16 +17,26 @@ import (
 // Struct and Value fields (_meta, rawInput, rawOutput, extra) by pbstruct,
 // which proto.Marshal takes several times as long for (pbstruct's
 // BenchmarkAppendStruct); the others, and any that pbstruct does not
-// encode, by proto.Marshal. Either decodes to m.
+// encode, by proto.Marshal. Either decodes to m. A nil message encodes
+// as the empty one, as proto.Marshal has it.
 func appendUpdate(b []byte, m proto.Message) ([]byte, error) {
 	var out []byte
 	var err error
 	switch u := m.(type) {
 	case *acpv2.ToolCallUpdate:
+		if u == nil {
+			return b, nil
+		}
 		out, err = appendToolCallUpdate(b, u)
 	case *acpv2.ToolCallContentChunk:
+		if u == nil {
+			return b, nil
+		}
 		out, err = appendContentChunk(b, u)
 	case *acpv2.ContentChunk:
+		if u == nil {
+			return b, nil
+		}
 		out, err = appendChunk(b, u)
 	default:
 		err = pbstruct.ErrUnsupported
