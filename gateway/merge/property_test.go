@@ -546,18 +546,7 @@ func checkCompact(t testing.TB, ops []op, every int) {
 				t.Fatalf("op %d: Snapshot after Compact differs:\n got: %v\nwant: %v", i, compacted.Snapshot(), plain.Snapshot())
 			}
 		}
-		if o.u != nil {
-			p1, err1 := plain.Preview(o.u)
-			p2, err2 := compacted.Preview(o.u)
-			if !errors.Is(err1, err2) || !proto.Equal(p1, p2) {
-				t.Fatalf("op %d %v: Preview %v, %v; after Compact %v, %v", i, o, p1, err1, p2, err2)
-			}
-		}
-		got1, err1 := apply(plain, o)
-		got2, err2 := apply(compacted, o)
-		if !errors.Is(err1, err2) || !proto.Equal(got1, got2) {
-			t.Fatalf("op %d %v: %v, %v; after Compact %v, %v", i, o, got1, err1, got2, err2)
-		}
+		got1, _, err1 := applyBoth(t, i, o, plain, compacted, "after Compact")
 		if err1 == nil && !proto.Equal(plain.Get(got1.ToolCallId), compacted.Get(got1.ToolCallId)) {
 			t.Fatalf("op %d: Get(%q) differs after Compact", i, got1.ToolCallId)
 		}
@@ -639,6 +628,26 @@ func checkWire(t testing.TB, ops []op, every int) {
 	}
 }
 
+// applyBoth previews (an update) and applies o, the ith op, on a and on
+// b, and fails the test unless both give the same; how names b's side in
+// the failure. It returns each one's result, and their error.
+func applyBoth(t testing.TB, i int, o op, a, b *merge.State, how string) (gotA, gotB *acpv2.ToolCall, err error) {
+	t.Helper()
+	if o.u != nil {
+		p1, err1 := a.Preview(o.u)
+		p2, err2 := b.Preview(o.u)
+		if !errors.Is(err1, err2) || !proto.Equal(p1, p2) {
+			t.Fatalf("op %d %v: Preview %v, %v; %s %v, %v", i, o, p1, err1, how, p2, err2)
+		}
+	}
+	gotA, err = apply(a, o)
+	gotB, errB := apply(b, o)
+	if !errors.Is(err, errB) || !proto.Equal(gotA, gotB) {
+		t.Fatalf("op %d %v: %v, %v; %s %v, %v", i, o, gotA, err, how, gotB, errB)
+	}
+	return gotA, gotB, err
+}
+
 // checkCompactCall applies ops to two States, one of which compacts the
 // call each op touched right after it (half the time once WireRoom has
 // encoded it, as a session compacts a call that finished), and checks that
@@ -649,19 +658,8 @@ func checkCompactCall(t testing.TB, ops []op) {
 	t.Helper()
 	plain, compacted := merge.New(), merge.New()
 	for i, o := range ops {
-		if o.u != nil {
-			p1, err1 := plain.Preview(o.u)
-			p2, err2 := compacted.Preview(o.u)
-			if !errors.Is(err1, err2) || !proto.Equal(p1, p2) {
-				t.Fatalf("op %d %v: Preview %v, %v; with compacted calls %v, %v", i, o, p1, err1, p2, err2)
-			}
-		}
-		got1, err1 := apply(plain, o)
-		got2, err2 := apply(compacted, o)
-		if !errors.Is(err1, err2) || !proto.Equal(got1, got2) {
-			t.Fatalf("op %d %v: %v, %v; with compacted calls %v, %v", i, o, got1, err1, got2, err2)
-		}
-		if err2 != nil {
+		_, got2, err := applyBoth(t, i, o, plain, compacted, "with compacted calls")
+		if err != nil {
 			continue
 		}
 		if i%2 == 0 {
