@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
@@ -115,4 +118,51 @@ func TestOIDCTokensFromALocalJWKS(t *testing.T) {
 		}
 	}
 	stopServe(t, cancel, exited)
+}
+
+// try reaches a gateway that wants a token, with --token-file or
+// $ACP_GATEWAY_TOKEN, and runs its session in --cwd; without a token it
+// fails as unauthenticated. Not parallel: it sets the variable.
+func TestTryTakesATokenAndACwd(t *testing.T) {
+	dir := t.TempDir()
+	tokens, tokenFile, cwd := filepath.Join(dir, "tokens"), filepath.Join(dir, "token"), filepath.Join(dir, "work")
+	for path, data := range map[string]string{tokens: "tok-try bob\n", tokenFile: "tok-try\n"} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(cwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, exited := startServe(t, ctx, "--auth-tokens", tokens)
+	defer stopServe(t, cancel, exited)
+	base := "http://" + addr
+
+	t.Setenv(tokenEnv, "")
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"try", "--url", base}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "unauthenticated") {
+		t.Fatalf("try without a token: exit %d, %q; want 1, unauthenticated", code, errOut.String())
+	}
+	for _, how := range [][]string{{"--token-file", tokenFile}, nil} {
+		if how == nil {
+			t.Setenv(tokenEnv, "tok-try")
+		}
+		out.Reset()
+		errOut.Reset()
+		args := append([]string{"try", "--url", base, "--cwd", cwd}, how...)
+		if code := run(ctx, args, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"stopReason":"end_turn"`) {
+			t.Fatalf("try %q: exit %d, %s\n%s", how, code, errOut.String(), out.String())
+		}
+	}
+	c := bridge.NewClient(http.DefaultClient, base, "tok-try")
+	list, err := c.ListSessions(ctx, connect.NewRequest(&acpv2.ListSessionsRequest{}))
+	if err != nil || len(list.Msg.GetSessions()) != 2 {
+		t.Fatalf("bob's sessions: %v, %v; want the two that try made", list, err)
+	}
+	for _, s := range list.Msg.GetSessions() {
+		if s.GetCwd() != cwd {
+			t.Errorf("session %s runs in %q, want --cwd %q", s.GetSessionId(), s.GetCwd(), cwd)
+		}
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
@@ -19,10 +18,6 @@ import (
 
 // stdin is what `acp-gateway connect` reads the editor's requests from.
 var stdin io.Reader = os.Stdin
-
-// tokenEnv names the variable the gateway token is taken from when no flag
-// gives one.
-const tokenEnv = "ACP_GATEWAY_TOKEN"
 
 // connectConfig is the configuration of `acp-gateway connect`.
 type connectConfig struct {
@@ -72,8 +67,7 @@ func parseConnect(args []string, stderr io.Writer) (*connectConfig, error) {
 	fs := flag.NewFlagSet("connect", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.agent, "agent", "", "name of the gateway agent that new sessions run (required)")
-	fs.StringVar(&cfg.token, "token", "", "bearer token for the gateway (default $"+tokenEnv+")")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token for the gateway")
+	tokens := addTokenFlags(fs)
 	fs.StringVar(&cfg.cwd, "cwd", "", "working directory of new sessions on the gateway's machine (default: the editor's)")
 	fs.BoolVar(&cfg.keepSessions, "keep-sessions", false, "leave the sessions open when the editor goes, for a later session/load")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error (logs go to stderr)")
@@ -106,26 +100,11 @@ func parseConnect(args []string, stderr io.Writer) (*connectConfig, error) {
 	if cfg.agent == "" {
 		return nil, errors.New("--agent NAME is required")
 	}
-	if cfg.token != "" && *tokenFile != "" {
-		return nil, errors.New("give at most one of --token and --token-file")
+	if cfg.token, err = tokens.resolve(); err != nil {
+		return nil, err
 	}
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %v", err)
-		}
-		if cfg.token = strings.TrimSpace(string(b)); cfg.token == "" {
-			return nil, fmt.Errorf("--token-file: %s holds no token", *tokenFile)
-		}
-	}
-	if cfg.token == "" {
-		cfg.token = strings.TrimSpace(os.Getenv(tokenEnv))
-	}
-	if strings.ContainsAny(cfg.token, " \t\r\n") {
-		return nil, errors.New("the token must be one word without spaces")
-	}
-	if cfg.cwd != "" && !strings.HasPrefix(cfg.cwd, "/") {
-		return nil, fmt.Errorf("--cwd must be an absolute path, got %q", cfg.cwd)
+	if err := checkCwd(cfg.cwd); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }

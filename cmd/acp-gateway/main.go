@@ -36,7 +36,7 @@ import (
 
 const usage = `usage:
   acp-gateway serve [--listen HOST:PORT] [--agent NAME=COMMAND_LINE]... [--store URL] [flags]
-  acp-gateway try [--url URL] [--agent NAME]   (run one turn and print its events)
+  acp-gateway try [--url URL] [--agent NAME] [--cwd DIR] [--token TOKEN | --token-file FILE]   (run one turn and print its events)
   acp-gateway connect URL --agent NAME [--token TOKEN | --token-file FILE] [--cwd DIR]   (an editor's ACP agent, run on the gateway at URL)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
   acp-gateway bench [--quick] [--json FILE] [flags]   (measure the gateway against a pipe and websocketd)

@@ -57,6 +57,9 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"redis prefix with braces", []string{"serve", "--store", "redis://127.0.0.1:6379/9", "--redis-prefix", "a{b}:"}, "--redis-prefix"},
 		{"zero watch buffer", []string{"serve", "--watch-buffer", "0"}, "--watch-buffer"},
 		{"version with an argument", []string{"version", "x"}, "takes no arguments"},
+		{"try with a relative cwd", []string{"try", "--cwd", "work"}, "--cwd must be an absolute path"},
+		{"try with two tokens", []string{"try", "--token", "a", "--token-file", "f"}, "at most one of --token and --token-file"},
+		{"try with an argument", []string{"try", "extra"}, "takes no arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

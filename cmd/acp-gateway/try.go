@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
@@ -28,18 +29,32 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	url := fs.String("url", "http://"+server.DefaultListen, "gateway base URL")
 	agent := fs.String("agent", "demo", "agent name")
 	prompt := fs.String("prompt", "Show me what you can do.", "prompt text")
+	cwd := fs.String("cwd", "", "working directory of the session on the gateway's machine (default: this one, for a gateway on this machine)")
+	tokens := addTokenFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return exitUsage
 	}
-	cwd, err := os.Getwd()
+	token, err := tokens.resolve()
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("takes no arguments, got %q", fs.Args())
+	}
+	if err == nil {
+		err = checkCwd(*cwd)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
-		return 1
+		return exitUsage
 	}
-	if err := runTry(ctx, acpv2connect.NewSessionServiceClient(http.DefaultClient, *url), *agent, cwd, *prompt, stdout); err != nil {
+	if *cwd == "" {
+		if *cwd, err = os.Getwd(); err != nil {
+			fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
+			return 1
+		}
+	}
+	if err := runTry(ctx, bridge.NewClient(http.DefaultClient, *url, token), *agent, *cwd, *prompt, stdout); err != nil {
 		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
 		return 1
 	}
