@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -139,6 +140,7 @@ type serveConfig struct {
 	storeShown        string // store with any password hidden
 	corsOrigins       listFlag
 	heartbeat         time.Duration
+	streamWrite       time.Duration
 	permissionTimeout time.Duration
 	idleTimeout       time.Duration
 	envAllow          listFlag
@@ -240,6 +242,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", service.DefaultHeartbeat, "interval of heartbeats on idle server streams")
+	fs.DurationVar(&cfg.streamWrite, "stream-write-timeout", service.DefaultStreamWriteTimeout, "end a Prompt or Watch stream whose client takes longer than this to accept a batch of messages (it resumes with Watch afterSeq; 0: never)")
 	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
 	fs.DurationVar(&cfg.shutdownDrain, "shutdown-drain", 0, "on SIGTERM or SIGINT, go on serving this long while not ready (/readyz 503, gRPC health NOT_SERVING), so that load balancers stop sending new clients, then shut down (0: at once)")
@@ -267,6 +270,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		if o == "*" {
 			return nil, errors.New("--cors-origin: a wildcard origin is not allowed; list each origin")
 		}
+	}
+	if cfg.streamWrite < 0 {
+		return nil, fmt.Errorf("--stream-write-timeout must not be negative, got %v", cfg.streamWrite)
 	}
 	if cfg.heartbeat <= 0 {
 		return nil, fmt.Errorf("--heartbeat must be positive, got %v", cfg.heartbeat)
@@ -386,18 +392,20 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		advertise = "http://" + l.Addr().String() // the port the kernel chose
 	}
 	gw, err := app.New(ctx, app.Config{
-		Session:        cfg.sessionOptions(store, log, advertise),
-		Metrics:        metrics.Options{MaxSessionSeries: series},
-		Auth:           authn,
-		Tracing:        tracing.Interceptor,
-		RateLimit:      cfg.rateLimit,
-		RateBurst:      cfg.rateBurst,
-		Heartbeat:      cfg.heartbeat,
-		MaxPromptBytes: cfg.maxPromptBytes,
-		CORSOrigins:    cfg.corsOrigins,
-		ReadMaxBytes:   cfg.maxRequestBytes,
-		SendMaxBytes:   cfg.maxResponseBytes,
-		Console:        cfg.console,
+		Session:   cfg.sessionOptions(store, log, advertise),
+		Metrics:   metrics.Options{MaxSessionSeries: series},
+		Auth:      authn,
+		Tracing:   tracing.Interceptor,
+		RateLimit: cfg.rateLimit,
+		RateBurst: cfg.rateBurst,
+		Heartbeat: cfg.heartbeat,
+		// Zero here is the default; the flag's zero is no bound.
+		StreamWriteTimeout: cmp.Or(cfg.streamWrite, -1),
+		MaxPromptBytes:     cfg.maxPromptBytes,
+		CORSOrigins:        cfg.corsOrigins,
+		ReadMaxBytes:       cfg.maxRequestBytes,
+		SendMaxBytes:       cfg.maxResponseBytes,
+		Console:            cfg.console,
 	})
 	if err != nil {
 		return err

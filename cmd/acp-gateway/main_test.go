@@ -48,6 +48,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"negative byte retention", []string{"serve", "--max-event-bytes", "-1"}, "--max-event-bytes"},
 		{"short lease", []string{"serve", "--lease-ttl", "1ms"}, "--lease-ttl"},
 		{"negative drain", []string{"serve", "--shutdown-drain", "-1s"}, "--shutdown-drain"},
+		{"negative stream write timeout", []string{"serve", "--stream-write-timeout", "-1s"}, "--stream-write-timeout"},
 		{"stray argument", []string{"serve", "extra"}, "no arguments"},
 		{"wildcard cors", []string{"serve", "--cors-origin", "*"}, "wildcard"},
 		{"bad heartbeat", []string{"serve", "--heartbeat", "0s"}, "--heartbeat"},

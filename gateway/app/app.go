@@ -40,6 +40,10 @@ type Config struct {
 	RateBurst int
 	// Heartbeat is the interval of heartbeats on idle server streams.
 	Heartbeat time.Duration
+	// StreamWriteTimeout bounds how long a stream waits for its client to
+	// take a batch of messages: zero is service.DefaultStreamWriteTimeout,
+	// less than zero no bound.
+	StreamWriteTimeout time.Duration
 	// MaxPromptBytes bounds a prompt's encoded size.
 	MaxPromptBytes int
 	// Interceptors run inside the gateway's own, closest to the handlers.
@@ -72,6 +76,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	// A zero Heartbeat is service.DefaultHeartbeat.
 	svcOpts := []service.Option{service.WithMetrics(met), service.WithUser(auth.User), service.WithHeartbeat(cfg.Heartbeat)}
+	if cfg.StreamWriteTimeout != 0 {
+		svcOpts = append(svcOpts, service.WithStreamWriteTimeout(cfg.StreamWriteTimeout))
+	}
 	if cfg.MaxPromptBytes > 0 {
 		svcOpts = append(svcOpts, service.WithMaxPromptBytes(cfg.MaxPromptBytes))
 	}

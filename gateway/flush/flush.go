@@ -9,12 +9,17 @@
 // Hold and Release: the writes in between are gathered into blocks of up
 // to holdBytes, the flushes held, and Release writes what is left and
 // flushes once if a flush was asked for.
+//
+// A Writer can also bound how long its writes may block (SetWriteTimeout):
+// a client that stops reading, but keeps its connection, would otherwise
+// hold the handler's goroutine in a write for good.
 package flush
 
 import (
 	"context"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // holdBytes bounds the bytes a Writer holds back: HTTP/2's default
@@ -39,12 +44,56 @@ type Writer struct {
 	pending bool    // a flush was asked for while held
 	buf     *[]byte // writes held back; nil when none, as when not held
 	err     error   // of the last write of held bytes
+	// timeout bounds each batch of writes (see SetWriteTimeout); rc sets
+	// the deadlines.
+	timeout time.Duration
+	rc      *http.ResponseController
+}
+
+// SetWriteTimeout bounds how long the response's writes may block: each
+// batch (from Hold to Release) and each write or flush made while not
+// held must be done within d of its start, or it fails and the response
+// ends. Zero removes the bound. Deadlines are set with
+// http.ResponseController; where the response does not support them (a
+// recorder in tests), there is no bound. The deadline is cleared once a
+// batch is released and once a flush is done: on HTTP/2 a deadline that
+// passes resets the stream even with no write under way, which would end
+// an idle stream between its messages.
+func (w *Writer) SetWriteTimeout(d time.Duration) {
+	if w == nil {
+		return
+	}
+	w.timeout = d
+	if w.rc == nil {
+		w.rc = http.NewResponseController(w.ResponseWriter)
+	}
+	if d <= 0 {
+		_ = w.rc.SetWriteDeadline(time.Time{})
+		return
+	}
+	w.refresh()
+}
+
+// refresh moves the write deadline to the timeout from now, when there is
+// a timeout.
+func (w *Writer) refresh() {
+	if w.timeout > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
+}
+
+// clear removes the write deadline while nothing is being written.
+func (w *Writer) clear() {
+	if w.timeout > 0 {
+		_ = w.rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 // Write writes p, or while held, adds it to the bytes held back, which
 // are written when they would pass holdBytes.
 func (w *Writer) Write(p []byte) (int, error) {
 	if !w.held {
+		w.refresh()
 		return w.ResponseWriter.Write(p)
 	}
 	if w.err != nil {
@@ -88,7 +137,9 @@ func (w *Writer) Flush() {
 		w.pending = true
 		return
 	}
+	w.refresh()
 	w.f.Flush()
+	w.clear()
 }
 
 // FlushError is Flush for http.ResponseController, with the error of the
@@ -98,17 +149,21 @@ func (w *Writer) FlushError() error {
 		w.pending = true
 		return w.err
 	}
-	return http.NewResponseController(w.ResponseWriter).Flush()
+	w.refresh()
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	w.clear()
+	return err
 }
 
 // Unwrap returns the underlying ResponseWriter, for http.ResponseController.
 func (w *Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Hold holds writes and flushes until Release. It does nothing on a nil
-// Writer.
+// Hold holds writes and flushes until Release; with a write timeout, the
+// batch must be written by then. It does nothing on a nil Writer.
 func (w *Writer) Hold() {
 	if w != nil {
 		w.held = true
+		w.refresh()
 	}
 }
 
@@ -127,6 +182,7 @@ func (w *Writer) Release() error {
 			w.f.Flush()
 		}
 	}
+	w.clear()
 	return err
 }
 

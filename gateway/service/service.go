@@ -38,9 +38,11 @@ type Service struct {
 	fwd       *forwarder
 	mgr       *session.Manager
 	heartbeat time.Duration
-	user      func(context.Context) string
-	metrics   *metrics.Metrics
-	maxPrompt int
+	// writeTimeout bounds each batch of a stream's writes (0: none).
+	writeTimeout time.Duration
+	user         func(context.Context) string
+	metrics      *metrics.Metrics
+	maxPrompt    int
 }
 
 var _ acpv2connect.SessionServiceHandler = (*Service)(nil)
@@ -51,6 +53,20 @@ type Option func(*Service)
 // WithHeartbeat sets the heartbeat interval of server streams; zero or
 // less means DefaultHeartbeat.
 func WithHeartbeat(d time.Duration) Option { return func(s *Service) { s.heartbeat = d } }
+
+// DefaultStreamWriteTimeout is how long a batch of a Prompt or Watch
+// stream's messages may take to reach the client's connection.
+const DefaultStreamWriteTimeout = time.Minute
+
+// WithStreamWriteTimeout bounds how long a Prompt or Watch stream may wait
+// for its client to take a batch of messages (or a heartbeat); past that
+// the stream ends, and the client resumes with Watch afterSeq. A client
+// that stops reading but keeps its connection open would otherwise hold
+// the stream's goroutine and connection for good. Zero or less sets no
+// bound.
+func WithStreamWriteTimeout(d time.Duration) Option {
+	return func(s *Service) { s.writeTimeout = max(d, 0) }
+}
 
 // WithMetrics records the streams' metrics in m.
 func WithMetrics(m *metrics.Metrics) Option { return func(s *Service) { s.metrics = m } }
@@ -67,7 +83,7 @@ func WithUser(f func(context.Context) string) Option { return func(s *Service) {
 
 // New returns a Service over mgr.
 func New(mgr *session.Manager, opts ...Option) *Service {
-	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, maxPrompt: DefaultMaxPromptBytes, user: func(context.Context) string { return "" }, fwd: newForwarder()}
+	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, writeTimeout: DefaultStreamWriteTimeout, maxPrompt: DefaultMaxPromptBytes, user: func(context.Context) string { return "" }, fwd: newForwarder()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -299,12 +315,13 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 	defer s.metrics.StreamOpened(rpc)()
 	// Tell buffering proxies (nginx) to pass the stream through.
 	h.Set("X-Accel-Buffering", "no")
+	fw := flush.From(ctx)
+	fw.SetWriteTimeout(s.writeTimeout)
 	// Open the stream at once: response headers only reach the client with
 	// the first message, and a watched session may be idle for long.
 	if _, err := send(session.Event{}, timestamppb.Now()); err != nil {
 		return err
 	}
-	fw := flush.From(ctx)
 	batch := make([]session.Event, batchSize)
 	last := time.Now() // of the last message sent
 	for {
