@@ -50,21 +50,8 @@ func envelopes(t *testing.T, body []byte) (flags []byte, payloads [][]byte, ends
 func TestStreamFlushesOncePerBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := statestore.NewMemory(statestore.Options{})
 	const id, n = "s1", 200
-	if err := store.CreateSession(ctx, &statestore.Session{ID: id, Agent: "a", Cwd: "/", State: statestore.StateReady, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	var events []*acpv2.SessionEvent
-	for i := 1; i <= n; i++ {
-		events = append(events, &acpv2.SessionEvent{Seq: uint64(i), Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
-			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: fmt.Sprint(i)}}}}}})
-	}
-	events = append(events, &acpv2.SessionEvent{Seq: n + 1, Event: &acpv2.SessionEvent_StateChanged{
-		StateChanged: &acpv2.SessionStateChanged{State: string(statestore.StateClosed)}}})
-	if err := store.Append(ctx, id, events, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	store := closedSession(t, id, n, func(i int) string { return fmt.Sprint(i) })
 	// No gateway runs the session: the watch follows the store, and ends
 	// after the closed event.
 	mgr := session.NewManager(session.Options{Store: store, IdleTimeout: -1})
@@ -88,6 +75,28 @@ func TestStreamFlushesOncePerBatch(t *testing.T) {
 			checkBatches(t, w, n)
 		})
 	}
+}
+
+// closedSession returns a memory store holding session id: n agent
+// message chunks, the ith of text(i), then the closed event.
+func closedSession(t *testing.T, id string, n int, text func(i int) string) statestore.Store {
+	t.Helper()
+	ctx := context.Background()
+	store := statestore.NewMemory(statestore.Options{})
+	if err := store.CreateSession(ctx, &statestore.Session{ID: id, Agent: "a", Cwd: "/", State: statestore.StateReady, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	var events []*acpv2.SessionEvent
+	for i := 1; i <= n; i++ {
+		events = append(events, &acpv2.SessionEvent{Seq: uint64(i), Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
+			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: text(i)}}}}}})
+	}
+	events = append(events, &acpv2.SessionEvent{Seq: uint64(n) + 1, Event: &acpv2.SessionEvent_StateChanged{
+		StateChanged: &acpv2.SessionStateChanged{State: string(statestore.StateClosed)}}})
+	if err := store.Append(ctx, id, events, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return store
 }
 
 // checkBatches checks the body w got for a watch of n events and the

@@ -31,24 +31,10 @@ import (
 // event).
 func TestStreamOfAClientThatStopsReadingEnds(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	// About 32 MiB of events: more than the loopback socket buffers hold.
-	const id, n, size = "s1", 4000, 8 << 10
-	store := statestore.NewMemory(statestore.Options{})
-	if err := store.CreateSession(ctx, &statestore.Session{ID: id, Agent: "a", Cwd: "/", State: statestore.StateReady, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Repeat("x", size)
-	var events []*acpv2.SessionEvent
-	for i := 1; i <= n; i++ {
-		events = append(events, &acpv2.SessionEvent{Seq: uint64(i), Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
-			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: text}}}}}})
-	}
-	events = append(events, &acpv2.SessionEvent{Seq: n + 1, Event: &acpv2.SessionEvent_StateChanged{
-		StateChanged: &acpv2.SessionStateChanged{State: string(statestore.StateClosed)}}})
-	if err := store.Append(ctx, id, events, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	const id, n = "s1", 4000
+	text := strings.Repeat("x", 8<<10)
+	store := closedSession(t, id, n, func(int) string { return text })
 	mgr := session.NewManager(session.Options{Store: store, IdleTimeout: -1})
 	defer mgr.Close()
 	req, err := proto.Marshal(&acpv2.WatchRequest{SessionId: id})
