@@ -19,7 +19,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
-	tu "github.com/acp-gateway/acp-gateway/internal/testutil"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -41,13 +41,13 @@ func TestStreamOfAClientThatStopsReadingEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := tu.Envelope(0, req)
+	body := testutil.Envelope(0, req)
 
 	for _, timeout := range []time.Duration{300 * time.Millisecond, 0} {
 		t.Run(fmt.Sprint("timeout ", timeout), func(t *testing.T) {
 			met := metrics.New(metrics.Options{MaxSessionSeries: -1})
 			srv := server.New(service.New(mgr, service.WithMetrics(met), service.WithStreamWriteTimeout(timeout)), server.Options{})
-			base, _ := tu.Serve(t, srv.Serve, srv.Shutdown)
+			base, _ := testutil.Serve(t, srv.Serve, srv.Shutdown)
 			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 			if err != nil {
 				t.Fatal(err)
@@ -55,10 +55,12 @@ func TestStreamOfAClientThatStopsReadingEnds(t *testing.T) {
 			defer conn.Close()
 			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/connect+proto\r\nContent-Length: %d\r\n\r\n%s",
 				acpv2connect.SessionServiceWatchProcedure, len(body), body)
-			streams := func() float64 { return gauge(t, met, "acp_gateway_streams_connected") }
-			tu.WaitFor(t, "the Watch stream to open", func() bool { return streams() == 1 })
+			streams := func() float64 {
+				return testutil.MetricSum(t, met.Registry(), "acp_gateway_streams_connected", "rpc=Watch")
+			}
+			testutil.WaitFor(t, "the Watch stream to open", func() bool { return streams() == 1 })
 			if timeout > 0 {
-				tu.WaitFor(t, "the stream of a client that reads nothing to end", func() bool { return streams() == 0 })
+				testutil.WaitFor(t, "the stream of a client that reads nothing to end", func() bool { return streams() == 0 })
 			} else {
 				// Nothing ends it: still there after several times the
 				// timeout of the case above.
@@ -76,7 +78,7 @@ func TestStreamOfAClientThatStopsReadingEnds(t *testing.T) {
 			defer resp.Body.Close()
 			got := 0
 			for {
-				flags, msg, err := tu.ReadEnvelope(resp.Body)
+				flags, msg, err := testutil.ReadEnvelope(resp.Body)
 				if err != nil || flags != 0 {
 					break
 				}
@@ -95,24 +97,6 @@ func TestStreamOfAClientThatStopsReadingEnds(t *testing.T) {
 	}
 }
 
-// gauge sums the samples of the gauge name in met's registry.
-func gauge(t *testing.T, met *metrics.Metrics, name string) float64 {
-	t.Helper()
-	mfs, err := met.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
 // An idle stream outlives the write timeout: the deadline only bounds
 // writes under way. Over HTTP/2, where a passing deadline resets the
 // stream even between writes, a Watch with a heartbeat longer than the
@@ -128,7 +112,7 @@ func TestIdleStreamOutlivesTheWriteTimeout(t *testing.T) {
 	mgr := session.NewManager(session.Options{Store: store, IdleTimeout: -1})
 	defer mgr.Close()
 	srv := server.New(service.New(mgr, service.WithHeartbeat(time.Second), service.WithStreamWriteTimeout(300*time.Millisecond)), server.Options{})
-	base, _ := tu.Serve(t, srv.Serve, srv.Shutdown)
+	base, _ := testutil.Serve(t, srv.Serve, srv.Shutdown)
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	defer tr.CloseIdleConnections()

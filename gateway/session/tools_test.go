@@ -10,40 +10,19 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
-// metricValue sums the samples of metric name (a counter, a gauge's
-// samples with label status when given, or a histogram's count).
+// metricValue sums the samples of metric name, those labelled with
+// status when it is given.
 func metricValue(t *testing.T, met *metrics.Metrics, name, status string) float64 {
 	t.Helper()
-	fams, err := met.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
+	var labels []string
+	if status != "" {
+		labels = append(labels, "status="+status)
 	}
-	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	samples:
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if status != "" && l.GetName() == "status" && l.GetValue() != status {
-					continue samples
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
+	return testutil.MetricSum(t, met.Registry(), name, labels...)
 }
 
 func toolUpdate(id, status string) *acpv2.SessionUpdate {
