@@ -184,13 +184,7 @@ func TestDeltasOnlyStreams(t *testing.T) {
 	// The client that applies the deltas has the gateway's tool calls.
 	mine := merge.New()
 	for _, ev := range deltas {
-		switch {
-		case ev.GetToolCallUpdate() != nil:
-			_, err = mine.ApplyUpdate(ev.GetToolCallUpdate())
-		case ev.GetToolCallContentChunk() != nil:
-			_, err = mine.ApplyChunk(ev.GetToolCallContentChunk())
-		}
-		if err != nil {
+		if _, err := testutil.ApplyDelta(mine, ev); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -81,6 +81,19 @@ func CheckSeqs(t testing.TB, events []*acpv2.SessionEvent, first uint64) {
 	}
 }
 
+// ApplyDelta applies ev to state when ev is a delta (a tool_call_update
+// or a tool_call_content_chunk) and returns the merged call; for any
+// other event it returns nil.
+func ApplyDelta(state *merge.State, ev *acpv2.SessionEvent) (*acpv2.ToolCall, error) {
+	switch {
+	case ev.GetToolCallUpdate() != nil:
+		return state.ApplyUpdate(ev.GetToolCallUpdate())
+	case ev.GetToolCallContentChunk() != nil:
+		return state.ApplyChunk(ev.GetToolCallContentChunk())
+	}
+	return nil, nil
+}
+
 // CheckReplay replays the events' tool-call deltas onto an empty merge
 // state and fails the test unless: each delta is followed at once by its
 // merged tool_call event, equal to the replay's; every permission
@@ -103,13 +116,7 @@ func CheckReplay(t testing.TB, events []*acpv2.SessionEvent, snapshot []*acpv2.T
 			t.Fatalf("event %d (seq %d): the delta before it was not followed by its merged tool_call", i, ev.GetSeq())
 		}
 		var err error
-		switch {
-		case ev.GetToolCallUpdate() != nil:
-			want, err = state.ApplyUpdate(ev.GetToolCallUpdate())
-		case ev.GetToolCallContentChunk() != nil:
-			want, err = state.ApplyChunk(ev.GetToolCallContentChunk())
-		}
-		if err != nil {
+		if want, err = ApplyDelta(state, ev); err != nil {
 			t.Fatalf("event %d (seq %d): %v", i, ev.GetSeq(), err)
 		}
 		if p := ev.GetPermissionRequest(); p.GetToolCall() != nil {
