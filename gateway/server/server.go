@@ -47,7 +47,8 @@ type Options struct {
 	CORSOrigins []string
 	// ReadMaxBytes and SendMaxBytes bound one message each way.
 	ReadMaxBytes, SendMaxBytes int
-	// Ready reports readiness for /readyz; nil means always ready.
+	// Ready reports readiness for /readyz and gRPC health; nil means
+	// always ready.
 	Ready func() bool
 	// Extra handlers mounted on the mux (such as /metrics), by pattern.
 	Extra map[string]http.Handler
@@ -73,6 +74,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	if opts.SendMaxBytes <= 0 {
 		opts.SendMaxBytes = DefaultSendMaxBytes
 	}
+	ready := func() bool { return opts.Ready == nil || opts.Ready() }
 	mux := http.NewServeMux()
 	path, svcHandler := acpv2connect.NewSessionServiceHandler(svc,
 		connect.WithReadMaxBytes(opts.ReadMaxBytes),
@@ -88,7 +90,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	// The server streams send their events in batches with one flush each
 	// (connect flushes after every message).
 	mux.Handle(path, flush.Holdable(svcHandler, serverStream))
-	mux.Handle(grpchealth.NewHandler(readyChecker{grpchealth.NewStaticChecker(acpv2connect.SessionServiceName), opts.Ready}))
+	mux.Handle(grpchealth.NewHandler(readyChecker{grpchealth.NewStaticChecker(acpv2connect.SessionServiceName), ready}))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
@@ -96,7 +98,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if opts.Ready != nil && !opts.Ready() {
+		if !ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
@@ -194,7 +196,7 @@ type readyChecker struct {
 
 func (c readyChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	resp, err := c.StaticChecker.Check(ctx, req)
-	if err == nil && c.ready != nil && !c.ready() {
+	if err == nil && !c.ready() {
 		resp.Status = grpchealth.StatusNotServing
 	}
 	return resp, err
