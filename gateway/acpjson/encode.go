@@ -310,7 +310,7 @@ func (e *encoder) str(s string) {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if plainByte(c) {
 				i++
 				continue
 			}

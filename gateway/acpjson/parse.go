@@ -363,7 +363,7 @@ func (p *parser) str() ([]byte, bool) {
 		case c == '"':
 			p.i = j + 1
 			return d[start:j], true
-		case c == '\\' || c < ' ' || c >= utf8.RuneSelf:
+		case !plainByte(c):
 			return p.strSlow(start, j)
 		}
 	}
