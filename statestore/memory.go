@@ -11,7 +11,6 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
-	"github.com/acp-gateway/acp-gateway/internal/protowalk"
 )
 
 // Memory is a Store that keeps everything in the process: nothing survives
@@ -121,11 +120,11 @@ func (m *Memory) SetAgentSession(_ context.Context, id, agentSessionID string, p
 // encoded leaves the log as it was, and encoding holds up no other
 // session.
 func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
-	encoded, err := EventWires(id, events, wires, marshalEvent)
+	encoded, err := EventWires(id, events, wires, nil)
 	if err != nil {
 		return err
 	}
-	calls, err := callWires(id, events, encoded, changed)
+	calls, err := CallWires(id, events, encoded, changed, nil)
 	if err != nil {
 		return err
 	}
@@ -195,8 +194,6 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) (
 	return out, nil
 }
 
-func marshalEvent(ev *acpv2.SessionEvent) ([]byte, error) { return proto.Marshal(ev) }
-
 // encodedEvents returns up to limit (0: no limit) stored encodings of the
 // events of session id with seq > after.
 func (m *Memory) encodedEvents(id string, after uint64, limit int) ([][]byte, error) {
@@ -262,32 +259,6 @@ func (m *Memory) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uin
 		}
 	}
 	return out, asOf, nil
-}
-
-// toolCallField is the number of SessionEvent's tool_call field.
-var toolCallField = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
-
-// callWires returns the encoding of each changed tool call: within the
-// encoding of the last of events that holds the call (its merged call's
-// event, which the store keeps anyway: no copy is made), else marshalled.
-func callWires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) ([][]byte, error) {
-	out := make([][]byte, len(changed))
-	for i, tc := range changed {
-		for j := len(events) - 1; j >= 0; j-- {
-			if events[j].GetToolCall() == tc {
-				out[i], _ = protowalk.Bytes(wires[j], toolCallField)
-				break
-			}
-		}
-		if out[i] == nil {
-			b, err := proto.Marshal(tc)
-			if err != nil {
-				return nil, fmt.Errorf("statestore: encoding tool call %q of %s: %w", tc.GetToolCallId(), id, err)
-			}
-			out[i] = b
-		}
-	}
-	return out, nil
 }
 
 // DeleteSession implements Store.

@@ -14,7 +14,10 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/protowalk"
 )
 
 var (
@@ -165,9 +168,12 @@ func CheckSeqs(last uint64, events []*acpv2.SessionEvent) error {
 }
 
 // EventWires returns each event's encoding for Append: wires[i] where
-// given (wires is nil or as long as events), else marshal's; an error
-// names the event that does not marshal.
-func EventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal func(*acpv2.SessionEvent) ([]byte, error)) ([][]byte, error) {
+// given (wires is nil or as long as events), else marshal's (nil:
+// proto.Marshal); an error names the event that does not marshal.
+func EventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal func(proto.Message) ([]byte, error)) ([][]byte, error) {
+	if marshal == nil {
+		marshal = proto.Marshal
+	}
 	if wires != nil && len(wires) != len(events) {
 		return nil, fmt.Errorf("statestore: append to %s: %d encodings for %d events", id, len(wires), len(events))
 	}
@@ -182,6 +188,37 @@ func EventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal
 			return nil, fmt.Errorf("statestore: encoding event %d of %s: %w", ev.GetSeq(), id, err)
 		}
 		out[i] = b
+	}
+	return out, nil
+}
+
+// toolCallField is the number of SessionEvent's tool_call field.
+var toolCallField = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
+
+// CallWires returns each changed tool call's encoding for Append: within
+// wires[i], the encoding of the last of events that holds the call (its
+// merged call's event, which the store keeps anyway: no copy is made, and
+// the call is not marshalled again), else marshal's (nil: proto.Marshal).
+// wires are the events' encodings, as EventWires returns them.
+func CallWires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall, marshal func(proto.Message) ([]byte, error)) ([][]byte, error) {
+	if marshal == nil {
+		marshal = proto.Marshal
+	}
+	out := make([][]byte, len(changed))
+	for i, tc := range changed {
+		for j := len(events) - 1; j >= 0; j-- {
+			if events[j].GetToolCall() == tc {
+				out[i], _ = protowalk.Bytes(wires[j], toolCallField)
+				break
+			}
+		}
+		if out[i] == nil {
+			b, err := marshal(tc)
+			if err != nil {
+				return nil, fmt.Errorf("statestore: encoding tool call %q of %s: %w", tc.GetToolCallId(), id, err)
+			}
+			out[i] = b
+		}
 	}
 	return out, nil
 }

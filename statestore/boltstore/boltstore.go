@@ -525,22 +525,14 @@ type encoded struct {
 	data []byte
 }
 
-// encodeAll marshals msgs outside the write transaction, keyed by key.
-func encodeAll[M proto.Message](id, what string, msgs []M, marshal func(M) ([]byte, error), key func(M) []byte) ([]encoded, error) {
-	out := make([]encoded, len(msgs))
-	for i, m := range msgs {
-		data, err := marshal(m)
-		if err != nil {
-			return nil, wrap("encode "+what+" of", id, err)
-		}
-		out[i] = encoded{key(m), data}
-	}
-	return out, nil
-}
-
 // Append implements statestore.Store.
 func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
-	wires, err := statestore.EventWires(id, events, wires, marshalEvent)
+	// Encoded before the write transaction, which holds up every writer.
+	wires, err := statestore.EventWires(id, events, wires, nil)
+	if err != nil {
+		return err
+	}
+	callWires, err := statestore.CallWires(id, events, wires, changed, nil)
 	if err != nil {
 		return err
 	}
@@ -548,9 +540,9 @@ func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEven
 	for i, e := range events {
 		evs[i] = encoded{u64(e.GetSeq()), wires[i]}
 	}
-	calls, err := encodeAll(id, "tool call", changed, marshalCall, func(tc *acpv2.ToolCall) []byte { return []byte(tc.GetToolCallId()) })
-	if err != nil {
-		return err
+	calls := make([]encoded, len(changed))
+	for i, tc := range changed {
+		calls[i] = encoded{[]byte(tc.GetToolCallId()), callWires[i]}
 	}
 	err = s.update("append to", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
@@ -573,10 +565,6 @@ func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEven
 	}
 	return err
 }
-
-func marshalCall(tc *acpv2.ToolCall) ([]byte, error) { return proto.Marshal(tc) }
-
-func marshalEvent(ev *acpv2.SessionEvent) ([]byte, error) { return proto.Marshal(ev) }
 
 // putEvents stores evs, advances r.LastSeq and drops the events beyond the
 // retention caps, the oldest first (the newest is always kept).

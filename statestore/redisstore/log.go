@@ -36,7 +36,11 @@ func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEv
 			return err
 		}
 	}
-	wires, err := statestore.EventWires(id, events, wires, func(e *acpv2.SessionEvent) ([]byte, error) { return marshal.Marshal(e) })
+	wires, err := statestore.EventWires(id, events, wires, marshal.Marshal)
+	if err != nil {
+		return err
+	}
+	calls, err := statestore.CallWires(id, events, wires, changed, marshal.Marshal)
 	if err != nil {
 		return err
 	}
@@ -45,12 +49,8 @@ func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEv
 	for _, b := range wires {
 		args = append(args, b)
 	}
-	for _, tc := range changed {
-		b, err := marshal.Marshal(tc)
-		if err != nil {
-			return fmt.Errorf("redisstore: encode tool call %s: %w", tc.GetToolCallId(), err)
-		}
-		args = append(args, tc.GetToolCallId(), b)
+	for i, tc := range changed {
+		args = append(args, tc.GetToolCallId(), calls[i])
 	}
 	reply, err := appendScript.Run(ctx, s.rdb, s.keys(id).data(), args...).Int64Slice()
 	if err != nil {

@@ -36,6 +36,7 @@ func Run(t *testing.T, open Opener) {
 	t.Run("AppendKeepsEncodings", func(t *testing.T) { testAppendEncoded(t, plain(t)) })
 	t.Run("SeqConflict", func(t *testing.T) { testSeqConflict(t, plain(t)) })
 	t.Run("ToolCallOrder", func(t *testing.T) { testToolCalls(t, plain(t)) })
+	t.Run("ToolCallsFromTheirEvents", func(t *testing.T) { testCallsFromTheirEvents(t, plain(t)) })
 	t.Run("ConcurrentSessions", func(t *testing.T) { testConcurrent(t, plain(t)) })
 	t.Run("Retention", func(t *testing.T) { testRetention(t, open(t, statestore.Options{MaxEvents: 10})) })
 	t.Run("RetentionByBytes", func(t *testing.T) {
@@ -751,5 +752,44 @@ func testLeases(t *testing.T, a, b statestore.Store) {
 	}
 	if err := la.AcquireLease(ctx, "s", "replica-a", ttl); err != nil {
 		t.Fatalf("acquire after lapse: %v", err)
+	}
+}
+
+// A changed tool call is kept as the bytes of its merged event in the same
+// Append, without marshalling it again: given an encoding whose call holds
+// a field the message lacks, ToolCalls has that field. A call with no event
+// of its own is marshalled. Either way ToolCalls hands out messages of its
+// own, which later changes to the appended ones do not reach.
+// (statestore.CallWires does it for every store.)
+func testCallsFromTheirEvents(t *testing.T, m statestore.Store) {
+	ctx := context.Background()
+	if err := m.CreateSession(ctx, session("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	merged := &acpv2.ToolCall{ToolCallId: "c1", Title: "read", Status: "completed"}
+	other := &acpv2.ToolCall{ToolCallId: "c2", Title: "edit"}
+	ev := &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}}
+	call, err := proto.Marshal(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 7)
+	call = append(call, extra...)
+	field := (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
+	wire := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1) // seq
+	wire = protowire.AppendBytes(protowire.AppendTag(wire, field, protowire.BytesType), call)
+	if err := m.Append(ctx, "a", []*acpv2.SessionEvent{ev}, [][]byte{wire}, []*acpv2.ToolCall{merged, other}); err != nil {
+		t.Fatal(err)
+	}
+	merged.Title, other.Title = "changed", "changed"
+	got, asOf, err := m.ToolCalls(ctx, "a")
+	if err != nil || asOf != 1 || len(got) != 2 {
+		t.Fatalf("ToolCalls = %v as of %d, %v", got, asOf, err)
+	}
+	if got[0].GetTitle() != "read" || !bytes.Equal(got[0].ProtoReflect().GetUnknown(), extra) {
+		t.Errorf("the merged call is %v, unknown fields %x: not its event's bytes", got[0], got[0].ProtoReflect().GetUnknown())
+	}
+	if got[1].GetTitle() != "edit" || len(got[1].ProtoReflect().GetUnknown()) != 0 {
+		t.Errorf("the call without an event is %v", got[1])
 	}
 }
