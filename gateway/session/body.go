@@ -20,23 +20,17 @@ import (
 // encode, by proto.Marshal. Either decodes to m. A nil message encodes
 // as the empty one, as proto.Marshal has it.
 func appendUpdate(b []byte, m proto.Message) ([]byte, error) {
+	if m == nil || !m.ProtoReflect().IsValid() {
+		return b, nil // nil, or a typed nil
+	}
 	var out []byte
 	var err error
 	switch u := m.(type) {
 	case *acpv2.ToolCallUpdate:
-		if u == nil {
-			return b, nil
-		}
 		out, err = appendToolCallUpdate(b, u)
 	case *acpv2.ToolCallContentChunk:
-		if u == nil {
-			return b, nil
-		}
 		out, err = appendContentChunk(b, u)
 	case *acpv2.ContentChunk:
-		if u == nil {
-			return b, nil
-		}
 		out, err = appendChunk(b, u)
 	default:
 		err = pbstruct.ErrUnsupported
