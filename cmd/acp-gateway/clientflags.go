@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,4 +58,13 @@ func checkCwd(cwd string) error {
 		return fmt.Errorf("--cwd must be an absolute path, got %q", cwd)
 	}
 	return nil
+}
+
+// tokenInClear is the warning for a token sent to rawURL over plain http
+// to another host, or "" when there is no token or no such risk.
+func tokenInClear(rawURL, token string) string {
+	if u, err := url.Parse(rawURL); err == nil && token != "" && u.Scheme == "http" && !isLoopback(u.Hostname()) {
+		return "the token travels unencrypted over http to a host that is not this one; use https"
+	}
+	return ""
 }

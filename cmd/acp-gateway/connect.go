@@ -44,8 +44,8 @@ func connectCmd(ctx context.Context, args []string, in io.Reader, stdout, stderr
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel})).With("component", "acp-gateway connect")
 	version := buildinfo.Get().Version
 	log.Info("bridging", "gateway", cfg.url, "agent", cfg.agent, "token", cfg.token != "")
-	if u, _ := url.Parse(cfg.url); cfg.token != "" && u.Scheme == "http" && !isLoopback(u.Hostname()) {
-		log.Warn("the token travels unencrypted over http to a host that is not this one; use https")
+	if warning := tokenInClear(cfg.url, cfg.token); warning != "" {
+		log.Warn(warning)
 	}
 	err = bridge.Serve(ctx, in, stdout, bridge.Options{
 		Client:       bridge.NewClient(&http.Client{}, cfg.url, cfg.token),

@@ -239,3 +239,25 @@ func (d *demoEditor) ReleaseTerminal(context.Context, acp.ReleaseTerminalRequest
 func (d *demoEditor) WaitForTerminalExit(context.Context, acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
 	return acp.WaitForTerminalExitResponse{}, errNotOffered
 }
+
+// connect and try warn of a token sent in clear to another host, and only
+// then.
+func TestTokenInClear(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		url, token string
+		warn       bool
+	}{
+		{"http://gw.example:8080", "tok", true},
+		{"http://10.1.2.3", "tok", true},
+		{"https://gw.example", "tok", false},
+		{"http://127.0.0.1:8080", "tok", false},
+		{"http://localhost:8080", "tok", false},
+		{"http://[::1]:8080", "tok", false},
+		{"http://gw.example", "", false},
+	} {
+		if got := tokenInClear(c.url, c.token) != ""; got != c.warn {
+			t.Errorf("tokenInClear(%q, %q) warns %v, want %v", c.url, c.token, got, c.warn)
+		}
+	}
+}

@@ -48,6 +48,9 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
 		return exitUsage
 	}
+	if warning := tokenInClear(*url, token); warning != "" {
+		fmt.Fprintf(stderr, "acp-gateway try: warning: %s\n", warning)
+	}
 	if *cwd == "" {
 		if *cwd, err = os.Getwd(); err != nil {
 			fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
