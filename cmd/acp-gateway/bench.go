@@ -61,7 +61,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	cpuprofile := fs.String("cpuprofile", "", "write the gateway process's CPU profile during --profile-path to this file")
 	memprofile := fs.String("memprofile", "", "write the gateway process's allocation profile after --profile-path to this file")
 	mutexprofile := fs.String("mutexprofile", "", "write the gateway process's mutex contention profile of --profile-path to this file")
-	profilePath := fs.String("profile-path", full.ProfilePath, "what is profiled: a gateway path (json, proto, grpc, nogzip, deltas, bolt, redis), fanout or scale")
+	profilePath := fs.String("profile-path", full.ProfilePath, "what is profiled: "+strings.Join(bench.ProfilePaths(), ", "))
 	timeout := fs.Duration("timeout", full.Timeout, "bound on the whole run (quick: 2m)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -434,13 +434,14 @@ func TestShutdownDrains(t *testing.T) {
 		t.Fatalf("/readyz before the stop: %d", got)
 	}
 	cancel()
-	for status("/readyz") != http.StatusServiceUnavailable {
+	testutil.WaitFor(t, "/readyz to answer 503 while draining", func() bool {
 		select {
 		case code := <-exited:
 			t.Fatalf("serve exited (%d) without draining", code)
 		default:
 		}
-	}
+		return status("/readyz") == http.StatusServiceUnavailable
+	})
 	if got := status("/healthz"); got != http.StatusOK {
 		t.Errorf("/healthz while draining: %d", got)
 	}

@@ -27,6 +27,13 @@ import (
 // Path keys, the values of Config.Paths, in the order they run.
 var PathKeys = []string{"pipe", "websocketd", "json", "proto", "grpc", "nogzip", "deltas", "bolt", "redis"}
 
+// ProfilePaths are the values of Config.ProfilePath: the gateway paths
+// (every path key but the pipe and websocketd), fanout and scale.
+func ProfilePaths() []string {
+	return slices.Concat(slices.DeleteFunc(slices.Clone(PathKeys), func(k string) bool { return k == "pipe" || k == "websocketd" }),
+		[]string{"fanout", "scale"})
+}
+
 // Config is a bench run's settings.
 type Config struct {
 	// Updates is the size of a path's as-fast-as-possible workload, split
@@ -126,7 +133,7 @@ func (c *Config) Check() error {
 	if c.Sessions > 10000 {
 		return fmt.Errorf("--sessions: %d (at most 10000)", c.Sessions)
 	}
-	if c.ProfilePath != "" && !slices.Contains([]string{"json", "proto", "grpc", "nogzip", "deltas", "bolt", "redis", "fanout", "scale"}, c.ProfilePath) {
+	if c.ProfilePath != "" && !slices.Contains(ProfilePaths(), c.ProfilePath) {
 		return fmt.Errorf("--profile-path: unknown %q", c.ProfilePath)
 	}
 	if c.Timeout <= 0 {

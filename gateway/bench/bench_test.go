@@ -225,3 +225,23 @@ func TestAgentShares(t *testing.T) {
 		}
 	}
 }
+
+// Every gateway path, fanout and scale can be profiled; the pipe and
+// websocketd, which run no gateway, cannot.
+func TestProfilePaths(t *testing.T) {
+	t.Parallel()
+	want := []string{"json", "proto", "grpc", "nogzip", "deltas", "bolt", "redis", "fanout", "scale"}
+	if got := ProfilePaths(); !slices.Equal(got, want) {
+		t.Fatalf("ProfilePaths() = %q, want %q", got, want)
+	}
+	for _, p := range append(want, "pipe", "websocketd") {
+		c := Defaults(true)
+		c.ProfilePath = p
+		if err := c.Check(); (err == nil) != slices.Contains(want, p) {
+			t.Errorf("--profile-path %s: Check says %v", p, err)
+		}
+	}
+	if !slices.Contains(PathKeys, "pipe") {
+		t.Fatal("ProfilePaths left PathKeys without the pipe")
+	}
+}
