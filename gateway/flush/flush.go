@@ -60,8 +60,8 @@ type Writer struct {
 // passes resets the stream even with no write under way, which would end
 // an idle stream between its messages.
 func (w *Writer) SetWriteTimeout(d time.Duration) {
-	if w == nil {
-		return
+	if w == nil || d <= 0 && w.timeout == 0 {
+		return // nothing to set or clear
 	}
 	w.timeout = d
 	if w.rc == nil {
@@ -150,7 +150,11 @@ func (w *Writer) FlushError() error {
 		return w.err
 	}
 	w.refresh()
-	err := http.NewResponseController(w.ResponseWriter).Flush()
+	rc := w.rc
+	if rc == nil {
+		rc = http.NewResponseController(w.ResponseWriter)
+	}
+	err := rc.Flush()
 	w.clear()
 	return err
 }
