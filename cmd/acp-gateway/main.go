@@ -245,7 +245,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.streamWrite, "stream-write-timeout", service.DefaultStreamWriteTimeout, "end a Prompt or Watch stream whose client takes longer than this to accept a batch of messages (it resumes with Watch afterSeq; 0: never)")
 	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
-	fs.DurationVar(&cfg.shutdownDrain, "shutdown-drain", 0, "on SIGTERM or SIGINT, go on serving this long while not ready (/readyz 503, gRPC health NOT_SERVING), so that load balancers stop sending new clients, then shut down (0: at once)")
+	fs.DurationVar(&cfg.shutdownDrain, "shutdown-drain", 0, "on SIGTERM or SIGINT, go on serving this long while not ready (/readyz 503, gRPC health NOT_SERVING), so that load balancers stop sending new clients, then shut down; a second signal shuts down at once (0: no drain)")
 	fs.Var(&cfg.envAllow, "agent-env", "a variable of the gateway's environment that agents inherit (repeatable; default "+strings.Join(defaultEnvAllow, ",")+")")
 	configPath := fs.String("config", "", "YAML file of settings named like these flags; flags given here win")
 	if err := fs.Parse(args); err != nil {
@@ -444,12 +444,19 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		if cfg.shutdownDrain > 0 {
 			// Not ready, still serving: load balancers take the replica
 			// out before its listener closes.
+			// A second SIGTERM or SIGINT ends the drain: the ctx of the
+			// first no longer tells of one. Listening starts before the
+			// replica reports not ready.
+			again, stopAgain := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			gw.Drain()
-			log.Info("draining before shutdown", "for", cfg.shutdownDrain.String())
+			log.Info("draining before shutdown (a second signal shuts down now)", "for", cfg.shutdownDrain.String())
 			select {
 			case serveErr = <-done:
 			case <-time.After(cfg.shutdownDrain):
+			case <-again.Done():
+				log.Info("second signal: the drain ends")
 			}
+			stopAgain()
 		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

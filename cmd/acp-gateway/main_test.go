@@ -10,10 +10,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -450,6 +452,33 @@ func TestShutdownDrains(t *testing.T) {
 		t.Errorf("a call while draining: %v", err)
 	}
 	waitExit(t, exited, 15*time.Second) // the drain and the shutdown
+}
+
+// A second SIGTERM during --shutdown-drain ends the drain: an operator
+// (or a supervisor's escalation) is not made to wait an hour. Not
+// parallel: it signals the test process, which every serve draining at the
+// time would take as its second signal too; parallel tests wait until the
+// sequential ones are done.
+func TestSecondSignalEndsTheDrain(t *testing.T) {
+	// Caught here too, so that the test process never dies of it.
+	sink := make(chan os.Signal, 1)
+	signal.Notify(sink, syscall.SIGTERM)
+	defer signal.Stop(sink)
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, exited := startServe(t, ctx, "--shutdown-drain", "1h")
+	cancel() // the first signal
+	testutil.WaitFor(t, "/readyz to answer 503 while draining", func() bool {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusServiceUnavailable
+	})
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, exited, 15*time.Second)
 }
 
 // --max-event-bytes reaches the store: with a cap of one byte, a session
