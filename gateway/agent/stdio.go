@@ -1,29 +1,14 @@
 package agent
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"sync/atomic"
 )
 
 // ErrLineTooLong is the protocol error of an agent line over the limit.
 var ErrLineTooLong = errors.New("agent output line too long")
-
-const (
-	// lineBuffer is the read buffer of an agent's stdout, held for the
-	// agent's life: about what jsonrpc2's plain stream held for lines of up
-	// to 3 KiB (its encoding/json Decoder grows its buffer to twice its
-	// capacity and 512 bytes more: 1.5 KiB, then 3.5 KiB). A longer line is
-	// put together in a buffer of its own.
-	lineBuffer = 4 << 10
-	// keepLong bounds the long-line buffer kept for the next long line, so
-	// that one huge line does not stay in memory for the agent's life, as
-	// it did in jsonrpc2's decoder.
-	keepLong = 16 << 10
-)
 
 // lineStream is the jsonrpc2.ObjectStream of an agent: ACP's stdio
 // transport, one JSON-RPC message per line each way.
@@ -38,11 +23,9 @@ const (
 // line too long, the end of the output) ends reading: onEnd is told of it,
 // so that the agent's end can be explained, and every later read returns it.
 type lineStream struct {
-	r      *bufio.Reader
+	r      *lineReader
 	max    int
 	direct func(line []byte) bool
-	// long holds a line longer than r's buffer.
-	long []byte
 	// end is the error that ends reading, returned once the lines before it
 	// are read.
 	end error
@@ -61,7 +44,7 @@ type lineStream struct {
 }
 
 func newLineStream(r io.Reader, w io.WriteCloser, max int, direct func([]byte) bool) *lineStream {
-	return &lineStream{r: bufio.NewReaderSize(r, lineBuffer), max: max, direct: direct, w: w, enc: json.NewEncoder(w)}
+	return &lineStream{r: newLineReader(r), max: max, direct: direct, w: w, enc: json.NewEncoder(w)}
 }
 
 // ReadObject implements jsonrpc2.ObjectStream. It runs in jsonrpc2's read
@@ -102,36 +85,11 @@ func (s *lineStream) readLine() ([]byte, error) {
 	if s.end != nil {
 		return nil, s.end
 	}
-	if cap(s.long) > keepLong {
-		s.long = nil
+	line, err := s.r.readLine(s.max)
+	if err != nil {
+		s.end = err
 	}
-	s.long = s.long[:0]
-	for {
-		frag, err := s.r.ReadSlice('\n')
-		n := len(s.long) + len(frag)
-		if err == nil {
-			n-- // the newline
-		}
-		if n > s.max {
-			s.end = fmt.Errorf("%w: over %d bytes", ErrLineTooLong, s.max)
-			return nil, s.end
-		}
-		switch {
-		case err == nil && len(s.long) == 0:
-			return frag[:len(frag)-1], nil
-		case err == nil:
-			s.long = append(s.long, frag[:len(frag)-1]...)
-			return s.long, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			s.long = append(s.long, frag...)
-		default:
-			s.end = err
-			if n == 0 {
-				return nil, err
-			}
-			return append(s.long, frag...), nil
-		}
-	}
+	return line, err
 }
 
 // blank reports whether line holds only JSON whitespace, which jsonrpc2's
