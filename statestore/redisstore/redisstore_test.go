@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
@@ -614,19 +615,27 @@ func TestPing(t *testing.T) {
 
 // A record without the count of its events' bytes (written before it was
 // kept) has it counted at its next append, and the byte cap holds from
-// there.
+// there. The count reads the log a page (256 events) at a time.
 func TestEventBytesCountedForOldRecords(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	old := fresh(t, Options{})
-	if err := old.CreateSession(ctx, &statestore.Session{ID: "a"}); err != nil {
-		t.Fatal(err)
+	for _, n := range []int{10, 256, 600} {
+		old := fresh(t, Options{})
+		if err := old.CreateSession(ctx, &statestore.Session{ID: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		storetest.AppendSized(t, old, "a", 1, uint64(n))
+		if err := admin(t).HDel(ctx, old.keys("a").rec, "bytes").Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Room for events 7 to n+1 (an event's seq is a varint: later
+		// ones are longer).
+		room := int64(0)
+		for seq := 7; seq <= n+1; seq++ {
+			room += int64(proto.Size(storetest.SizedEvent(uint64(seq))))
+		}
+		capped := openTest(t, Options{Options: statestore.Options{MaxEventBytes: room}, Prefix: old.prefix}, nil)
+		storetest.AppendSized(t, capped, "a", uint64(n+1), uint64(n+1))
+		storetest.CheckKept(t, capped, "a", 6, uint64(n+1), fmt.Sprintf("%d old events: the newest %d kept", n, n-5))
 	}
-	storetest.AppendSized(t, old, "a", 1, 10)
-	if err := admin(t).HDel(ctx, old.keys("a").rec, "bytes").Err(); err != nil {
-		t.Fatal(err)
-	}
-	capped := openTest(t, Options{Options: statestore.Options{MaxEventBytes: 5*storetest.SizedEventBytes + 1}, Prefix: old.prefix}, nil)
-	storetest.AppendSized(t, capped, "a", 11, 11)
-	storetest.CheckKept(t, capped, "a", 6, 11, "five events' bytes kept")
 }

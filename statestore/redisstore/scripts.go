@@ -108,8 +108,14 @@ if n > 0 then
     bytes = tonumber(bytes)
   else
     bytes = 0
-    if last > trimmed then
-      for _, e in ipairs(redis.call('XRANGE', ev, '-', '+')) do bytes = bytes + #e[2][2] end
+    -- A page at a time: the whole log in one reply would be held in the
+    -- script's memory at once.
+    local from = '-'
+    while last > trimmed do
+      local got = redis.call('XRANGE', ev, from, '+', 'COUNT', 256)
+      for _, e in ipairs(got) do bytes = bytes + #e[2][2] end
+      if #got < 256 then break end
+      from = '(' .. got[#got][1]
     end
   end
   for i = 1, n do
