@@ -150,7 +150,7 @@ func appendMessage(b []byte, num protowire.Number, m proto.Message) ([]byte, err
 	if m == nil || !m.ProtoReflect().IsValid() {
 		return b, nil
 	}
-	out, err := appendNested(b, num, m, appendFields)
+	out, err := pbstruct.AppendNested(b, num, m, appendFields)
 	if !errors.Is(err, pbstruct.ErrUnsupported) {
 		return out, err
 	}
@@ -158,28 +158,6 @@ func appendMessage(b []byte, num protowire.Number, m proto.Message) ([]byte, err
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
 	return proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, m)
-}
-
-// appendNested appends a message field num whose contents appendInner
-// appends from m. The length goes before the contents, which are moved
-// along for a length of more than one byte: no pass sizes them first.
-func appendNested[M any](b []byte, num protowire.Number, m M, appendInner func([]byte, M) ([]byte, error)) ([]byte, error) {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	at := len(b)
-	b, err := appendInner(append(b, 0), m)
-	if err != nil {
-		return nil, err
-	}
-	n := len(b) - at - 1
-	if n < 0x80 {
-		b[at] = byte(n)
-		return b, nil
-	}
-	k := protowire.SizeVarint(uint64(n))
-	b = append(b, make([]byte, k-1)...)
-	copy(b[at+k:], b[at+1:at+1+n])
-	protowire.AppendVarint(b[at:at], uint64(n))
-	return b, nil
 }
 
 // appendFields appends the fields of the messages appendMessage encodes
@@ -209,7 +187,7 @@ func appendFields(b []byte, m proto.Message) ([]byte, error) {
 		case *acpv2.ToolCallContentPatch_Clear:
 			return appendNull(b, op.Clear), nil
 		case *acpv2.ToolCallContentPatch_Value:
-			return appendNested(b, 2, op.Value, func(b []byte, l *acpv2.ToolCallContentList) ([]byte, error) {
+			return pbstruct.AppendNested(b, 2, op.Value, func(b []byte, l *acpv2.ToolCallContentList) ([]byte, error) {
 				return appendList(b, l, l.GetItems(), appendContentItem)
 			})
 		}
@@ -219,7 +197,7 @@ func appendFields(b []byte, m proto.Message) ([]byte, error) {
 		case *acpv2.ToolCallLocationPatch_Clear:
 			return appendNull(b, op.Clear), nil
 		case *acpv2.ToolCallLocationPatch_Value:
-			return appendNested(b, 2, op.Value, func(b []byte, l *acpv2.ToolCallLocationList) ([]byte, error) {
+			return pbstruct.AppendNested(b, 2, op.Value, func(b []byte, l *acpv2.ToolCallLocationList) ([]byte, error) {
 				return appendList(b, l, l.GetItems(), appendLocation)
 			})
 		}
@@ -248,7 +226,7 @@ func appendList[M any](b []byte, l proto.Message, items []M, appendItem func([]b
 	}
 	var err error
 	for _, item := range items {
-		if b, err = appendNested(b, 1, item, appendItem); err != nil {
+		if b, err = pbstruct.AppendNested(b, 1, item, appendItem); err != nil {
 			return nil, err
 		}
 	}
@@ -273,11 +251,11 @@ func appendContentItem(b []byte, c *acpv2.ToolCallContent) ([]byte, error) {
 	switch item := c.Item.(type) {
 	case nil:
 	case *acpv2.ToolCallContent_Content:
-		b, err = appendNested(b, 1, item.Content, appendContentBlock)
+		b, err = pbstruct.AppendNested(b, 1, item.Content, appendContentBlock)
 	case *acpv2.ToolCallContent_Diff:
-		b, err = appendNested(b, 2, item.Diff, appendDiff)
+		b, err = pbstruct.AppendNested(b, 2, item.Diff, appendDiff)
 	case *acpv2.ToolCallContent_Terminal:
-		b, err = appendNested(b, 3, item.Terminal, appendTerminal)
+		b, err = pbstruct.AppendNested(b, 3, item.Terminal, appendTerminal)
 	default:
 		return nil, pbstruct.ErrUnsupported
 	}
@@ -299,7 +277,7 @@ func appendContentBlock(b []byte, c *acpv2.ContentBlock) ([]byte, error) {
 	case nil:
 		return b, nil
 	case *acpv2.ContentBlock_Text:
-		return appendNested(b, 1, block.Text, appendText)
+		return pbstruct.AppendNested(b, 1, block.Text, appendText)
 	}
 	return nil, pbstruct.ErrUnsupported
 }
@@ -393,18 +371,18 @@ func appendStruct(b []byte, num protowire.Number, s *structpb.Struct) ([]byte, e
 	if s == nil {
 		return b, nil
 	}
-	return appendNested(b, num, s, pbstruct.AppendStruct)
+	return pbstruct.AppendNested(b, num, s, pbstruct.AppendStruct)
 }
 
 // appendStructField appends a message field num holding only Struct s as
 // its field inner: a StructPatch's value. Like proto.Marshal, it encodes
 // a nil Struct as an empty one.
 func appendStructField(b []byte, num, inner protowire.Number, s *structpb.Struct) ([]byte, error) {
-	return appendNested(b, num, s, func(b []byte, s *structpb.Struct) ([]byte, error) {
+	return pbstruct.AppendNested(b, num, s, func(b []byte, s *structpb.Struct) ([]byte, error) {
 		if s == nil {
 			return appendEmpty(b, inner), nil
 		}
-		return appendNested(b, inner, s, pbstruct.AppendStruct)
+		return pbstruct.AppendNested(b, inner, s, pbstruct.AppendStruct)
 	})
 }
 
@@ -412,10 +390,10 @@ func appendStructField(b []byte, num, inner protowire.Number, s *structpb.Struct
 // its field inner: a ValuePatch's value. Like proto.Marshal, it encodes
 // a nil Value as an empty one.
 func appendValueField(b []byte, num, inner protowire.Number, v *structpb.Value) ([]byte, error) {
-	return appendNested(b, num, v, func(b []byte, v *structpb.Value) ([]byte, error) {
+	return pbstruct.AppendNested(b, num, v, func(b []byte, v *structpb.Value) ([]byte, error) {
 		if v == nil {
 			return appendEmpty(b, inner), nil
 		}
-		return appendNested(b, inner, v, pbstruct.AppendValue)
+		return pbstruct.AppendNested(b, inner, v, pbstruct.AppendValue)
 	})
 }

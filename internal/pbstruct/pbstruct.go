@@ -31,120 +31,38 @@ const (
 
 // AppendStruct appends the encoding of s to b.
 func AppendStruct(b []byte, s *structpb.Struct) ([]byte, error) {
-	if err := checkStruct(s); err != nil {
-		return nil, err
+	if s == nil || len(s.ProtoReflect().GetUnknown()) != 0 {
+		return nil, ErrUnsupported
 	}
-	return appendStruct(b, s), nil
+	var err error
+	for k, v := range s.GetFields() {
+		if !utf8.ValidString(k) {
+			return nil, errUTF8
+		}
+		if b, err = AppendNested(b, fieldEntries, entry{k, v}, appendEntry); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// entry is a member of a Struct, encoded as a map entry.
+type entry struct {
+	k string
+	v *structpb.Value
+}
+
+func appendEntry(b []byte, e entry) ([]byte, error) {
+	b = protowire.AppendTag(b, fieldKey, protowire.BytesType)
+	b = protowire.AppendString(b, e.k)
+	return AppendNested(b, fieldEntryValue, e.v, AppendValue)
 }
 
 // AppendValue appends the encoding of v to b.
 func AppendValue(b []byte, v *structpb.Value) ([]byte, error) {
-	if err := checkValue(v); err != nil {
-		return nil, err
-	}
-	_, inner := sizeValue(v)
-	return appendValue(b, v, inner), nil
-}
-
-// checkStruct and checkValue find what the appends cannot encode.
-func checkStruct(s *structpb.Struct) error {
-	if s == nil || len(s.ProtoReflect().GetUnknown()) != 0 {
-		return ErrUnsupported
-	}
-	for k, v := range s.GetFields() {
-		if !utf8.ValidString(k) {
-			return errUTF8
-		}
-		if err := checkValue(v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func checkValue(v *structpb.Value) error {
 	if v == nil || len(v.ProtoReflect().GetUnknown()) != 0 {
-		return ErrUnsupported
+		return nil, ErrUnsupported
 	}
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_StringValue:
-		if !utf8.ValidString(k.StringValue) {
-			return errUTF8
-		}
-	case *structpb.Value_StructValue:
-		return checkStruct(k.StructValue)
-	case *structpb.Value_ListValue:
-		if k.ListValue == nil || len(k.ListValue.ProtoReflect().GetUnknown()) != 0 {
-			return ErrUnsupported
-		}
-		for _, e := range k.ListValue.GetValues() {
-			if err := checkValue(e); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func sizeStruct(s *structpb.Struct) int {
-	n := 0
-	for k, v := range s.GetFields() {
-		vs, _ := sizeValue(v)
-		n += protowire.SizeTag(fieldEntries) + protowire.SizeBytes(entrySize(k, vs))
-	}
-	return n
-}
-
-// entrySize is the length of a Struct entry of key k and a value of vs
-// bytes.
-func entrySize(k string, vs int) int {
-	return protowire.SizeTag(fieldKey) + protowire.SizeBytes(len(k)) +
-		protowire.SizeTag(fieldEntryValue) + protowire.SizeBytes(vs)
-}
-
-// sizeValue returns the length of v's encoding and, for a Struct or a
-// list, the length of that message's, which appendValue takes: each
-// level sizes what is below it once.
-func sizeValue(v *structpb.Value) (n, inner int) {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_NullValue:
-		return protowire.SizeTag(fieldNull) + protowire.SizeVarint(uint64(k.NullValue)), 0
-	case *structpb.Value_NumberValue:
-		return protowire.SizeTag(fieldNumber) + protowire.SizeFixed64(), 0
-	case *structpb.Value_StringValue:
-		return protowire.SizeTag(fieldString) + protowire.SizeBytes(len(k.StringValue)), 0
-	case *structpb.Value_BoolValue:
-		return protowire.SizeTag(fieldBool) + protowire.SizeVarint(protowire.EncodeBool(k.BoolValue)), 0
-	case *structpb.Value_StructValue:
-		inner = sizeStruct(k.StructValue)
-		return protowire.SizeTag(fieldStruct) + protowire.SizeBytes(inner), inner
-	case *structpb.Value_ListValue:
-		for _, e := range k.ListValue.GetValues() {
-			es, _ := sizeValue(e)
-			inner += protowire.SizeTag(fieldValues) + protowire.SizeBytes(es)
-		}
-		return protowire.SizeTag(fieldList) + protowire.SizeBytes(inner), inner
-	}
-	return 0, 0
-}
-
-func appendStruct(b []byte, s *structpb.Struct) []byte {
-	for k, v := range s.GetFields() {
-		vs, inner := sizeValue(v)
-		b = protowire.AppendTag(b, fieldEntries, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(entrySize(k, vs)))
-		b = protowire.AppendTag(b, fieldKey, protowire.BytesType)
-		b = protowire.AppendString(b, k)
-		b = protowire.AppendTag(b, fieldEntryValue, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(vs))
-		b = appendValue(b, v, inner)
-	}
-	return b
-}
-
-// appendValue appends v's encoding, where inner is the length sizeValue
-// gives for its Struct or list.
-func appendValue(b []byte, v *structpb.Value, inner int) []byte {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NullValue:
 		b = protowire.AppendTag(b, fieldNull, protowire.VarintType)
@@ -153,24 +71,53 @@ func appendValue(b []byte, v *structpb.Value, inner int) []byte {
 		b = protowire.AppendTag(b, fieldNumber, protowire.Fixed64Type)
 		b = protowire.AppendFixed64(b, math.Float64bits(k.NumberValue))
 	case *structpb.Value_StringValue:
+		if !utf8.ValidString(k.StringValue) {
+			return nil, errUTF8
+		}
 		b = protowire.AppendTag(b, fieldString, protowire.BytesType)
 		b = protowire.AppendString(b, k.StringValue)
 	case *structpb.Value_BoolValue:
 		b = protowire.AppendTag(b, fieldBool, protowire.VarintType)
 		b = protowire.AppendVarint(b, protowire.EncodeBool(k.BoolValue))
 	case *structpb.Value_StructValue:
-		b = protowire.AppendTag(b, fieldStruct, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(inner))
-		b = appendStruct(b, k.StructValue)
+		return AppendNested(b, fieldStruct, k.StructValue, AppendStruct)
 	case *structpb.Value_ListValue:
-		b = protowire.AppendTag(b, fieldList, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(inner))
-		for _, e := range k.ListValue.GetValues() {
-			es, ei := sizeValue(e)
-			b = protowire.AppendTag(b, fieldValues, protowire.BytesType)
-			b = protowire.AppendVarint(b, uint64(es))
-			b = appendValue(b, e, ei)
+		return AppendNested(b, fieldList, k.ListValue, appendList)
+	}
+	return b, nil
+}
+
+func appendList(b []byte, l *structpb.ListValue) ([]byte, error) {
+	if l == nil || len(l.ProtoReflect().GetUnknown()) != 0 {
+		return nil, ErrUnsupported
+	}
+	var err error
+	for _, e := range l.GetValues() {
+		if b, err = AppendNested(b, fieldValues, e, AppendValue); err != nil {
+			return nil, err
 		}
 	}
-	return b
+	return b, nil
+}
+
+// AppendNested appends a message field num whose contents appendInner
+// appends from m. The length goes before the contents, which are moved
+// along for a length of more than one byte: no pass sizes them first.
+func AppendNested[M any](b []byte, num protowire.Number, m M, appendInner func([]byte, M) ([]byte, error)) ([]byte, error) {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	at := len(b)
+	b, err := appendInner(append(b, 0), m)
+	if err != nil {
+		return nil, err
+	}
+	n := len(b) - at - 1
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b, nil
+	}
+	k := protowire.SizeVarint(uint64(n))
+	b = append(b, make([]byte, k-1)...)
+	copy(b[at+k:], b[at+1:at+1+n])
+	protowire.AppendVarint(b[at:at], uint64(n))
+	return b, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -22,6 +23,17 @@ func sample(t testing.TB) *structpb.Struct {
 		t.Fatal(err)
 	}
 	s.Fields["inf"] = structpb.NewNumberValue(math.Inf(1))
+	// Lengths of two and three bytes, the contents moved along (one member
+	// a level, for TestEncodingDecodesToTheMessage's byte comparison).
+	for k, v := range map[string]any{
+		"long":     strings.Repeat("l", 200),
+		"longer":   map[string]any{"in": map[string]any{"s": strings.Repeat("m", 20000)}},
+		"longlist": []any{strings.Repeat("n", 130), []any{strings.Repeat("o", 17000)}},
+	} {
+		if s.Fields[k], err = structpb.NewValue(v); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return s
 }
 
@@ -78,6 +90,9 @@ func TestRefusals(t *testing.T) {
 
 func BenchmarkAppendStruct(b *testing.B) {
 	s := sample(b)
+	for _, k := range []string{"long", "longer", "longlist"} {
+		delete(s.Fields, k) // measured apart below
+	}
 	for _, c := range []struct {
 		name string
 		f    func() ([]byte, error)
