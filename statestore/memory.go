@@ -154,13 +154,7 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	}
 	s.rec.LastSeq = events[len(events)-1].GetSeq()
 	drop := 0
-	if max := m.opts.MaxEvents; max > 0 && len(s.events) > max {
-		drop = len(s.events) - max
-	}
-	for i := range drop {
-		s.bytes -= int64(len(s.events[i]))
-	}
-	for max := m.opts.MaxEventBytes; max > 0 && s.bytes > max && drop < len(s.events)-1; drop++ {
+	for ; m.opts.Over(uint64(len(s.events)-drop), s.bytes); drop++ {
 		s.bytes -= int64(len(s.events[drop]))
 	}
 	if drop > 0 {

@@ -69,3 +69,27 @@ func TestMemoryAppendIsAllOrNothing(t *testing.T) {
 		t.Fatalf("Events = %v, %v; want the one good event", got, err)
 	}
 }
+
+// Over is the retention rule the stores share.
+func TestOptionsOver(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		opts  statestore.Options
+		n     uint64
+		bytes int64
+		want  bool
+	}{
+		{statestore.Options{}, 1 << 40, 1 << 60, false},
+		{statestore.Options{MaxEvents: 3}, 3, 1 << 60, false},
+		{statestore.Options{MaxEvents: 3}, 4, 0, true},
+		{statestore.Options{MaxEventBytes: 100}, 5, 100, false},
+		{statestore.Options{MaxEventBytes: 100}, 5, 101, true},
+		{statestore.Options{MaxEventBytes: 100}, 1, 1 << 40, false}, // the newest is kept
+		{statestore.Options{MaxEvents: 10, MaxEventBytes: 100}, 2, 101, true},
+		{statestore.Options{MaxEvents: 1, MaxEventBytes: 100}, 2, 1, true},
+	} {
+		if got := c.opts.Over(c.n, c.bytes); got != c.want {
+			t.Errorf("%+v.Over(%d, %d) = %v, want %v", c.opts, c.n, c.bytes, got, c.want)
+		}
+	}
+}

@@ -56,6 +56,18 @@ type Options struct {
 	MaxEventBytes int64
 }
 
+// Over reports whether a session's kept events, n of them holding bytes
+// bytes of encodings, are over the caps: more than MaxEvents, or more than
+// MaxEventBytes in more than one event (the newest is always kept). A
+// store drops its oldest event while they are. (The Redis store's append
+// script says the same in Lua.)
+func (o Options) Over(n uint64, bytes int64) bool {
+	if o.MaxEvents > 0 && n > uint64(o.MaxEvents) {
+		return true
+	}
+	return o.MaxEventBytes > 0 && bytes > o.MaxEventBytes && n > 1
+}
+
 // State is where a session is in its life. It only moves forward, except
 // that an agent-lost session may be re-attached (back to ready).
 type State string

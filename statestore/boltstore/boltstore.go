@@ -587,13 +587,7 @@ func (s *Store) putEvents(tx *bolt.Tx, r *record, evs []encoded) error {
 		r.EventBytes += int64(len(e.data))
 	}
 	r.LastSeq = binary.BigEndian.Uint64(evs[len(evs)-1].key)
-	over := func() bool {
-		if keep := uint64(s.opts.MaxEvents); keep > 0 && r.LastSeq-r.TrimmedSeq > keep {
-			return true
-		}
-		return s.opts.MaxEventBytes > 0 && r.EventBytes > s.opts.MaxEventBytes && r.LastSeq-r.TrimmedSeq > 1
-	}
-	for over() {
+	for s.opts.Over(r.LastSeq-r.TrimmedSeq, r.EventBytes) {
 		seq := u64(r.TrimmedSeq + 1)
 		r.EventBytes -= int64(len(b.Get(seq)))
 		if err := b.Delete(seq); err != nil {

@@ -125,7 +125,7 @@ if n > 0 then
   last = first + n - 1
   redis.call('HSET', rec, 'last', string.format('%d', last))
   -- Retention: beyond MaxEvents, then the oldest while the kept bytes
-  -- pass MaxEventBytes, the newest event always kept.
+  -- pass MaxEventBytes, the newest event always kept: statestore.Options.Over.
   local keep = trimmed
   if max > 0 and last - keep > max then
     keep = last - max
