@@ -85,7 +85,7 @@ type Config struct {
 // Defaults returns the full run's settings, or the quick run's.
 func Defaults(quick bool) Config {
 	c := Config{
-		Updates: 20000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
+		Updates: 100000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
 		Paths: PathKeys, Rounds: 3, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 10000,
 		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt",
 		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
