@@ -363,6 +363,11 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	defer l.Close()
 	log := slog.New(service.LogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.logLevel})))
+	if os.Getpid() == 1 {
+		// A container's init, as the image runs it: what agents leave
+		// behind becomes the gateway's to reap, through the shutdown too.
+		go agent.ReapOrphans(context.Background(), log)
+	}
 	authn, err := authenticator(ctx, cfg, log)
 	if err != nil {
 		return configError{err}

@@ -217,7 +217,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
+	err = startChild(cmd)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -239,6 +239,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	go func() {
 		awaitExit(cmd.Process.Pid)
 		err := cmd.Wait()
+		forgetChild(cmd)
 		close(a.exited)
 		how, reason := describeExit(err)
 		a.finish(fmt.Errorf("%w: %s", ErrExited, how), reason)

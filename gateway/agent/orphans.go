@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The agents this process started and has not reaped. startMu is held
+// (shared) from before an agent starts until its pid is in children, and
+// (exclusively) by the orphan reaper while it looks at exited children, so
+// that the reaper never takes an agent's exit for an orphan's: the agent's
+// own Wait must have it.
+var (
+	startMu  sync.RWMutex
+	childMu  sync.Mutex
+	children = map[int]struct{}{}
+)
+
+// startChild starts cmd, its pid among children until forgetChild.
+func startChild(cmd *exec.Cmd) error {
+	startMu.RLock()
+	defer startMu.RUnlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	childMu.Lock()
+	children[cmd.Process.Pid] = struct{}{}
+	childMu.Unlock()
+	return nil
+}
+
+// forgetChild is called once cmd, started by startChild, is reaped.
+func forgetChild(cmd *exec.Cmd) {
+	childMu.Lock()
+	delete(children, cmd.Process.Pid)
+	childMu.Unlock()
+}
+
+func isChild(pid int) bool {
+	childMu.Lock()
+	defer childMu.Unlock()
+	_, ok := children[pid]
+	return ok
+}
+
+// ReapOrphans reaps, until ctx ends, the exited children of this process
+// that it did not start as agents. When the gateway is a container's PID 1
+// (the image runs it so, with no init), the processes an agent started
+// become its children when the agent's process group is killed (the agent
+// dies first, or they outlive it), and each would stay a zombie, holding
+// its PID, until reaped. Run it only where every other child of the
+// process is started by startChild: it reaps any child that is not.
+func ReapOrphans(ctx context.Context, log *slog.Logger) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	defer signal.Stop(sigs)
+	// SIGCHLDs coalesce, and an agent's exit not yet reaped hides the
+	// children behind it: look again now and then.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if n := reapOrphans(); n > 0 {
+			log.Debug("reaped orphaned processes", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-sigs:
+		case <-tick.C:
+		}
+	}
+}
+
+// reapOrphans reaps the exited children that are not agents, up to the
+// first exited agent, and returns how many it reaped.
+func reapOrphans() int {
+	startMu.Lock()
+	defer startMu.Unlock()
+	n := 0
+	for {
+		// Which child has exited, without reaping it (WNOWAIT).
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+			return n // ECHILD: no children at all
+		}
+		pid := siginfoPid(&info)
+		if pid == 0 || isChild(pid) {
+			return n // none exited, or an agent, which its Wait reaps
+		}
+		var ws unix.WaitStatus
+		if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err != nil || got != pid {
+			return n
+		}
+		n++
+	}
+}
+
+// siginfoPid returns si_pid of a siginfo_t that waitid(2) filled: the
+// first member of the union that follows si_signo, si_errno and si_code,
+// aligned as a pointer is. (x/sys/unix leaves the union unnamed.)
+func siginfoPid(info *unix.Siginfo) int {
+	off := (3*unsafe.Sizeof(int32(0)) + unsafe.Alignof(uintptr(0)) - 1) &^ (unsafe.Alignof(uintptr(0)) - 1)
+	return int(*(*int32)(unsafe.Add(unsafe.Pointer(info), off)))
+}
