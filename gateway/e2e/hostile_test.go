@@ -238,6 +238,32 @@ func TestHostileRequestBodies(t *testing.T) {
 		}
 	})
 
+	t.Run("truncated envelope", func(t *testing.T) {
+		// An envelope cut in its header, or promising more bytes than the
+		// body holds: the client's fault (invalid_argument, 3), unary
+		// or streaming, where connect-go said internal (13) for unary.
+		whole := testutil.Envelope(0, pbString(1, id))
+		for _, method := range []string{"GetSession", "Prompt"} {
+			for _, cut := range []int{3, len(whole) - 2} {
+				status, message := grpcRaw(t, g, method, whole[:cut])
+				if status != "3" || !strings.Contains(message, "malformed request") {
+					t.Errorf("gRPC %s cut at %d bytes: grpc-status %s (%s), want 3, malformed request", method, cut, status, message)
+				}
+			}
+		}
+		// gRPC-Web carries the status in the body's trailers frame.
+		if status, message := grpcWebRaw(t, g, "GetSession", whole[:len(whole)-2]); status != "3" || !strings.Contains(message, "promised 28 bytes") {
+			t.Errorf("gRPC-Web GetSession cut short: grpc-status %s (%s), want 3", status, message)
+		}
+		// Whole, the same bytes are served.
+		if status, message := grpcRaw(t, g, "GetSession", whole); status != "0" {
+			t.Errorf("gRPC GetSession: grpc-status %s (%s)", status, message)
+		}
+		if status, message := grpcWebRaw(t, g, "GetSession", whole); status != "0" {
+			t.Errorf("gRPC-Web GetSession: grpc-status %s (%s)", status, message)
+		}
+	})
+
 	// Nothing of the above started a turn or touched the session.
 	if snap := snapshot(t, g, id); snap.GetLastSeq() != 0 {
 		t.Fatalf("refused requests left %d events", snap.GetLastSeq())
@@ -249,11 +275,18 @@ func TestHostileRequestBodies(t *testing.T) {
 // grpc-status and grpc-message trailers.
 func grpcCall(t *testing.T, g *gateway, method string, msg []byte) (status, message string) {
 	t.Helper()
+	return grpcRaw(t, g, method, testutil.Envelope(0, msg))
+}
+
+// grpcRaw sends body, as it is, as a gRPC request over h2c and returns the
+// grpc-status and grpc-message trailers.
+func grpcRaw(t *testing.T, g *gateway, method string, body []byte) (status, message string) {
+	t.Helper()
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{Protocols: p}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodPost, g.base+"/acp.v2.SessionService/"+method, bytes.NewReader(testutil.Envelope(0, msg)))
+	req, err := http.NewRequest(http.MethodPost, g.base+"/acp.v2.SessionService/"+method, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +305,42 @@ func grpcCall(t *testing.T, g *gateway, method string, msg []byte) (status, mess
 		status, message = res.Header.Get("Grpc-Status"), res.Header.Get("Grpc-Message")
 	}
 	return status, message
+}
+
+// grpcWebRaw sends body, as it is, as a gRPC-Web request over HTTP/1.1
+// and returns the grpc-status and grpc-message of the response's trailers
+// frame (or of its headers, for a trailers-only response).
+func grpcWebRaw(t *testing.T, g *gateway, method string, body []byte) (status, message string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.base+"/acp.v2.SessionService/"+method, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/grpc-web+proto")
+	res, err := hostileHTTP.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	for {
+		flags, data, err := testutil.ReadEnvelope(res.Body)
+		if err != nil {
+			return res.Header.Get("Grpc-Status"), res.Header.Get("Grpc-Message")
+		}
+		if flags&0x80 == 0 {
+			continue
+		}
+		for line := range strings.SplitSeq(string(data), "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			switch strings.ToLower(strings.TrimSpace(k)) {
+			case "grpc-status":
+				status = strings.TrimSpace(v)
+			case "grpc-message":
+				message = strings.TrimSpace(v)
+			}
+		}
+		return status, message
+	}
 }
 
 // TestPromptWithValuesJSONCannotHold sends, over protobuf, a prompt whose

@@ -89,7 +89,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	)
 	// The server streams send their events in batches with one flush each
 	// (connect flushes after every message).
-	mux.Handle(path, flush.Holdable(svcHandler, serverStream))
+	mux.Handle(path, flush.Holdable(unaryFraming(svcHandler, int64(opts.ReadMaxBytes)), serverStream))
 	mux.Handle(grpchealth.NewHandler(readyChecker{grpchealth.NewStaticChecker(acpv2connect.SessionServiceName), ready}))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -161,7 +161,9 @@ func serverStream(r *http.Request) bool {
 
 // framing answers a streaming request whose message framing is broken (a
 // truncated envelope) with invalid_argument: connect-go reports it as
-// internal, which would blame the gateway for the client's bytes.
+// internal, which would blame the gateway for the client's bytes. Unary
+// gRPC requests are read before interceptors run: unaryFraming checks
+// theirs.
 type framing struct{}
 
 func (framing) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
