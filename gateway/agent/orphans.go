@@ -22,7 +22,7 @@ import (
 var (
 	startMu  sync.RWMutex
 	childMu  sync.Mutex
-	children = map[int]struct{}{}
+	children = map[int]*exec.Cmd{}
 )
 
 // startChild starts cmd, its pid among children until forgetChild.
@@ -33,15 +33,18 @@ func startChild(cmd *exec.Cmd) error {
 		return err
 	}
 	childMu.Lock()
-	children[cmd.Process.Pid] = struct{}{}
+	children[cmd.Process.Pid] = cmd
 	childMu.Unlock()
 	return nil
 }
 
-// forgetChild is called once cmd, started by startChild, is reaped.
+// forgetChild is called once cmd, started by startChild, is reaped. (Its
+// pid may be another agent's by then.)
 func forgetChild(cmd *exec.Cmd) {
 	childMu.Lock()
-	delete(children, cmd.Process.Pid)
+	if children[cmd.Process.Pid] == cmd {
+		delete(children, cmd.Process.Pid)
+	}
 	childMu.Unlock()
 }
 

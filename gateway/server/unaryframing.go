@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 )
@@ -18,19 +19,19 @@ import (
 // connect-go to refuse as too large.
 func unaryFraming(next http.Handler, readMax int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		web, ok := grpcContent(r.Header.Get("Content-Type"))
+		ct, web, ok := grpcContent(r.Header.Get("Content-Type"))
 		if !ok || r.Method != http.MethodPost || serverStream(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, readMax+envelopeHeader+1))
 		if err != nil {
-			writeGRPCError(w, r, web, fmt.Sprintf("malformed request: reading the body: %v", err))
+			writeGRPCError(w, ct, web, fmt.Sprintf("malformed request: reading the body: %v", err))
 			return
 		}
 		if int64(len(body)) <= readMax+envelopeHeader {
 			if msg := truncated(body); msg != "" {
-				writeGRPCError(w, r, web, "malformed request: protocol error: "+msg)
+				writeGRPCError(w, ct, web, "malformed request: protocol error: "+msg)
 				return
 			}
 		}
@@ -43,18 +44,26 @@ func unaryFraming(next http.Handler, readMax int64) http.Handler {
 // byte and a 4-byte big-endian length.
 const envelopeHeader = 5
 
-// grpcContent reports whether a request of this content type speaks gRPC,
-// and whether gRPC-Web (not its base64 form, which connect-go does not
-// serve).
-func grpcContent(contentType string) (web, ok bool) {
-	ct, _, _ := strings.Cut(strings.ToLower(contentType), ";")
-	switch ct = strings.TrimSpace(ct); {
-	case ct == "application/grpc-web" || strings.HasPrefix(ct, "application/grpc-web+"):
-		return true, true
-	case ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+"):
-		return false, true
+// grpcContent returns the content type of a request that speaks gRPC (or
+// gRPC-Web: web) with a codec the server has, tidied as connect-go tidies
+// it (lower case, a lower-case charset); ok is false for any other, which
+// connect-go answers itself.
+func grpcContent(contentType string) (ct string, web, ok bool) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return "", false, false
 	}
-	return false, false
+	if cs, has := params["charset"]; has {
+		params["charset"] = strings.ToLower(cs)
+	}
+	ct = mime.FormatMediaType(mt, params)
+	switch ct {
+	case "application/grpc", "application/grpc+proto", "application/grpc+json", "application/grpc+json; charset=utf-8":
+		return ct, false, true
+	case "application/grpc-web", "application/grpc-web+proto", "application/grpc-web+json", "application/grpc-web+json; charset=utf-8":
+		return ct, true, true
+	}
+	return "", false, false
 }
 
 // truncated describes how body's envelopes are cut short, or returns "".
@@ -75,9 +84,9 @@ func truncated(body []byte) string {
 // writeGRPCError answers with invalid_argument and message: a
 // trailers-only response for gRPC, the trailers in a final frame of the
 // body for gRPC-Web.
-func writeGRPCError(w http.ResponseWriter, r *http.Request, web bool, message string) {
+func writeGRPCError(w http.ResponseWriter, contentType string, web bool, message string) {
 	h := w.Header()
-	h.Set("Content-Type", r.Header.Get("Content-Type"))
+	h.Set("Content-Type", contentType)
 	const invalidArgument = "3"
 	if !web {
 		h.Set("Grpc-Status", invalidArgument)

@@ -28,6 +28,8 @@ func TestUnaryFramingHandsOnTheBody(t *testing.T) {
 		{"the second cut", "application/grpc", "/acp.v2.SessionService/GetSession", append(append([]byte{}, one...), one[:7]...), true},
 		{"gRPC-Web, cut", "application/grpc-web+proto", "/acp.v2.SessionService/GetSession", one[:len(one)-1], true},
 		{"gRPC-Web text is not read", "application/grpc-web-text", "/acp.v2.SessionService/GetSession", one[:3], false},
+		{"a codec the server lacks is not read", "application/grpc+foo", "/acp.v2.SessionService/GetSession", one[:3], false},
+		{"tidied as connect-go does", "Application/GRPC+JSON; Charset=UTF-8", "/acp.v2.SessionService/GetSession", one[:3], true},
 		{"Connect is not read", "application/proto", "/acp.v2.SessionService/GetSession", one[:3], false},
 		{"a stream is left to its interceptor", "application/grpc", "/acp.v2.SessionService/Watch", one[:3], false},
 		// Over readMax, unread: connect-go refuses it as too large.
