@@ -38,7 +38,8 @@ type lineReader struct {
 	start, end int
 	own        []byte             // the lineBuffer of this reader
 	burst      *[burstBuffer]byte // the burst buffer in use, or nil
-	// full is whether the last read filled the room it had.
+	// full is whether the last read filled the room it had, ending in
+	// the middle of a line.
 	full bool
 	// err is the read error that follows buf[start:end].
 	err error
@@ -122,7 +123,9 @@ func (r *lineReader) fill() {
 	r.buf, r.burst, r.start, r.end = next, burst, 0, n
 	for range 100 {
 		m, err := r.r.Read(r.buf[r.end:])
-		r.full = m == len(r.buf)-r.end
+		// A read that fills the room with whole lines may be all the agent
+		// wrote: the next read, which may wait, is not a burst's.
+		r.full = m == len(r.buf)-r.end && r.buf[r.end+m-1] != '\n'
 		r.end += m
 		if m > 0 || err != nil {
 			r.err = err

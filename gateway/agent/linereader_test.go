@@ -149,6 +149,34 @@ func TestLineReaderBursts(t *testing.T) {
 	}
 }
 
+// sizes is a reader that notes the room of each Read.
+type sizes struct {
+	chunks
+	rooms []int
+}
+
+func (s *sizes) Read(p []byte) (int, error) {
+	s.rooms = append(s.rooms, len(p))
+	return s.chunks.Read(p)
+}
+
+// Output that fills the small buffer exactly with whole lines, then stops,
+// is not a burst: the read that waits for more is into the small buffer.
+func TestLineReaderExactFillIsNotABurst(t *testing.T) {
+	t.Parallel()
+	src := &sizes{chunks: chunks{data: []byte(strings.Repeat("x", lineBuffer-1) + "\n"), sizes: []int{1 << 30}}}
+	r := newLineReader(src)
+	if line, err := r.readLine(1 << 20); err != nil || len(line) != lineBuffer-1 {
+		t.Fatalf("%d bytes, %v", len(line), err)
+	}
+	if _, err := r.readLine(1 << 20); err != io.EOF {
+		t.Fatalf("the end: %v", err)
+	}
+	if len(src.rooms) < 2 || src.rooms[1] != lineBuffer {
+		t.Fatalf("reads with room %v; the second, which waits, should have %d", src.rooms, lineBuffer)
+	}
+}
+
 // A line over the limit fails as soon as the limit is passed, and reading
 // ends there, the burst buffer given back.
 func TestLineReaderLimit(t *testing.T) {
