@@ -3,11 +3,14 @@ package server
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"strings"
+
+	"connectrpc.com/connect"
 )
 
 // unaryFraming answers a gRPC or gRPC-Web unary request whose message
@@ -19,23 +22,25 @@ import (
 // connect-go to refuse as too large.
 func unaryFraming(next http.Handler, readMax int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ct, web, ok := grpcContent(r.Header.Get("Content-Type"))
-		if !ok || r.Method != http.MethodPost || serverStream(r) {
+		if !grpcContent(r.Header.Get("Content-Type")) || r.Method != http.MethodPost || serverStream(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, readMax+envelopeHeader+1))
 		if err != nil {
-			writeGRPCError(w, ct, web, fmt.Sprintf("malformed request: reading the body: %v", err))
+			invalidArgument(w, r, fmt.Sprintf("malformed request: reading the body: %v", err))
 			return
 		}
 		if int64(len(body)) <= readMax+envelopeHeader {
 			if msg := truncated(body); msg != "" {
-				writeGRPCError(w, ct, web, "malformed request: protocol error: "+msg)
+				invalidArgument(w, r, "malformed request: protocol error: "+msg)
 				return
 			}
 		}
-		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -44,26 +49,24 @@ func unaryFraming(next http.Handler, readMax int64) http.Handler {
 // byte and a 4-byte big-endian length.
 const envelopeHeader = 5
 
-// grpcContent returns the content type of a request that speaks gRPC (or
-// gRPC-Web: web) with a codec the server has, tidied as connect-go tidies
-// it (lower case, a lower-case charset); ok is false for any other, which
-// connect-go answers itself.
-func grpcContent(contentType string) (ct string, web, ok bool) {
+// grpcContent reports whether a request of this content type speaks gRPC
+// or gRPC-Web with a codec the server has, the type tidied as connect-go
+// tidies it (lower case, a lower-case charset). connect-go answers any
+// other itself.
+func grpcContent(contentType string) bool {
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil {
-		return "", false, false
+		return false
 	}
 	if cs, has := params["charset"]; has {
 		params["charset"] = strings.ToLower(cs)
 	}
-	ct = mime.FormatMediaType(mt, params)
-	switch ct {
-	case "application/grpc", "application/grpc+proto", "application/grpc+json", "application/grpc+json; charset=utf-8":
-		return ct, false, true
-	case "application/grpc-web", "application/grpc-web+proto", "application/grpc-web+json", "application/grpc-web+json; charset=utf-8":
-		return ct, true, true
+	switch mime.FormatMediaType(mt, params) {
+	case "application/grpc", "application/grpc+proto", "application/grpc+json", "application/grpc+json; charset=utf-8",
+		"application/grpc-web", "application/grpc-web+proto", "application/grpc-web+json", "application/grpc-web+json; charset=utf-8":
+		return true
 	}
-	return "", false, false
+	return false
 }
 
 // truncated describes how body's envelopes are cut short, or returns "".
@@ -81,46 +84,11 @@ func truncated(body []byte) string {
 	return ""
 }
 
-// writeGRPCError answers with invalid_argument and message: a
-// trailers-only response for gRPC, the trailers in a final frame of the
-// body for gRPC-Web.
-func writeGRPCError(w http.ResponseWriter, contentType string, web bool, message string) {
-	h := w.Header()
-	h.Set("Content-Type", contentType)
-	const invalidArgument = "3"
-	if !web {
-		h.Set("Grpc-Status", invalidArgument)
-		h.Set("Grpc-Message", grpcPercentEncode(message))
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	trailers := "grpc-status: " + invalidArgument + "\r\ngrpc-message: " + grpcPercentEncode(message) + "\r\n"
-	frame := make([]byte, envelopeHeader, envelopeHeader+len(trailers))
-	frame[0] = 0x80 // a trailers frame
-	binary.BigEndian.PutUint32(frame[1:], uint32(len(trailers)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(frame, trailers...))
-}
+// errorWriter writes an error as connect-go's handlers do, in the
+// request's protocol.
+var errorWriter = connect.NewErrorWriter()
 
-// grpcPercentEncode encodes a grpc-message value: bytes outside printable
-// ASCII, and '%', as %XX.
-func grpcPercentEncode(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < ' ' || c > '~' || c == '%' {
-			fmt.Fprintf(&b, "%%%02X", c)
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
+// invalidArgument answers r with invalid_argument and message.
+func invalidArgument(w http.ResponseWriter, r *http.Request, message string) {
+	_ = errorWriter.Write(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New(message)))
 }
-
-// readCloser reads from r and closes c.
-type readCloser struct {
-	io.Reader
-	c io.Closer
-}
-
-func (rc readCloser) Close() error { return rc.c.Close() }

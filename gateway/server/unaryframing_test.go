@@ -59,10 +59,3 @@ func TestUnaryFramingHandsOnTheBody(t *testing.T) {
 		}
 	}
 }
-
-func TestGRPCPercentEncode(t *testing.T) {
-	t.Parallel()
-	if got, want := grpcPercentEncode("50% off: é\n"), "50%25 off: %C3%A9%0A"; got != want {
-		t.Fatalf("%q, want %q", got, want)
-	}
-}
