@@ -53,25 +53,17 @@ type Writer struct {
 // SetWriteTimeout bounds how long the response's writes may block: each
 // batch (from Hold to Release) and each write or flush made while not
 // held must be done within d of its start, or it fails and the response
-// ends. Zero removes the bound. Deadlines are set with
+// ends. Zero (or less) sets no bound, as a Writer has before. Deadlines are set with
 // http.ResponseController; where the response does not support them (a
 // recorder in tests), there is no bound. The deadline is cleared once a
 // batch is released and once a flush is done: on HTTP/2 a deadline that
 // passes resets the stream even with no write under way, which would end
 // an idle stream between its messages.
 func (w *Writer) SetWriteTimeout(d time.Duration) {
-	if w == nil || d <= 0 && w.timeout == 0 {
-		return // nothing to set or clear
+	if w != nil && d > 0 {
+		w.timeout = d
+		w.refresh()
 	}
-	w.timeout = d
-	if w.rc == nil {
-		w.rc = http.NewResponseController(w.ResponseWriter)
-	}
-	if d <= 0 {
-		_ = w.rc.SetWriteDeadline(time.Time{})
-		return
-	}
-	w.refresh()
 }
 
 // refresh moves the write deadline to the timeout from now, when there is
@@ -150,11 +142,7 @@ func (w *Writer) FlushError() error {
 		return w.err
 	}
 	w.refresh()
-	rc := w.rc
-	if rc == nil {
-		rc = http.NewResponseController(w.ResponseWriter)
-	}
-	err := rc.Flush()
+	err := w.rc.Flush()
 	w.clear()
 	return err
 }
@@ -207,7 +195,7 @@ func Holdable(h http.Handler, match func(*http.Request) bool) http.Handler {
 			h.ServeHTTP(rw, r)
 			return
 		}
-		w := &Writer{ResponseWriter: rw, f: f}
+		w := &Writer{ResponseWriter: rw, f: f, rc: http.NewResponseController(rw)}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), key{}, w)))
 		// Nothing held is left behind by a handler that did not release.
 		_ = w.Release()
