@@ -98,9 +98,10 @@ func fanout(ctx context.Context, self []string, runID string, g *gatewayProc, tr
 	lastRecv := max(driver.LastRecv, seen.LastRecv)
 	if span := driver.LastSend - driver.FirstSend; span > 0 {
 		res.AgentRate = float64(driver.Updates-1) / (float64(span) / 1e9)
-		if agentErr == nil && agentErr1 == nil {
-			res.AgentRunPct, res.AgentCPUWaitPct, res.AgentBlockedPct = agentShares(run1-run0, wait1-wait0, window)
-		}
+	}
+	if agentErr == nil && agentErr1 == nil {
+		// Of the Prompt call's time, not of the send stamps' span.
+		res.AgentRunPct, res.AgentCPUWaitPct, res.AgentBlockedPct = agentShares(run1-run0, wait1-wait0, window)
 	}
 	if span := lastRecv - driver.FirstSend; span > 0 {
 		res.DeliveredRate = float64(delivered) / (float64(span) / 1e9)
