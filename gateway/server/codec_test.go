@@ -225,4 +225,7 @@ func TestCodecWritesAReplysEncoding(t *testing.T) {
 		t.Fatalf("JSON codec: %v", err)
 	}
 	testutil.SameJSON(t, js, want)
+	if !jc.events.Held(ev) {
+		t.Fatal("the JSON codec did not write the Reply's event from its cache")
+	}
 }
