@@ -94,7 +94,7 @@ func (e *encoder) release() {
 	if cap(e.scratch) > maxKeptScratch {
 		e.scratch = nil
 	}
-	clear(e.entries[:cap(e.entries)]) // hold no message
+	clear(e.entries) // hold no message: past len, structObject has cleared them
 	e.entries = e.entries[:0]
 	e.b = nil
 	encoders.Put(e)
