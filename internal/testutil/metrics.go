@@ -1,10 +1,12 @@
 package testutil
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // MetricSum sums the samples of metric name in g (a counter's or a
@@ -21,27 +23,23 @@ func MetricSum(t testing.TB, g prometheus.Gatherer, name string, labels ...strin
 		if f.GetName() != name {
 			continue
 		}
-	samples:
 		for _, m := range f.GetMetric() {
-			for _, want := range labels {
-				k, v, _ := strings.Cut(want, "=")
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || l.GetName() == k && l.GetValue() == v
-				}
-				if !found {
-					continue samples
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
+			if hasLabels(m, labels) {
+				// One of the three is set; the others' getters give 0.
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}
 	return sum
+}
+
+// hasLabels reports whether m carries every "name=value" label.
+func hasLabels(m *dto.Metric, labels []string) bool {
+	for _, want := range labels {
+		k, v, _ := strings.Cut(want, "=")
+		if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == k && l.GetValue() == v }) {
+			return false
+		}
+	}
+	return true
 }
