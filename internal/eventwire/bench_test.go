@@ -8,9 +8,10 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
-// BenchmarkGetNewEvent is the cache's own cost for an event a session has
-// just made, asked for twice (by the store, then a stream); the marshal
-// is left out.
+// BenchmarkGetNewEvent is the cache's own cost for an event that comes
+// without its encoding (a session hands its own events' bytes along, so
+// the cache serves the others), asked for by two streams; the marshal is
+// left out.
 func BenchmarkGetNewEvent(b *testing.B) {
 	wire := []byte("x")
 	c := New(DefaultEntries, DefaultBytes, func(proto.Message) ([]byte, error) { return wire, nil })
