@@ -31,7 +31,10 @@ type Session struct {
 	command []string
 	log     *slog.Logger
 
-	mu             sync.Mutex
+	mu sync.Mutex
+	// marshalled counts the events emitBodiesLocked marshalled whole, for
+	// want of a body: the tests' check that updates come encoded.
+	marshalled     int
 	state          statestore.State
 	detail         string
 	agent          *agent.Agent
@@ -352,6 +355,7 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, 
 			// Left nil when it does not marshal: the store's Append then
 			// says why.
 			wires[i], _ = proto.Marshal(ev)
+			s.marshalled++
 		}
 	}
 	ctx, cancel := s.m.storeContext()

@@ -157,6 +157,12 @@ func TestMergedCallEventsComeEncoded(t *testing.T) {
 	st.mu.Lock()
 	held := st.held
 	st.mu.Unlock()
+	s.mu.Lock()
+	marshalled := s.marshalled
+	s.mu.Unlock()
+	if marshalled != 0 {
+		t.Fatalf("%d events marshalled whole, not from their bodies", marshalled)
+	}
 	if len(held) != 3 {
 		t.Fatalf("%d merged tool-call events stored, want 3", len(held))
 	}
@@ -199,6 +205,12 @@ func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 	st.mu.Lock()
 	appends, changed, held := st.appends, st.changed, append(st.held, st.others...)
 	st.mu.Unlock()
+	s.mu.Lock()
+	marshalled := s.marshalled
+	s.mu.Unlock()
+	if marshalled != 0 {
+		t.Fatalf("%d events marshalled whole, not from their bodies", marshalled)
+	}
 	if appends != 1 {
 		t.Fatalf("%d appends for one batch", appends)
 	}
