@@ -667,7 +667,12 @@ func checkCompactCall(t testing.TB, ops []op) {
 				t.Fatalf("op %d: no room for a version just made", i)
 			}
 		}
-		compacted.CompactCall(got2.ToolCallId)
+		if i%3 != 2 {
+			// Not after every op: a call encoded by WireRoom at one op and
+			// changed at the next is compacted with an encoding of an
+			// earlier version at hand.
+			compacted.CompactCall(got2.ToolCallId)
+		}
 		compacted.CompactCall("no such call") // nothing happens
 		if !equalCalls(compacted.Snapshot(), plain.Snapshot()) || compacted.Len() != plain.Len() {
 			t.Fatalf("op %d: Snapshot after CompactCall differs:\n got: %v\nwant: %v", i, compacted.Snapshot(), plain.Snapshot())
@@ -675,6 +680,9 @@ func checkCompactCall(t testing.TB, ops []op) {
 	}
 	// The compacted calls were left compacted: each Snapshot decodes them
 	// afresh.
+	if first := compacted.Snapshot(); len(first) > 0 {
+		compacted.CompactCall(first[len(first)-1].ToolCallId)
+	}
 	if first, second := compacted.Snapshot(), compacted.Snapshot(); len(first) > 0 && first[len(first)-1] == second[len(second)-1] {
 		t.Fatal("a call was not left compacted")
 	}
