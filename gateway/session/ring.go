@@ -44,7 +44,6 @@ type ring struct {
 	// subscription needs were let go, and the last seq at the previous
 	// sweep.
 	maxEvents, maxBytes int
-	sizes               []int
 	bytes               int
 	swept, sweptAt      uint64
 }
@@ -53,7 +52,7 @@ type ring struct {
 // (of their encodings) whose next event has seq last+1.
 func newRing(maxEvents, maxBytes int, last uint64) *ring {
 	n := min(maxEvents, initialRing)
-	r := &ring{maxEvents: maxEvents, maxBytes: maxBytes, sizes: make([]int, n), swept: last, sweptAt: last}
+	r := &ring{maxEvents: maxEvents, maxBytes: maxBytes, swept: last, sweptAt: last}
 	slots := make(slotArray, n)
 	r.slots.Store(&slots)
 	r.last.Store(last)
@@ -83,9 +82,7 @@ func (r *ring) sweep(need uint64) {
 	}
 	for q := from; q <= to; q++ {
 		if slot := &slots[q%n]; slot.Load().seq() == q {
-			slot.Store(nil)
-			r.bytes -= r.sizes[q%n]
-			r.sizes[q%n] = 0
+			r.bytes -= len(slot.Swap(nil).Wire)
 		}
 	}
 	r.swept = to
@@ -113,12 +110,10 @@ func (r *ring) publish(events []*acpv2.SessionEvent, wires [][]byte, need func()
 	for i := range batch {
 		e := &batch[i]
 		j := e.GetSeq() % n
-		if slots[j].Load() != nil {
-			r.bytes -= r.sizes[j] // lapped: a subscription at it is lagging
+		if old := slots[j].Swap(e); old != nil {
+			r.bytes -= len(old.Wire) // lapped: a subscription at it is lagging
 		}
-		slots[j].Store(e)
-		r.sizes[j] = len(e.Wire)
-		r.bytes += r.sizes[j]
+		r.bytes += len(e.Wire)
 	}
 	r.last.Store(events[len(events)-1].GetSeq())
 	if r.waiting.Load() {
@@ -159,7 +154,7 @@ func (r *ring) makeRoom(k, incoming int, need func() uint64) {
 func (r *ring) grow(n int) {
 	old := *r.slots.Load()
 	on := uint64(len(old))
-	slots, sizes := make(slotArray, n), make([]int, n)
+	slots := make(slotArray, n)
 	last := r.last.Load()
 	from := r.swept + 1
 	if last >= on && last-on+1 > from {
@@ -168,10 +163,8 @@ func (r *ring) grow(n int) {
 	for q := from; q <= last; q++ {
 		if ev := old[q%on].Load(); ev.seq() == q {
 			slots[q%uint64(n)].Store(ev)
-			sizes[q%uint64(n)] = r.sizes[q%on]
 		}
 	}
-	r.sizes = sizes
 	r.slots.Store(&slots)
 }
 
