@@ -39,27 +39,32 @@ func AppendStruct(b []byte, s *structpb.Struct) ([]byte, error) {
 		if !utf8.ValidString(k) {
 			return nil, errUTF8
 		}
-		if b, err = AppendNested(b, fieldEntries, entry{k, v}, appendEntry); err != nil {
+		vs, inner := sizeValue(v)
+		b = protowire.AppendTag(b, fieldEntries, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(entrySize(k, vs)))
+		b = protowire.AppendTag(b, fieldKey, protowire.BytesType)
+		b = protowire.AppendString(b, k)
+		b = protowire.AppendTag(b, fieldEntryValue, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(vs))
+		if b, err = appendValue(b, v, inner); err != nil {
 			return nil, err
 		}
 	}
 	return b, nil
 }
 
-// entry is a member of a Struct, encoded as a map entry.
-type entry struct {
-	k string
-	v *structpb.Value
-}
-
-func appendEntry(b []byte, e entry) ([]byte, error) {
-	b = protowire.AppendTag(b, fieldKey, protowire.BytesType)
-	b = protowire.AppendString(b, e.k)
-	return AppendNested(b, fieldEntryValue, e.v, AppendValue)
-}
-
 // AppendValue appends the encoding of v to b.
 func AppendValue(b []byte, v *structpb.Value) ([]byte, error) {
+	_, inner := sizeValue(v)
+	return appendValue(b, v, inner)
+}
+
+// appendValue appends v's encoding, where inner is the length sizeValue
+// gives for its Struct or list, checking as it goes what proto.Marshal
+// would refuse or this package does not encode. (Sizing first, rather
+// than moving each nested message's contents along once its length is
+// known, keeps long values from being moved once per level.)
+func appendValue(b []byte, v *structpb.Value, inner int) ([]byte, error) {
 	if v == nil || len(v.ProtoReflect().GetUnknown()) != 0 {
 		return nil, ErrUnsupported
 	}
@@ -80,24 +85,69 @@ func AppendValue(b []byte, v *structpb.Value) ([]byte, error) {
 		b = protowire.AppendTag(b, fieldBool, protowire.VarintType)
 		b = protowire.AppendVarint(b, protowire.EncodeBool(k.BoolValue))
 	case *structpb.Value_StructValue:
-		return AppendNested(b, fieldStruct, k.StructValue, AppendStruct)
+		b = protowire.AppendTag(b, fieldStruct, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(inner))
+		return AppendStruct(b, k.StructValue)
 	case *structpb.Value_ListValue:
-		return AppendNested(b, fieldList, k.ListValue, appendList)
+		l := k.ListValue
+		if l == nil || len(l.ProtoReflect().GetUnknown()) != 0 {
+			return nil, ErrUnsupported
+		}
+		b = protowire.AppendTag(b, fieldList, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(inner))
+		var err error
+		for _, e := range l.GetValues() {
+			es, ei := sizeValue(e)
+			b = protowire.AppendTag(b, fieldValues, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(es))
+			if b, err = appendValue(b, e, ei); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return b, nil
 }
 
-func appendList(b []byte, l *structpb.ListValue) ([]byte, error) {
-	if l == nil || len(l.ProtoReflect().GetUnknown()) != 0 {
-		return nil, ErrUnsupported
+func sizeStruct(s *structpb.Struct) int {
+	n := 0
+	for k, v := range s.GetFields() {
+		vs, _ := sizeValue(v)
+		n += protowire.SizeTag(fieldEntries) + protowire.SizeBytes(entrySize(k, vs))
 	}
-	var err error
-	for _, e := range l.GetValues() {
-		if b, err = AppendNested(b, fieldValues, e, AppendValue); err != nil {
-			return nil, err
+	return n
+}
+
+// entrySize is the length of a Struct entry of key k and a value of vs
+// bytes.
+func entrySize(k string, vs int) int {
+	return protowire.SizeTag(fieldKey) + protowire.SizeBytes(len(k)) +
+		protowire.SizeTag(fieldEntryValue) + protowire.SizeBytes(vs)
+}
+
+// sizeValue returns the length of v's encoding and, for a Struct or a
+// list, the length of that message's, which appendValue takes: each
+// level sizes what is below it once.
+func sizeValue(v *structpb.Value) (n, inner int) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		return protowire.SizeTag(fieldNull) + protowire.SizeVarint(uint64(k.NullValue)), 0
+	case *structpb.Value_NumberValue:
+		return protowire.SizeTag(fieldNumber) + protowire.SizeFixed64(), 0
+	case *structpb.Value_StringValue:
+		return protowire.SizeTag(fieldString) + protowire.SizeBytes(len(k.StringValue)), 0
+	case *structpb.Value_BoolValue:
+		return protowire.SizeTag(fieldBool) + protowire.SizeVarint(protowire.EncodeBool(k.BoolValue)), 0
+	case *structpb.Value_StructValue:
+		inner = sizeStruct(k.StructValue)
+		return protowire.SizeTag(fieldStruct) + protowire.SizeBytes(inner), inner
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			es, _ := sizeValue(e)
+			inner += protowire.SizeTag(fieldValues) + protowire.SizeBytes(es)
 		}
+		return protowire.SizeTag(fieldList) + protowire.SizeBytes(inner), inner
 	}
-	return b, nil
+	return 0, 0
 }
 
 // AppendNested appends a message field num whose contents appendInner
