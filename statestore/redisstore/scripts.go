@@ -126,18 +126,18 @@ if n > 0 then
   redis.call('HSET', rec, 'last', string.format('%d', last))
   -- Retention: beyond MaxEvents, then the oldest while the kept bytes
   -- pass MaxEventBytes, the newest event always kept: statestore.Options.Over.
-  local keep = trimmed
-  if max > 0 and last - keep > max then
-    keep = last - max
-    for _, e in ipairs(redis.call('XRANGE', ev, string.format('%d-0', trimmed + 1), string.format('%d-0', keep))) do
-      bytes = bytes - #e[2][2]
-    end
+  local keep, page = trimmed, 1
+  local function over()
+    return (max > 0 and last - keep > max) or (maxb > 0 and bytes > maxb and last - keep > 1)
   end
-  while maxb > 0 and bytes > maxb and last - keep > 1 do
-    local got = redis.call('XRANGE', ev, string.format('%d-0', keep + 1), '+', 'COUNT', 64)
+  -- Read a page at a time, from one event up: an append at the caps drops
+  -- about as many as it adds, and each read copies the events' bytes.
+  while over() do
+    local got = redis.call('XRANGE', ev, string.format('%d-0', keep + 1), '+', 'COUNT', page)
     if #got == 0 then break end
+    page = math.min(2 * page, 256)
     for _, e in ipairs(got) do
-      if bytes <= maxb or last - keep <= 1 then break end
+      if not over() then break end
       bytes = bytes - #e[2][2]
       keep = tonumber(string.match(e[1], '^(%d+)'))
     end
