@@ -120,11 +120,7 @@ func (m *Memory) SetAgentSession(_ context.Context, id, agentSessionID string, p
 // encoded leaves the log as it was, and encoding holds up no other
 // session.
 func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
-	encoded, err := EventWires(id, events, wires, nil)
-	if err != nil {
-		return err
-	}
-	calls, err := CallWires(id, events, encoded, changed, nil)
+	encoded, calls, err := Wires(id, events, wires, changed, nil)
 	if err != nil {
 		return err
 	}

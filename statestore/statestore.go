@@ -179,10 +179,21 @@ func CheckSeqs(last uint64, events []*acpv2.SessionEvent) error {
 	return nil
 }
 
-// EventWires returns each event's encoding for Append: wires[i] where
+// Wires returns the encodings Append stores: each event's (eventWires)
+// and each changed tool call's (callWires). marshal encodes what has no
+// encoding given (nil: proto.Marshal).
+func Wires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall, marshal func(proto.Message) ([]byte, error)) (evs, calls [][]byte, err error) {
+	if evs, err = eventWires(id, events, wires, marshal); err != nil {
+		return nil, nil, err
+	}
+	calls, err = callWires(id, events, evs, changed, marshal)
+	return evs, calls, err
+}
+
+// eventWires returns each event's encoding for Append: wires[i] where
 // given (wires is nil or as long as events), else marshal's (nil:
 // proto.Marshal); an error names the event that does not marshal.
-func EventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal func(proto.Message) ([]byte, error)) ([][]byte, error) {
+func eventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal func(proto.Message) ([]byte, error)) ([][]byte, error) {
 	if marshal == nil {
 		marshal = proto.Marshal
 	}
@@ -207,12 +218,12 @@ func EventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal
 // toolCallField is the number of SessionEvent's tool_call field.
 var toolCallField = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
 
-// CallWires returns each changed tool call's encoding for Append: within
+// callWires returns each changed tool call's encoding for Append: within
 // wires[i], the encoding of the last of events that holds the call (its
 // merged call's event, which the store keeps anyway: no copy is made, and
 // the call is not marshalled again), else marshal's (nil: proto.Marshal).
-// wires are the events' encodings, as EventWires returns them.
-func CallWires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall, marshal func(proto.Message) ([]byte, error)) ([][]byte, error) {
+// wires are the events' encodings, as eventWires returns them.
+func callWires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall, marshal func(proto.Message) ([]byte, error)) ([][]byte, error) {
 	if marshal == nil {
 		marshal = proto.Marshal
 	}

@@ -528,11 +528,7 @@ type encoded struct {
 // Append implements statestore.Store.
 func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
 	// Encoded before the write transaction, which holds up every writer.
-	wires, err := statestore.EventWires(id, events, wires, nil)
-	if err != nil {
-		return err
-	}
-	callWires, err := statestore.CallWires(id, events, wires, changed, nil)
+	wires, callWires, err := statestore.Wires(id, events, wires, changed, nil)
 	if err != nil {
 		return err
 	}

@@ -36,11 +36,7 @@ func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEv
 			return err
 		}
 	}
-	wires, err := statestore.EventWires(id, events, wires, marshal.Marshal)
-	if err != nil {
-		return err
-	}
-	calls, err := statestore.CallWires(id, events, wires, changed, marshal.Marshal)
+	wires, calls, err := statestore.Wires(id, events, wires, changed, marshal.Marshal)
 	if err != nil {
 		return err
 	}
