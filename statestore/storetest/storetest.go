@@ -396,25 +396,7 @@ func testRetention(t *testing.T, s statestore.Store) {
 		t.Fatal(err)
 	}
 	appendN(t, s, "a", 1, 25)
-	rec, err := s.GetSession(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.LastSeq != 25 || rec.TrimmedSeq != 15 {
-		t.Fatalf("LastSeq %d TrimmedSeq %d, want 25 and 15", rec.LastSeq, rec.TrimmedSeq)
-	}
-	for _, after := range []uint64{0, 3, 14} {
-		if _, err := s.Events(ctx, "a", after, 0); !errors.Is(err, statestore.ErrTrimmed) {
-			t.Fatalf("Events(after %d) err = %v, want ErrTrimmed", after, err)
-		}
-	}
-	got, err := s.Events(ctx, "a", 15, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 10 || got[0].GetSeq() != 16 || got[9].GetSeq() != 25 {
-		t.Fatalf("Events(after 15) = %d events from seq %d", len(got), got[0].GetSeq())
-	}
+	CheckKept(t, s, "a", 15, 25, "25 events")
 	// Trimming events never trims tool calls.
 	calls, asOf, err := s.ToolCalls(ctx, "a")
 	if err != nil {
@@ -760,7 +742,7 @@ func testLeases(t *testing.T, a, b statestore.Store) {
 // a field the message lacks, ToolCalls has that field. A call with no event
 // of its own is marshalled. Either way ToolCalls hands out messages of its
 // own, which later changes to the appended ones do not reach.
-// (statestore.CallWires does it for every store.)
+// (statestore.Wires does it for every store.)
 func testCallsFromTheirEvents(t *testing.T, m statestore.Store) {
 	ctx := context.Background()
 	if err := m.CreateSession(ctx, session("a", "")); err != nil {
