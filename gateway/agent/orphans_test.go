@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // orphanHelper names the environment variable that makes this test binary
@@ -87,17 +90,10 @@ func orphanHelperMain(t *testing.T) {
 
 	// The orphan, now this process's child, exits and is reaped: its
 	// /proc entry goes (a zombie keeps it, in state Z).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", orphan))
-		if errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("orphan %d not reaped: %s", orphan, stat)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, fmt.Sprintf("orphan %d to be reaped", orphan), func() bool {
+		_, ok := procfs.Stat(orphan)
+		return !ok
+	})
 	fmt.Println("orphans reaped")
 }
 
