@@ -215,8 +215,9 @@ func eventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal
 	return out, nil
 }
 
-// toolCallField is the number of SessionEvent's tool_call field.
-var toolCallField = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
+// ToolCallField is the number of SessionEvent's tool_call field: a merged
+// call's event holds the call's encoding there.
+var ToolCallField = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
 
 // callWires returns each changed tool call's encoding for Append: within
 // wires[i], the encoding of the last of events that holds the call (its
@@ -231,7 +232,7 @@ func callWires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed 
 	for i, tc := range changed {
 		for j := len(events) - 1; j >= 0; j-- {
 			if events[j].GetToolCall() == tc {
-				out[i], _ = protowalk.Bytes(wires[j], toolCallField)
+				out[i], _ = protowalk.Bytes(wires[j], ToolCallField)
 				break
 			}
 		}

@@ -65,9 +65,6 @@ func eventByNumber(u *acpv2.SessionUpdate) *acpv2.SessionEvent {
 	return ev
 }
 
-// toolCallField is the number of SessionEvent's tool_call field.
-var toolCallField = eventFields.ByName("tool_call").Number()
-
 // toolCallEvent is the event of a merged tool call, with its variant's
 // wrapper in one allocation.
 func toolCallEvent(tc *acpv2.ToolCall) *acpv2.SessionEvent {

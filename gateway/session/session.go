@@ -437,7 +437,7 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		// Encoded now, while it is the call's current version, from the
 		// version before and the update's own encoding, with room for the
 		// event's head.
-		bd = body{room: true, field: toolCallField}
+		bd = body{room: true, field: statestore.ToolCallField}
 		var ok bool
 		if bd.b, ok = s.tools.WireRoom(merged, parts, eventwire.Headroom); !ok {
 			bd.b, _ = s.tools.Wire(merged, parts)

@@ -757,7 +757,7 @@ func testCallsFromTheirEvents(t *testing.T, m statestore.Store) {
 	}
 	extra := protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 7)
 	call = append(call, extra...)
-	field := (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
+	field := statestore.ToolCallField
 	wire := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1) // seq
 	wire = protowire.AppendBytes(protowire.AppendTag(wire, field, protowire.BytesType), call)
 	if err := m.Append(ctx, "a", []*acpv2.SessionEvent{ev}, [][]byte{wire}, []*acpv2.ToolCall{merged, other}); err != nil {
