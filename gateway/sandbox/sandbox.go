@@ -1,0 +1,268 @@
+// Package sandbox confines agent processes with bubblewrap (bwrap), as
+// Flatpak and Claude Code do: each agent gets its own user, mount, pid, ipc
+// and uts namespaces, no capabilities and no_new_privs, a new session, the
+// system read-only, its session's workspace read-write, a private /tmp, a
+// HOME of its own user's, and nothing of the gateway's: its token, OIDC,
+// config and store files are hidden, and no process of the gateway or of
+// another session can be seen.
+//
+// The sandbox is built from an allowlist: only the system directories, the
+// agent's executable, the paths the operator adds, the workspace and the
+// home are mounted. Everything else of the host (other users' workspaces
+// and homes, /home, /root, /var, /run, /sys) is simply not there.
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Modes of [Options.Mode], as `--sandbox` names them.
+const (
+	// ModeNone runs agents unconfined, as the gateway's own user.
+	ModeNone = "none"
+	// ModeBwrap runs each agent in a bubblewrap sandbox.
+	ModeBwrap = "bwrap"
+)
+
+// systemDirs are mounted read-only (or re-made as the same symbolic link,
+// where the host merged them into /usr).
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+
+// Options configure a [Sandbox].
+type Options struct {
+	// Bwrap is the bubblewrap program; empty looks up "bwrap" on PATH.
+	Bwrap string
+	// ReadOnly and ReadWrite are host paths every agent sees at the same
+	// path, read-only or writable (an agent's install directory, a shared
+	// cache).
+	ReadOnly, ReadWrite []string
+	// Hide are the gateway's own files (token, OIDC, config and store
+	// files, keys): an agent never sees them, even where they lie in a
+	// directory it is given.
+	Hide []string
+}
+
+// Sandbox builds bubblewrap command lines. It is safe for concurrent use.
+type Sandbox struct {
+	bwrap string
+	opts  Options
+	// system is the part of every command line that lays out the system.
+	system []string
+}
+
+// New checks the options and that bubblewrap works on this host: it runs a
+// sandbox once, and returns an error that names the fix when that fails.
+func New(ctx context.Context, opts Options) (*Sandbox, error) {
+	bwrap := opts.Bwrap
+	if bwrap == "" {
+		bwrap = "bwrap"
+	}
+	path, err := exec.LookPath(bwrap)
+	if err != nil {
+		return nil, fmt.Errorf("bubblewrap (%s) is not installed: install it (Debian: apt-get install bubblewrap), or pass --sandbox none to run agents unconfined", bwrap)
+	}
+	for _, list := range [][]string{opts.ReadOnly, opts.ReadWrite, opts.Hide} {
+		for _, p := range list {
+			if !filepath.IsAbs(p) {
+				return nil, fmt.Errorf("sandbox path %q is not absolute", p)
+			}
+		}
+	}
+	for _, p := range slices.Concat(opts.ReadOnly, opts.ReadWrite) {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("sandbox path: %w", err)
+		}
+	}
+	s := &Sandbox{bwrap: path, opts: opts, system: systemArgs()}
+	if err := s.probe(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Program is the path of the bubblewrap program.
+func (s *Sandbox) Program() string { return s.bwrap }
+
+// systemArgs lays out the system directories read-only.
+func systemArgs() []string {
+	var args []string
+	for _, d := range systemDirs {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				args = append(args, "--symlink", target, d)
+			}
+		case fi.IsDir():
+			args = append(args, "--ro-bind", d, d)
+		}
+	}
+	// A resolv.conf that links out of /etc (systemd-resolved's, under
+	// /run) is given its target, read-only.
+	if target, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil && !under(target, "/etc") && !under(target, "/usr") {
+		args = append(args, "--ro-bind-try", target, target)
+	}
+	return args
+}
+
+// namespaces are the sandbox's own namespaces and process rules. The
+// network namespace is the host's, for the agent's model API.
+var namespaces = []string{
+	"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+	"--die-with-parent", "--new-session", "--cap-drop", "ALL",
+	"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+}
+
+// probe runs a sandbox with the system laid out, to learn at start-up
+// rather than at the first session that bubblewrap cannot run here.
+func (s *Sandbox) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	args := slices.Concat(s.system, namespaces, []string{"--", "/bin/sh", "-c", "exit 0"})
+	cmd := exec.CommandContext(ctx, s.bwrap, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		why := strings.TrimSpace(stderr.String())
+		if why == "" {
+			why = err.Error()
+		}
+		if i := strings.IndexByte(why, '\n'); i >= 0 {
+			why = why[:i]
+		}
+		return fmt.Errorf("bubblewrap does not work on this host (%s): allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, and kernel.apparmor_restrict_unprivileged_userns=0 where AppArmor restricts them; in a container, the seccomp and AppArmor settings of deploy/README.md), or pass --sandbox none to run agents unconfined", why)
+	}
+	return nil
+}
+
+// Spec is one agent to confine.
+type Spec struct {
+	// Command is the agent's program and arguments. Its program must be
+	// an absolute path.
+	Command []string
+	// Workspace is the session's working directory: writable, and the
+	// agent's current directory.
+	Workspace string
+	// Home is the agent's HOME, writable; it must exist.
+	Home string
+	// Env is the agent's environment; HOME and TMPDIR are set by the
+	// sandbox.
+	Env []string
+}
+
+// ErrSpec is wrapped by the errors of a Spec the sandbox cannot run.
+var ErrSpec = errors.New("sandbox")
+
+// Command returns the command line that runs spec.Command in a sandbox,
+// and the environment to give it.
+func (s *Sandbox) Command(spec Spec) (argv, env []string, err error) {
+	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
+		return nil, nil, fmt.Errorf("%w: the agent's program must be an absolute path, got %q", ErrSpec, spec.Command)
+	}
+	for _, p := range []string{spec.Workspace, spec.Home} {
+		if !filepath.IsAbs(p) {
+			return nil, nil, fmt.Errorf("%w: path %q is not absolute", ErrSpec, p)
+		}
+	}
+	argv = append([]string{s.bwrap}, s.system...)
+	argv = append(argv, namespaces...)
+	// What is visible, and from where, so that hidden files are hidden
+	// only where they would show.
+	visible := slices.Clone(systemDirs)
+	for _, p := range s.opts.ReadOnly {
+		argv = append(argv, "--ro-bind", p, p)
+		visible = append(visible, p)
+	}
+	for _, p := range s.opts.ReadWrite {
+		argv = append(argv, "--bind", p, p)
+		visible = append(visible, p)
+	}
+	for _, d := range programDirs(spec.Command) {
+		if !underAny(d, visible) {
+			argv = append(argv, "--ro-bind", d, d)
+			visible = append(visible, d)
+		}
+	}
+	argv = append(argv, "--bind", spec.Workspace, spec.Workspace, "--bind", spec.Home, spec.Home)
+	mounts := slices.Concat(s.opts.ReadOnly, s.opts.ReadWrite, []string{spec.Workspace, spec.Home})
+	visible = append(visible, spec.Workspace, spec.Home)
+	for _, h := range s.opts.Hide {
+		argv = append(argv, hide(h, visible, mounts)...)
+	}
+	argv = append(argv, "--chdir", spec.Workspace, "--")
+	argv = append(argv, spec.Command...)
+
+	for _, kv := range spec.Env {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "HOME" && name != "TMPDIR" {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "HOME="+spec.Home, "TMPDIR=/tmp")
+	return argv, env, nil
+}
+
+// programDirs are the directories of the agent's program and, where its
+// first argument is a file (a script an interpreter such as node runs), of
+// that file: both are visible, read-only.
+func programDirs(command []string) []string {
+	dirs := []string{filepath.Dir(command[0])}
+	if len(command) > 1 && filepath.IsAbs(command[1]) {
+		if fi, err := os.Stat(command[1]); err == nil && fi.Mode().IsRegular() {
+			dirs = append(dirs, filepath.Dir(command[1]))
+		}
+	}
+	return dirs
+}
+
+// hide returns the arguments that hide path, where it would be visible:
+// its whole directory is covered with an empty tmpfs, so that a file
+// replaced by a rename on the host stays hidden too, unless that directory
+// is a system directory or holds a mount of the sandbox, in which case the
+// file alone is covered with /dev/null (which the sandbox may not even
+// open: device nodes do not work in its user namespace's mounts).
+func hide(path string, visible, mounts []string) []string {
+	path = filepath.Clean(path)
+	if !underAny(path, visible) {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	whole := underAny(dir, visible) && !slices.Contains(systemDirs, dir) && dir != "/"
+	for _, m := range mounts {
+		if under(m, dir) {
+			whole = false
+		}
+	}
+	if whole {
+		return []string{"--tmpfs", dir}
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return []string{"--tmpfs", path}
+	}
+	return []string{"--ro-bind-try", "/dev/null", path}
+}
+
+// under reports whether path is dir or inside it.
+func under(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+func underAny(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if under(path, d) {
+			return true
+		}
+	}
+	return false
+}
