@@ -97,7 +97,30 @@ type Config struct {
 	// BytesIn and BytesOut, when set, count the bytes read from the
 	// agent's stdout and written to its stdin.
 	BytesIn, BytesOut Counter
+	// Group, when set, holds the agent's whole process tree under limits:
+	// the agent's process is placed in it before it runs anything of its
+	// own, and every process left in it is killed when the agent ends.
+	// The agent owns it: Start closes it on error, and Close always.
+	Group Group
 }
+
+// Group is a set of processes under limits, such as a *limits.Group.
+type Group interface {
+	// Place puts process pid, and so its future children, in the group.
+	Place(pid int) error
+	// Kill ends every process in the group.
+	Kill()
+	// OOMKilled reports whether a process of the group was killed for
+	// using more memory than the group may.
+	OOMKilled() bool
+	// Close ends every process in the group and releases it.
+	Close()
+}
+
+// holdScript waits, before it runs the agent's command line, until the
+// gateway has placed its process in the agent's Group: a process placed
+// after it started could have forked children outside it.
+const holdScript = `read -r _ <&3 && exec 3<&- "$0" "$@"`
 
 // Counter counts bytes; a prometheus.Counter is one.
 type Counter interface{ Add(float64) }
@@ -186,16 +209,42 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	started := false
+	if cfg.Group != nil {
+		defer func() {
+			if !started {
+				cfg.Group.Close()
+			}
+		}()
+	}
 	fs, err := newFileServer(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
+	var hold *os.File
+	if cfg.Group != nil {
+		// The shell below would only say "not found" on its stderr.
+		if _, err := exec.LookPath(cfg.Command[0]); err != nil {
+			fs.close()
+			return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
+		}
+		var holdR *os.File
+		if holdR, hold, err = os.Pipe(); err != nil {
+			fs.close()
+			return nil, err
+		}
+		defer holdR.Close()
+		defer hold.Close()
+		cmd = exec.Command("/bin/sh", append([]string{"-c", holdScript}, cfg.Command...)...)
+		cmd.ExtraFiles = []*os.File{holdR}
+	}
 	cmd.Dir = cfg.Dir
 	// Only what the configuration gives: a nil Env would make exec pass
 	// on the gateway's whole environment.
 	cmd.Env = append([]string{}, cfg.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The agent dies with the gateway, even a SIGKILLed one.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		fs.close()
@@ -226,6 +275,25 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		errR.Close()
 		return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
 	}
+	if cfg.Group != nil {
+		err := cfg.Group.Place(cmd.Process.Pid)
+		if err == nil {
+			_, err = hold.WriteString("\n")
+		}
+		if err != nil {
+			// Closing hold ends the waiting shell.
+			hold.Close()
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			forgetChild(cmd)
+			stdin.Close()
+			fs.close()
+			outR.Close()
+			errR.Close()
+			return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
+		}
+	}
+	started = true // a.Close closes the Group from here on
 	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{})}
 	a.ended, a.setEnded = context.WithCancel(context.Background())
 	a.cfg.Log.Info("agent started", "pid", cmd.Process.Pid)
@@ -240,8 +308,12 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		awaitExit(cmd.Process.Pid)
 		err := cmd.Wait()
 		forgetChild(cmd)
-		close(a.exited)
 		how, reason := describeExit(err)
+		// Before exited is closed, after which Close removes the group.
+		if cfg.Group != nil && cfg.Group.OOMKilled() {
+			how, reason = "out of memory: it used more than its memory limit and was killed", ReasonOOM
+		}
+		close(a.exited)
 		a.finish(fmt.Errorf("%w: %s", ErrExited, how), reason)
 	}()
 
@@ -307,7 +379,7 @@ func (a *Agent) finish(err error, reason string) {
 		a.endMu.Unlock()
 		return
 	}
-	if a.closing.Load() && reason != ReasonProtocolError {
+	if a.closing.Load() && reason != ReasonProtocolError && reason != ReasonOOM {
 		reason = ReasonStopped
 	}
 	a.err, a.reason = err, reason
@@ -347,6 +419,8 @@ const (
 	// ReasonProtocolError: its output broke the protocol (a line too long,
 	// a line that is not JSON).
 	ReasonProtocolError = "protocol_error"
+	// ReasonOOM: it used more memory than its Group may, and was killed.
+	ReasonOOM = "oom"
 )
 
 // describeExit explains a process's exit, with the reason it counts as.
@@ -628,8 +702,12 @@ func (a *Agent) Close() {
 				<-a.exited
 			}
 		}
-		// Children the agent left behind in its group.
+		// Children the agent left behind in its group, and, with a Group,
+		// those that left the process group (setsid, double forks).
 		killGroup(pgid, a.cfg.StopGrace)
+		if a.cfg.Group != nil {
+			a.cfg.Group.Close()
+		}
 		<-a.ended.Done()
 		_ = a.out.Close()
 		a.fs.close()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -111,8 +112,31 @@ func (r *run) step(st Step) (outcome, error) {
 		return r.longLine(st.LongLine)
 	case len(st.RawBytes) > 0:
 		return r.writeLine(st.RawBytes, "raw bytes"), nil
+	case st.Shell != "":
+		return r.shell(st.Shell)
 	}
 	return next, nil
+}
+
+// maxShellOutput bounds what a Shell step reports of its command's output.
+const maxShellOutput = 64 << 10
+
+// shell runs command with /bin/sh -c and reports its status and output.
+func (r *run) shell(command string) (outcome, error) {
+	cmd := exec.CommandContext(r.ctx, "/bin/sh", "-c", command)
+	out, err := cmd.CombinedOutput()
+	if len(out) > maxShellOutput {
+		out = out[:maxShellOutput]
+	}
+	status := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		status = ee.ExitCode()
+	case err != nil:
+		return r.say(fmt.Sprintf("shell: %v", err))
+	}
+	return r.say(fmt.Sprintf("shell %d: %s", status, out))
 }
 
 // writeLine writes line and a newline to the output as they are, bypassing

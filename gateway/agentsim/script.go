@@ -110,6 +110,11 @@ type Step struct {
 	// bytes long without its newline, or as short as such a notification
 	// can be when that is longer. It tests a client's line limit.
 	LongLine int `json:"longLine,omitempty"`
+	// Shell runs this command with /bin/sh -c, as a coding agent runs its
+	// tools, and reports "shell <exit status>: <output>" (stdout and
+	// stderr, cut at 64 KiB) as an agent_message_chunk text update. The
+	// hostile agents of the sandbox tests are made of it.
+	Shell string `json:"shell,omitempty"`
 	// RawBytes is written to the output as is, followed by a newline. Unlike
 	// Raw it survives the script's JSON (as base64), so it can carry bytes
 	// that are not valid UTF-8.
@@ -308,6 +313,9 @@ func (st Step) validate(where string) error {
 	}
 	if st.LongLine > 0 {
 		actions = append(actions, "longLine")
+	}
+	if st.Shell != "" {
+		actions = append(actions, "shell")
 	}
 	if len(st.RawBytes) > 0 {
 		actions = append(actions, "rawBytes")

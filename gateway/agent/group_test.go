@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
+)
+
+// fakeGroup records what the agent asks of its Group.
+type fakeGroup struct {
+	mu sync.Mutex
+	// placedCmdline is the placed process's command line when Place ran.
+	placedCmdline string
+	placeErr      error
+	oom           bool
+	killed        int
+	closed        int
+}
+
+func (g *fakeGroup) Place(pid int) error {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.placedCmdline = strings.ReplaceAll(string(b), "\x00", " ")
+	return g.placeErr
+}
+
+func (g *fakeGroup) Kill() { g.mu.Lock(); g.killed++; g.mu.Unlock() }
+
+func (g *fakeGroup) OOMKilled() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.oom }
+
+func (g *fakeGroup) Close() { g.mu.Lock(); g.closed++; g.mu.Unlock() }
+
+func startInGroup(t *testing.T, g Group, s agentsim.Script) (*Agent, error) {
+	t.Helper()
+	cmd, err := agentsim.Command(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Start(context.Background(), Config{Command: cmd, Dir: t.TempDir(), Client: &recorder{}, Group: g,
+		StartTimeout: 10 * time.Second, StopGrace: 200 * time.Millisecond})
+}
+
+// TestAgentIsPlacedBeforeItRuns: the process is placed while it is still
+// the waiting shell, not yet the agent, and the agent owns its Group.
+func TestAgentIsPlacedBeforeItRuns(t *testing.T) {
+	t.Parallel()
+	g := &fakeGroup{}
+	a, err := startInGroup(t, g, agentsim.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(g.placedCmdline, "/bin/sh -c "+holdScript) {
+		t.Errorf("placed %q, want the waiting shell", g.placedCmdline)
+	}
+	a.Close()
+	if g.closed != 1 {
+		t.Errorf("the group was closed %d times, want 1", g.closed)
+	}
+}
+
+func TestAgentThatCannotBePlacedDoesNotRun(t *testing.T) {
+	t.Parallel()
+	g := &fakeGroup{placeErr: errors.New("no room")}
+	before := childProcessCount()
+	_, err := startInGroup(t, g, agentsim.Script{})
+	if err == nil || !strings.Contains(err.Error(), "no room") {
+		t.Fatalf("Start: %v", err)
+	}
+	if g.closed != 1 {
+		t.Errorf("the group was closed %d times, want 1", g.closed)
+	}
+	if n := childProcessCount(); n > before {
+		t.Errorf("%d child processes left, %d before", n, before)
+	}
+}
+
+// childProcessCount counts this process's living children.
+func childProcessCount() int { return len(procfs.Children(os.Getpid())) }
+
+func TestAgentKilledForMemorySaysOOM(t *testing.T) {
+	t.Parallel()
+	g := &fakeGroup{oom: true}
+	status := 137
+	a, err := startInGroup(t, g, agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Exit: &status}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	sid, err := a.NewSession(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = a.Prompt(context.Background(), sid, nil, nil)
+	<-a.Done()
+	if a.Reason() != ReasonOOM || !strings.Contains(a.Err().Error(), "out of memory") {
+		t.Errorf("reason %q, err %v", a.Reason(), a.Err())
+	}
+}
