@@ -47,7 +47,7 @@ func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, exited := startServe(t, ctx, "--auth-tokens", path)
+	addr, exited := startServe(t, ctx, "--auth-tokens", path, "--any-cwd")
 	base := "http://" + addr
 	if code := listAs(t, base, "tok-old"); code != 0 {
 		t.Fatalf("the listed token: %v", code)
@@ -104,7 +104,7 @@ func TestOIDCTokensFromALocalJWKS(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, exited := startServe(t, ctx, "--oidc-issuer", issuer, "--oidc-audience", "acp", "--oidc-jwks-file", jwksPath, "--oidc-user-claim", "email")
+	addr, exited := startServe(t, ctx, "--oidc-issuer", issuer, "--oidc-audience", "acp", "--oidc-jwks-file", jwksPath, "--oidc-user-claim", "email", "--any-cwd")
 	base := "http://" + addr
 	for name, tc := range map[string]struct {
 		token string
@@ -121,21 +121,26 @@ func TestOIDCTokensFromALocalJWKS(t *testing.T) {
 }
 
 // try reaches a gateway that wants a token, with --token-file or
-// $ACP_GATEWAY_TOKEN, and runs its session in --cwd; without a token it
-// fails as unauthenticated. Not parallel: it sets the variable.
+// $ACP_GATEWAY_TOKEN, and runs its session in --cwd, in the user's
+// workspace; without a token it fails as unauthenticated. Not parallel: it
+// sets the variable.
 func TestTryTakesATokenAndACwd(t *testing.T) {
-	dir := t.TempDir()
-	tokens, tokenFile, cwd := filepath.Join(dir, "tokens"), filepath.Join(dir, "token"), filepath.Join(dir, "work")
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	tokens, tokenFile, cwd := filepath.Join(dir, "tokens"), filepath.Join(dir, "token"), filepath.Join(ws, "bob", "work")
 	for path, data := range map[string]string{tokens: "tok-try bob\n", tokenFile: "tok-try\n"} {
 		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Mkdir(cwd, 0o700); err != nil {
+	if err := os.MkdirAll(cwd, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	addr, exited := startServe(t, ctx, "--auth-tokens", tokens)
+	addr, exited := startServe(t, ctx, "--auth-tokens", tokens, "--workspace-root", ws)
 	defer stopServe(t, cancel, exited)
 	base := "http://" + addr
 

@@ -100,7 +100,7 @@ func TestConnectPlaysTheDemoForAnEditor(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	addr, served := startServe(t, ctx, "--auth-tokens", tokens)
+	addr, served := startServe(t, ctx, "--auth-tokens", tokens, "--any-cwd")
 	base := "http://" + addr
 	workdir := t.TempDir()
 

@@ -30,6 +30,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	"github.com/acp-gateway/acp-gateway/gateway/telemetry"
+	"github.com/acp-gateway/acp-gateway/gateway/workspace"
 	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 	"github.com/acp-gateway/acp-gateway/statestore"
 	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
@@ -113,8 +114,11 @@ func (e configError) Unwrap() error { return e.error }
 
 // sessionOptions are the session manager's options of cfg, over store,
 // for the replica reached at advertise.
-func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger, advertise string) session.Options {
+func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger, advertise string, c *confinement) session.Options {
 	return session.Options{
+		Sandbox:            c.sandbox,
+		Homes:              c.homes,
+		Limits:             c.limits,
 		Agents:             cfg.agents,
 		Env:                agentEnv(cfg.envAllow),
 		Store:              store,
@@ -129,6 +133,8 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 		MaxAgentLine:       cfg.maxAgentLine,
 		WatchBuffer:        cfg.watchBuffer,
 		WatchBufferBytes:   cfg.watchBufferBytes,
+		Workspaces:         cfg.workspaces,
+		ConfineCwd:         cfg.confineCwd,
 	}
 }
 
@@ -156,8 +162,15 @@ type serveConfig struct {
 	metricsListen     string
 	sessionSeries     int
 
+	// workspaces and confineCwd are the workspace policy serve set up
+	// (setupWorkspaces), for sessionOptions.
+	workspaces *workspace.Root
+	confineCwd bool
+
 	authTokens       string
 	oidc             auth.OIDCConfig
+	workspaceRoot    string // --workspace-root
+	anyCwd           bool   // --any-cwd
 	maxSessions      int
 	maxUserSessions  int
 	maxPromptBytes   int
@@ -169,6 +182,8 @@ type serveConfig struct {
 	otlpEndpoint     string
 	console          bool
 	logLevel         slog.Level
+
+	confine confineConfig
 }
 
 // listFlag collects a repeatable string flag.
@@ -229,6 +244,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&cfg.oidc.JWKSFile, "oidc-jwks-file", "", "with --oidc-issuer: verify tokens with the keys of this local JWKS file")
 	fs.StringVar(&cfg.oidc.JWKSURL, "oidc-jwks-url", "", "with --oidc-issuer: verify tokens with the keys at this JWKS URL (default: the issuer's discovery document)")
 	fs.StringVar(&cfg.oidc.UserClaim, "oidc-user-claim", auth.DefaultUserClaim, "with --oidc-issuer: the claim naming the user")
+	fs.StringVar(&cfg.workspaceRoot, "workspace-root", "", "DIR holding each user's directory, DIR/USER (without authentication, DIR itself): a client's cwd must be in it, and an empty cwd gets a new DIR/USER/SESSION_ID; "+
+		"needed with --auth-tokens or --oidc-issuer unless --any-cwd (default: cwd not confined, empty ones under $XDG_STATE_HOME/acp-gateway/workspaces)")
+	fs.BoolVar(&cfg.anyCwd, "any-cwd", false, "unsafe: do not confine clients' cwd to their directory of the workspace root, so that every user's agent may run in any directory of the host")
 	fs.IntVar(&cfg.maxSessions, "max-sessions", 1000, "sessions this gateway runs at once (0: no limit)")
 	fs.IntVar(&cfg.maxUserSessions, "max-sessions-per-user", 20, "open sessions per user, across replicas sharing a store (0: no limit)")
 	fs.IntVar(&cfg.maxPromptBytes, "max-prompt-bytes", service.DefaultMaxPromptBytes, "largest prompt, encoded")
@@ -247,6 +265,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
 	fs.DurationVar(&cfg.shutdownDrain, "shutdown-drain", 0, "on SIGTERM or SIGINT, go on serving this long while not ready (/readyz 503, gRPC health NOT_SERVING), so that load balancers stop sending new clients, then shut down; a second signal shuts down at once (0: no drain)")
 	fs.Var(&cfg.envAllow, "agent-env", "a variable of the gateway's environment that agents inherit (repeatable; default "+strings.Join(defaultEnvAllow, ",")+")")
+	cfg.confine.addConfineFlags(fs)
 	configPath := fs.String("config", "", "YAML file of settings named like these flags; flags given here win")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -262,6 +281,10 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	cfg.confine.configPath = *configPath
+	if err := cfg.confine.checkConfine(cfg.authTokens != "" || cfg.oidc.Issuer != ""); err != nil {
+		return nil, err
 	}
 	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
 		return nil, fmt.Errorf("--listen %q: %v", cfg.listen, err)
@@ -342,6 +365,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.oidc.Issuer == "" && (cfg.oidc.Audience != "" || cfg.oidc.JWKSFile != "" || cfg.oidc.JWKSURL != "") {
 		return nil, errors.New("--oidc-audience, --oidc-jwks-file and --oidc-jwks-url need --oidc-issuer")
 	}
+	if err := cfg.checkWorkspace(); err != nil {
+		return nil, err
+	}
 	if cfg.shutdownDrain < 0 {
 		return nil, fmt.Errorf("--shutdown-drain must not be negative, got %v", cfg.shutdownDrain)
 	}
@@ -372,6 +398,10 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if err != nil {
 		return configError{err}
 	}
+	confined, err := setupConfinement(ctx, cfg, authn != nil, gatewayFiles(cfg), log)
+	if err != nil {
+		return configError{err}
+	}
 	tracing, err := telemetry.New(ctx, telemetry.Endpoint(cfg.otlpEndpoint))
 	if err != nil {
 		return configError{err}
@@ -396,10 +426,14 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if advertise == "" || strings.HasSuffix(advertise, ":0") {
 		advertise = "http://" + l.Addr().String() // the port the kernel chose
 	}
+	if cfg.workspaces, cfg.confineCwd, err = cfg.setupWorkspaces(log); err != nil {
+		return err
+	}
 	gw, err := app.New(ctx, app.Config{
-		Session:   cfg.sessionOptions(store, log, advertise),
-		Metrics:   metrics.Options{MaxSessionSeries: series},
+		Session:   cfg.sessionOptions(store, log, advertise, confined),
+		Metrics:   metrics.Options{MaxSessionSeries: series, Sandbox: cfg.confine.sandbox, AgentLimits: confined.limits.Limits().Resources()},
 		Auth:      authn,
+		AnyCwd:    cfg.anyCwd,
 		Tracing:   tracing.Interceptor,
 		RateLimit: cfg.rateLimit,
 		RateBurst: cfg.rateBurst,
@@ -431,7 +465,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	build := buildinfo.Get()
 	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise,
-		"auth", authn != nil, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
+		"auth", authn != nil, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
 	if metricsSrv != nil {

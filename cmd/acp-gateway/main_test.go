@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -131,7 +132,17 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "demo-agent" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	// serve's default directories (the workspace root) go to a temporary
+	// directory, not to the home of whoever runs the tests.
+	state, err := os.MkdirTemp("", "acp-gateway-state")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_STATE_HOME", state)
+	code := m.Run()
+	os.RemoveAll(state)
+	os.Exit(code)
 }
 
 func TestTryPlaysTheDemoTurn(t *testing.T) {
@@ -166,11 +177,15 @@ func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-ch
 		exited <- run(ctx, args, pw, io.Discard)
 		pw.Close()
 	}()
+	// Lines before the one naming the address (warnings) are skipped.
+	dec := json.NewDecoder(bufio.NewReader(pr))
 	var line struct{ Addr string }
-	if err := json.NewDecoder(bufio.NewReader(pr)).Decode(&line); err != nil || line.Addr == "" {
-		t.Fatalf("no listen log line: %v", err)
+	for line.Addr == "" {
+		if err := dec.Decode(&line); err != nil {
+			t.Fatalf("no listen log line: %v", err)
+		}
 	}
-	go io.Copy(io.Discard, pr)
+	go io.Copy(io.Discard, io.MultiReader(dec.Buffered(), pr))
 	return line.Addr, exited
 }
 
@@ -260,7 +275,7 @@ func TestWatchBufferFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := cfg.sessionOptions(nil, nil, ""); o.WatchBuffer != 128 || o.WatchBufferBytes != 4096 {
+	if o := cfg.sessionOptions(nil, nil, "", &confinement{}); o.WatchBuffer != 128 || o.WatchBufferBytes != 4096 {
 		t.Errorf("session options: watch buffer %d events, %d bytes", o.WatchBuffer, o.WatchBufferBytes)
 	}
 }
@@ -320,10 +335,10 @@ func TestBadConfigAndAuthFilesExit2(t *testing.T) {
 		{"bad config value", []string{"serve", "--config", badValue}, "max-sessions"},
 		{"config not YAML", []string{"serve", "--config", notYAML}, "--config"},
 		{"missing config", []string{"serve", "--config", filepath.Join(dir, "none.yaml")}, "--config"},
-		{"bad token file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", badTokens}, "--auth-tokens"},
-		{"missing token file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", filepath.Join(dir, "none")}, "--auth-tokens"},
+		{"bad token file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", badTokens, "--any-cwd"}, "--auth-tokens"},
+		{"missing token file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", filepath.Join(dir, "none"), "--any-cwd"}, "--auth-tokens"},
 		{"missing jwks file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--oidc-issuer", "https://issuer.example",
-			"--oidc-jwks-file", filepath.Join(dir, "none.json")}, "--oidc-issuer"},
+			"--oidc-jwks-file", filepath.Join(dir, "none.json"), "--any-cwd"}, "--oidc-issuer"},
 		{"jwks without issuer", []string{"serve", "--oidc-jwks-file", "x"}, "--oidc-issuer"},
 		{"small request limit", []string{"serve", "--max-request-bytes", "10"}, "--max-request-bytes"},
 		{"negative rate", []string{"serve", "--rate-limit", "-1"}, "--rate-limit"},

@@ -8,6 +8,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -31,8 +32,12 @@ type Config struct {
 	// Metrics configures the Prometheus metrics.
 	Metrics metrics.Options
 	// Auth authenticates every call; nil lets every call in as the empty
-	// user.
+	// user. With Auth, Session.ConfineCwd (with Session.Workspaces) must
+	// keep each user's cwd in their own directory, unless AnyCwd is set.
 	Auth auth.Authenticator
+	// AnyCwd lets the agents of every authenticated user run in any
+	// directory of the host: the explicit opt-out of confining their cwd.
+	AnyCwd bool
 	// Tracing, when set, is the tracing interceptor (telemetry.Tracing).
 	Tracing connect.Interceptor
 	// RateLimit and RateBurst limit each authenticated user's requests.
@@ -67,6 +72,13 @@ type App struct {
 
 // New assembles a gateway and recovers the sessions its store holds.
 func New(ctx context.Context, cfg Config) (*App, error) {
+	switch {
+	case cfg.Session.ConfineCwd && cfg.Session.Workspaces == nil:
+		return nil, errors.New("confining cwd needs a workspace root (Session.Workspaces)")
+	case cfg.Auth != nil && !cfg.Session.ConfineCwd && !cfg.AnyCwd:
+		return nil, errors.New("with authentication, confine each user's cwd to their workspace " +
+			"(Session.Workspaces and Session.ConfineCwd), or set AnyCwd to let every user's agent run in any directory")
+	}
 	met := metrics.New(cfg.Metrics)
 	cfg.Session.Metrics = met
 	mgr := session.NewManager(cfg.Session)

@@ -82,6 +82,7 @@ func startGateway(t *testing.T, scripts map[string]agentsim.Script) *gateway {
 			IdleTimeout:       -1,
 		},
 		Auth:      tokenAuth{},
+		AnyCwd:    true, // the editors' cwd are temporary directories
 		Heartbeat: time.Minute,
 	})
 	if err != nil {

@@ -165,6 +165,7 @@ func startGateway(t *testing.T, token string) *gateway {
 			IdleTimeout:    -1,
 		},
 		Auth:         authn,
+		AnyCwd:       true, // the page's cwd is a temporary directory
 		Interceptors: []connect.Interceptor{watchRecorder{g}},
 		Console:      true, // as the binary mounts it
 		Extra:        map[string]http.Handler{"POST /test/drop": http.HandlerFunc(g.drop)},

@@ -26,6 +26,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/gateway/workspace"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
@@ -107,6 +108,10 @@ type gatewayOpts struct {
 	sessionSeries int
 	// auth, when set, authenticates every call.
 	auth auth.Authenticator
+	// workspaces, confineCwd and anyCwd are the workspace policy (with
+	// auth, confineCwd or anyCwd is needed).
+	workspaces         *workspace.Root
+	confineCwd, anyCwd bool
 	// Limits (zero: none, or the default for maxPromptBytes).
 	maxSessions, maxUserSessions, maxPromptBytes int
 	rateLimit                                    float64
@@ -118,6 +123,9 @@ type gatewayOpts struct {
 	// asks for nil itself (what an allowlist naming no set variable gives).
 	env    []string
 	nilEnv bool
+	// configure, when set, changes the gateway's configuration last (the
+	// sandbox tests confine its agents).
+	configure func(*app.Config)
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -138,7 +146,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	if o.store == nil {
 		o.store = statestore.NewMemory(statestore.Options{})
 	}
-	gw, err := app.New(context.Background(), app.Config{
+	cfg := app.Config{
 		Session: session.Options{
 			Agents:             o.agents,
 			Env:                o.env,
@@ -153,16 +161,23 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 			MaxEndedSessions:   o.maxEnded,
 			MaxSessions:        o.maxSessions,
 			MaxSessionsPerUser: o.maxUserSessions,
+			Workspaces:         o.workspaces,
+			ConfineCwd:         o.confineCwd,
 		},
 		Metrics:        metrics.Options{MaxSessionSeries: o.sessionSeries},
 		Auth:           o.auth,
+		AnyCwd:         o.anyCwd,
 		Tracing:        o.tracing,
 		RateLimit:      o.rateLimit,
 		RateBurst:      o.rateBurst,
 		Heartbeat:      o.heartbeat,
 		MaxPromptBytes: o.maxPromptBytes,
 		ReadMaxBytes:   o.readMaxBytes,
-	})
+	}
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
+	gw, err := app.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

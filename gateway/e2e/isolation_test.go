@@ -101,7 +101,7 @@ func everyRPC(c acpv2connect.SessionServiceClient, id, requestID string) map[str
 
 func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 	t.Parallel()
-	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice alice", "tok-bob  bob")})
+	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice alice", "tok-bob  bob"), anyCwd: true})
 	alice := g.clientsAs(t, "tok-alice")["connect+json"]
 	ctx := context.Background()
 	res, err := alice.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: t.TempDir()}))
@@ -198,7 +198,7 @@ func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 
 func TestEveryRPCNeedsAValidToken(t *testing.T) {
 	t.Parallel()
-	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice alice")})
+	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice alice"), anyCwd: true})
 	for _, token := range []string{"", "tok-wrong"} {
 		for proto, c := range g.clientsAs(t, token) {
 			errs := everyRPC(c, "s_000000000000000000000000", "perm-1")

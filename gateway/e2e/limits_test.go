@@ -23,6 +23,7 @@ func TestSessionLimitsPerUserAndPerGateway(t *testing.T) {
 	t.Parallel()
 	g := permissionGateway(t, gatewayOpts{
 		auth:            tokenFile(t, "tok-a a", "tok-b b", "tok-c c"),
+		anyCwd:          true,
 		maxUserSessions: 2,
 		maxSessions:     3,
 	})
@@ -79,6 +80,7 @@ func TestRateLimitPerUser(t *testing.T) {
 	t.Parallel()
 	g := permissionGateway(t, gatewayOpts{
 		auth:      tokenFile(t, "tok-a a", "tok-b b"),
+		anyCwd:    true,
 		rateLimit: 0.001, // no refill within the test
 		rateBurst: 3,
 	})

@@ -39,8 +39,9 @@ func TestLogsNameTheCallAndHoldNoSecrets(t *testing.T) {
 	exit3 := 3
 	logs := &testutil.SyncBuffer{}
 	g := startGateway(t, gatewayOpts{
-		log:  logs,
-		auth: tokenFile(t, secretToken+" alice"),
+		log:    logs,
+		auth:   tokenFile(t, secretToken+" alice"),
+		anyCwd: true,
 		agents: map[string][]string{
 			"crash": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Exit: &exit3}}}}}),
 		},

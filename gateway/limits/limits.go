@@ -107,6 +107,9 @@ type Controller struct {
 // gateway's may be made.
 var ErrCgroup = errors.New("per-agent limits need a cgroup the gateway may write")
 
+// probes numbers the groups Setup makes, unique in the process.
+var probes atomic.Int64
+
 // Setup checks that l can be enforced here and returns the Controller that
 // enforces it. Resource limits (open files, file size) need nothing; the
 // others need a cgroup the gateway may make groups in: where there is
@@ -129,7 +132,7 @@ func Setup(l Limits) (*Controller, error) {
 		return nil, fmt.Errorf("%w (%v): run the gateway with a cgroup subtree of its own (systemd: Delegate=yes; a container: a writable cgroup), or set --agent-memory, --agent-pids and --agent-cpu to 0 to run agents without them", ErrCgroup, err)
 	}
 	// A group made and removed proves the setup.
-	g, err := c.New(fmt.Sprintf("probe-%d", os.Getpid()))
+	g, err := c.New(fmt.Sprintf("probe-%d-%d", os.Getpid(), probes.Add(1)))
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v): run the gateway with a cgroup subtree of its own (systemd: Delegate=yes; a container: a writable cgroup), or set --agent-memory, --agent-pids and --agent-cpu to 0 to run agents without them", ErrCgroup, err)
 	}

@@ -33,6 +33,13 @@ type Options struct {
 	// acp_gateway_session_series_skipped_total). Zero means
 	// DefaultMaxSessionSeries; negative turns per-session series off.
 	MaxSessionSeries int
+	// Sandbox names how agents are confined (`none`, `bwrap`), for
+	// acp_gateway_agent_sandbox_info; empty is `none`.
+	Sandbox string
+	// AgentLimits are the limits on each agent's process tree, by
+	// resource (memory_bytes, pids, cpu, open_files, file_size_bytes),
+	// for acp_gateway_agent_limit; a resource left out has none.
+	AgentLimits map[string]float64
 }
 
 const namespace = "acp_gateway"
@@ -171,6 +178,17 @@ func New(opts Options) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo(),
 	)
+	mode := opts.Sandbox
+	if mode == "" {
+		mode = "none"
+	}
+	f.gauge("agent_sandbox_info", "How agents are confined: always 1, labelled with the --sandbox mode (none, bwrap).",
+		[]string{"mode"}).WithLabelValues(mode).Set(1)
+	limits := f.gauge("agent_limit", "The limit on each agent's whole process tree, by resource (memory_bytes, pids, cpu, open_files, file_size_bytes); a resource without a limit has no series.",
+		[]string{"resource"})
+	for resource, v := range opts.AgentLimits {
+		limits.WithLabelValues(resource).Set(v)
+	}
 	return m
 }
 

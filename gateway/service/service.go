@@ -133,6 +133,8 @@ func toConnect(err error) error {
 		code = connect.CodeAborted
 	case errors.Is(err, session.ErrLimit):
 		code = connect.CodeResourceExhausted
+	case errors.Is(err, session.ErrPermission):
+		code = connect.CodePermissionDenied
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -174,8 +176,10 @@ func (s *Service) CreateSession(ctx context.Context, req *connect.Request[acpv2.
 	if err := checkID("agent", m.GetAgent()); err != nil {
 		return nil, err
 	}
-	if m.GetCwd() == "" || !filepath.IsAbs(m.GetCwd()) {
-		return nil, invalid("cwd must be an absolute path, got %q", m.GetCwd())
+	// An empty cwd asks for a new directory, where the gateway makes them
+	// (the manager refuses it otherwise).
+	if m.GetCwd() != "" && !filepath.IsAbs(m.GetCwd()) {
+		return nil, invalid("cwd must be an absolute path, or empty for a new workspace; got %q", m.GetCwd())
 	}
 	if len(m.GetAuthMethod()) > maxIDLen {
 		return nil, invalid("auth_method is longer than %d bytes", maxIDLen)

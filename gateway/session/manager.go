@@ -17,7 +17,10 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
+	"github.com/acp-gateway/acp-gateway/gateway/limits"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
+	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
+	"github.com/acp-gateway/acp-gateway/gateway/workspace"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -40,6 +43,7 @@ var (
 	ErrShutdown        = errors.New("gateway is shutting down")
 	ErrMoved           = errors.New("the session moved to another gateway replica")
 	ErrLimit           = errors.New("limit reached")
+	ErrPermission      = errors.New("permission denied")
 )
 
 // RemoteError is returned for a session whose agent runs on another gateway
@@ -112,6 +116,24 @@ type Options struct {
 	// Metrics records the sessions' metrics; nil means metrics nobody
 	// reads. The store is instrumented with it too.
 	Metrics *metrics.Metrics
+	// Sandbox, when set, runs every agent in a sandbox of its own, its
+	// session's workspace writable and Homes' directory of its user as
+	// its HOME.
+	Sandbox *sandbox.Sandbox
+	// Homes holds each user's agent HOME, for the Sandbox.
+	Homes *workspace.Root
+	// Limits, when set, bounds each agent's whole process tree.
+	Limits *limits.Controller
+	// Workspaces, when set, holds each user's directory: a session
+	// created with an empty cwd works in a new directory of its own
+	// there, USER_DIR/SESSION_ID. Without it an empty cwd is refused.
+	Workspaces *workspace.Root
+	// ConfineCwd makes a client's cwd resolve, symlinks and all, to its
+	// user's directory of Workspaces or a directory inside it; any other
+	// cwd fails with ErrPermission, the same whether or not it exists, and
+	// the session keeps the resolved path. With Workspaces nil every cwd
+	// is refused. Without ConfineCwd any existing directory will do.
+	ConfineCwd bool
 }
 
 // DefaultLeaseTTL is the lease TTL when Options.LeaseTTL is zero.
@@ -196,26 +218,38 @@ func newID() string {
 }
 
 // Create starts agentName in cwd for a new session owned by user. When the
-// agent demands authentication, authMethod names the method to run.
+// agent demands authentication, authMethod names the method to run. An
+// empty cwd gives the session a new directory of its own (see
+// Options.Workspaces); a cwd the workspace policy refuses is ErrPermission.
 func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod string) (*Session, error) {
 	command, ok := m.opts.Agents[agentName]
 	if !ok {
 		return nil, fmt.Errorf("%w %q (configured: %v)", ErrUnknownAgent, agentName, m.AgentNames())
 	}
-	if !filepath.IsAbs(cwd) {
-		return nil, fmt.Errorf("%w: cwd %q is not an absolute path", ErrInvalid, cwd)
+	id := newID()
+	dir, fresh, err := m.workdir(user, id, cwd)
+	if err != nil {
+		return nil, err
 	}
-	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%w: cwd %q is not a directory on the gateway", ErrInvalid, cwd)
+	// A directory made for a session that does not come to be goes with it.
+	undo := func() {
+		if fresh {
+			if err := os.RemoveAll(dir); err != nil {
+				m.opts.Log.Warn("removing the workspace of a session that failed to start", "session", id, "error", err)
+			}
+		}
 	}
 	m.creating.Lock()
-	rec, err := m.reserve(ctx, user, agentName, cwd)
+	rec, err := m.reserve(ctx, id, user, agentName, dir)
 	m.creating.Unlock()
 	if err != nil {
+		undo()
 		return nil, err
 	}
 	if m.leaser != nil {
 		if err := m.leaser.AcquireLease(ctx, rec.ID, m.opts.Replica, m.opts.LeaseTTL); err != nil {
+			m.discard(rec.ID)
+			undo()
 			return nil, err
 		}
 	}
@@ -224,6 +258,7 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	if m.closed {
 		m.mu.Unlock()
 		m.discard(rec.ID)
+		undo()
 		return nil, ErrShutdown
 	}
 	m.registerLocked(s)
@@ -231,15 +266,47 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	if err := s.attach(ctx, authMethod, false); err != nil {
 		m.unregister(s)
 		m.discard(rec.ID)
+		undo()
 		return nil, err
 	}
 	s.met.Created()
 	return s, nil
 }
 
-// reserve checks the limits and records a new session, starting.
-// m.creating must be held.
-func (m *Manager) reserve(ctx context.Context, user, agentName, cwd string) (*statestore.Session, error) {
+// workdir returns the directory session id of user works in, for the cwd
+// the client gave: that cwd checked (resolved, when confined), or for an
+// empty one a new directory, which fresh reports.
+func (m *Manager) workdir(user, id, cwd string) (dir string, fresh bool, err error) {
+	ws := m.opts.Workspaces
+	switch {
+	case cwd == "" && ws == nil:
+		return "", false, fmt.Errorf("%w: cwd is empty, and this gateway makes no workspaces; give an absolute path", ErrInvalid)
+	case cwd == "":
+		dir, err := ws.Fresh(user, id)
+		if err != nil {
+			return "", false, err // the gateway's fault: an internal error
+		}
+		return dir, true, nil
+	case !filepath.IsAbs(cwd):
+		return "", false, fmt.Errorf("%w: cwd %q is not an absolute path", ErrInvalid, cwd)
+	case m.opts.ConfineCwd && ws == nil:
+		return "", false, fmt.Errorf("%w: %w: this gateway has none for you", ErrPermission, workspace.ErrOutside)
+	case m.opts.ConfineCwd:
+		dir, err := ws.Resolve(user, cwd)
+		if err != nil {
+			return "", false, fmt.Errorf("%w: %w", ErrPermission, err)
+		}
+		return dir, false, nil
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return "", false, fmt.Errorf("%w: cwd %q is not a directory on the gateway", ErrInvalid, cwd)
+	}
+	return filepath.Clean(cwd), false, nil
+}
+
+// reserve checks the limits and records a new session id, starting, in
+// cwd. m.creating must be held.
+func (m *Manager) reserve(ctx context.Context, id, user, agentName, cwd string) (*statestore.Session, error) {
 	m.mu.Lock()
 	closed, running := m.closed, len(m.sessions)
 	m.mu.Unlock()
@@ -265,7 +332,7 @@ func (m *Manager) reserve(ctx context.Context, user, agentName, cwd string) (*st
 		}
 	}
 	rec := &statestore.Session{
-		ID: newID(), Owner: user, Agent: agentName, Cwd: filepath.Clean(cwd),
+		ID: id, Owner: user, Agent: agentName, Cwd: cwd,
 		State: statestore.StateStarting, CreatedAt: time.Now().UTC(),
 	}
 	if err := m.opts.Store.CreateSession(ctx, rec); err != nil {
@@ -442,9 +509,11 @@ func (m *Manager) Close() {
 	}
 }
 
-func (m *Manager) agentConfig(s *Session) agent.Config {
+// agentConfig is the configuration of the agent of s: confined by the
+// Sandbox and under the Limits, where they are set.
+func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 	in, out := s.met.AgentIO()
-	return agent.Config{
+	cfg := agent.Config{
 		Command:      s.command,
 		Dir:          s.rec.Cwd,
 		Env:          m.opts.Env,
@@ -456,6 +525,30 @@ func (m *Manager) agentConfig(s *Session) agent.Config {
 		BytesIn:      in,
 		BytesOut:     out,
 	}
+	if m.opts.Sandbox != nil {
+		if m.opts.Homes == nil {
+			return cfg, errors.New("the sandbox needs a directory for the users' homes")
+		}
+		home, err := m.opts.Homes.UserDir(s.rec.Owner)
+		if err != nil {
+			return cfg, fmt.Errorf("the agent's home: %w", err)
+		}
+		cfg.Command, cfg.Env, err = m.opts.Sandbox.Command(sandbox.Spec{
+			Command: s.command, Workspace: s.rec.Cwd, Home: home, Env: m.opts.Env,
+		})
+		if err != nil {
+			return cfg, err
+		}
+	}
+	if m.opts.Limits != nil {
+		// A name of its own for every agent the session starts.
+		g, err := m.opts.Limits.New(s.rec.ID + "-" + newID()[2:10])
+		if err != nil {
+			return cfg, fmt.Errorf("the agent's limits: %w", err)
+		}
+		cfg.Group = g
+	}
+	return cfg, nil
 }
 
 // AgentOf names the agent of session id when this gateway runs it, else "".

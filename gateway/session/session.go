@@ -144,7 +144,11 @@ func (s *Session) ID() string { return s.rec.ID }
 // offers neither.
 func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) error {
 	started := time.Now()
-	a, err := agent.Start(ctx, s.m.agentConfig(s))
+	cfg, err := s.m.agentConfig(s)
+	var a *agent.Agent
+	if err == nil {
+		a, err = agent.Start(ctx, cfg)
+	}
 	if err != nil {
 		s.met.AgentExited("start_failed")
 		s.setState(statestore.StateAgentLost, err.Error())

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	units "github.com/docker/go-units"
+
+	"github.com/acp-gateway/acp-gateway/gateway/limits"
+	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
+	"github.com/acp-gateway/acp-gateway/gateway/workspace"
+)
+
+// confineConfig is how serve confines agents: the sandbox and the limits
+// on each agent's process tree.
+type confineConfig struct {
+	// sandbox is the --sandbox mode; empty until parseServe picks the
+	// default (bwrap with authentication, none without).
+	sandbox    string
+	readOnly   listFlag
+	readWrite  listFlag
+	homes      string
+	limits     limits.Limits
+	memory     sizeFlag
+	fileSize   sizeFlag
+	configPath string
+}
+
+// sizeFlag is a size in bytes, given as 4GiB, 512MiB, 4g or a plain number.
+type sizeFlag struct{ n *int64 }
+
+func (f sizeFlag) String() string {
+	if f.n == nil || *f.n == 0 {
+		return "0"
+	}
+	return units.BytesSize(float64(*f.n))
+}
+
+func (f sizeFlag) Set(v string) error {
+	n, err := units.RAMInBytes(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a size such as 4GiB, 512MiB or 0, got %q", v)
+	}
+	*f.n = n
+	return nil
+}
+
+// addConfineFlags registers the sandbox and limit flags of serve.
+func (c *confineConfig) addConfineFlags(fs *flag.FlagSet) {
+	c.limits = limits.Defaults
+	fs.StringVar(&c.sandbox, "sandbox", "", "how agents are confined: bwrap (each in a bubblewrap sandbox) or none (as the gateway's own user); default bwrap with --auth-tokens or --oidc-issuer, none without")
+	fs.Var(&c.readOnly, "sandbox-ro", "a host path every sandboxed agent may read, at the same path, such as its install directory or a shared cache (repeatable)")
+	fs.Var(&c.readWrite, "sandbox-rw", "a host path every sandboxed agent may write, at the same path; shared by all users' agents (repeatable)")
+	fs.StringVar(&c.homes, "sandbox-homes", filepath.Join(filepath.Dir(defaultBoltPath()), "homes"), "with --sandbox bwrap: the directory of each user's agent HOME (DIR/USER, made 0700), where a user's agent logins persist for that user only")
+	c.memory = sizeFlag{&c.limits.Memory}
+	fs.Var(c.memory, "agent-memory", "most memory each agent's process tree may use; past it the agent is killed and its session says oom (0: no limit)")
+	fs.Int64Var(&c.limits.Pids, "agent-pids", limits.Defaults.Pids, "most processes and threads each agent's process tree may have (0: no limit)")
+	fs.Float64Var(&c.limits.CPU, "agent-cpu", limits.Defaults.CPU, "most CPUs' worth of time each agent's process tree may use (0: no limit)")
+	fs.Uint64Var(&c.limits.NoFile, "agent-open-files", limits.Defaults.NoFile, "most files each agent process may hold open (0: the gateway's own limit)")
+	c.fileSize = sizeFlag{new(int64)}
+	*c.fileSize.n = int64(limits.Defaults.FileSize)
+	fs.Var(c.fileSize, "agent-file-size", "largest file an agent process may write (0: no limit)")
+}
+
+// checkConfine checks the flags once parsed; auth says whether
+// authentication is configured, which makes bwrap the default.
+func (c *confineConfig) checkConfine(auth bool) error {
+	c.limits.FileSize = uint64(*c.fileSize.n)
+	switch c.sandbox {
+	case "":
+		c.sandbox = sandbox.ModeNone
+		if auth {
+			c.sandbox = sandbox.ModeBwrap
+		}
+	case sandbox.ModeNone, sandbox.ModeBwrap:
+	default:
+		return fmt.Errorf("--sandbox %q: want bwrap or none", c.sandbox)
+	}
+	if c.sandbox == sandbox.ModeNone && (len(c.readOnly) > 0 || len(c.readWrite) > 0) {
+		return errors.New("--sandbox-ro and --sandbox-rw need --sandbox bwrap")
+	}
+	if c.limits.Pids < 0 || c.limits.CPU < 0 {
+		return errors.New("--agent-pids and --agent-cpu must not be negative")
+	}
+	for _, p := range append(append([]string{}, c.readOnly...), c.readWrite...) {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("--sandbox-ro and --sandbox-rw take absolute paths, got %q", p)
+		}
+	}
+	return nil
+}
+
+// confinement is what serve confines agents with.
+type confinement struct {
+	sandbox *sandbox.Sandbox
+	homes   *workspace.Root
+	limits  *limits.Controller
+}
+
+// setupConfinement checks that the sandbox and the limits work on this
+// host. With authentication (a multi-user gateway) both must; without,
+// limits that cannot be enforced are logged and left off. hide lists the
+// gateway's own files, which no agent may see; agents' commands are made
+// absolute, as the sandbox needs them.
+func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []string, log *slog.Logger) (*confinement, error) {
+	c := &confinement{}
+	if cfg.confine.sandbox == sandbox.ModeBwrap {
+		for name, cmd := range cfg.agents {
+			path, err := exec.LookPath(cmd[0])
+			if err != nil {
+				return nil, fmt.Errorf("--agent %s: %v", name, err)
+			}
+			if path, err = filepath.Abs(path); err != nil {
+				return nil, fmt.Errorf("--agent %s: %v", name, err)
+			}
+			cmd[0] = path
+		}
+		sb, err := sandbox.New(ctx, sandbox.Options{ReadOnly: cfg.confine.readOnly, ReadWrite: cfg.confine.readWrite, Hide: hide})
+		if err != nil {
+			return nil, fmt.Errorf("--sandbox bwrap: %w", err)
+		}
+		homes, err := workspace.New(cfg.confine.homes)
+		if err != nil {
+			return nil, fmt.Errorf("--sandbox-homes: %w", err)
+		}
+		c.sandbox, c.homes = sb, homes
+	} else if auth {
+		log.Warn("agents run unconfined, as the gateway's own user (--sandbox none): any user's agent can read the gateway's files, other users' data, and signal the gateway")
+	}
+	lim, err := limits.Setup(cfg.confine.limits)
+	if err != nil {
+		if auth {
+			return nil, err
+		}
+		log.Warn("agents run without cgroup limits", "error", err.Error())
+		l := cfg.confine.limits
+		if lim, err = limits.Setup(limits.Limits{NoFile: l.NoFile, FileSize: l.FileSize}); err != nil {
+			return nil, err
+		}
+	}
+	c.limits = lim
+	log.Info("agents confined", "sandbox", cfg.confine.sandbox, "limits", lim.Describe())
+	return c, nil
+}
+
+// gatewayFiles lists the files of the gateway's own that no agent may see:
+// its token, OIDC key, config and store files.
+func gatewayFiles(cfg *serveConfig) []string {
+	var files []string
+	for _, f := range []string{cfg.authTokens, cfg.oidc.JWKSFile, cfg.confine.configPath} {
+		if f != "" {
+			if abs, err := filepath.Abs(f); err == nil {
+				files = append(files, abs)
+			}
+		}
+	}
+	if path, ok := strings.CutPrefix(cfg.store, "bolt:"); ok {
+		if abs, err := filepath.Abs(path); err == nil {
+			files = append(files, abs)
+		}
+	}
+	return files
+}

@@ -1,0 +1,334 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/gateway/limits"
+	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
+	"github.com/acp-gateway/acp-gateway/gateway/workspace"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
+	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/boltstore"
+)
+
+// hosted is a multi-user gateway laid out as serve lays out its state
+// directory: a token file, a bolt store, the users' workspaces and their
+// agents' homes, all in one directory.
+type hosted struct {
+	*gateway
+	state, tokens, store string
+	workspaces, homes    *workspace.Root
+	alice, bob           acpv2connect.SessionServiceClient
+}
+
+// shellTurn is a turn of Shell steps, one a command.
+func shellTurn(commands ...string) agentsim.Turn {
+	var steps []agentsim.Step
+	for _, c := range commands {
+		steps = append(steps, agentsim.Step{Shell: c})
+	}
+	return agentsim.Turn{Steps: steps}
+}
+
+// startHosted runs a hosted gateway with agents made by scripts (given the
+// state directory and the token file's path), confined or not.
+func startHosted(t *testing.T, confine bool, lim limits.Limits, scripts func(h *hosted) map[string]agentsim.Script) *hosted {
+	t.Helper()
+	h := &hosted{state: t.TempDir()}
+	h.tokens = filepath.Join(h.state, "tokens")
+	h.store = filepath.Join(h.state, "sessions.db")
+	if err := os.WriteFile(h.tokens, []byte("tok-alice-0123456789 alice\ntok-bob-0123456789 bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.LoadTokens(h.tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := boltstore.Open(h.store, statestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if h.workspaces, err = workspace.New(filepath.Join(h.state, "workspaces")); err != nil {
+		t.Fatal(err)
+	}
+	if h.homes, err = workspace.New(filepath.Join(h.state, "homes")); err != nil {
+		t.Fatal(err)
+	}
+	agents := map[string][]string{}
+	for name, s := range scripts(h) {
+		s.Resume = true
+		agents[name] = agentCommand(t, s)
+	}
+	var sb *sandbox.Sandbox
+	var lc *limits.Controller
+	if confine {
+		if sb, err = sandbox.New(context.Background(), sandbox.Options{Hide: []string{h.tokens, h.store}}); err != nil {
+			t.Fatal(err)
+		}
+		if lc, err = limits.Setup(lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.gateway = startGateway(t, gatewayOpts{
+		agents: agents, auth: tokens, store: store, workspaces: h.workspaces, confineCwd: true,
+		env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + h.state},
+		configure: func(c *app.Config) {
+			c.Session.Sandbox, c.Session.Homes, c.Session.Limits = sb, h.homes, lc
+		},
+	})
+	h.alice = h.clientsAs(t, "tok-alice-0123456789")["connect+json"]
+	h.bob = h.clientsAs(t, "tok-bob-0123456789")["connect+json"]
+	return h
+}
+
+// create makes a session of agent for c in a new workspace.
+func create(t *testing.T, c acpv2connect.SessionServiceClient, agent string) string {
+	t.Helper()
+	res, err := c.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent}))
+	if err != nil {
+		t.Fatalf("CreateSession %s: %v", agent, err)
+	}
+	return res.Msg.GetSessionId()
+}
+
+// said joins the text of the turn's agent messages.
+func said(events []*acpv2.SessionEvent) string {
+	var b strings.Builder
+	for _, e := range events {
+		if m := e.GetAgentMessageChunk(); m != nil {
+			b.WriteString(m.GetContent().GetText().GetText())
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// promptTurn runs one turn of session id and returns its events.
+func promptTurn(t *testing.T, c acpv2connect.SessionServiceClient, id string) []*acpv2.SessionEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	events, err := testutil.Turn(ctx, c, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// spyScripts are a user's agent that tries everything issue 18 lists
+// against the gateway and another user, each attack printing LEAK: when it
+// works, and bob's agent, recognisable by a marker in its command line.
+func spyScripts(marker, sleeper string) func(h *hosted) map[string]agentsim.Script {
+	return func(h *hosted) map[string]agentsim.Script {
+		gw := strconv.Itoa(os.Getpid())
+		// A pattern for bob's marker that the spy's own command line,
+		// which holds the pattern, does not match.
+		pattern := "'" + marker[:len(marker)-1] + "[" + marker[len(marker)-1:] + "]'"
+		bobWS := filepath.Join(h.workspaces.Dir(), "bob")
+		bobHome := filepath.Join(h.homes.Dir(), "bob")
+		spy := shellTurn(
+			"cat "+h.tokens+" 2>/dev/null && echo LEAK:tokens",
+			"head -c 16 "+h.store+" >/dev/null 2>&1 && echo LEAK:store",
+			"cat /proc/"+gw+"/environ >/dev/null 2>&1 && echo LEAK:environ",
+			"cat /proc/"+gw+"/cmdline >/dev/null 2>&1 && echo LEAK:cmdline",
+			"test -r /proc/"+gw+"/mem && echo LEAK:mem",
+			"kill -0 "+gw+" 2>/dev/null && echo LEAK:signal-gateway",
+			"(echo 1000 > /proc/"+gw+"/oom_score_adj) 2>/dev/null && echo LEAK:oom_score_adj",
+			"pgrep -f "+pattern+" >/dev/null && echo LEAK:see-bob",
+			"pkill -CONT -f "+pattern+" && echo LEAK:signal-bob",
+			"ls "+bobWS+" >/dev/null 2>&1 && echo LEAK:bob-workspace",
+			"ls "+bobHome+" >/dev/null 2>&1 && echo LEAK:bob-home",
+			"echo login > $HOME/cred && echo home-ok",
+			"echo made > ./made && echo workspace-ok",
+			"setsid -f sleep "+sleeper+" >/dev/null 2>&1 && echo detached",
+		)
+		return map[string]agentsim.Script{
+			"spy": {Turns: []agentsim.Turn{spy}},
+			"bob": {Turns: []agentsim.Turn{shellTurn("echo " + marker + " > $HOME/cred; echo bob-ok")}},
+		}
+	}
+}
+
+// newSleeper returns an argument of sleep that no other process has.
+func newSleeper() string { return fmt.Sprintf("4242.%d", time.Now().UnixNano()) }
+
+// sleepersLeft lists the processes whose command line is sleep arg.
+func sleepersLeft(arg string) []string {
+	var left []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Equal(b, []byte("sleep\x00"+arg+"\x00")) {
+			left = append(left, e.Name())
+		}
+	}
+	return left
+}
+
+func TestSandboxedAgentReachesNothingOfTheGatewayOrOtherUsers(t *testing.T) {
+	marker := fmt.Sprintf("bob-marker-%d", time.Now().UnixNano())
+	sleeper := newSleeper()
+	h := startHosted(t, true, limits.Limits{Pids: 256}, spyScripts(marker, sleeper))
+	oomBefore, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := create(t, h.bob, "bob")
+	if got := said(promptTurn(t, h.bob, bob)); !strings.Contains(got, "bob-ok") {
+		t.Fatalf("bob's turn: %q", got)
+	}
+	spy := create(t, h.alice, "spy")
+	got := said(promptTurn(t, h.alice, spy))
+	if strings.Contains(got, "LEAK:") {
+		t.Errorf("the sandboxed agent reached what it must not:\n%s", got)
+	}
+	for _, ok := range []string{"home-ok", "workspace-ok", "detached"} {
+		if !strings.Contains(got, ok) {
+			t.Errorf("the agent could not do its own work (%s):\n%s", ok, got)
+		}
+	}
+	if after, _ := os.ReadFile("/proc/self/oom_score_adj"); !bytes.Equal(after, oomBefore) {
+		t.Errorf("the gateway's oom_score_adj changed: %q to %q", oomBefore, after)
+	}
+	// Its own files are where they belong: its HOME under its user's.
+	if b, err := os.ReadFile(filepath.Join(h.homes.Dir(), "alice", "cred")); err != nil || string(b) != "login\n" {
+		t.Errorf("alice's home: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(h.homes.Dir(), "bob", "cred")); err != nil || !strings.Contains(string(b), marker) {
+		t.Errorf("bob's home: %q, %v", b, err)
+	}
+	// Bob's agent was not stopped or signalled: it still works.
+	if got := said(promptTurn(t, h.bob, bob)); !strings.Contains(got, "bob-ok") {
+		t.Errorf("bob's second turn: %q", got)
+	}
+	// A setsid child of the agent dies with the session.
+	if len(sleepersLeft(sleeper)) == 0 {
+		t.Fatal("the detached child is not running")
+	}
+	if _, err := h.alice.CloseSession(context.Background(), connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: spy})); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the detached child to end with its session", func() bool { return len(sleepersLeft(sleeper)) == 0 })
+}
+
+// TestUnconfinedAgentReachesEverything is the control: the same agent
+// without the sandbox reaches what the test above says it must not, so
+// that test shows the sandbox at work, not an attack that fails anyway.
+func TestUnconfinedAgentReachesEverything(t *testing.T) {
+	marker := fmt.Sprintf("bob-marker-%d", time.Now().UnixNano())
+	sleeper := newSleeper()
+	h := startHosted(t, false, limits.Limits{}, spyScripts(marker, sleeper))
+	oomBefore, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := create(t, h.bob, "bob")
+	promptTurn(t, h.bob, bob)
+	spy := create(t, h.alice, "spy")
+	got := said(promptTurn(t, h.alice, spy))
+	// Undo what the spy did to this process, and the child it left.
+	_ = os.WriteFile("/proc/self/oom_score_adj", oomBefore, 0)
+	for _, p := range sleepersLeft(sleeper) {
+		if pid, err := strconv.Atoi(p); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	for _, leak := range []string{"tokens", "store", "environ", "cmdline", "signal-gateway", "see-bob", "bob-workspace"} {
+		if !strings.Contains(got, "LEAK:"+leak) {
+			t.Errorf("unconfined, the attack %s failed anyway:\n%s", leak, got)
+		}
+	}
+}
+
+func TestAgentOverItsMemoryEndsAloneAndItsSessionGoesOn(t *testing.T) {
+	h := startHosted(t, true, limits.Limits{Memory: 96 << 20, Pids: 256}, func(h *hosted) map[string]agentsim.Script {
+		return map[string]agentsim.Script{
+			// The first turn buffers 300 MB in a tool, and goes on (as an
+			// agent would after a tool failed) until it is killed; later
+			// turns work.
+			"hog": {Turns: []agentsim.Turn{shellTurn("test -e done && echo second-ok || { touch done; head -c 300000000 /dev/zero | tail; sleep 20; }")}},
+			"bob": {Turns: []agentsim.Turn{shellTurn("echo bob-ok")}},
+		}
+	})
+	bob := create(t, h.bob, "bob")
+	hog := create(t, h.alice, "hog")
+	events := promptTurn(t, h.alice, hog)
+	end := events[len(events)-1].GetTurnEnded()
+	if !strings.Contains(end.GetError(), "out of memory") {
+		t.Errorf("the turn ended %v, want an error that says out of memory; the agent said %q", end, said(events))
+	}
+	var lost *acpv2.SessionStateChanged
+	for _, e := range events {
+		if sc := e.GetStateChanged(); sc != nil && sc.GetState() == string(statestore.StateAgentLost) {
+			lost = sc
+		}
+	}
+	if lost == nil || !strings.Contains(lost.GetDetail(), "out of memory") {
+		t.Errorf("no agent_lost state that says out of memory: %v", lost)
+	}
+	if got := testutil.MetricSum(t, h.metrics.Registry(), "acp_gateway_agent_exits_total", "reason=oom"); got != 1 {
+		t.Errorf("agent exits for oom: %v, want 1", got)
+	}
+	// Bob's session is unharmed, and alice's can be prompted again.
+	if got := said(promptTurn(t, h.bob, bob)); !strings.Contains(got, "bob-ok") {
+		t.Errorf("bob's turn: %q", got)
+	}
+	if got := said(promptTurn(t, h.alice, hog)); !strings.Contains(got, "second-ok") {
+		t.Errorf("the session's next turn: %q", got)
+	}
+}
+
+func TestForkLoopStopsAtItsLimitAndOthersWork(t *testing.T) {
+	h := startHosted(t, true, limits.Limits{Pids: 40}, func(h *hosted) map[string]agentsim.Script {
+		return map[string]agentsim.Script{
+			// Sleepers hold the processes while bob works.
+			"forker": {Turns: []agentsim.Turn{shellTurn("for i in $(seq 200); do sleep 30 >/dev/null 2>&1 & done; echo all-started")}},
+			"bob":    {Turns: []agentsim.Turn{shellTurn("echo bob-ok")}},
+		}
+	})
+	forker := create(t, h.alice, "forker")
+	bob := create(t, h.bob, "bob")
+	// Bob's turn runs while the fork loop presses on its limit.
+	bobDone := make(chan string, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		events, err := testutil.Turn(ctx, h.bob, &acpv2.PromptRequest{SessionId: bob, Prompt: textPrompt("go")}, nil)
+		if err != nil {
+			bobDone <- err.Error()
+			return
+		}
+		bobDone <- said(events)
+	}()
+	got := said(promptTurn(t, h.alice, forker))
+	if strings.Contains(got, "all-started") || !strings.Contains(got, "fork") {
+		t.Errorf("the fork loop was not stopped at its limit: %q", got)
+	}
+	// Another user can still start an agent and run a turn.
+	other := create(t, h.bob, "bob")
+	if got := said(promptTurn(t, h.bob, other)); !strings.Contains(got, "bob-ok") {
+		t.Errorf("bob's new session: %q", got)
+	}
+	if got := <-bobDone; !strings.Contains(got, "bob-ok") {
+		t.Errorf("bob's running turn: %q", got)
+	}
+}
