@@ -1,6 +1,7 @@
 // Package sandbox confines agent processes with bubblewrap (bwrap), as
 // Flatpak and Claude Code do: each agent gets its own user, mount, pid, ipc
-// and uts namespaces, no capabilities and no_new_privs, a new session, the
+// and uts namespaces (and may make no user namespace of its own), no
+// capabilities and no_new_privs, a new session, the
 // system read-only, its session's workspace read-write, a private /tmp, a
 // HOME of its own user's, and nothing of the gateway's: its token, OIDC,
 // config and store files are hidden, and no process of the gateway or of
@@ -119,6 +120,9 @@ func systemArgs() []string {
 // network namespace is the host's, for the agent's model API.
 var namespaces = []string{
 	"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+	// No user namespaces of the agent's own: most kernel exploits an
+	// unprivileged process can reach start by making one.
+	"--disable-userns",
 	"--die-with-parent", "--new-session", "--cap-drop", "ALL",
 	"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 }
@@ -140,7 +144,7 @@ func (s *Sandbox) probe(ctx context.Context) error {
 		if i := strings.IndexByte(why, '\n'); i >= 0 {
 			why = why[:i]
 		}
-		return fmt.Errorf("bubblewrap does not work on this host (%s): allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, and kernel.apparmor_restrict_unprivileged_userns=0 where AppArmor restricts them; in a container, the seccomp and AppArmor settings of deploy/README.md), or pass --sandbox none to run agents unconfined", why)
+		return fmt.Errorf("bubblewrap does not work on this host (%s): allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, and kernel.apparmor_restrict_unprivileged_userns=0 where AppArmor restricts them) and a /proc it may mount (in a container: seccomp and AppArmor unconfined and an unmasked /proc, as deploy/README.md says), or pass --sandbox none to run agents unconfined", why)
 	}
 	return nil
 }

@@ -93,6 +93,7 @@ func TestSandboxShowsOnlyWhatItIsGiven(t *testing.T) {
 		{"grep -E '^(CapEff|NoNewPrivs)' /proc/self/status | tr -s '\\t ' ' '", "CapEff: 0000000000000000\nNoNewPrivs: 1\n"},
 		{"test $(ls /proc | grep -c '^[0-9]') -lt 10 && echo few", "few\n"},
 		{"test -e /proc/" + strconv.Itoa(os.Getpid()) + " || echo hidden", "hidden\n"},
+		{"unshare -U true 2>/dev/null || echo no-user-namespace", "no-user-namespace\n"},
 		// Nothing else of the host.
 		{"ls /home /root /var /run /sys 2>&1 | grep -c 'No such file'", "5\n"},
 		// /tmp is its own: the host's files there are not.
