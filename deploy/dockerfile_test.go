@@ -208,7 +208,7 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	if !static {
-		t.Error("build stage: want CGO_ENABLED=0 (a static binary for distroless)")
+		t.Error("build stage: want CGO_ENABLED=0 (a static binary, which needs no library of the runtime images)")
 	}
 	if binary == "" {
 		t.Fatal("build stage: no RUN go build -o PATH ./cmd/acp-gateway")
@@ -223,8 +223,10 @@ func TestDockerfile(t *testing.T) {
 		im := readImage(t, s)
 		switch name {
 		case "gateway":
-			if !strings.HasPrefix(s.BaseName, "gcr.io/distroless/static") {
-				t.Errorf("stage gateway FROM %s, want gcr.io/distroless/static (CA certificates and /etc/passwd included)", s.BaseName)
+			// Debian, for its bubblewrap package; the release the build
+			// and node stages are on.
+			if s.BaseName != "debian:bookworm-slim" && s.BaseName != "debian:12-slim" {
+				t.Errorf("stage gateway FROM %s, want debian:bookworm-slim (bubblewrap is a Debian package)", s.BaseName)
 			}
 		case "gateway-node":
 			if !strings.HasPrefix(s.BaseName, "node:") {
@@ -232,8 +234,9 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 		if im.uid != 65532 || im.gid != 65532 {
-			t.Errorf("stage %s: USER %d:%d, want 65532:65532 (distroless's nonroot, which deploy/k8s runs as)", name, im.uid, im.gid)
+			t.Errorf("stage %s: USER %d:%d, want 65532:65532 (nonroot, which deploy/k8s runs as)", name, im.uid, im.gid)
 		}
+		checkSandboxPackages(t, s, im)
 		// The binary comes from the build stage, to where ENTRYPOINT runs it.
 		var copied string
 		for _, c := range copies(s) {
@@ -297,6 +300,63 @@ func TestDockerfile(t *testing.T) {
 		if name == "gateway-node" {
 			checkNodeAgents(t, d, values["agent"])
 		}
+	}
+}
+
+// runtimePackages are the Debian packages each runnable image installs:
+// bubblewrap, which `serve` runs every agent in when it authenticates its
+// clients (--sandbox bwrap, deploy/README.md "Agents and the sandbox"), and
+// the CA certificates of the gateway's own TLS clients (OIDC, OTLP,
+// rediss://).
+var runtimePackages = []string{"bubblewrap", "ca-certificates"}
+
+// setuid matches a chmod that sets the setuid or setgid bit.
+var setuid = regexp.MustCompile(`chmod\s+(-\S+\s+)*(\S*[ugo]*\+[rwx]*s|[0-7]?[2-7][0-7]{3}\b)`)
+
+// checkSandboxPackages checks that a runnable stage installs
+// runtimePackages with apt-get, as root (before its USER), without the
+// recommended extras and without leaving apt's lists behind; that it makes
+// its user's passwd entry; and that nothing in it makes a file setuid or
+// setgid: bubblewrap runs unprivileged, in user namespaces, and the
+// Kubernetes pod forbids privilege escalation.
+func checkSandboxPackages(t *testing.T, s instructions.Stage, im image) {
+	t.Helper()
+	installed := map[string]bool{}
+	user := false // a USER instruction came before
+	madeUser := false
+	for _, c := range s.Commands {
+		switch c := c.(type) {
+		case *instructions.UserCommand:
+			user = true
+		case *instructions.RunCommand:
+			line := strings.Join(c.CmdLine, " ")
+			if setuid.MatchString(line) {
+				t.Errorf("stage %s: RUN %q makes a file setuid or setgid", s.Name, line)
+			}
+			if strings.Contains(line, fmt.Sprintf("useradd --uid %d --gid %d", im.uid, im.gid)) {
+				madeUser = true
+			}
+			if !strings.Contains(line, "apt-get install") {
+				continue
+			}
+			if user {
+				t.Errorf("stage %s: RUN apt-get install after USER: it runs as root, before it", s.Name)
+			}
+			if !strings.Contains(line, "--no-install-recommends") || !strings.Contains(line, "rm -rf /var/lib/apt/lists/*") {
+				t.Errorf("stage %s: RUN %q: want apt-get install --no-install-recommends, and apt's lists removed after it", s.Name, line)
+			}
+			for _, w := range strings.Fields(line) {
+				installed[w] = true
+			}
+		}
+	}
+	for _, p := range runtimePackages {
+		if !installed[p] {
+			t.Errorf("stage %s: does not apt-get install %s", s.Name, p)
+		}
+	}
+	if !madeUser {
+		t.Errorf("stage %s: no RUN useradd --uid %d --gid %d: the user needs a passwd entry", s.Name, im.uid, im.gid)
 	}
 }
 

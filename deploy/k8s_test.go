@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -257,15 +258,28 @@ func TestKubernetes(t *testing.T) {
 }
 
 // checkObjects checks what every overlay must hold, and what any workload
-// must be: restricted by the Pod Security Standard, its resources bounded.
+// must be: restricted by the Pod Security Standard (but for what the
+// gateway's agent sandbox needs, see checkSandboxContext), its resources
+// bounded.
 func checkObjects(t *testing.T, r *rendered, redis string) {
 	t.Helper()
 	ns := r.namespaces[k8sNamespace]
 	if ns == nil || len(r.namespaces) != 1 {
 		t.Fatalf("want one Namespace, %s, got %d", k8sNamespace, len(r.namespaces))
 	}
-	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
-		t.Errorf("Namespace %s: want label pod-security.kubernetes.io/enforce: restricted", ns.Name)
+	// The gateway's pod is outside the baseline Pod Security Standard by
+	// its seccomp and AppArmor profiles (Unconfined, for the agents'
+	// sandbox), so the namespace cannot enforce a level; it warns and
+	// audits restricted, so that whatever else strays shows, and this test
+	// holds every pod to restricted but for the sandbox's fields.
+	for label, want := range map[string]string{
+		"pod-security.kubernetes.io/enforce": "privileged",
+		"pod-security.kubernetes.io/warn":    "restricted",
+		"pod-security.kubernetes.io/audit":   "restricted",
+	} {
+		if got := ns.Labels[label]; got != want {
+			t.Errorf("Namespace %s: label %s: %q, want %q", ns.Name, label, got, want)
+		}
 	}
 	for _, kind := range []struct {
 		name string
@@ -338,6 +352,9 @@ func checkPodTemplate(t *testing.T, r *rendered, w workload) {
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		t.Errorf("%s: host namespaces", w)
 	}
+	if spec.SecurityContext != nil && (len(spec.SecurityContext.Sysctls) > 0 || spec.SecurityContext.SELinuxOptions != nil) {
+		t.Errorf("%s: sysctls or seLinuxOptions", w)
+	}
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Errorf("%s: automountServiceAccountToken must be false (nothing here uses the API; agents must not get a token)", w)
 	}
@@ -379,12 +396,27 @@ func checkPodTemplate(t *testing.T, r *rendered, w workload) {
 				t.Errorf("%s: runAsUser 0", id)
 			}
 		}
-		seccomp := sc.SeccompProfile
-		if seccomp == nil {
-			seccomp = psc.SeccompProfile
+		if sandboxed(w, &c) {
+			checkSandboxContext(t, id, spec, &c)
+		} else {
+			seccomp := sc.SeccompProfile
+			if seccomp == nil {
+				seccomp = psc.SeccompProfile
+			}
+			if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("%s: seccompProfile %v, want RuntimeDefault", id, seccomp)
+			}
+			for _, p := range []*corev1.AppArmorProfile{sc.AppArmorProfile, psc.AppArmorProfile} {
+				if p != nil && p.Type == corev1.AppArmorProfileTypeUnconfined {
+					t.Errorf("%s: appArmorProfile Unconfined", id)
+				}
+			}
+			if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
+				t.Errorf("%s: procMount %s, want Default", id, *sc.ProcMount)
+			}
 		}
-		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
-			t.Errorf("%s: seccompProfile %v, want RuntimeDefault", id, seccomp)
+		if sc.SELinuxOptions != nil || sc.WindowsOptions != nil {
+			t.Errorf("%s: seLinuxOptions or windowsOptions", id)
 		}
 		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 			t.Errorf("%s: allowPrivilegeEscalation must be false", id)
@@ -427,6 +459,77 @@ func checkPodTemplate(t *testing.T, r *rendered, w workload) {
 }
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
+
+// sandboxed reports whether c is the gateway's container, which runs every
+// agent in a bubblewrap sandbox (config.yaml's sandbox: bwrap).
+func sandboxed(w workload, c *corev1.Container) bool {
+	return w.kind == "Deployment" && w.name == gatewayName && c.Name == "gateway"
+}
+
+// checkSandboxContext checks that the gateway's container has what
+// bubblewrap needs to make each agent's sandbox inside it, and nothing
+// more (deploy/README.md, "Agents and the sandbox"); checkPodTemplate
+// checks the rest of the restricted Pod Security Standard for it as for any
+// container: non-root, no privilege escalation, every capability dropped,
+// none added, not privileged, a read-only root, no host namespaces.
+//
+// What bubblewrap needs, unprivileged: to make user, mount and pid
+// namespaces (unshare and clone with CLONE_NEW* flags, which the runtime's
+// default seccomp profile allows only with CAP_SYS_ADMIN), to mount in them
+// (which the runtime's default AppArmor profile denies), and to mount a
+// fresh /proc for its pid namespace (which the kernel refuses while parts
+// of the container's /proc are masked). Kubernetes lets a container's
+// /proc be unmasked only in a pod with a user namespace of its own.
+func checkSandboxContext(t *testing.T, id string, spec *corev1.PodSpec, c *corev1.Container) {
+	t.Helper()
+	sc := c.SecurityContext
+	psc := spec.SecurityContext
+	if psc == nil {
+		psc = &corev1.PodSecurityContext{}
+	}
+	if spec.HostUsers == nil || *spec.HostUsers {
+		t.Errorf("%s: want hostUsers: false on the pod (procMount: Unmasked needs it; the pod's users are then none of the node's)", id)
+	}
+	// A pod's user namespace maps the IDs 0-65535.
+	for _, n := range []*int64{psc.RunAsUser, psc.RunAsGroup, psc.FSGroup, sc.RunAsUser, sc.RunAsGroup} {
+		if n != nil && *n > 65535 {
+			t.Errorf("%s: user or group %d, outside the IDs of a pod's user namespace (0-65535)", id, *n)
+		}
+	}
+	if sc.ProcMount == nil || *sc.ProcMount != corev1.UnmaskedProcMount {
+		t.Errorf("%s: procMount %v, want Unmasked (each sandbox mounts a fresh /proc)", id, sc.ProcMount)
+	}
+	// Seccomp and AppArmor: Unconfined, or a Localhost profile of the
+	// operator's that allows what bubblewrap does; set on the container,
+	// so that no other container of the pod gets it.
+	if p := sc.SeccompProfile; p == nil || !(p.Type == corev1.SeccompProfileTypeUnconfined ||
+		p.Type == corev1.SeccompProfileTypeLocalhost && p.LocalhostProfile != nil && *p.LocalhostProfile != "") {
+		t.Errorf("%s: seccompProfile %v, want Unconfined, or Localhost naming a profile (the runtime's default refuses user namespaces)", id, p)
+	}
+	if p := sc.AppArmorProfile; p == nil || !(p.Type == corev1.AppArmorProfileTypeUnconfined ||
+		p.Type == corev1.AppArmorProfileTypeLocalhost && p.LocalhostProfile != nil && *p.LocalhostProfile != "") {
+		t.Errorf("%s: appArmorProfile %v, want Unconfined, or Localhost naming a profile (the runtime's default denies mount)", id, p)
+	}
+	if psc.SeccompProfile != nil && psc.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined ||
+		psc.AppArmorProfile != nil && psc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined {
+		t.Errorf("%s: an Unconfined profile on the pod: set it on the gateway's container alone", id)
+	}
+	// No more than that: bubblewrap needs no capability and no setuid
+	// binary, so neither privilege nor escalation.
+	if ptrTrue(sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || len(sc.Capabilities.Add) > 0 || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		t.Errorf("%s: want privileged unset, allowPrivilegeEscalation: false, capabilities drop [ALL] and none added", id)
+	}
+	if !ptrTrue(sc.RunAsNonRoot) && !ptrTrue(psc.RunAsNonRoot) {
+		t.Errorf("%s: runAsNonRoot is not set", id)
+	}
+	if !ptrTrue(sc.ReadOnlyRootFilesystem) {
+		t.Errorf("%s: readOnlyRootFilesystem must be true (the sandbox only bind-mounts the image's directories, read-only)", id)
+	}
+	if spec.HostPID || spec.HostNetwork || spec.HostIPC || spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
+		t.Errorf("%s: host namespaces, or a process namespace shared with other containers", id)
+	}
+}
 
 // checkGatewayDeployment checks the gateway's Deployment and returns its
 // container.
@@ -716,8 +819,66 @@ func checkServeSettings(t *testing.T, r *rendered, w *workload, flags map[string
 			t.Errorf("env %s=%q: not on a writable volume", name, env[name])
 		}
 	}
-	if m, ok := mountOf("/workspace"); !ok || m.ReadOnly {
-		t.Error("/workspace (sessions' working directories): not on a writable volume")
+	// Each user's sessions work under the workspace root, which a
+	// gateway with users needs.
+	if ws := s.get("workspace-root"); ws == "" {
+		t.Error("no --workspace-root: with --auth-tokens the gateway does not start")
+	} else if m, ok := mountOf(ws); !ok || m.ReadOnly {
+		t.Errorf("--workspace-root %s (sessions' working directories): not on a writable volume", ws)
+	}
+
+	// Agents: each in a bubblewrap sandbox, said so (not left to the
+	// default, which a change of authentication could turn), its
+	// workspace and home on the data volume, where the store is (the
+	// single overlay's claim, so that they outlive the pod), in
+	// directories of their own that hold none of the gateway's files.
+	if got := s.get("sandbox"); got != "bwrap" {
+		t.Errorf("--sandbox %q, want bwrap: agents would run as the gateway, able to read its token file, its store and the Redis URL", got)
+	}
+	// The data volume: the bolt file's, or with Redis where base mounts it.
+	dataDir := "/var/lib/acp-gateway"
+	gatewayFiles := []string{s.configPath, tokens}
+	if p, ok := strings.CutPrefix(s.get("store"), "bolt:"); ok {
+		dataDir = path.Dir(p)
+		gatewayFiles = append(gatewayFiles, p)
+	}
+	storeMount, _ := mountOf(dataDir)
+	agentDirs := map[string]string{"workspace-root": s.get("workspace-root"), "sandbox-homes": s.get("sandbox-homes")}
+	for flag, dir := range agentDirs {
+		m, ok := mountOf(dir)
+		switch {
+		case dir == "" || !path.IsAbs(dir):
+			t.Errorf("--%s %q: want an absolute path on the data volume", flag, dir)
+			continue
+		case !ok || m.ReadOnly || m.Name != storeMount.Name || m.MountPath == dir:
+			t.Errorf("--%s %s: want a directory of its own on the writable volume the store is on (%s)", flag, dir, storeMount.MountPath)
+		case redis == "" && m.volume.PersistentVolumeClaim == nil:
+			t.Errorf("--%s %s: want it on the PersistentVolumeClaim, which outlives the pod", flag, dir)
+		}
+		for _, f := range gatewayFiles {
+			if f == dir || strings.HasPrefix(f, dir+"/") {
+				t.Errorf("--%s %s holds the gateway's file %s", flag, dir, f)
+			}
+		}
+		for other, o := range agentDirs {
+			if other != flag && (o == dir || strings.HasPrefix(o, dir+"/")) {
+				t.Errorf("--%s %s holds --%s %s", flag, dir, other, o)
+			}
+		}
+	}
+	// No per-agent cgroup limits: a pod's /sys/fs/cgroup is read-only, and
+	// a gateway with authentication refuses to start with limits it cannot
+	// set (this test's machine may well have a writable cgroup, and not
+	// notice). The container's limits bound the agents together instead.
+	for _, flag := range []string{"agent-memory", "agent-pids", "agent-cpu"} {
+		if got := s.get(flag); got != "0" {
+			t.Errorf("--%s %q, want 0: a pod's cgroup file system is read-only, so the gateway would not start", flag, got)
+		}
+	}
+	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := c.Resources.Limits[res]; !ok {
+			t.Errorf("no %s limit on the container, which bounds all agents together", res)
+		}
 	}
 	return s
 }
@@ -928,10 +1089,12 @@ func checkRedis(t *testing.T, r *rendered, gw *workload, redis string) {
 // runServe runs the real binary with the gateway container's args and
 // --config file, the variables the kubelet would expand filled in. Only
 // what needs the cluster is replaced, with flags that win over the file:
-// the addresses (127.0.0.1, any port), the store (memory:) and the token
-// file (the operator's Secret). It must serve the probes' paths and
-// metrics, demand a token, and exit cleanly on SIGTERM (that the grace
-// period covers the shutdown's own bounds is checked from the manifest).
+// the addresses (127.0.0.1, any port), the store (memory:), the token
+// file (the operator's Secret), and the workspace root and the agents'
+// homes (the container's volume). It must serve the probes' paths and
+// metrics, demand a token, run a turn of an agent in its sandbox, and exit
+// cleanly on SIGTERM (that the grace period covers the shutdown's own
+// bounds is checked from the manifest).
 func runServe(t *testing.T, gw *workload, s serveSettings) {
 	t.Helper()
 	dir := t.TempDir()
@@ -953,7 +1116,8 @@ func runServe(t *testing.T, gw *workload, s serveSettings) {
 			return env[v[2:len(v)-1]]
 		}))
 	}
-	args = append(args, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--store=memory:", "--auth-tokens="+tokens)
+	args = append(args, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--store=memory:", "--auth-tokens="+tokens,
+		"--workspace-root="+filepath.Join(dir, "workspace"), "--sandbox-homes="+filepath.Join(dir, "homes"))
 	g := startGateway(t, dir, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -978,8 +1142,53 @@ func runServe(t *testing.T, gw *workload, s serveSettings) {
 			t.Errorf("ListSessions with token %q: %s, want %d", token, res.Status, want)
 		}
 	}
+	sandboxedTurn(t, g, s, dir)
 	if err := g.stop(t); err != nil {
 		t.Errorf("acp-gateway serve after SIGTERM: %v\n%s", err, g.output())
+	}
+}
+
+// sandboxedTurn runs a turn of the demo agent for the token's user in a
+// directory of theirs under the workspace root, and checks that the agent
+// ran in its sandbox: the gateway says so at start and in its metrics, with
+// no per-agent cgroup limit (config.yaml sets none), and the agent got its
+// user's home under the homes directory, which only the sandbox makes.
+// (This machine runs bubblewrap, so it does not show that a pod can: that
+// is what checkSandboxContext checks the container's securityContext for.)
+func sandboxedTurn(t *testing.T, g *gateway, s serveSettings, dir string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if len(s.values["agent"]) > 0 {
+		t.Logf("the config names agents of its own; no demo turn")
+		return
+	}
+	if !strings.Contains(g.output(), `"msg":"agents confined","sandbox":"bwrap"`) {
+		t.Errorf("the gateway did not log agents confined with sandbox bwrap:\n%s", g.output())
+	}
+	cwd := filepath.Join(dir, "workspace", "tester", "try")
+	if err := os.MkdirAll(cwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	try := exec.CommandContext(ctx, gatewayBinary(t), "try", "--url", g.base, "--token", "deploy-test-token", "--cwd", cwd)
+	out, err := try.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"turnEnded"`) {
+		t.Fatalf("acp-gateway try, as the token's user, in %s: %v\n%s\ngateway:\n%s", cwd, err, out, g.output())
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "homes", "tester")); err != nil || !fi.IsDir() {
+		t.Errorf("the agent's home, the homes directory's tester: %v", err)
+	}
+	_, body, err := get(ctx, g.metrics+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `acp_gateway_agent_sandbox_info{mode="bwrap"} 1`) {
+		t.Error(`/metrics: no acp_gateway_agent_sandbox_info{mode="bwrap"} 1`)
+	}
+	for _, res := range []string{"memory_bytes", "pids", "cpu"} {
+		if strings.Contains(string(body), `acp_gateway_agent_limit{resource="`+res+`"}`) {
+			t.Errorf("/metrics: acp_gateway_agent_limit{resource=%q}, which config.yaml leaves unset", res)
+		}
 	}
 }
 

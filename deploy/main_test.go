@@ -42,6 +42,15 @@ func workDir() (string, error) {
 }
 
 func TestMain(m *testing.M) {
+	// The gateways' default directories (the workspace root of sessions
+	// created without a cwd) go to the work directory, not to the home of
+	// whoever runs the tests.
+	dir, err := workDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
 	code := m.Run()
 	if workDirPath != "" {
 		os.RemoveAll(workDirPath)
