@@ -1036,7 +1036,11 @@ type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A configured agent name.
 	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
-	// Absolute working directory for the agent.
+	// The agent's working directory: an absolute path, which must lie in the
+	// caller's workspace where the gateway confines working directories
+	// (else PERMISSION_DENIED, whether or not it exists); or empty, for a new
+	// directory the gateway makes in the caller's workspace (the session's
+	// cwd then reports it).
 	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// The id of the agent's authentication method to run before the session
 	// is created, for an agent that demands authentication.

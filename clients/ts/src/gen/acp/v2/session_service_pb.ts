@@ -520,7 +520,11 @@ export type CreateSessionRequest = Message<"acp.v2.CreateSessionRequest"> & {
   agent: string;
 
   /**
-   * Absolute working directory for the agent.
+   * The agent's working directory: an absolute path, which must lie in the
+   * caller's workspace where the gateway confines working directories
+   * (else PERMISSION_DENIED, whether or not it exists); or empty, for a new
+   * directory the gateway makes in the caller's workspace (the session's
+   * cwd then reports it).
    *
    * @generated from field: string cwd = 2;
    */
