@@ -18,6 +18,13 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 fi
 redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null
 
+# bubblewrap for the agents' sandbox (gateway/sandbox and the e2e,
+# integration and deploy tests run it for real), and pgrep/pkill, which the
+# sandbox tests' hostile agent uses.
+if ! command -v bwrap >/dev/null 2>&1 || ! command -v pgrep >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq bubblewrap procps >/dev/null
+fi
+
 # The web console's browser test drives Debian's chromium (playwright-core
 # never downloads a browser of its own).
 if [ ! -x /usr/bin/chromium ]; then
