@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -29,7 +28,7 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	url := fs.String("url", "http://"+server.DefaultListen, "gateway base URL")
 	agent := fs.String("agent", "demo", "agent name")
 	prompt := fs.String("prompt", "Show me what you can do.", "prompt text")
-	cwd := fs.String("cwd", "", "working directory of the session on the gateway's machine (default: this one, for a gateway on this machine)")
+	cwd := fs.String("cwd", "", "working directory of the session on the gateway's machine, in your workspace there (default: a new directory the gateway makes)")
 	tokens := addTokenFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -50,12 +49,6 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if warning := tokenInClear(*url, token); warning != "" {
 		fmt.Fprintf(stderr, "acp-gateway try: warning: %s\n", warning)
-	}
-	if *cwd == "" {
-		if *cwd, err = os.Getwd(); err != nil {
-			fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
-			return 1
-		}
 	}
 	if err := runTry(ctx, bridge.NewClient(http.DefaultClient, *url, token), *agent, *cwd, *prompt, stdout); err != nil {
 		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
