@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
 	units "github.com/docker/go-units"
 
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/gateway/limits"
 	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
 	"github.com/acp-gateway/acp-gateway/gateway/workspace"
@@ -26,6 +28,8 @@ type confineConfig struct {
 	readOnly   listFlag
 	readWrite  listFlag
 	homes      string
+	network    string
+	egress     listFlag
 	limits     limits.Limits
 	memory     sizeFlag
 	fileSize   sizeFlag
@@ -58,6 +62,8 @@ func (c *confineConfig) addConfineFlags(fs *flag.FlagSet) {
 	fs.Var(&c.readOnly, "sandbox-ro", "a host path every sandboxed agent may read, at the same path, such as its install directory or a shared cache (repeatable)")
 	fs.Var(&c.readWrite, "sandbox-rw", "a host path every sandboxed agent may write, at the same path; shared by all users' agents (repeatable)")
 	fs.StringVar(&c.homes, "sandbox-homes", filepath.Join(filepath.Dir(defaultBoltPath()), "homes"), "with --sandbox bwrap: the directory of each user's agent HOME (DIR/USER, made 0700), where a user's agent logins persist for that user only")
+	fs.StringVar(&c.network, "sandbox-network", "proxy", "with --sandbox bwrap: proxy (each agent has a network of its own whose only way out is the gateway's egress proxy: the internet, and no loopback, private or link-local address but those --agent-egress lists) or host (the host's network, unfiltered)")
+	fs.Var(&c.egress, "agent-egress", "HOST:PORT a sandboxed agent may reach although it is loopback, private or link-local, such as a model API on this host (repeatable)")
 	c.memory = sizeFlag{&c.limits.Memory}
 	fs.Var(c.memory, "agent-memory", "most memory each agent's process tree may use; past it the agent is killed and its session says oom (0: no limit)")
 	fs.Int64Var(&c.limits.Pids, "agent-pids", limits.Defaults.Pids, "most processes and threads each agent's process tree may have (0: no limit)")
@@ -82,8 +88,20 @@ func (c *confineConfig) checkConfine(auth bool) error {
 	default:
 		return fmt.Errorf("--sandbox %q: want bwrap or none", c.sandbox)
 	}
-	if c.sandbox == sandbox.ModeNone && (len(c.readOnly) > 0 || len(c.readWrite) > 0) {
-		return errors.New("--sandbox-ro and --sandbox-rw need --sandbox bwrap")
+	if c.sandbox == sandbox.ModeNone && (len(c.readOnly) > 0 || len(c.readWrite) > 0 || len(c.egress) > 0) {
+		return errors.New("--sandbox-ro, --sandbox-rw and --agent-egress need --sandbox bwrap")
+	}
+	switch c.network {
+	case "proxy":
+		if _, err := egress.NewPolicy(c.egress); err != nil {
+			return err
+		}
+	case "host":
+		if len(c.egress) > 0 {
+			return errors.New("--agent-egress needs --sandbox-network proxy")
+		}
+	default:
+		return fmt.Errorf("--sandbox-network %q: want proxy or host", c.network)
 	}
 	if c.limits.Pids < 0 || c.limits.CPU < 0 {
 		return errors.New("--agent-pids and --agent-cpu must not be negative")
@@ -101,6 +119,10 @@ type confinement struct {
 	sandbox *sandbox.Sandbox
 	homes   *workspace.Root
 	limits  *limits.Controller
+	// egress is the sandboxed agents' egress policy, and helper the
+	// executable that opens its proxy's socket in a sandbox.
+	egress *egress.Policy
+	helper string
 }
 
 // setupConfinement checks that the sandbox and the limits work on this
@@ -130,6 +152,16 @@ func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []s
 			return nil, fmt.Errorf("--sandbox-homes: %w", err)
 		}
 		c.sandbox, c.homes = sb, homes
+		if cfg.confine.network == "proxy" {
+			if c.egress, err = egress.NewPolicy(cfg.confine.egress); err != nil {
+				return nil, err
+			}
+			if c.helper, err = os.Executable(); err != nil {
+				return nil, fmt.Errorf("--sandbox-network proxy: finding this executable: %w", err)
+			}
+		} else if auth {
+			log.Warn("sandboxed agents share the host's network (--sandbox-network host): they can reach the gateway's port, its store and every service of the host and its network")
+		}
 	} else if auth {
 		log.Warn("agents run unconfined, as the gateway's own user (--sandbox none): any user's agent can read the gateway's files, other users' data, and signal the gateway")
 	}
@@ -145,7 +177,11 @@ func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []s
 		}
 	}
 	c.limits = lim
-	log.Info("agents confined", "sandbox", cfg.confine.sandbox, "limits", lim.Describe())
+	network := "host"
+	if c.egress != nil {
+		network = "proxy"
+	}
+	log.Info("agents confined", "sandbox", cfg.confine.sandbox, "network", network, "egress_allowed", []string(cfg.confine.egress), "limits", lim.Describe())
 	return c, nil
 }
 

@@ -23,7 +23,7 @@ func TestSandboxDefaultsToBwrapWithAuthentication(t *testing.T) {
 		"--sandbox-homes", filepath.Join(dir, "homes"), "--agent-memory", "1GiB", "--agent-pids", "100")
 	defer stopServe(t, cancel, exited)
 	l := logLine(logs, "agents confined")
-	if l["sandbox"] != "bwrap" || !strings.Contains(l["limits"].(string), "memory 1 GiB, 100 processes") {
+	if l["sandbox"] != "bwrap" || l["network"] != "proxy" || !strings.Contains(l["limits"].(string), "memory 1 GiB, 100 processes") {
 		t.Errorf("start-up says %v", l)
 	}
 	res, err := http.Get("http://" + addr + "/metrics")
@@ -74,6 +74,10 @@ func TestConfineFlagsAreChecked(t *testing.T) {
 		{[]string{"--sandbox", "bwrap", "--sandbox-ro", "opt"}, "absolute"},
 		{[]string{"--agent-memory", "lots"}, "want a size"},
 		{[]string{"--agent-pids", "-1"}, "must not be negative"},
+		{[]string{"--sandbox", "bwrap", "--sandbox-network", "open"}, "want proxy or host"},
+		{[]string{"--sandbox", "bwrap", "--agent-egress", "localhost"}, "HOST:PORT"},
+		{[]string{"--sandbox", "bwrap", "--sandbox-network", "host", "--agent-egress", "localhost:80"}, "needs --sandbox-network proxy"},
+		{[]string{"--sandbox", "none", "--agent-egress", "localhost:80"}, "need --sandbox bwrap"},
 	} {
 		if _, err := parseServe(c.args, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want %q", c.args, err, c.want)

@@ -25,6 +25,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
@@ -48,6 +49,9 @@ Run 'acp-gateway serve --help' for every serve flag.
 `
 
 func main() {
+	// In an agent's sandbox, this binary opens the egress proxy's socket
+	// and then runs the agent.
+	egress.ListenIfCommanded()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
@@ -119,6 +123,8 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 		Sandbox:            c.sandbox,
 		Homes:              c.homes,
 		Limits:             c.limits,
+		Egress:             c.egress,
+		EgressHelper:       c.helper,
 		Agents:             cfg.agents,
 		Env:                agentEnv(cfg.envAllow),
 		Store:              store,

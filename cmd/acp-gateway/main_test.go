@@ -23,6 +23,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
@@ -128,6 +129,7 @@ func TestServeAnswersOnEveryProtocol(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	egress.ListenIfCommanded()
 	// serve runs the demo agent as this executable's demo-agent command.
 	if len(os.Args) > 1 && os.Args[1] == "demo-agent" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))

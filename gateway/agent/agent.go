@@ -102,6 +102,9 @@ type Config struct {
 	// own, and every process left in it is killed when the agent ends.
 	// The agent owns it: Start closes it on error, and Close always.
 	Group Group
+	// Closers are closed once the agent has ended (or Start failed): what
+	// serves this agent alone, such as its egress proxy.
+	Closers []io.Closer
 }
 
 // Group is a set of processes under limits, such as a *limits.Group.
@@ -210,13 +213,14 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	started := false
-	if cfg.Group != nil {
-		defer func() {
-			if !started {
+	defer func() {
+		if !started {
+			if cfg.Group != nil {
 				cfg.Group.Close()
 			}
-		}()
-	}
+			closeAll(cfg.Closers)
+		}
+	}()
 	fs, err := newFileServer(cfg.Dir)
 	if err != nil {
 		return nil, err
@@ -708,6 +712,7 @@ func (a *Agent) Close() {
 		if a.cfg.Group != nil {
 			a.cfg.Group.Close()
 		}
+		closeAll(a.cfg.Closers)
 		<-a.ended.Done()
 		_ = a.out.Close()
 		a.fs.close()
@@ -837,6 +842,12 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			Message: "terminals are not offered by this gateway (clientCapabilities.terminal is false)"}
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not supported by the gateway: " + req.Method}
+}
+
+func closeAll(cs []io.Closer) {
+	for _, c := range cs {
+		_ = c.Close()
+	}
 }
 
 // killGroup sends SIGKILL to process group pgid and waits, at most wait,

@@ -22,6 +22,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
@@ -36,6 +37,7 @@ import (
 
 func TestMain(m *testing.M) {
 	agentsim.ServeIfCommanded()
+	egress.ListenIfCommanded()
 	code := m.Run()
 	if code == 0 {
 		if left := childProcesses(); len(left) > 0 {

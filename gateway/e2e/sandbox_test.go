@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/gateway/limits"
 	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
 	"github.com/acp-gateway/acp-gateway/gateway/workspace"
@@ -48,7 +51,10 @@ func shellTurn(commands ...string) agentsim.Turn {
 
 // startHosted runs a hosted gateway with agents made by scripts (given the
 // state directory and the token file's path), confined or not.
-func startHosted(t *testing.T, confine bool, lim limits.Limits, scripts func(h *hosted) map[string]agentsim.Script) *hosted {
+//
+// With egress (confined only) each agent's network ends at the egress
+// proxy, which also lets through the HOST:PORTs listed.
+func startHosted(t *testing.T, confine bool, lim limits.Limits, scripts func(h *hosted) map[string]agentsim.Script, egressAllow ...string) *hosted {
 	t.Helper()
 	h := &hosted{state: t.TempDir()}
 	h.tokens = filepath.Join(h.state, "tokens")
@@ -78,6 +84,16 @@ func startHosted(t *testing.T, confine bool, lim limits.Limits, scripts func(h *
 	}
 	var sb *sandbox.Sandbox
 	var lc *limits.Controller
+	var policy *egress.Policy
+	helper, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if confine && egressAllow != nil {
+		if policy, err = egress.NewPolicy(egressAllow); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if confine {
 		if sb, err = sandbox.New(context.Background(), sandbox.Options{Hide: []string{h.tokens, h.store}}); err != nil {
 			t.Fatal(err)
@@ -91,6 +107,7 @@ func startHosted(t *testing.T, confine bool, lim limits.Limits, scripts func(h *
 		env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + h.state},
 		configure: func(c *app.Config) {
 			c.Session.Sandbox, c.Session.Homes, c.Session.Limits = sb, h.homes, lc
+			c.Session.Egress, c.Session.EgressHelper = policy, helper
 		},
 	})
 	h.alice = h.clientsAs(t, "tok-alice-0123456789")["connect+json"]
@@ -330,5 +347,66 @@ func TestForkLoopStopsAtItsLimitAndOthersWork(t *testing.T) {
 	}
 	if got := <-bobDone; !strings.Contains(got, "bob-ok") {
 		t.Errorf("bob's running turn: %q", got)
+	}
+}
+
+// TestSandboxedAgentReachesOnlyWhatIsListed: a sandboxed agent's network
+// ends at the egress proxy, which refuses the gateway's port, a service on
+// loopback, a Redis port and cloud metadata, and lets a listed loopback
+// service (a model API on the host) through. Unconfined, the same agent
+// reaches the services.
+func TestSandboxedAgentReachesOnlyWhatIsListed(t *testing.T) {
+	secret := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "secret-reached") }))
+	defer secret.Close()
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "model-reached") }))
+	defer model.Close()
+	curl := func(url, label string, extra ...string) string {
+		return "curl -s -m 5 " + strings.Join(extra, " ") + " " + url + " | grep -q reached && echo REACHED:" + label + " || echo refused:" + label
+	}
+	for _, confined := range []bool{true, false} {
+		t.Run(fmt.Sprintf("confined=%v", confined), func(t *testing.T) {
+			probes := []string{
+				curl(model.URL, "model"),
+				curl(secret.URL, "secret"),
+				// The gateway answers /healthz with "ok".
+				"curl -s -m 5 http://$(cat gateway)/healthz | grep -q ok && echo REACHED:gateway || echo refused:gateway",
+				// Around the proxy, straight to the address.
+				curl(secret.URL, "secret-direct", "--noproxy '*'"),
+			}
+			if confined {
+				// Only through the proxy, which refuses them before it
+				// dials: no packet leaves this host's loopback.
+				probes = append(probes, curl("http://169.254.169.254/", "metadata"),
+					"curl -s -m 5 -p -x \"$HTTPS_PROXY\" telnet://127.0.0.1:6379 </dev/null >/dev/null 2>&1; echo tunnel:$?")
+			}
+			h := startHosted(t, confined, limits.Limits{}, func(h *hosted) map[string]agentsim.Script {
+				return map[string]agentsim.Script{"net": {Turns: []agentsim.Turn{shellTurn(probes...)}}}
+			}, strings.TrimPrefix(model.URL, "http://"))
+			// The agent finds the gateway's address in its workspace.
+			dir := filepath.Join(h.workspaces.Dir(), "alice", "net")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "gateway"), []byte(strings.TrimPrefix(h.base, "http://")), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			res, err := h.alice.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "net", Cwd: dir}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := said(promptTurn(t, h.alice, res.Msg.GetSessionId()))
+			t.Logf("the agent saw:\n%s", got)
+			if confined && !strings.Contains(got, "REACHED:model") {
+				t.Errorf("the listed model API was not reached:\n%s", got)
+			}
+			for _, label := range []string{"secret", "gateway", "secret-direct"} {
+				if reached := strings.Contains(got, "REACHED:"+label+"\n"); reached == confined {
+					t.Errorf("confined %v: %s reached %v:\n%s", confined, label, reached, got)
+				}
+			}
+			if confined && (strings.Contains(got, "REACHED:metadata") || !strings.Contains(got, "tunnel:") || strings.Contains(got, "tunnel:0\n")) {
+				t.Errorf("the proxy let through metadata or a tunnel to Redis:\n%s", got)
+			}
+		})
 	}
 }

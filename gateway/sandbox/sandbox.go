@@ -162,7 +162,29 @@ type Spec struct {
 	// Env is the agent's environment; HOME and TMPDIR are set by the
 	// sandbox.
 	Env []string
+	// Egress, when set, gives the agent a network namespace of its own,
+	// whose only way out is the gateway's egress proxy (package egress).
+	Egress *Egress
 }
+
+// Egress is how a sandbox reaches the egress proxy.
+type Egress struct {
+	// Helper is the gateway's executable, which opens the proxy's socket
+	// in the sandbox (egress.ListenIfCommanded) and then runs the agent.
+	Helper string
+	// HandoffDir holds the socket the helper sends it to.
+	HandoffDir string
+	// ListenCommand, Socket and Env are egress.ListenCommand,
+	// egress.HandoffSocket and egress.Env().
+	ListenCommand, Socket string
+	Env                   []string
+}
+
+// Where the egress helper and its handoff directory are in the sandbox.
+const (
+	egressHelper  = "/run/acp-gateway/egress-helper"
+	egressHandoff = "/run/acp-gateway/egress"
+)
 
 // ErrSpec is wrapped by the errors of a Spec the sandbox cannot run.
 var ErrSpec = errors.New("sandbox")
@@ -203,16 +225,30 @@ func (s *Sandbox) Command(spec Spec) (argv, env []string, err error) {
 	for _, h := range s.opts.Hide {
 		argv = append(argv, hide(h, visible, mounts)...)
 	}
+	command := spec.Command
+	if e := spec.Egress; e != nil {
+		argv = append(argv, "--unshare-net", "--ro-bind", e.Helper, egressHelper, "--ro-bind", e.HandoffDir, egressHandoff)
+		command = slices.Concat([]string{egressHelper, e.ListenCommand, egressHandoff + "/" + e.Socket, "--"}, command)
+	}
 	argv = append(argv, "--chdir", spec.Workspace, "--")
-	argv = append(argv, spec.Command...)
+	argv = append(argv, command...)
 
 	for _, kv := range spec.Env {
 		name, _, _ := strings.Cut(kv, "=")
-		if name != "HOME" && name != "TMPDIR" {
+		switch strings.ToUpper(name) {
+		case "HOME", "TMPDIR":
+		case "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY":
+			if spec.Egress == nil {
+				env = append(env, kv)
+			}
+		default:
 			env = append(env, kv)
 		}
 	}
 	env = append(env, "HOME="+spec.Home, "TMPDIR=/tmp")
+	if spec.Egress != nil {
+		env = append(env, spec.Egress.Env...)
+	}
 	return argv, env, nil
 }
 

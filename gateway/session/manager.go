@@ -4,11 +4,13 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/gateway/limits"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
@@ -122,6 +125,13 @@ type Options struct {
 	Sandbox *sandbox.Sandbox
 	// Homes holds each user's agent HOME, for the Sandbox.
 	Homes *workspace.Root
+	// Egress, with the Sandbox, gives each agent a network of its own
+	// whose only way out is a proxy that applies this policy; nil leaves
+	// sandboxed agents on the host's network.
+	Egress *egress.Policy
+	// EgressHelper is the executable that opens the proxy's socket in a
+	// sandbox (the gateway's own, which calls egress.ListenIfCommanded).
+	EgressHelper string
 	// Limits, when set, bounds each agent's whole process tree.
 	Limits *limits.Controller
 	// Workspaces, when set, holds each user's directory: a session
@@ -533,10 +543,20 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("the agent's home: %w", err)
 		}
-		cfg.Command, cfg.Env, err = m.opts.Sandbox.Command(sandbox.Spec{
-			Command: s.command, Workspace: s.rec.Cwd, Home: home, Env: m.opts.Env,
-		})
+		spec := sandbox.Spec{Command: s.command, Workspace: s.rec.Cwd, Home: home, Env: m.opts.Env}
+		if m.opts.Egress != nil {
+			h, err := egress.NewHandoff()
+			if err != nil {
+				return cfg, fmt.Errorf("the agent's egress proxy: %w", err)
+			}
+			spec.Egress = &sandbox.Egress{Helper: m.opts.EgressHelper, HandoffDir: h.Dir(),
+				ListenCommand: egress.ListenCommand, Socket: egress.HandoffSocket, Env: egress.Env()}
+			wait := cmp.Or(m.opts.AgentStartTimeout, agent.DefaultStartTimeout)
+			cfg.Closers = append(cfg.Closers, m.opts.Egress.ServeAgent(h, wait, s.log))
+		}
+		cfg.Command, cfg.Env, err = m.opts.Sandbox.Command(spec)
 		if err != nil {
+			closeAll(cfg.Closers)
 			return cfg, err
 		}
 	}
@@ -544,11 +564,18 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		// A name of its own for every agent the session starts.
 		g, err := m.opts.Limits.New(s.rec.ID + "-" + newID()[2:10])
 		if err != nil {
+			closeAll(cfg.Closers)
 			return cfg, fmt.Errorf("the agent's limits: %w", err)
 		}
 		cfg.Group = g
 	}
 	return cfg, nil
+}
+
+func closeAll(cs []io.Closer) {
+	for _, c := range cs {
+		_ = c.Close()
+	}
 }
 
 // AgentOf names the agent of session id when this gateway runs it, else "".
