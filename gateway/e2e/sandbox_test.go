@@ -137,18 +137,6 @@ func said(events []*acpv2.SessionEvent) string {
 	return b.String()
 }
 
-// promptTurn runs one turn of session id and returns its events.
-func promptTurn(t *testing.T, c acpv2connect.SessionServiceClient, id string) []*acpv2.SessionEvent {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	events, err := testutil.Turn(ctx, c, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return events
-}
-
 // spyScripts are a user's agent that tries everything issue 18 lists
 // against the gateway and another user, each attack printing LEAK: when it
 // works, and bob's agent, recognisable by a marker in its command line.
@@ -210,11 +198,11 @@ func TestSandboxedAgentReachesNothingOfTheGatewayOrOtherUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	bob := create(t, h.bob, "bob")
-	if got := said(promptTurn(t, h.bob, bob)); !strings.Contains(got, "bob-ok") {
+	if got := said(turn(t, h.bob, bob, nil)); !strings.Contains(got, "bob-ok") {
 		t.Fatalf("bob's turn: %q", got)
 	}
 	spy := create(t, h.alice, "spy")
-	got := said(promptTurn(t, h.alice, spy))
+	got := said(turn(t, h.alice, spy, nil))
 	if strings.Contains(got, "LEAK:") {
 		t.Errorf("the sandboxed agent reached what it must not:\n%s", got)
 	}
@@ -234,7 +222,7 @@ func TestSandboxedAgentReachesNothingOfTheGatewayOrOtherUsers(t *testing.T) {
 		t.Errorf("bob's home: %q, %v", b, err)
 	}
 	// Bob's agent was not stopped or signalled: it still works.
-	if got := said(promptTurn(t, h.bob, bob)); !strings.Contains(got, "bob-ok") {
+	if got := said(turn(t, h.bob, bob, nil)); !strings.Contains(got, "bob-ok") {
 		t.Errorf("bob's second turn: %q", got)
 	}
 	// A setsid child of the agent dies with the session.
@@ -259,9 +247,9 @@ func TestUnconfinedAgentReachesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	bob := create(t, h.bob, "bob")
-	promptTurn(t, h.bob, bob)
+	turn(t, h.bob, bob, nil)
 	spy := create(t, h.alice, "spy")
-	got := said(promptTurn(t, h.alice, spy))
+	got := said(turn(t, h.alice, spy, nil))
 	// Undo what the spy did to this process, and the child it left.
 	_ = os.WriteFile("/proc/self/oom_score_adj", oomBefore, 0)
 	for _, p := range sleepersLeft(sleeper) {
@@ -288,7 +276,7 @@ func TestAgentOverItsMemoryEndsAloneAndItsSessionGoesOn(t *testing.T) {
 	})
 	bob := create(t, h.bob, "bob")
 	hog := create(t, h.alice, "hog")
-	events := promptTurn(t, h.alice, hog)
+	events := turn(t, h.alice, hog, nil)
 	end := events[len(events)-1].GetTurnEnded()
 	if !strings.Contains(end.GetError(), "out of memory") {
 		t.Errorf("the turn ended %v, want an error that says out of memory; the agent said %q", end, said(events))
@@ -306,10 +294,10 @@ func TestAgentOverItsMemoryEndsAloneAndItsSessionGoesOn(t *testing.T) {
 		t.Errorf("agent exits for oom: %v, want 1", got)
 	}
 	// Bob's session is unharmed, and alice's can be prompted again.
-	if got := said(promptTurn(t, h.bob, bob)); !strings.Contains(got, "bob-ok") {
+	if got := said(turn(t, h.bob, bob, nil)); !strings.Contains(got, "bob-ok") {
 		t.Errorf("bob's turn: %q", got)
 	}
-	if got := said(promptTurn(t, h.alice, hog)); !strings.Contains(got, "second-ok") {
+	if got := said(turn(t, h.alice, hog, nil)); !strings.Contains(got, "second-ok") {
 		t.Errorf("the session's next turn: %q", got)
 	}
 }
@@ -336,13 +324,13 @@ func TestForkLoopStopsAtItsLimitAndOthersWork(t *testing.T) {
 		}
 		bobDone <- said(events)
 	}()
-	got := said(promptTurn(t, h.alice, forker))
+	got := said(turn(t, h.alice, forker, nil))
 	if strings.Contains(got, "all-started") || !strings.Contains(got, "fork") {
 		t.Errorf("the fork loop was not stopped at its limit: %q", got)
 	}
 	// Another user can still start an agent and run a turn.
 	other := create(t, h.bob, "bob")
-	if got := said(promptTurn(t, h.bob, other)); !strings.Contains(got, "bob-ok") {
+	if got := said(turn(t, h.bob, other, nil)); !strings.Contains(got, "bob-ok") {
 		t.Errorf("bob's new session: %q", got)
 	}
 	if got := <-bobDone; !strings.Contains(got, "bob-ok") {
@@ -394,7 +382,7 @@ func TestSandboxedAgentReachesOnlyWhatIsListed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := said(promptTurn(t, h.alice, res.Msg.GetSessionId()))
+			got := said(turn(t, h.alice, res.Msg.GetSessionId(), nil))
 			t.Logf("the agent saw:\n%s", got)
 			if confined && !strings.Contains(got, "REACHED:model") {
 				t.Errorf("the listed model API was not reached:\n%s", got)
