@@ -365,7 +365,9 @@ func TestSandboxedAgentReachesOnlyWhatIsListed(t *testing.T) {
 				// Only through the proxy, which refuses them before it
 				// dials: no packet leaves this host's loopback.
 				probes = append(probes, curl("http://169.254.169.254/", "metadata"),
-					"curl -s -m 5 -p -x \"$HTTPS_PROXY\" telnet://127.0.0.1:6379 </dev/null >/dev/null 2>&1; echo tunnel:$?")
+					"curl -s -m 5 -p -x \"$HTTPS_PROXY\" telnet://127.0.0.1:6379 </dev/null >/dev/null 2>&1; echo tunnel:$?",
+					// Redis straight, around the proxy.
+					"curl -s -m 5 --noproxy '*' telnet://127.0.0.1:6379 </dev/null >/dev/null 2>&1; echo redis-direct:$?")
 			}
 			h := startHosted(t, confined, limits.Limits{}, func(h *hosted) map[string]agentsim.Script {
 				return map[string]agentsim.Script{"net": {Turns: []agentsim.Turn{shellTurn(probes...)}}}
@@ -392,7 +394,8 @@ func TestSandboxedAgentReachesOnlyWhatIsListed(t *testing.T) {
 					t.Errorf("confined %v: %s reached %v:\n%s", confined, label, reached, got)
 				}
 			}
-			if confined && (strings.Contains(got, "REACHED:metadata") || !strings.Contains(got, "tunnel:") || strings.Contains(got, "tunnel:0\n")) {
+			if confined && (strings.Contains(got, "REACHED:metadata") || !strings.Contains(got, "tunnel:") || strings.Contains(got, "tunnel:0\n") ||
+				!strings.Contains(got, "redis-direct:") || strings.Contains(got, "redis-direct:0\n")) {
 				t.Errorf("the proxy let through metadata or a tunnel to Redis:\n%s", got)
 			}
 		})
