@@ -254,12 +254,20 @@ func (s *Sandbox) Command(spec Spec) (argv, env []string, err error) {
 
 // programDirs are the directories of the agent's program and, where its
 // first argument is a file (a script an interpreter such as node runs), of
-// that file: both are visible, read-only.
+// that file, each as named and as its symbolic links resolve (a node in
+// /usr/local/bin may be a link into /opt): all visible, read-only.
 func programDirs(command []string) []string {
-	dirs := []string{filepath.Dir(command[0])}
+	files := []string{command[0]}
 	if len(command) > 1 && filepath.IsAbs(command[1]) {
 		if fi, err := os.Stat(command[1]); err == nil && fi.Mode().IsRegular() {
-			dirs = append(dirs, filepath.Dir(command[1]))
+			files = append(files, command[1])
+		}
+	}
+	var dirs []string
+	for _, f := range files {
+		dirs = append(dirs, filepath.Dir(f))
+		if real, err := filepath.EvalSymlinks(f); err == nil && filepath.Dir(real) != filepath.Dir(f) {
+			dirs = append(dirs, filepath.Dir(real))
 		}
 	}
 	return dirs

@@ -174,3 +174,32 @@ func TestNewNamesTheFix(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+func TestProgramBehindALinkRuns(t *testing.T) {
+	l := newLayout(t)
+	// A program in a directory the sandbox does not show, reached through
+	// a link in another.
+	real := filepath.Join(t.TempDir(), "opt", "tool")
+	if err := os.MkdirAll(filepath.Dir(real), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(real, []byte("#!/bin/sh\necho tool-ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "bin", "tool")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	argv, env, err := l.sb.Command(Spec{Command: []string{link}, Workspace: l.workspace, Home: l.home, Env: []string{"PATH=/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "tool-ran\n" {
+		t.Errorf("%q, %v", out, err)
+	}
+}
