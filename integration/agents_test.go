@@ -7,6 +7,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
@@ -93,7 +95,13 @@ type exampleAgent struct {
 
 func exampleAgents(t *testing.T) []exampleAgent {
 	t.Helper()
-	node := tool(t, nodeBinary)
+	// node by its real path: a sandbox shows the directory of the agent's
+	// program, and a node that is a symbolic link (/usr/local/bin/node to
+	// an install elsewhere) would leave its target out.
+	node, err := filepath.EvalSymlinks(tool(t, nodeBinary))
+	if err != nil {
+		t.Fatal(err)
+	}
 	modules := tool(t, nodeModules)
 	return []exampleAgent{
 		{
@@ -110,26 +118,161 @@ func exampleAgents(t *testing.T) []exampleAgent {
 	}
 }
 
+// realAgentsUser is the user TestRealAgents calls an authenticating
+// gateway as, and realAgentsToken their token.
+const (
+	realAgentsUser  = "alice"
+	realAgentsToken = "real-agents-token"
+)
+
 // TestRealAgents runs four turns with each example agent: one whose
 // permission request is allowed, one where it is rejected, one cancelled
 // mid-turn, and one cancelled while its permission request is pending.
+//
+// It runs them through three gateways: one without authentication, whose
+// agents run unconfined by default; one that confines them in bubblewrap
+// sandboxes, asked for with --sandbox bwrap; and one with authentication
+// (a token file and --workspace-root), where bwrap is the default, each
+// session working in a new directory of its user's in the workspace root.
+// Each gateway must say at start-up how it confines agents, and each agent
+// must run in namespaces of its own exactly when it is sandboxed, so that
+// no variant passes unconfined.
 func TestRealAgents(t *testing.T) {
 	t.Parallel()
 	agents := exampleAgents(t)
-	args := []string{"--store", "memory:"}
+	modules := tool(t, nodeModules)
+	base := []string{"--store", "memory:"}
 	for _, a := range agents {
-		args = append(args, "--agent", a.name+"="+shellquote.Join(a.command...))
+		base = append(base, "--agent", a.name+"="+shellquote.Join(a.command...))
 	}
-	g := startGateway(t, args...)
-	for _, a := range agents {
-		t.Run(a.name, func(t *testing.T) {
+	// What a sandbox must add for the agents. The sandbox shows the system
+	// (/usr, /bin, /sbin, /lib*, /etc) and the directories of an agent's
+	// program and of the script its program runs: the Go agent's
+	// directory, node's (wherever exampleAgents found it; node needs
+	// nothing of its install but its executable and the system's shared
+	// libraries) and the TypeScript SDK's dist/examples, nothing more.
+	// agent.js imports ../acp.js (else ERR_MODULE_NOT_FOUND, and the agent
+	// exits before initialize), which imports the npm package zod, and node
+	// reads the SDK's package.json ("type": "module"): all of them are in
+	// integration/node/node_modules, which the agents only read, so
+	// --sandbox-ro. --sandbox-homes keeps the users' agent homes in the
+	// test's directory.
+	sandboxed := func(t *testing.T) []string {
+		return []string{"--sandbox-ro", modules, "--sandbox-homes", t.TempDir()}
+	}
+	for _, c := range []struct {
+		name string
+		// sandbox is how the gateway must log it confines agents.
+		sandbox string
+		// args are the gateway's flags besides --store and --agent; root
+		// is its --workspace-root, if any.
+		args func(t *testing.T, root string) []string
+		// auth makes the gateway authenticate with a token file, and the
+		// test call it as realAgentsUser.
+		auth bool
+	}{
+		{name: "unconfined", sandbox: "none", args: func(*testing.T, string) []string { return nil }},
+		{name: "bwrap", sandbox: "bwrap", args: func(t *testing.T, _ string) []string {
+			return append([]string{"--sandbox", "bwrap"}, sandboxed(t)...)
+		}},
+		{name: "auth", sandbox: "bwrap", auth: true, args: func(t *testing.T, root string) []string {
+			tokens := filepath.Join(t.TempDir(), "tokens")
+			line := realAgentsToken + " " + realAgentsUser + "\n"
+			if err := os.WriteFile(tokens, []byte(line), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return append([]string{"--auth-tokens", tokens, "--workspace-root", root}, sandboxed(t)...)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			a.run(t, g)
+			root := t.TempDir()
+			g := startGateway(t, slices.Concat(base, c.args(t, root))...)
+			if got := g.logged(t, "agents confined")["sandbox"]; got != c.sandbox {
+				t.Fatalf("the gateway confines agents with sandbox %v, want %s", got, c.sandbox)
+			}
+			if c.auth {
+				g.authenticate(realAgentsToken)
+				g.freshCwd = true
+			}
+			for _, a := range agents {
+				t.Run(a.name, func(t *testing.T) {
+					t.Parallel()
+					a.run(t, g, func(id string) {
+						checkConfined(t, g, a.command, c.sandbox == "bwrap")
+						if c.auth {
+							checkCwdIn(t, g.snapshot(t, id).GetCwd(), filepath.Join(root, realAgentsUser))
+						}
+					})
+				})
+			}
 		})
 	}
 }
 
-func (a exampleAgent) run(t *testing.T, g *gateway) {
+// checkConfined checks that the one process of the gateway running command
+// is in a mount, user and pid namespace of its own when sandboxed, or in
+// the test's when not.
+func checkConfined(t *testing.T, g *gateway, command []string, sandboxed bool) {
+	t.Helper()
+	var pids []int
+	for _, pid := range descendants(g.cmd.Process.Pid) {
+		if slices.Equal(procfs.Cmdline(pid), command) {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("the gateway runs %d processes of %q, want 1: %v", len(pids), command, pids)
+	}
+	for _, ns := range []string{"mnt", "user", "pid"} {
+		mine, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pids[0], ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (its != mine) != sandboxed {
+			t.Errorf("agent %q (process %d) is in %s namespace %s, the test in %s: want sandboxed %v", command[0], pids[0], ns, its, mine, sandboxed)
+		}
+	}
+}
+
+// descendants lists the living processes under process parent.
+func descendants(parent int) []int {
+	children := map[int][]int{}
+	for _, p := range procfs.List() {
+		if !p.Zombie {
+			children[p.PPID] = append(children[p.PPID], p.PID)
+		}
+	}
+	var out []int
+	for queue := children[parent]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
+
+// checkCwdIn checks that a session's cwd is a directory inside dir.
+func checkCwdIn(t *testing.T, cwd, dir string) {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel, err := filepath.Rel(dir, cwd); err != nil || rel == "." || !filepath.IsLocal(rel) {
+		t.Errorf("the session's cwd %q is not a directory inside %s", cwd, dir)
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		t.Errorf("the session's cwd %q is not a directory: %v", cwd, err)
+	}
+}
+
+// run runs the four turns of TestRealAgents in a new session of a, and
+// calls check with the session's id once its agent has completed a turn.
+func (a exampleAgent) run(t *testing.T, g *gateway, check func(id string)) {
 	id := g.create(t, a.name)
 	var all []*acpv2.SessionEvent
 	callOne := mustProto[*acpv2.ToolCall](t, callOneMerged)
@@ -137,6 +280,7 @@ func (a exampleAgent) run(t *testing.T, g *gateway) {
 	// Allowed: call_2 completes.
 	allowed := g.turn(t, id, "Improve the configuration.", a.answer(t, g, id, "allow"))
 	testutil.CheckSeqs(t, allowed, 1)
+	check(id)
 	a.checkFullTurn(t, allowed, "allow")
 	checkToolCalls(t, g.snapshot(t, id), callOne, mustProto[*acpv2.ToolCall](t, callTwoAllowedMerged))
 	all = append(all, allowed...)

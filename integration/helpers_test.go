@@ -61,6 +61,15 @@ var workDir = sync.OnceValues(func() (string, error) {
 var workDirPath string
 
 func TestMain(m *testing.M) {
+	// The gateways' default directories (the workspace root of sessions
+	// created without a cwd) go to the work directory, not to the home of
+	// whoever runs the tests.
+	dir, err := workDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
 	code := m.Run()
 	if workDirPath != "" {
 		os.RemoveAll(workDirPath)
@@ -218,6 +227,10 @@ type gateway struct {
 	client acpv2connect.SessionServiceClient
 	cmd    *exec.Cmd
 	log    *logBuffer
+	// freshCwd makes create ask for sessions with an empty cwd, which the
+	// gateway gives a new directory of its workspace root, as a gateway
+	// that confines cwd to it needs.
+	freshCwd bool
 }
 
 // startGateway runs `acp-gateway serve --listen 127.0.0.1:0 args...` for the
@@ -252,6 +265,38 @@ func startGateway(t *testing.T, args ...string) *gateway {
 	return g
 }
 
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// authenticate makes g's client call with `Authorization: Bearer token`.
+func (g *gateway) authenticate(token string) {
+	c := &http.Client{Transport: bearer{token, http.DefaultTransport}}
+	g.client = acpv2connect.NewSessionServiceClient(c, g.base, connect.WithProtoJSON())
+}
+
+// logged returns the gateway's first JSON log line whose msg is msg,
+// failing the test when it logged none.
+func (g *gateway) logged(t *testing.T, msg string) map[string]any {
+	t.Helper()
+	for line := range strings.Lines(g.log.String()) {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == msg {
+			return l
+		}
+	}
+	t.Fatalf("the gateway did not log %q:\n%s", msg, g.log)
+	return nil
+}
+
 // stop ends the gateway with SIGTERM and checks that its agents went with it.
 func (g *gateway) stop(t *testing.T, exited chan error) {
 	agents := procfs.Children(g.cmd.Process.Pid)
@@ -281,11 +326,16 @@ func (g *gateway) stop(t *testing.T, exited chan error) {
 	}
 }
 
-// create creates a session of agent in a new directory.
+// create creates a session of agent in a new directory: one of the
+// test's, or with freshCwd one the gateway makes.
 func (g *gateway) create(t *testing.T, agent string) string {
 	t.Helper()
+	var cwd string
+	if !g.freshCwd {
+		cwd = t.TempDir()
+	}
 	res, err := g.client.CreateSession(context.Background(),
-		connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: t.TempDir()}))
+		connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
 	if err != nil {
 		t.Fatalf("CreateSession(%s): %v", agent, err)
 	}
