@@ -130,6 +130,8 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 		Store:              store,
 		Log:                log,
 		PermissionTimeout:  cfg.permissionTimeout,
+		TurnTimeout:        cfg.turnTimeout,
+		CancelGrace:        cfg.cancelGrace,
 		IdleTimeout:        cfg.idleTimeout,
 		MaxEndedSessions:   cfg.maxEnded,
 		Replica:            advertise,
@@ -154,6 +156,8 @@ type serveConfig struct {
 	heartbeat         time.Duration
 	streamWrite       time.Duration
 	permissionTimeout time.Duration
+	turnTimeout       time.Duration
+	cancelGrace       time.Duration
 	idleTimeout       time.Duration
 	envAllow          listFlag
 	maxEvents         int
@@ -267,6 +271,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", service.DefaultHeartbeat, "interval of heartbeats on idle server streams")
 	fs.DurationVar(&cfg.streamWrite, "stream-write-timeout", service.DefaultStreamWriteTimeout, "end a Prompt or Watch stream whose client takes longer than this to accept a batch of messages (it resumes with Watch afterSeq; 0: never)")
+	fs.DurationVar(&cfg.turnTimeout, "turn-timeout", 0, "end a turn that runs longer than this: the agent gets session/cancel, and is stopped if it does not end the turn within --cancel-grace (0: no limit)")
+	fs.DurationVar(&cfg.cancelGrace, "cancel-grace", session.DefaultCancelGrace, "how long an agent has to end its turn after a Cancel (or --turn-timeout) before the gateway stops it; the turn then ends cancelled")
 	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
 	fs.DurationVar(&cfg.shutdownDrain, "shutdown-drain", 0, "on SIGTERM or SIGINT, go on serving this long while not ready (/readyz 503, gRPC health NOT_SERVING), so that load balancers stop sending new clients, then shut down; a second signal shuts down at once (0: no drain)")
@@ -305,6 +311,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if cfg.heartbeat <= 0 {
 		return nil, fmt.Errorf("--heartbeat must be positive, got %v", cfg.heartbeat)
+	}
+	if cfg.turnTimeout < 0 || cfg.cancelGrace <= 0 {
+		return nil, errors.New("--turn-timeout must not be negative, and --cancel-grace must be positive")
 	}
 	if cfg.permissionTimeout <= 0 {
 		return nil, fmt.Errorf("--permission-timeout must be positive, got %v", cfg.permissionTimeout)

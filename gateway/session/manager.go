@@ -61,6 +61,7 @@ func (e *RemoteError) Error() string { return "the session is served by the repl
 // Defaults for Options fields left zero.
 const (
 	DefaultPermissionTimeout = 10 * time.Minute
+	DefaultCancelGrace       = 10 * time.Second
 	DefaultWatchBuffer       = 65536
 	DefaultWatchBufferBytes  = 16 << 20
 	DefaultIdleTimeout       = 30 * time.Minute
@@ -79,6 +80,13 @@ type Options struct {
 	Store statestore.Store
 	// Log receives structured logs.
 	Log *slog.Logger
+	// TurnTimeout, when positive, ends a turn that runs longer: the agent
+	// gets session/cancel, and is stopped after CancelGrace if the turn
+	// still runs; the turn ends cancelled, with cause turn_timeout.
+	TurnTimeout time.Duration
+	// CancelGrace is how long an agent has to end its turn after
+	// session/cancel (Cancel, or TurnTimeout) before it is stopped.
+	CancelGrace time.Duration
 	// PermissionTimeout answers a permission request left unanswered this
 	// long with cancelled.
 	PermissionTimeout time.Duration
@@ -173,6 +181,9 @@ type Manager struct {
 
 // NewManager returns a Manager.
 func NewManager(opts Options) *Manager {
+	if opts.CancelGrace <= 0 {
+		opts.CancelGrace = DefaultCancelGrace
+	}
 	if opts.PermissionTimeout <= 0 {
 		opts.PermissionTimeout = DefaultPermissionTimeout
 	}

@@ -57,6 +57,14 @@ type Session struct {
 	// agent never sees the cancel before the prompt it cancels.
 	turnSent   chan struct{}
 	stopReason string
+	// turnGen numbers the turns, so that a timer of one turn does nothing
+	// to the next.
+	turnGen uint64
+	// turnCause is why the gateway itself is ending the turn (a Cause
+	// constant), "" while it is not; turnTimers are the turn's timeout and
+	// cancel grace, stopped when it ends.
+	turnCause  string
+	turnTimers []*time.Timer
 	tools      *merge.State
 	seq        uint64
 	subs       map[*Subscription]struct{}
@@ -593,8 +601,14 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 	s.turn, s.turnStart = true, time.Now()
 	s.stopReason, s.turnIdle = "", make(chan struct{})
 	s.turnSent = make(chan struct{})
+	s.turnGen++
+	s.turnCause = ""
 	s.stopIdleLocked()
 	a, agentSID := s.agent, s.agentSessionID
+	if d := s.m.opts.TurnTimeout; d > 0 {
+		gen := s.turnGen
+		s.turnTimers = append(s.turnTimers, time.AfterFunc(d, func() { s.interrupt(gen, CauseTurnTimeout) }))
+	}
 	s.m.wg.Add(1)
 	// The turn outlives the request, but keeps its values: the trace
 	// context for the agent, the request id for the logs.
@@ -619,6 +633,11 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.turnIdle = nil
+	for _, t := range s.turnTimers {
+		t.Stop()
+	}
+	s.turnTimers = nil
+	cause := s.turnCause
 	// A permission request cannot outlive its turn.
 	for id := range s.perms {
 		s.resolveLocked(id, cancelled())
@@ -634,7 +653,13 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 	if reason == "" {
 		reason = "end_turn"
 	}
-	ended := &acpv2.TurnEnded{StopReason: reason, Reason: acpjson.StopReason(reason)}
+	if cause != "" {
+		// The gateway ended the turn: cancelled, whether the agent ended
+		// it so or had to be stopped.
+		reason, err = "cancelled", nil
+		s.log.WarnContext(ctx, "turn ended by the gateway", "cause", cause)
+	}
+	ended := &acpv2.TurnEnded{StopReason: reason, Reason: acpjson.StopReason(reason), Cause: cause}
 	if err != nil {
 		ended = &acpv2.TurnEnded{Error: err.Error()}
 		s.log.WarnContext(ctx, "turn failed", "error", err)
@@ -657,7 +682,7 @@ func (s *Session) Cancel(ctx context.Context) error {
 		s.mu.Unlock()
 		return ErrNoTurn
 	}
-	a, agentSID, sent := s.agent, s.agentSessionID, s.turnSent
+	a, agentSID, sent, gen := s.agent, s.agentSessionID, s.turnSent, s.turnGen
 	s.mu.Unlock()
 	// session/cancel first, as ACP orders it: an agent that sees its
 	// permission request cancelled then knows the turn is being cancelled.
@@ -676,8 +701,60 @@ func (s *Session) Cancel(ctx context.Context) error {
 	for id := range s.perms {
 		s.resolveLocked(id, cancelled())
 	}
+	s.armGraceLocked(gen, CauseCancelTimeout)
 	s.mu.Unlock()
 	return err
+}
+
+// Why the gateway ended a turn itself, as TurnEnded.cause says.
+const (
+	// CauseTurnTimeout: the turn ran longer than Options.TurnTimeout; the
+	// agent was sent session/cancel, and stopped if it did not end the
+	// turn within Options.CancelGrace.
+	CauseTurnTimeout = "turn_timeout"
+	// CauseCancelTimeout: the agent did not end its turn within
+	// Options.CancelGrace of a Cancel, and was stopped.
+	CauseCancelTimeout = "cancel_timeout"
+)
+
+// interrupt cancels turn gen, if it still runs, for cause: as Cancel
+// does, and with the same grace before the agent is stopped.
+func (s *Session) interrupt(gen uint64, cause string) {
+	s.mu.Lock()
+	if !s.turn || s.turnGen != gen {
+		s.mu.Unlock()
+		return
+	}
+	s.turnCause = cause
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.opts.CancelGrace)
+	defer cancel()
+	if err := s.Cancel(ctx); err != nil && !errors.Is(err, ErrNoTurn) {
+		s.log.Warn("cancelling a turn", "cause", cause, "error", err)
+	}
+}
+
+// armGraceLocked stops the agent of turn gen if the turn still runs
+// CancelGrace from now, for cause (unless a cause was set before). s.mu
+// must be held.
+func (s *Session) armGraceLocked(gen uint64, cause string) {
+	if !s.turn || s.turnGen != gen {
+		return
+	}
+	s.turnTimers = append(s.turnTimers, time.AfterFunc(s.m.opts.CancelGrace, func() {
+		s.mu.Lock()
+		a := s.agent
+		if !s.turn || s.turnGen != gen || a == nil {
+			s.mu.Unlock()
+			return
+		}
+		if s.turnCause == "" {
+			s.turnCause = cause
+		}
+		s.mu.Unlock()
+		s.log.Warn("the agent did not end its turn after session/cancel: stopping it", "grace", s.m.opts.CancelGrace.String())
+		a.Close()
+	}))
 }
 
 // Watch returns a subscription to events after afterSeq.

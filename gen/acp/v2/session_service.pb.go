@@ -775,7 +775,13 @@ type TurnEnded struct {
 	Reason StopReason `protobuf:"varint,2,opt,name=reason,proto3,enum=acp.v2.StopReason" json:"reason,omitempty"`
 	// Set when the turn ended because of an error (agent crash, protocol
 	// violation, refused prompt): a message safe to show the user.
-	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// Set when the gateway ended the turn itself (the stop reason is then
+	// `cancelled`): `turn_timeout`, the turn ran past the gateway's
+	// --turn-timeout; `cancel_timeout`, the agent did not end its turn
+	// within the grace after session/cancel and was stopped. The session
+	// stays usable: the next Prompt starts a new agent where needed.
+	Cause         string `protobuf:"bytes,4,opt,name=cause,proto3" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +833,13 @@ func (x *TurnEnded) GetReason() StopReason {
 func (x *TurnEnded) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *TurnEnded) GetCause() string {
+	if x != nil {
+		return x.Cause
 	}
 	return ""
 }
@@ -2117,12 +2130,13 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\";\n" +
 	"\vTurnStarted\x12,\n" +
-	"\x06prompt\x18\x01 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"n\n" +
+	"\x06prompt\x18\x01 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"\x84\x01\n" +
 	"\tTurnEnded\x12\x1f\n" +
 	"\vstop_reason\x18\x01 \x01(\tR\n" +
 	"stopReason\x12*\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x12.acp.v2.StopReasonR\x06reason\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\x98\x02\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x14\n" +
+	"\x05cause\x18\x04 \x01(\tR\x05cause\"\x98\x02\n" +
 	"\x0fSessionSnapshot\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
