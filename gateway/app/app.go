@@ -56,6 +56,9 @@ type Config struct {
 	// CORSOrigins, ReadMaxBytes and SendMaxBytes are as in server.Options.
 	CORSOrigins                []string
 	ReadMaxBytes, SendMaxBytes int
+	// AllowedHosts are the names and addresses requests may give in Host
+	// besides the loopback ones, as in server.Options.
+	AllowedHosts []string
 	// Console serves the web console at "/".
 	Console bool
 	// Extra handlers are mounted beside the service, by pattern.
@@ -122,6 +125,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Interceptors: append(service.Interceptors(ic), cfg.Interceptors...),
 		ReadMaxBytes: cfg.ReadMaxBytes,
 		SendMaxBytes: cfg.SendMaxBytes,
+		AllowedHosts: cfg.AllowedHosts,
+		Log:          cfg.Session.Log,
 	})
 	return &App{Manager: mgr, Metrics: met, Server: srv, ready: ready}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -56,6 +57,19 @@ type Options struct {
 	// service.Interceptors orders them: tracing, the access log,
 	// authentication, rate limits).
 	Interceptors []connect.Interceptor
+	// AllowedHosts lists the host names and addresses, without a port,
+	// that a request may name in its Host header besides the loopback
+	// ones (localhost, 127.0.0.0/8, ::1), with any port; AnyHost accepts
+	// every Host. A web page whose name an attacker makes resolve to the
+	// gateway's address (DNS rebinding) sends that name, and is refused.
+	// A request's Origin header, when it has one, must be the gateway's
+	// own (the host and port of its Host) or one of CORSOrigins. Refused
+	// requests are answered 403. GET /healthz, /readyz and /metrics and
+	// gRPC health, which probers call by any name, are not checked.
+	AllowedHosts []string
+	// Log receives a line for each request refused for its Host or
+	// Origin; nil logs nothing.
+	Log *slog.Logger
 }
 
 // Server is one gateway HTTP server.
@@ -120,6 +134,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 			MaxAge:           7200,
 		}).Handler(mux)
 	}
+	handler = newHostPolicy(opts.AllowedHosts, opts.CORSOrigins, opts.Log).handler(handler)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
