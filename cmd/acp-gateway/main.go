@@ -141,6 +141,8 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 // serveConfig is the configuration of `acp-gateway serve`.
 type serveConfig struct {
 	listen            string
+	allowedHosts      listFlag // --allowed-host
+	insecureNoAuth    bool     // --insecure-no-auth
 	agents            map[string][]string
 	store             string
 	storeShown        string // store with any password hidden
@@ -226,6 +228,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
+	fs.Var(&cfg.allowedHosts, "allowed-host", "a host name or address, without a port, that requests may name in their Host header, at any port, besides loopback ones, the --listen host and the --advertise host (repeatable; * accepts any Host, unsafe: DNS rebinding)")
+	fs.BoolVar(&cfg.insecureNoAuth, "insecure-no-auth", false, "unsafe: serve without authentication on a --listen address other machines may reach, where anyone who reaches it runs agents as this gateway's user")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
 	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "", "with a redis:// --store: the prefix of its keys, so that separate deployments can share one Redis (default acpgw:)")
@@ -286,8 +290,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if err := cfg.confine.checkConfine(cfg.authTokens != "" || cfg.oidc.Issuer != ""); err != nil {
 		return nil, err
 	}
-	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
-		return nil, fmt.Errorf("--listen %q: %v", cfg.listen, err)
+	if err := cfg.checkBoundary(); err != nil {
+		return nil, err
 	}
 	for _, o := range cfg.corsOrigins {
 		if o == "*" {
@@ -394,6 +398,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		// behind becomes the gateway's to reap, through the shutdown too.
 		go agent.ReapOrphans(context.Background(), log)
 	}
+	cfg.warnBoundary(log, l.Addr().String())
 	authn, err := authenticator(ctx, cfg, log)
 	if err != nil {
 		return configError{err}
@@ -426,6 +431,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if advertise == "" || strings.HasSuffix(advertise, ":0") {
 		advertise = "http://" + l.Addr().String() // the port the kernel chose
 	}
+	allowedHosts := cfg.hostsAllowed(advertise)
 	if cfg.workspaces, cfg.confineCwd, err = cfg.setupWorkspaces(log); err != nil {
 		return err
 	}
@@ -444,6 +450,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		CORSOrigins:        cfg.corsOrigins,
 		ReadMaxBytes:       cfg.maxRequestBytes,
 		SendMaxBytes:       cfg.maxResponseBytes,
+		AllowedHosts:       allowedHosts,
 		Console:            cfg.console,
 	})
 	if err != nil {
@@ -465,7 +472,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	build := buildinfo.Get()
 	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise,
-		"auth", authn != nil, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
+		"auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
 	if metricsSrv != nil {

@@ -81,7 +81,14 @@ func normalizeHost(host string) string {
 // allowedHost reports whether a request may name host (normalized) in its
 // Host header.
 func (p *hostPolicy) allowedHost(host string) bool {
-	if p.anyHost || p.hosts[host] || host == "localhost" {
+	return p.anyHost || p.hosts[host] || Loopback(host)
+}
+
+// Loopback reports whether host (without a port; brackets allowed) names
+// this machine's loopback interface: localhost, 127.0.0.0/8 or ::1.
+func Loopback(host string) bool {
+	host, _ = splitHostPort(host)
+	if host = normalizeHost(host); host == "localhost" {
 		return true
 	}
 	a, err := netip.ParseAddr(host)
