@@ -105,8 +105,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		RateBurst:    cfg.RateBurst,
 		SessionAgent: mgr.AgentOf,
 	}
+	var gate func(http.Handler) http.Handler
 	if cfg.Auth != nil {
+		// The middleware answers unauthenticated calls before their
+		// bodies are read; the interceptor, behind it, finds the user.
 		ic.Auth = auth.NewInterceptor(cfg.Auth)
+		refused := service.LogRefused(cfg.Session.Log)
+		gate = func(next http.Handler) http.Handler { return auth.Middleware(cfg.Auth, next, refused) }
 	}
 	extra := map[string]http.Handler{"GET /metrics": met.Handler()}
 	if cfg.Console {
@@ -125,6 +130,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Interceptors: append(service.Interceptors(ic), cfg.Interceptors...),
 		ReadMaxBytes: cfg.ReadMaxBytes,
 		SendMaxBytes: cfg.SendMaxBytes,
+		Gate:         gate,
 		AllowedHosts: cfg.AllowedHosts,
 		Log:          cfg.Session.Log,
 	})

@@ -57,6 +57,11 @@ type Options struct {
 	// service.Interceptors orders them: tracing, the access log,
 	// authentication, rate limits).
 	Interceptors []connect.Interceptor
+	// Gate, when set, wraps the SessionService's handler in front of
+	// everything that reads a request's body: auth.Middleware, which
+	// answers an unauthenticated request before any of its body is read
+	// or inflated.
+	Gate func(http.Handler) http.Handler
 	// AllowedHosts lists the host names and addresses, without a port,
 	// that a request may name in its Host header besides the loopback
 	// ones (localhost, 127.0.0.0/8, ::1), with any port; AnyHost accepts
@@ -103,7 +108,11 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	)
 	// The server streams send their events in batches with one flush each
 	// (connect flushes after every message).
-	mux.Handle(path, flush.Holdable(unaryFraming(svcHandler, int64(opts.ReadMaxBytes)), serverStream))
+	service := flush.Holdable(unaryFraming(svcHandler, int64(opts.ReadMaxBytes)), serverStream)
+	if opts.Gate != nil {
+		service = opts.Gate(service)
+	}
+	mux.Handle(path, service)
 	mux.Handle(grpchealth.NewHandler(readyChecker{grpchealth.NewStaticChecker(acpv2connect.SessionServiceName), ready}))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"net/http"
 	"regexp"
 	"time"
 
@@ -135,6 +136,21 @@ func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any,
 	}
 	// LogHandler adds request_id and trace_id from ctx.
 	a.log.LogAttrs(ctx, level, "rpc", attrs...)
+}
+
+// LogRefused returns what logs a call answered before it reached the
+// interceptors (a refusal of auth.Middleware), as the access log logs
+// calls: its procedure, no user, its code, and the client's address. A
+// nil log gives nil.
+func LogRefused(log *slog.Logger) func(*http.Request, error) {
+	if log == nil {
+		return nil
+	}
+	log = slog.New(LogHandler(log.Handler()))
+	return func(r *http.Request, err error) {
+		log.LogAttrs(r.Context(), slog.LevelInfo, "rpc", slog.String("procedure", r.URL.Path),
+			slog.String("user", ""), slog.String("code", codeName(err)), slog.String("client", r.RemoteAddr))
+	}
 }
 
 func codeName(err error) string {
