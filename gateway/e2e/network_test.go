@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,24 +16,6 @@ import (
 
 // This file attacks the gateway's network boundary: what a client that
 // holds no token, or holds connections, can make it spend.
-
-// gzipBomb is a gzip stream of mib MiB of zeros (a multiple of 16), about
-// a thousandth of that in size: one 16 MiB member, repeated.
-func gzipBomb(t *testing.T, mib int) []byte {
-	t.Helper()
-	var member bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&member, gzip.BestCompression)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := zw.Write(make([]byte, 16<<20)); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return bytes.Repeat(member.Bytes(), mib/16)
-}
 
 // heapAllocated is how many bytes the process has allocated on its heap
 // since it started.
@@ -85,7 +66,7 @@ func TestUnauthenticatedBombsAreNotRead(t *testing.T) {
 	const n, limit = 50, 64 << 20
 	logs := &testutil.SyncBuffer{}
 	g := startGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice alice"), anyCwd: true, log: logs})
-	bomb := gzipBomb(t, 1024)
+	bomb := testutil.GzipZeros(t, 1024)
 	enveloped := testutil.Envelope(1, bomb)
 	h1 := &http.Transport{MaxConnsPerHost: n}
 	h2 := new(http.Protocols)

@@ -101,6 +101,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		// Compressing every small streamed event cost about half the
 		// gateway's CPU (docs/BENCHMARKS.md); only large messages gain.
 		connect.WithCompressMinBytes(compressMinBytes),
+		withBoundedGzip(opts.ReadMaxBytes),
 		// Each event is marshalled once for all the streams sending it.
 		connect.WithCodec(newProtoCodec()),
 		connect.WithCodec(newJSONCodec()),
