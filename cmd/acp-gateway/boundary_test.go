@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
@@ -61,6 +64,47 @@ func TestInsecureChoicesAreLogged(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %s:\n%s", want, out)
 		}
+	}
+	stopServe(t, cancel, exited)
+}
+
+// The connection flags reach the server: one connection at most, closed
+// when idle, its request's body cut when slow.
+func TestConnectionFlags(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, exited := startServe(t, ctx, "--max-connections", "1", "--conn-idle-timeout", "200ms", "--request-body-timeout", "200ms")
+	read := func(c net.Conn) string {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("the connection is still open: %v", err)
+		}
+		return string(b)
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	held := dial()
+	fmt.Fprintf(held, "POST /acp.v2.SessionService/ListSessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{")
+	// A second connection is closed at once, and the first one's slow
+	// body is cut.
+	if got := read(dial()); got != "" {
+		t.Errorf("a connection past --max-connections 1 got %q", got)
+	}
+	if got := read(held); !strings.Contains(got, "took more than 200ms to arrive") {
+		t.Errorf("a slow body: %q", got)
+	}
+	// An idle connection is closed.
+	idle := dial()
+	fmt.Fprint(idle, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	if got := read(idle); !strings.HasPrefix(got, "HTTP/1.1 200 OK") {
+		t.Errorf("GET /healthz, then idle: %q", got)
 	}
 	stopServe(t, cancel, exited)
 }

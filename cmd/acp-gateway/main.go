@@ -143,6 +143,9 @@ type serveConfig struct {
 	listen            string
 	allowedHosts      listFlag // --allowed-host
 	insecureNoAuth    bool     // --insecure-no-auth
+	bodyTimeout       time.Duration
+	connIdleTimeout   time.Duration
+	maxConnections    int
 	agents            map[string][]string
 	store             string
 	storeShown        string // store with any password hidden
@@ -230,6 +233,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
 	fs.Var(&cfg.allowedHosts, "allowed-host", "a host name or address, without a port, that requests may name in their Host header, at any port, besides loopback ones, the --listen host and the --advertise host (repeatable; * accepts any Host, unsafe: DNS rebinding)")
 	fs.BoolVar(&cfg.insecureNoAuth, "insecure-no-auth", false, "unsafe: serve without authentication on a --listen address other machines may reach, where anyone who reaches it runs agents as this gateway's user")
+	fs.DurationVar(&cfg.bodyTimeout, "request-body-timeout", server.DefaultBodyTimeout, "cut a request whose body takes longer than this to arrive (deadline_exceeded); streams last as long as they will once their request is read (0: no bound)")
+	fs.DurationVar(&cfg.connIdleTimeout, "conn-idle-timeout", server.DefaultIdleTimeout, "close a connection that carries no request or stream for this long (0: never)")
+	fs.IntVar(&cfg.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once; further ones are closed as soon as accepted (0: no limit)")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
 	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "", "with a redis:// --store: the prefix of its keys, so that separate deployments can share one Redis (default acpgw:)")
@@ -298,8 +304,12 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 			return nil, errors.New("--cors-origin: a wildcard origin is not allowed; list each origin")
 		}
 	}
-	if cfg.streamWrite < 0 {
-		return nil, fmt.Errorf("--stream-write-timeout must not be negative, got %v", cfg.streamWrite)
+	for name, d := range map[string]time.Duration{
+		"--stream-write-timeout": cfg.streamWrite, "--request-body-timeout": cfg.bodyTimeout, "--conn-idle-timeout": cfg.connIdleTimeout,
+	} {
+		if d < 0 {
+			return nil, fmt.Errorf("%s must not be negative, got %v", name, d)
+		}
 	}
 	if cfg.heartbeat <= 0 {
 		return nil, fmt.Errorf("--heartbeat must be positive, got %v", cfg.heartbeat)
@@ -350,7 +360,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	for name, v := range map[string]int{
 		"--max-sessions": cfg.maxSessions, "--max-sessions-per-user": cfg.maxUserSessions,
-		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst,
+		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst, "--max-connections": cfg.maxConnections,
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("%s must not be negative, got %d", name, v)
@@ -451,6 +461,9 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		ReadMaxBytes:       cfg.maxRequestBytes,
 		SendMaxBytes:       cfg.maxResponseBytes,
 		AllowedHosts:       allowedHosts,
+		BodyTimeout:        cmp.Or(cfg.bodyTimeout, -1),
+		ConnIdleTimeout:    cmp.Or(cfg.connIdleTimeout, -1),
+		MaxConnections:     cmp.Or(cfg.maxConnections, -1),
 		Console:            cfg.console,
 	})
 	if err != nil {

@@ -59,6 +59,11 @@ type Config struct {
 	// AllowedHosts are the names and addresses requests may give in Host
 	// besides the loopback ones, as in server.Options.
 	AllowedHosts []string
+	// BodyTimeout, ConnIdleTimeout and MaxConnections are
+	// server.Options's BodyTimeout, IdleTimeout and MaxConnections: zero
+	// is the default, less than zero no bound.
+	BodyTimeout, ConnIdleTimeout time.Duration
+	MaxConnections               int
 	// Console serves the web console at "/".
 	Console bool
 	// Extra handlers are mounted beside the service, by pattern.
@@ -124,15 +129,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	ready := newReadiness(cfg.Session.Store)
 	srv := server.New(service.New(mgr, svcOpts...), server.Options{
-		Ready:        ready.ready,
-		CORSOrigins:  cfg.CORSOrigins,
-		Extra:        extra,
-		Interceptors: append(service.Interceptors(ic), cfg.Interceptors...),
-		ReadMaxBytes: cfg.ReadMaxBytes,
-		SendMaxBytes: cfg.SendMaxBytes,
-		Gate:         gate,
-		AllowedHosts: cfg.AllowedHosts,
-		Log:          cfg.Session.Log,
+		Ready:          ready.ready,
+		CORSOrigins:    cfg.CORSOrigins,
+		Extra:          extra,
+		Interceptors:   append(service.Interceptors(ic), cfg.Interceptors...),
+		ReadMaxBytes:   cfg.ReadMaxBytes,
+		SendMaxBytes:   cfg.SendMaxBytes,
+		Gate:           gate,
+		AllowedHosts:   cfg.AllowedHosts,
+		Log:            cfg.Session.Log,
+		BodyTimeout:    cfg.BodyTimeout,
+		IdleTimeout:    cfg.ConnIdleTimeout,
+		MaxConnections: cfg.MaxConnections,
 	})
 	return &App{Manager: mgr, Metrics: met, Server: srv, ready: ready}, nil
 }
