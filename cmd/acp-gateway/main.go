@@ -184,6 +184,7 @@ type serveConfig struct {
 	maxAgentLine     int
 	rateLimit        float64
 	rateBurst        int
+	maxUserStreams   int
 	otlpEndpoint     string
 	console          bool
 	logLevel         slog.Level
@@ -265,6 +266,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxAgentLine, "max-agent-line", agent.DefaultMaxLine, "longest line of agent output; a longer one ends the agent")
 	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per authenticated user; a stream counts once (0: no limit; no limit without authentication)")
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
+	fs.IntVar(&cfg.maxUserStreams, "max-streams-per-user", service.DefaultMaxStreamsPerUser, "Prompt and Watch streams an authenticated user may have open at once on this gateway (0: no limit; no limit without authentication)")
 	fs.StringVar(&cfg.otlpEndpoint, "otlp-endpoint", "", "export trace spans by OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
 	fs.BoolVar(&cfg.console, "console", true, "serve the web console at / (its page and agent names need no token; the RPCs it makes do)")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
@@ -361,6 +363,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	for name, v := range map[string]int{
 		"--max-sessions": cfg.maxSessions, "--max-sessions-per-user": cfg.maxUserSessions,
 		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst, "--max-connections": cfg.maxConnections,
+		"--max-streams-per-user": cfg.maxUserStreams,
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("%s must not be negative, got %d", name, v)
@@ -453,7 +456,9 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		Tracing:   tracing.Interceptor,
 		RateLimit: cfg.rateLimit,
 		RateBurst: cfg.rateBurst,
-		Heartbeat: cfg.heartbeat,
+		// Zero here is the default; the flag's zero is no limit.
+		MaxStreamsPerUser: cmp.Or(cfg.maxUserStreams, -1),
+		Heartbeat:         cfg.heartbeat,
 		// Zero here is the default; the flag's zero is no bound.
 		StreamWriteTimeout: cmp.Or(cfg.streamWrite, -1),
 		MaxPromptBytes:     cfg.maxPromptBytes,

@@ -61,6 +61,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"negative body timeout", []string{"serve", "--request-body-timeout", "-1s"}, "--request-body-timeout"},
 		{"negative idle timeout", []string{"serve", "--conn-idle-timeout", "-1s"}, "--conn-idle-timeout"},
 		{"negative connection limit", []string{"serve", "--max-connections", "-1"}, "--max-connections"},
+		{"negative stream limit", []string{"serve", "--max-streams-per-user", "-1"}, "--max-streams-per-user"},
 		{"allowed host with a port", []string{"serve", "--allowed-host", "gw.example.com:8080"}, "give the host alone"},
 		{"allowed host as a URL", []string{"serve", "--allowed-host", "http://gw.example.com"}, "--allowed-host"},
 		{"bad heartbeat", []string{"serve", "--heartbeat", "0s"}, "--heartbeat"},

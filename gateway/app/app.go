@@ -7,6 +7,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,10 @@ type Config struct {
 	// RateLimit and RateBurst limit each authenticated user's requests.
 	RateLimit float64
 	RateBurst int
+	// MaxStreamsPerUser bounds each authenticated user's Prompt and Watch
+	// streams open at once: zero is service.DefaultMaxStreamsPerUser, less
+	// than zero no bound.
+	MaxStreamsPerUser int
 	// Heartbeat is the interval of heartbeats on idle server streams.
 	Heartbeat time.Duration
 	// StreamWriteTimeout bounds how long a stream waits for its client to
@@ -103,12 +108,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		svcOpts = append(svcOpts, service.WithMaxPromptBytes(cfg.MaxPromptBytes))
 	}
 	ic := service.InterceptorConfig{
-		Log:          cfg.Session.Log,
-		Tracing:      cfg.Tracing,
-		User:         auth.User,
-		RateLimit:    cfg.RateLimit,
-		RateBurst:    cfg.RateBurst,
-		SessionAgent: mgr.AgentOf,
+		Log:               cfg.Session.Log,
+		Tracing:           cfg.Tracing,
+		User:              auth.User,
+		RateLimit:         cfg.RateLimit,
+		RateBurst:         cfg.RateBurst,
+		MaxStreamsPerUser: max(cmp.Or(cfg.MaxStreamsPerUser, service.DefaultMaxStreamsPerUser), 0),
+		SessionAgent:      mgr.AgentOf,
 	}
 	var gate func(http.Handler) http.Handler
 	if cfg.Auth != nil {

@@ -52,13 +52,16 @@ type InterceptorConfig struct {
 	// RateBurst; zero means no limit. It applies only with Auth.
 	RateLimit float64
 	RateBurst int
+	// MaxStreamsPerUser bounds each user's Prompt and Watch streams open at
+	// once; zero means no limit. It applies only with Auth.
+	MaxStreamsPerUser int
 	// SessionAgent names the agent of a session, for the log.
 	SessionAgent func(id string) string
 }
 
 // Interceptors returns the interceptors of every SessionService call, outermost
 // first: tracing, request ids and the access log, authentication, then
-// per-caller rate limits.
+// per-caller rate limits and stream limits.
 func Interceptors(cfg InterceptorConfig) []connect.Interceptor {
 	var out []connect.Interceptor
 	if cfg.Tracing != nil {
@@ -80,6 +83,9 @@ func Interceptors(cfg InterceptorConfig) []connect.Interceptor {
 	// address would make every client behind one proxy share a bucket.
 	if cfg.RateLimit > 0 && cfg.Auth != nil {
 		out = append(out, newRateLimiter(cfg.RateLimit, max(1, cfg.RateBurst), cfg.User))
+	}
+	if cfg.MaxStreamsPerUser > 0 && cfg.Auth != nil {
+		out = append(out, newStreamLimiter(cfg.MaxStreamsPerUser, cfg.User))
 	}
 	return out
 }
