@@ -264,6 +264,12 @@ func TestDockerfile(t *testing.T) {
 		if p := portOf(t, "CMD --listen", listen); p != listenPort {
 			t.Errorf("stage %s: CMD --listen port %d, want the default port %d", name, p, listenPort)
 		}
+		// serve refuses to listen beyond loopback without authentication
+		// unless told --insecure-no-auth.
+		_, auth := last(values, "auth-tokens")
+		if insecure, _ := last(values, "insecure-no-auth"); !auth && insecure != "true" {
+			t.Errorf("stage %s: CMD listens on %s without --auth-tokens or --insecure-no-auth: serve refuses to start", name, listen)
+		}
 		if !slices.Equal(im.expose, []int{int(listenPort)}) {
 			t.Errorf("stage %s: EXPOSE %v, want [%d]", name, im.expose, listenPort)
 		}

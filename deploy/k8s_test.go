@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -1106,7 +1107,10 @@ func runServe(t *testing.T, gw *workload, s serveSettings) {
 	if err := os.WriteFile(tokens, []byte("# TOKEN USER\ndeploy-test-token tester\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"POD_IP": "127.0.0.1", "REDIS_URL": "redis://redis.example.com:6379/0"}
+	// A pod's address, which the replicated overlays advertise: other
+	// replicas forward requests to it by that name.
+	const podIP = "10.0.0.7"
+	env := map[string]string{"POD_IP": podIP, "REDIS_URL": "redis://redis.example.com:6379/0"}
 	var args []string
 	for _, a := range s.args {
 		if strings.HasPrefix(a, "--config=") {
@@ -1127,25 +1131,59 @@ func runServe(t *testing.T, gw *workload, s serveSettings) {
 			t.Errorf("GET %s: %d %v %.200s", u, code, err, body)
 		}
 	}
+	// The kubelet probes by the pod's address.
+	for _, path := range []string{c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path, c.StartupProbe.HTTPGet.Path} {
+		if code := status(ctx, t, http.MethodGet, g.base+path, podIP+":8080", ""); code != http.StatusOK {
+			t.Errorf("GET %s with Host %s:8080, as the kubelet probes: %d", path, podIP, code)
+		}
+	}
+	list := g.base + "/acp.v2.SessionService/ListSessions"
 	for token, want := range map[string]int{"": http.StatusUnauthorized, "deploy-test-token": http.StatusOK} {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/acp.v2.SessionService/ListSessions", strings.NewReader("{}"))
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
+		if code := status(ctx, t, http.MethodPost, list, "", token); code != want {
+			t.Errorf("ListSessions with token %q: %d, want %d", token, code, want)
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != want {
-			t.Errorf("ListSessions with token %q: %s, want %d", token, res.Status, want)
+	}
+	// Clients reach the Service by its names, replicas each other by the
+	// address they advertise; a name rebound to the gateway is refused.
+	hosts := map[string]int{"acp-gateway:8080": http.StatusOK, "acp-gateway.acp-gateway.svc.cluster.local:8080": http.StatusOK,
+		"rebind.attacker.example:8080": http.StatusForbidden}
+	if s.get("advertise") != "" {
+		hosts[podIP+":8080"] = http.StatusOK
+	}
+	for host, want := range hosts {
+		if code := status(ctx, t, http.MethodPost, list, host, "deploy-test-token"); code != want {
+			t.Errorf("ListSessions with Host %s: %d, want %d", host, code, want)
 		}
 	}
 	sandboxedTurn(t, g, s, dir)
 	if err := g.stop(t); err != nil {
 		t.Errorf("acp-gateway serve after SIGTERM: %v\n%s", err, g.output())
 	}
+}
+
+// status sends a request to u (an RPC: a Connect JSON one) with the Host
+// header host and the bearer token, each unless empty, and returns its
+// status.
+func status(ctx context.Context, t *testing.T, method, u, host, token string) int {
+	t.Helper()
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader("{}")
+	}
+	req, _ := http.NewRequestWithContext(ctx, method, u, body)
+	req.Header.Set("Content-Type", "application/json")
+	if host != "" {
+		req.Host = host
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
 }
 
 // sandboxedTurn runs a turn of the demo agent for the token's user in a

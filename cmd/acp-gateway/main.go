@@ -149,6 +149,11 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 // serveConfig is the configuration of `acp-gateway serve`.
 type serveConfig struct {
 	listen            string
+	allowedHosts      listFlag // --allowed-host
+	insecureNoAuth    bool     // --insecure-no-auth
+	bodyTimeout       time.Duration
+	connIdleTimeout   time.Duration
+	maxConnections    int
 	agents            map[string][]string
 	store             string
 	storeShown        string // store with any password hidden
@@ -189,6 +194,7 @@ type serveConfig struct {
 	maxAgentLine     int
 	rateLimit        float64
 	rateBurst        int
+	maxUserStreams   int
 	otlpEndpoint     string
 	console          bool
 	logLevel         slog.Level
@@ -236,6 +242,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
+	fs.Var(&cfg.allowedHosts, "allowed-host", "a host name or address, without a port, that requests may name in their Host header, at any port, besides loopback ones, the --listen host and the --advertise host (repeatable; * accepts any Host, unsafe: DNS rebinding)")
+	fs.BoolVar(&cfg.insecureNoAuth, "insecure-no-auth", false, "unsafe: serve without authentication on a --listen address other machines may reach, where anyone who reaches it runs agents as this gateway's user")
+	fs.DurationVar(&cfg.bodyTimeout, "request-body-timeout", server.DefaultBodyTimeout, "cut a request whose body takes longer than this to arrive (deadline_exceeded); streams last as long as they will once their request is read (0: no bound)")
+	fs.DurationVar(&cfg.connIdleTimeout, "conn-idle-timeout", server.DefaultIdleTimeout, "close a connection that carries no request or stream for this long (0: never)")
+	fs.IntVar(&cfg.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once; further ones are closed as soon as accepted (0: no limit)")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
 	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "", "with a redis:// --store: the prefix of its keys, so that separate deployments can share one Redis (default acpgw:)")
@@ -265,6 +276,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxAgentLine, "max-agent-line", agent.DefaultMaxLine, "longest line of agent output; a longer one ends the agent")
 	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per authenticated user; a stream counts once (0: no limit; no limit without authentication)")
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
+	fs.IntVar(&cfg.maxUserStreams, "max-streams-per-user", service.DefaultMaxStreamsPerUser, "Prompt and Watch streams an authenticated user may have open at once on this gateway (0: no limit; no limit without authentication)")
 	fs.StringVar(&cfg.otlpEndpoint, "otlp-endpoint", "", "export trace spans by OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
 	fs.BoolVar(&cfg.console, "console", true, "serve the web console at / (its page and agent names need no token; the RPCs it makes do)")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
@@ -298,16 +310,20 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if err := cfg.confine.checkConfine(cfg.authTokens != "" || cfg.oidc.Issuer != ""); err != nil {
 		return nil, err
 	}
-	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
-		return nil, fmt.Errorf("--listen %q: %v", cfg.listen, err)
+	if err := cfg.checkBoundary(); err != nil {
+		return nil, err
 	}
 	for _, o := range cfg.corsOrigins {
 		if o == "*" {
 			return nil, errors.New("--cors-origin: a wildcard origin is not allowed; list each origin")
 		}
 	}
-	if cfg.streamWrite < 0 {
-		return nil, fmt.Errorf("--stream-write-timeout must not be negative, got %v", cfg.streamWrite)
+	for name, d := range map[string]time.Duration{
+		"--stream-write-timeout": cfg.streamWrite, "--request-body-timeout": cfg.bodyTimeout, "--conn-idle-timeout": cfg.connIdleTimeout,
+	} {
+		if d < 0 {
+			return nil, fmt.Errorf("%s must not be negative, got %v", name, d)
+		}
 	}
 	if cfg.heartbeat <= 0 {
 		return nil, fmt.Errorf("--heartbeat must be positive, got %v", cfg.heartbeat)
@@ -361,7 +377,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	for name, v := range map[string]int{
 		"--max-sessions": cfg.maxSessions, "--max-sessions-per-user": cfg.maxUserSessions,
-		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst,
+		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst, "--max-connections": cfg.maxConnections,
+		"--max-streams-per-user": cfg.maxUserStreams,
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("%s must not be negative, got %d", name, v)
@@ -409,6 +426,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		// behind becomes the gateway's to reap, through the shutdown too.
 		go agent.ReapOrphans(context.Background(), log)
 	}
+	cfg.warnBoundary(log, l.Addr().String())
 	authn, err := authenticator(ctx, cfg, log)
 	if err != nil {
 		return configError{err}
@@ -441,6 +459,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if advertise == "" || strings.HasSuffix(advertise, ":0") {
 		advertise = "http://" + l.Addr().String() // the port the kernel chose
 	}
+	allowedHosts := cfg.hostsAllowed(advertise)
 	if cfg.workspaces, cfg.confineCwd, err = cfg.setupWorkspaces(log); err != nil {
 		return err
 	}
@@ -452,13 +471,19 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		Tracing:   tracing.Interceptor,
 		RateLimit: cfg.rateLimit,
 		RateBurst: cfg.rateBurst,
-		Heartbeat: cfg.heartbeat,
+		// Zero here is the default; the flag's zero is no limit.
+		MaxStreamsPerUser: cmp.Or(cfg.maxUserStreams, -1),
+		Heartbeat:         cfg.heartbeat,
 		// Zero here is the default; the flag's zero is no bound.
 		StreamWriteTimeout: cmp.Or(cfg.streamWrite, -1),
 		MaxPromptBytes:     cfg.maxPromptBytes,
 		CORSOrigins:        cfg.corsOrigins,
 		ReadMaxBytes:       cfg.maxRequestBytes,
 		SendMaxBytes:       cfg.maxResponseBytes,
+		AllowedHosts:       allowedHosts,
+		BodyTimeout:        cmp.Or(cfg.bodyTimeout, -1),
+		ConnIdleTimeout:    cmp.Or(cfg.connIdleTimeout, -1),
+		MaxConnections:     cmp.Or(cfg.maxConnections, -1),
 		Console:            cfg.console,
 	})
 	if err != nil {
@@ -480,7 +505,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	build := buildinfo.Get()
 	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise,
-		"auth", authn != nil, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
+		"auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
 	if metricsSrv != nil {

@@ -7,6 +7,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,10 @@ type Config struct {
 	// RateLimit and RateBurst limit each authenticated user's requests.
 	RateLimit float64
 	RateBurst int
+	// MaxStreamsPerUser bounds each authenticated user's Prompt and Watch
+	// streams open at once: zero is service.DefaultMaxStreamsPerUser, less
+	// than zero no bound.
+	MaxStreamsPerUser int
 	// Heartbeat is the interval of heartbeats on idle server streams.
 	Heartbeat time.Duration
 	// StreamWriteTimeout bounds how long a stream waits for its client to
@@ -56,6 +61,14 @@ type Config struct {
 	// CORSOrigins, ReadMaxBytes and SendMaxBytes are as in server.Options.
 	CORSOrigins                []string
 	ReadMaxBytes, SendMaxBytes int
+	// AllowedHosts are the names and addresses requests may give in Host
+	// besides the loopback ones, as in server.Options.
+	AllowedHosts []string
+	// BodyTimeout, ConnIdleTimeout and MaxConnections are
+	// server.Options's BodyTimeout, IdleTimeout and MaxConnections: zero
+	// is the default, less than zero no bound.
+	BodyTimeout, ConnIdleTimeout time.Duration
+	MaxConnections               int
 	// Console serves the web console at "/".
 	Console bool
 	// Extra handlers are mounted beside the service, by pattern.
@@ -95,15 +108,21 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		svcOpts = append(svcOpts, service.WithMaxPromptBytes(cfg.MaxPromptBytes))
 	}
 	ic := service.InterceptorConfig{
-		Log:          cfg.Session.Log,
-		Tracing:      cfg.Tracing,
-		User:         auth.User,
-		RateLimit:    cfg.RateLimit,
-		RateBurst:    cfg.RateBurst,
-		SessionAgent: mgr.AgentOf,
+		Log:               cfg.Session.Log,
+		Tracing:           cfg.Tracing,
+		User:              auth.User,
+		RateLimit:         cfg.RateLimit,
+		RateBurst:         cfg.RateBurst,
+		MaxStreamsPerUser: max(cmp.Or(cfg.MaxStreamsPerUser, service.DefaultMaxStreamsPerUser), 0),
+		SessionAgent:      mgr.AgentOf,
 	}
+	var gate func(http.Handler) http.Handler
 	if cfg.Auth != nil {
+		// The middleware answers unauthenticated calls before their
+		// bodies are read; the interceptor, behind it, finds the user.
 		ic.Auth = auth.NewInterceptor(cfg.Auth)
+		refused := service.LogRefused(cfg.Session.Log)
+		gate = func(next http.Handler) http.Handler { return auth.Middleware(cfg.Auth, next, refused) }
 	}
 	extra := map[string]http.Handler{"GET /metrics": met.Handler()}
 	if cfg.Console {
@@ -116,12 +135,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	ready := newReadiness(cfg.Session.Store)
 	srv := server.New(service.New(mgr, svcOpts...), server.Options{
-		Ready:        ready.ready,
-		CORSOrigins:  cfg.CORSOrigins,
-		Extra:        extra,
-		Interceptors: append(service.Interceptors(ic), cfg.Interceptors...),
-		ReadMaxBytes: cfg.ReadMaxBytes,
-		SendMaxBytes: cfg.SendMaxBytes,
+		Ready:          ready.ready,
+		CORSOrigins:    cfg.CORSOrigins,
+		Extra:          extra,
+		Interceptors:   append(service.Interceptors(ic), cfg.Interceptors...),
+		ReadMaxBytes:   cfg.ReadMaxBytes,
+		SendMaxBytes:   cfg.SendMaxBytes,
+		Gate:           gate,
+		AllowedHosts:   cfg.AllowedHosts,
+		Log:            cfg.Session.Log,
+		BodyTimeout:    cfg.BodyTimeout,
+		IdleTimeout:    cfg.ConnIdleTimeout,
+		MaxConnections: cfg.MaxConnections,
 	})
 	return &App{Manager: mgr, Metrics: met, Server: srv, ready: ready}, nil
 }

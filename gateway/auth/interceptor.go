@@ -30,6 +30,9 @@ type interceptor struct {
 // error's metadata. (Response headers work for every protocol; gRPC sends an
 // error's metadata as trailers, where net/http drops WWW-Authenticate.)
 func (i *interceptor) authenticate(ctx context.Context, h, response http.Header) (context.Context, *connect.Error) {
+	if User(ctx) != "" {
+		return ctx, nil // Middleware authenticated the request
+	}
 	user, err := i.auth.Authenticate(ctx, h)
 	if err == nil && user != "" {
 		return WithUser(ctx, user), nil
@@ -45,6 +48,35 @@ func (i *interceptor) authenticate(ctx context.Context, h, response http.Header)
 	response.Set("WWW-Authenticate", "Bearer")
 	return nil, cerr
 }
+
+// Middleware authenticates each request with a before next sees it, and so
+// before any of its body is read. connect-go reads a unary request's
+// message, inflating a compressed one, before interceptors run: behind
+// NewInterceptor alone, anyone could make the server read and inflate
+// request bodies. A request a does not authenticate is answered as
+// NewInterceptor answers, in the request's protocol (Connect, gRPC or
+// gRPC-Web): unauthenticated, with `WWW-Authenticate: Bearer` in the
+// response headers; refused, when not nil, is told of it first. next runs
+// with the user in the request's context, where NewInterceptor finds it
+// and authenticates no more.
+func Middleware(a Authenticator, next http.Handler, refused func(*http.Request, error)) http.Handler {
+	i := &interceptor{auth: a}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cerr := i.authenticate(r.Context(), r.Header, w.Header())
+		if cerr != nil {
+			if refused != nil {
+				refused(r, cerr)
+			}
+			_ = errorWriter.Write(w, r, cerr)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// errorWriter writes Middleware's errors as connect-go's handlers write
+// them.
+var errorWriter = connect.NewErrorWriter()
 
 // WrapUnary implements connect.Interceptor.
 func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

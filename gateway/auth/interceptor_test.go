@@ -41,8 +41,19 @@ func (userService) Watch(ctx context.Context, _ *connect.Request[acpv2.WatchRequ
 // protocol works, with the given handler options.
 func newServer(t *testing.T, opts ...connect.HandlerOption) *httptest.Server {
 	t.Helper()
+	return newWrappedServer(t, nil, opts...)
+}
+
+// newWrappedServer is newServer with the service's handler wrapped in
+// wrap, unless nil.
+func newWrappedServer(t *testing.T, wrap func(http.Handler) http.Handler, opts ...connect.HandlerOption) *httptest.Server {
+	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle(acpv2connect.NewSessionServiceHandler(userService{}, opts...))
+	path, h := acpv2connect.NewSessionServiceHandler(userService{}, opts...)
+	if wrap != nil {
+		h = wrap(h)
+	}
+	mux.Handle(path, h)
 	srv := httptest.NewUnstartedServer(mux)
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
@@ -96,7 +107,14 @@ func TestInterceptor(t *testing.T) {
 	k := testKeys()
 	tokens, _ := loadTokens(t, "static-token alice\n")
 	oidc := newTestOIDC(t, auth.OIDCConfig{Audience: testAudience})
-	srv := newServer(t, connect.WithInterceptors(auth.NewInterceptor(auth.Chain(tokens, oidc))))
+	a := auth.Chain(tokens, oidc)
+	// The interceptor, and the middleware, which answers before connect-go
+	// reads a request (with no interceptor behind it, it alone names the
+	// user).
+	fronts := map[string]*httptest.Server{
+		"interceptor": newServer(t, connect.WithInterceptors(auth.NewInterceptor(a))),
+		"middleware":  newWrappedServer(t, func(h http.Handler) http.Handler { return auth.Middleware(a, h, nil) }),
+	}
 	jwt := sign(t, jose.RS256, k.rsa, "rsa1", claims("bob"))
 	expired := sign(t, jose.RS256, k.rsa, "rsa1", claims("bob", func(c map[string]any) { c["exp"] = 1 }))
 
@@ -113,37 +131,70 @@ func TestInterceptor(t *testing.T) {
 		{"static token", "Bearer static-token", "alice", ""},
 		{"JWT", "Bearer " + jwt, "bob", ""},
 	}
-	for _, p := range protocols {
-		client := acpv2connect.NewSessionServiceClient(srv.Client(), srv.URL, p.opt)
-		for _, tt := range tests {
-			t.Run(p.name+"/"+tt.name, func(t *testing.T) {
-				t.Parallel()
-				listUser, listErr, watchUser, watchErr := callBoth(t, client, tt.authz)
-				for _, call := range []struct {
-					rpc  string
-					user string
-					err  error
-				}{{"ListSessions", listUser, listErr}, {"Watch", watchUser, watchErr}} {
-					if tt.want != "" {
-						if call.err != nil || call.user != tt.want {
-							t.Errorf("%s: user %q, error %v; want %q", call.rpc, call.user, call.err, tt.want)
+	for front, srv := range fronts {
+		for _, p := range protocols {
+			client := acpv2connect.NewSessionServiceClient(srv.Client(), srv.URL, p.opt)
+			for _, tt := range tests {
+				t.Run(front+"/"+p.name+"/"+tt.name, func(t *testing.T) {
+					t.Parallel()
+					listUser, listErr, watchUser, watchErr := callBoth(t, client, tt.authz)
+					for _, call := range []struct {
+						rpc  string
+						user string
+						err  error
+					}{{"ListSessions", listUser, listErr}, {"Watch", watchUser, watchErr}} {
+						if tt.want != "" {
+							if call.err != nil || call.user != tt.want {
+								t.Errorf("%s: user %q, error %v; want %q", call.rpc, call.user, call.err, tt.want)
+							}
+							continue
 						}
-						continue
+						var cerr *connect.Error
+						if !errors.As(call.err, &cerr) || cerr.Code() != connect.CodeUnauthenticated {
+							t.Errorf("%s: user %q, error %v; want code unauthenticated", call.rpc, call.user, call.err)
+							continue
+						}
+						if got := cerr.Message(); got != tt.wantMsg {
+							t.Errorf("%s: message %q, want %q", call.rpc, got, tt.wantMsg)
+						}
+						if got := cerr.Meta().Values("WWW-Authenticate"); len(got) != 1 || got[0] != "Bearer" {
+							t.Errorf("%s: WWW-Authenticate %q, want [Bearer]", call.rpc, got)
+						}
 					}
-					var cerr *connect.Error
-					if !errors.As(call.err, &cerr) || cerr.Code() != connect.CodeUnauthenticated {
-						t.Errorf("%s: user %q, error %v; want code unauthenticated", call.rpc, call.user, call.err)
-						continue
-					}
-					if got := cerr.Message(); got != tt.wantMsg {
-						t.Errorf("%s: message %q, want %q", call.rpc, got, tt.wantMsg)
-					}
-					if got := cerr.Meta().Values("WWW-Authenticate"); len(got) != 1 || got[0] != "Bearer" {
-						t.Errorf("%s: WWW-Authenticate %q, want [Bearer]", call.rpc, got)
-					}
-				}
-			})
+				})
+			}
 		}
+	}
+}
+
+// readCounter counts the reads of a request body.
+type readCounter struct{ reads int }
+
+func (r *readCounter) Read([]byte) (int, error) { r.reads++; return 0, errors.New("read") }
+
+// The middleware answers an unauthenticated request without reading its
+// body, in the request's protocol, and tells of it.
+func TestMiddlewareReadsNoBodyOfARefusedRequest(t *testing.T) {
+	t.Parallel()
+	tokens, _ := loadTokens(t, "static-token alice\n")
+	var refused []error
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("an unauthenticated request was let through") })
+	h := auth.Middleware(tokens, next, func(_ *http.Request, err error) { refused = append(refused, err) })
+	for contentType, status := range map[string]int{"application/proto": http.StatusUnauthorized, "application/grpc": http.StatusOK,
+		"application/grpc-web+proto": http.StatusOK, "application/connect+json": http.StatusOK} {
+		body := &readCounter{}
+		req := httptest.NewRequest(http.MethodPost, acpv2connect.SessionServiceGetSessionProcedure, body)
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Authorization", "Bearer wrong")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if body.reads != 0 || w.Code != status || w.Header().Get("WWW-Authenticate") != "Bearer" {
+			t.Errorf("%s: %d reads of the body, status %d, WWW-Authenticate %q; want none, %d, Bearer",
+				contentType, body.reads, w.Code, w.Header().Get("WWW-Authenticate"), status)
+		}
+	}
+	if len(refused) != 4 || connect.CodeOf(refused[0]) != connect.CodeUnauthenticated {
+		t.Errorf("refused was told %v", refused)
 	}
 }
 

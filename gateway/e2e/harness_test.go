@@ -117,7 +117,7 @@ type gatewayOpts struct {
 	// Limits (zero: none, or the default for maxPromptBytes).
 	maxSessions, maxUserSessions, maxPromptBytes int
 	rateLimit                                    float64
-	rateBurst                                    int
+	rateBurst, maxUserStreams                    int
 	readMaxBytes                                 int
 	// tracing, when set, is the tracing interceptor.
 	tracing connect.Interceptor
@@ -166,15 +166,16 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 			Workspaces:         o.workspaces,
 			ConfineCwd:         o.confineCwd,
 		},
-		Metrics:        metrics.Options{MaxSessionSeries: o.sessionSeries},
-		Auth:           o.auth,
-		AnyCwd:         o.anyCwd,
-		Tracing:        o.tracing,
-		RateLimit:      o.rateLimit,
-		RateBurst:      o.rateBurst,
-		Heartbeat:      o.heartbeat,
-		MaxPromptBytes: o.maxPromptBytes,
-		ReadMaxBytes:   o.readMaxBytes,
+		Metrics:           metrics.Options{MaxSessionSeries: o.sessionSeries},
+		Auth:              o.auth,
+		AnyCwd:            o.anyCwd,
+		Tracing:           o.tracing,
+		RateLimit:         o.rateLimit,
+		RateBurst:         o.rateBurst,
+		MaxStreamsPerUser: o.maxUserStreams,
+		Heartbeat:         o.heartbeat,
+		MaxPromptBytes:    o.maxPromptBytes,
+		ReadMaxBytes:      o.readMaxBytes,
 	}
 	if o.configure != nil {
 		o.configure(&cfg)

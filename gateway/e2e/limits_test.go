@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // wantExhausted fails the test unless err is resource_exhausted with a
@@ -98,4 +99,70 @@ func TestRateLimitPerUser(t *testing.T) {
 	if err := list("tok-b"); err != nil {
 		t.Fatalf("another user is not held back: %v", err)
 	}
+}
+
+// A user's Prompt and Watch streams are counted: past the limit one is
+// refused, another user's are not, and an ended stream makes room.
+func TestStreamLimitPerUser(t *testing.T) {
+	t.Parallel()
+	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-a a", "tok-b b"), anyCwd: true, maxUserStreams: 3})
+	ctx := context.Background()
+	watch := func(token, id string) (func(), error) {
+		ctx, cancel := context.WithCancel(ctx)
+		stream, err := g.clientsAs(t, token)["grpc"].Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
+		if err == nil && !stream.Receive() { // the opening heartbeat, or the refusal
+			err = stream.Err()
+		}
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return func() { cancel(); stream.Close() }, nil
+	}
+	ids := map[string]string{}
+	for _, token := range []string{"tok-a", "tok-b"} {
+		res, err := g.clientsAs(t, token)["connect+json"].CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: t.TempDir()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[token] = res.Msg.GetSessionId()
+	}
+	var open []func()
+	defer func() {
+		for _, end := range open {
+			end()
+		}
+	}()
+	for i := range 3 {
+		end, err := watch("tok-a", ids["tok-a"])
+		if err != nil {
+			t.Fatalf("stream %d within the limit: %v", i+1, err)
+		}
+		open = append(open, end)
+	}
+	_, err := watch("tok-a", ids["tok-a"])
+	wantExhausted(t, "a fourth stream", err, "3 Prompt and Watch streams of yours are open")
+	// A prompt is a stream too.
+	prompt, err := g.clientsAs(t, "tok-a")["connect+json"].Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: ids["tok-a"], Prompt: textPrompt("go")}))
+	if err == nil {
+		for prompt.Receive() {
+		}
+		err = prompt.Err()
+		prompt.Close()
+	}
+	wantExhausted(t, "a prompt past the limit", err, "streams of yours")
+	end, err := watch("tok-b", ids["tok-b"])
+	if err != nil {
+		t.Fatalf("another user is not held back: %v", err)
+	}
+	end()
+	open[0]()
+	open = open[1:]
+	testutil.WaitFor(t, "a place after a stream ended", func() bool {
+		end, err := watch("tok-a", ids["tok-a"])
+		if err == nil {
+			open = append(open, end)
+		}
+		return err == nil
+	})
 }

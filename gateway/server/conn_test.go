@@ -17,7 +17,7 @@ func TestConnectionReadsAreBuffered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bl := bufferedListener{l}
+	bl := bufferedListener{Listener: l}
 	defer bl.Close()
 	client, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {

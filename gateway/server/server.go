@@ -4,9 +4,11 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -29,6 +31,13 @@ const (
 	DefaultReadMaxBytes = 4 << 20
 	// DefaultSendMaxBytes bounds a response message.
 	DefaultSendMaxBytes = 16 << 20
+	// DefaultBodyTimeout bounds how long a request's body may take to
+	// arrive.
+	DefaultBodyTimeout = 30 * time.Second
+	// DefaultIdleTimeout is how long a connection may carry no request.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxConnections bounds the connections open at once.
+	DefaultMaxConnections = 4096
 )
 
 // compressMinBytes is the smallest response message that is compressed
@@ -37,7 +46,7 @@ const compressMinBytes = 4 << 10
 
 // readHeaderTimeout bounds how long a client may take to send headers. There
 // is deliberately no ReadTimeout or WriteTimeout: they would cut long-lived
-// server streams.
+// server streams (Options.BodyTimeout bounds the reading of bodies alone).
 const readHeaderTimeout = 10 * time.Second
 
 // Options configure a Server.
@@ -56,6 +65,40 @@ type Options struct {
 	// service.Interceptors orders them: tracing, the access log,
 	// authentication, rate limits).
 	Interceptors []connect.Interceptor
+	// Gate, when set, wraps the SessionService's handler in front of
+	// everything that reads a request's body: auth.Middleware, which
+	// answers an unauthenticated request before any of its body is read
+	// or inflated.
+	Gate func(http.Handler) http.Handler
+	// AllowedHosts lists the host names and addresses, without a port,
+	// that a request may name in its Host header besides the loopback
+	// ones (localhost, 127.0.0.0/8, ::1), with any port; AnyHost accepts
+	// every Host. A web page whose name an attacker makes resolve to the
+	// gateway's address (DNS rebinding) sends that name, and is refused.
+	// A request's Origin header, when it has one, must be the gateway's
+	// own (the host and port of its Host) or one of CORSOrigins. Refused
+	// requests are answered 403. GET /healthz, /readyz and /metrics and
+	// gRPC health, which probers call by any name, are not checked.
+	AllowedHosts []string
+	// Log receives a line for each request refused for its Host or
+	// Origin, and for connections refused past MaxConnections; nil logs
+	// nothing.
+	Log *slog.Logger
+	// BodyTimeout bounds how long a request's body may take to arrive
+	// once its headers have; a slower body is cut (deadline_exceeded). It
+	// bounds the reading of the body only: a Prompt or Watch stream lasts
+	// as long as it will once its request is read. Zero is
+	// DefaultBodyTimeout; less than zero, no bound.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a connection that has carried no request (an
+	// HTTP/1.1 keep-alive) or no stream (HTTP/2) for this long; one with a
+	// stream open, such as a Watch between heartbeats, is not idle. Zero
+	// is DefaultIdleTimeout; less than zero, never.
+	IdleTimeout time.Duration
+	// MaxConnections bounds the connections open at once: further ones
+	// are closed as soon as they are accepted. Zero is
+	// DefaultMaxConnections; less than zero, no bound.
+	MaxConnections int
 }
 
 // Server is one gateway HTTP server.
@@ -64,6 +107,9 @@ type Server struct {
 	// base is cancelled on shutdown so that streaming handlers end;
 	// http.Server.Shutdown alone does not cancel their contexts.
 	cancel context.CancelFunc
+	// limit bounds the open connections of every listener served; nil:
+	// no bound.
+	limit *connLimit
 }
 
 // New returns a Server for svc.
@@ -82,6 +128,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		// Compressing every small streamed event cost about half the
 		// gateway's CPU (docs/BENCHMARKS.md); only large messages gain.
 		connect.WithCompressMinBytes(compressMinBytes),
+		withBoundedGzip(opts.ReadMaxBytes),
 		// Each event is marshalled once for all the streams sending it.
 		connect.WithCodec(newProtoCodec()),
 		connect.WithCodec(newJSONCodec()),
@@ -89,7 +136,11 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	)
 	// The server streams send their events in batches with one flush each
 	// (connect flushes after every message).
-	mux.Handle(path, flush.Holdable(unaryFraming(svcHandler, int64(opts.ReadMaxBytes)), serverStream))
+	service := flush.Holdable(unaryFraming(svcHandler, int64(opts.ReadMaxBytes)), serverStream)
+	if opts.Gate != nil {
+		service = opts.Gate(service)
+	}
+	mux.Handle(path, service)
 	mux.Handle(grpchealth.NewHandler(readyChecker{grpchealth.NewStaticChecker(acpv2connect.SessionServiceName), ready}))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -120,23 +171,32 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 			MaxAge:           7200,
 		}).Handler(mux)
 	}
+	handler = newHostPolicy(opts.AllowedHosts, opts.CORSOrigins, opts.Log).handler(handler)
+	if timeout := cmp.Or(opts.BodyTimeout, DefaultBodyTimeout); timeout > 0 {
+		handler = bodyDeadline(handler, timeout)
+	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	base, cancel := context.WithCancel(context.Background())
 	s := &Server{cancel: cancel}
+	if n := cmp.Or(opts.MaxConnections, DefaultMaxConnections); n > 0 {
+		s.limit = &connLimit{max: int64(n), log: opts.Log}
+	}
 	s.http = &http.Server{
 		Handler:           handler,
 		Protocols:         protocols,
 		ReadHeaderTimeout: readHeaderTimeout,
-		BaseContext:       func(net.Listener) context.Context { return base },
+		// For HTTP/2 too: the server takes its idle timeout from here.
+		IdleTimeout: max(cmp.Or(opts.IdleTimeout, DefaultIdleTimeout), 0),
+		BaseContext: func(net.Listener) context.Context { return base },
 	}
 	return s
 }
 
 // Serve serves on l until Shutdown. It returns nil after a clean shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.http.Serve(bufferedListener{l})
+	err := s.http.Serve(bufferedListener{Listener: l, limit: s.limit})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -27,6 +27,10 @@ func unaryFraming(next http.Handler, readMax int64) http.Handler {
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, readMax+envelopeHeader+1))
+		if ce := (*connect.Error)(nil); errors.As(err, &ce) {
+			_ = errorWriter.Write(w, r, ce) // such as a body too slow
+			return
+		}
 		if err != nil {
 			invalidArgument(w, r, fmt.Sprintf("malformed request: reading the body: %v", err))
 			return

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"net/http"
 	"regexp"
 	"time"
 
@@ -51,13 +52,16 @@ type InterceptorConfig struct {
 	// RateBurst; zero means no limit. It applies only with Auth.
 	RateLimit float64
 	RateBurst int
+	// MaxStreamsPerUser bounds each user's Prompt and Watch streams open at
+	// once; zero means no limit. It applies only with Auth.
+	MaxStreamsPerUser int
 	// SessionAgent names the agent of a session, for the log.
 	SessionAgent func(id string) string
 }
 
 // Interceptors returns the interceptors of every SessionService call, outermost
 // first: tracing, request ids and the access log, authentication, then
-// per-caller rate limits.
+// per-caller rate limits and stream limits.
 func Interceptors(cfg InterceptorConfig) []connect.Interceptor {
 	var out []connect.Interceptor
 	if cfg.Tracing != nil {
@@ -79,6 +83,9 @@ func Interceptors(cfg InterceptorConfig) []connect.Interceptor {
 	// address would make every client behind one proxy share a bucket.
 	if cfg.RateLimit > 0 && cfg.Auth != nil {
 		out = append(out, newRateLimiter(cfg.RateLimit, max(1, cfg.RateBurst), cfg.User))
+	}
+	if cfg.MaxStreamsPerUser > 0 && cfg.Auth != nil {
+		out = append(out, newStreamLimiter(cfg.MaxStreamsPerUser, cfg.User))
 	}
 	return out
 }
@@ -135,6 +142,21 @@ func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any,
 	}
 	// LogHandler adds request_id and trace_id from ctx.
 	a.log.LogAttrs(ctx, level, "rpc", attrs...)
+}
+
+// LogRefused returns what logs a call answered before it reached the
+// interceptors (a refusal of auth.Middleware), as the access log logs
+// calls: its procedure, no user, its code, and the client's address. A
+// nil log gives nil.
+func LogRefused(log *slog.Logger) func(*http.Request, error) {
+	if log == nil {
+		return nil
+	}
+	log = slog.New(LogHandler(log.Handler()))
+	return func(r *http.Request, err error) {
+		log.LogAttrs(r.Context(), slog.LevelInfo, "rpc", slog.String("procedure", r.URL.Path),
+			slog.String("user", ""), slog.String("code", codeName(err)), slog.String("client", r.RemoteAddr))
+	}
 }
 
 func codeName(err error) string {

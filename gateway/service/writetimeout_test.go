@@ -53,7 +53,7 @@ func TestStreamOfAClientThatStopsReadingEnds(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/connect+proto\r\nContent-Length: %d\r\n\r\n%s",
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/connect+proto\r\nContent-Length: %d\r\n\r\n%s",
 				acpv2connect.SessionServiceWatchProcedure, len(body), body)
 			streams := func() float64 {
 				return testutil.MetricSum(t, met.Registry(), "acp_gateway_streams_connected", "rpc=Watch")

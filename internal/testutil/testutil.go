@@ -6,6 +6,7 @@ package testutil
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -87,6 +88,25 @@ func Envelope(flags byte, msg []byte) []byte {
 	b[0] = flags
 	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
 	return append(b, msg...)
+}
+
+// GzipZeros is a gzip stream of mib MiB of zeros (a multiple of 16),
+// about a thousandth of that in size: one 16 MiB member, repeated (gzip
+// readers read every member of a stream). Inflated, it is a gzip bomb.
+func GzipZeros(t testing.TB, mib int) []byte {
+	t.Helper()
+	var member bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&member, gzip.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Write(make([]byte, 16<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Repeat(member.Bytes(), mib/16)
 }
 
 // ReadEnvelope reads one message of a Connect or gRPC stream from r: its

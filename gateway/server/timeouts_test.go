@@ -1,0 +1,198 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/acp-gateway/acp-gateway/gateway/server"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
+)
+
+// short is the timeouts of these tests; bound is how long a test waits
+// for what should come after one of them (far longer: these are bounds,
+// not measures).
+const short, bound = 300 * time.Millisecond, 10 * time.Second
+
+// ticking answers Watch with a heartbeat every 100ms, ten times; and
+// GetSession as sized does.
+type ticking struct{ sized }
+
+func (ticking) Watch(ctx context.Context, _ *connect.Request[acpv2.WatchRequest], stream *connect.ServerStream[acpv2.WatchResponse]) error {
+	for range 10 {
+		if err := stream.Send(&acpv2.WatchResponse{Heartbeat: timestamppb.Now()}); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// dial opens a TCP connection to base, closed when the test ends, whose
+// reads give up after bound.
+func dial(t *testing.T, base string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetReadDeadline(time.Now().Add(bound))
+	return c
+}
+
+// closedByServer reads c to its end and fails the test unless the server
+// closed it (rather than the read timing out).
+func closedByServer(t *testing.T, what string, c net.Conn) {
+	t.Helper()
+	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset by peer") {
+		t.Fatalf("%s: the connection is still open after %v: %v", what, bound, err)
+	}
+}
+
+// A request body that comes too slowly, or never ends, is cut at the body
+// timeout, over every protocol, and its connection goes with it.
+func TestSlowRequestBodiesAreCut(t *testing.T) {
+	t.Parallel()
+	base := start(t, ticking{}, server.Options{BodyTimeout: short})
+	for _, c := range []struct{ name, procedure, contentType string }{
+		{"Connect unary", acpv2connect.SessionServiceGetSessionProcedure, "application/json"},
+		{"gRPC-Web unary", acpv2connect.SessionServiceGetSessionProcedure, "application/grpc-web+proto"},
+		{"Connect stream", acpv2connect.SessionServiceWatchProcedure, "application/connect+json"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			conn := dial(t, base)
+			// 100 bytes promised, 5 sent.
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %s\r\nContent-Length: 100\r\n\r\n{\"se", c.procedure, c.contentType)
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer to a body that stopped: %v", err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if !strings.Contains(string(b)+res.Header.Get("Grpc-Message"), "took more than 300ms to arrive") {
+				t.Errorf("answer %s %q %q, want the body's deadline", res.Status, b, res.Header.Get("Grpc-Message"))
+			}
+			closedByServer(t, "after a slow body", conn)
+		})
+	}
+	// Over HTTP/2 the stream is cut, the connection kept.
+	t.Run("h2c", func(t *testing.T) {
+		t.Parallel()
+		h2c := new(http.Protocols)
+		h2c.SetUnencryptedHTTP2(true)
+		tr := &http.Transport{Protocols: h2c}
+		defer tr.CloseIdleConnections()
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		go func() { _, _ = pw.Write([]byte(`{"se`)) }()
+		req, _ := http.NewRequest(http.MethodPost, base+acpv2connect.SessionServiceGetSessionProcedure, pr)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := (&http.Client{Transport: tr, Timeout: bound}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), `"code":"deadline_exceeded"`) {
+			t.Errorf("a slow body over h2c: %s %s", res.Status, b)
+		}
+	})
+}
+
+// A stream outlives the body timeout and the idle timeout: its request
+// was read at once, and a connection with a stream open is not idle.
+func TestStreamsOutliveTheBodyAndIdleTimeouts(t *testing.T) {
+	t.Parallel()
+	base := start(t, ticking{}, server.Options{BodyTimeout: short, IdleTimeout: short})
+	h2c := new(http.Protocols)
+	h2c.SetUnencryptedHTTP2(true)
+	for name, tr := range map[string]*http.Transport{"HTTP/1.1": {}, "h2c": {Protocols: h2c}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			defer tr.CloseIdleConnections()
+			c := acpv2connect.NewSessionServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPCWeb())
+			if name == "h2c" {
+				c = acpv2connect.NewSessionServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC())
+			}
+			stream, err := c.Watch(context.Background(), connect.NewRequest(&acpv2.WatchRequest{SessionId: "s"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stream.Close()
+			got := 0
+			for stream.Receive() {
+				got++
+			}
+			if got != 10 || stream.Err() != nil {
+				t.Fatalf("a 1s stream got %d of 10 heartbeats, then %v", got, stream.Err())
+			}
+		})
+	}
+}
+
+// A connection that carries no request is closed at the idle timeout:
+// HTTP/1.1 after its last response, HTTP/2 with no stream open.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	t.Parallel()
+	base := start(t, ticking{}, server.Options{IdleTimeout: short})
+	h1 := dial(t, base)
+	fmt.Fprint(h1, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(h1), nil)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz: %v %v", res, err)
+	}
+	res.Body.Close()
+	closedByServer(t, "an idle HTTP/1.1 connection", h1)
+	// The client's preface and empty SETTINGS, then nothing.
+	h2 := dial(t, base)
+	fmt.Fprint(h2, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+	closedByServer(t, "an idle h2c connection", h2)
+}
+
+// Connections past the limit are closed as soon as accepted, and logged;
+// one that ends makes room for another.
+func TestConnectionsPastTheLimitAreClosed(t *testing.T) {
+	t.Parallel()
+	logs := &testutil.SyncBuffer{}
+	base := start(t, ticking{}, server.Options{MaxConnections: 3, Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	held := []net.Conn{dial(t, base), dial(t, base), dial(t, base)}
+	// The three are accepted before the fourth: each is served.
+	for _, c := range held {
+		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		if res, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("a connection within the limit: %v %v", res, err)
+		}
+	}
+	closedByServer(t, "a fourth connection", dial(t, base))
+	if !strings.Contains(logs.String(), `"msg":"connections refused: as many are open as the gateway takes (--max-connections)","max":3,"refused":1`) {
+		t.Errorf("no log line of the refusal:\n%s", logs.String())
+	}
+	held[0].Close()
+	testutil.WaitFor(t, "a connection to be served again", func() bool {
+		res, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: bound}).Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+}
