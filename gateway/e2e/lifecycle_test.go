@@ -87,4 +87,9 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the watch stream outlived the shutdown")
 	}
+	// It ends as an interruption, not as if it were done: unavailable,
+	// saying where to resume.
+	if code := connect.CodeOf(stream.Err()); code != connect.CodeUnavailable || !strings.Contains(stream.Err().Error(), "afterSeq=") {
+		t.Errorf("the stream ended with %v, want unavailable and where to resume", stream.Err())
+	}
 }

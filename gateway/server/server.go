@@ -106,11 +106,16 @@ type Server struct {
 	http *http.Server
 	// base is cancelled on shutdown so that streaming handlers end;
 	// http.Server.Shutdown alone does not cancel their contexts.
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	// limit bounds the open connections of every listener served; nil:
 	// no bound.
 	limit *connLimit
 }
+
+// ErrShuttingDown is the cause with which Shutdown cancels the streams'
+// contexts, so that they can tell the client so (context.Cause), rather
+// than end as if they were done.
+var ErrShuttingDown = errors.New("the gateway is shutting down")
 
 // New returns a Server for svc.
 func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
@@ -178,7 +183,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	base, cancel := context.WithCancel(context.Background())
+	base, cancel := context.WithCancelCause(context.Background())
 	s := &Server{cancel: cancel}
 	if n := cmp.Or(opts.MaxConnections, DefaultMaxConnections); n > 0 {
 		s.limit = &connLimit{max: int64(n), log: opts.Log}
@@ -206,7 +211,7 @@ func (s *Server) Serve(l net.Listener) error {
 // Shutdown stops accepting connections, cancels streams and waits for
 // handlers to return or ctx to end.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.cancel()
+	s.cancel(ErrShuttingDown)
 	return s.http.Shutdown(ctx)
 }
 

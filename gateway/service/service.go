@@ -339,7 +339,13 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 		case done:
 			return err
 		case ctx.Err() != nil:
-			return nil // the client went, or the gateway is shutting down
+			if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+				// The gateway is shutting down (server.ErrShuttingDown):
+				// an interruption, which the client should resume.
+				return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+					"%w; resume with Watch afterSeq=%d, on another replica or once this one is back", cause, sub.LastSeq()))
+			}
+			return nil // the client went
 		}
 		if now := time.Now(); now.Sub(last) >= s.heartbeat {
 			if _, err := send(session.Event{}, timestamppb.New(now)); err != nil {
