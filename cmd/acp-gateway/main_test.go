@@ -23,6 +23,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kballard/go-shellquote"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
@@ -140,6 +143,7 @@ func TestServeAnswersOnEveryProtocol(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	egress.ListenIfCommanded()
+	agentsim.ServeIfCommanded()
 	// serve runs the demo agent as this executable's demo-agent command.
 	if len(os.Args) > 1 && os.Args[1] == "demo-agent" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
@@ -563,4 +567,23 @@ func TestVersion(t *testing.T) {
 			t.Errorf("%s printed %q, want %q", arg, stdout.String(), want)
 		}
 	}
+}
+
+// TestTryFailsWhenItsTurnFails: a turn whose agent dies does not look like
+// success.
+func TestTryFailsWhenItsTurnFails(t *testing.T) {
+	t.Parallel()
+	status := 3
+	cmd, err := agentsim.Command(agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Exit: &status}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, exited := startServe(t, ctx, "--agent", "dies="+shellquote.Join(cmd...))
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"try", "--url", "http://" + addr, "--agent", "dies"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "the turn failed") {
+		t.Errorf("try exited %d: %s", code, errOut.String())
+	}
+	stopServe(t, cancel, exited)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -71,10 +72,16 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 		return err
 	}
 	defer stream.Close()
+	var ended *acpv2.TurnEnded
+	var lastSeq uint64
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		if ev == nil {
 			continue
+		}
+		lastSeq = ev.GetSeq()
+		if te := ev.GetTurnEnded(); te != nil {
+			ended = te
 		}
 		js, err := protojson.Marshal(ev)
 		if err != nil {
@@ -101,5 +108,22 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 			}
 		}
 	}
-	return stream.Err()
+	if ctx.Err() != nil {
+		// Interrupted (Ctrl-C): the turn would go on without us.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := c.Cancel(cctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err == nil {
+			fmt.Fprintf(out, "# interrupted: the turn was cancelled\n")
+		}
+		return ctx.Err()
+	}
+	switch {
+	case stream.Err() != nil:
+		return stream.Err()
+	case ended == nil:
+		return fmt.Errorf("the stream ended before the turn did; follow it with Watch afterSeq=%d", lastSeq)
+	case ended.GetError() != "":
+		return fmt.Errorf("the turn failed: %s", ended.GetError())
+	}
+	return nil
 }
