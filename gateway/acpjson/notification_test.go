@@ -45,7 +45,7 @@ func checkNotification(t *testing.T, update []byte, v Version) {
 			continue
 		}
 		if !ok {
-			if nesting(t, update) <= maxParseDepth-2 {
+			if nesting(t, update) <= MaxDepth {
 				t.Fatalf("DecodeNotification refused %q", line)
 			}
 			continue

@@ -47,15 +47,37 @@ func checkParse(t *testing.T, data []byte) {
 		if err != nil || !reflect.DeepEqual(fast, want) {
 			t.Fatalf("%q: fast parser gives %#v, encoding/json %#v (%v)", data, fast, want, err)
 		}
-	case valid && nesting(t, data) <= maxParseDepth:
+	case valid && nesting(t, data) <= MaxDepth:
 		t.Fatalf("fast parser gives up on valid JSON %q", data)
 	}
 	// parseJSON, whichever parser answers, gives what encoding/json alone does.
-	v, trailing, err := parseJSON(data)
+	v, trailing, deep, err := parseJSON(data)
 	wv, wtrailing, werr := parseStd(data)
 	if !reflect.DeepEqual(v, wv) || trailing != wtrailing || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
 		t.Fatalf("%q: parseJSON = %#v, %v, %v; encoding/json alone %#v, %v, %v", data, v, trailing, err, wv, wtrailing, werr)
 	}
+	// It tells a value nested deeper than MaxDepth.
+	if want := werr == nil && levels(wv) > MaxDepth; deep != want {
+		t.Fatalf("%q: parseJSON says deep %v; its value is %d levels deep", data, deep, levels(wv))
+	}
+}
+
+// levels is how deep a parsed value nests arrays and objects.
+func levels(v any) int {
+	n := 0
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			n = max(n, levels(e))
+		}
+	case []any:
+		for _, e := range x {
+			n = max(n, levels(e))
+		}
+	default:
+		return 0
+	}
+	return n + 1
 }
 
 var parseSeeds = []string{
@@ -67,8 +89,8 @@ var parseSeeds = []string{
 	`01`, `1.`, `.5`, `-`, `+1`, `1e`, `1e+`, `--1`, `1.5.3`, `0x10`, `1 2`, `1x`, `[1x]`, `[01]`, `-01`, `123456789012345678901234567890`,
 	`[1,]`, `[,1]`, `{"a":1,}`, `{"a" 1}`, `{"a":1 "b":2}`, `{a:1}`, `{"a":1}{"b":2}`, `{"a":1} x`, `[1] ]`, `{"a":}`, `{,}`,
 	`nul`, `truex`, `true false`, `[true"a"]`, `{"a":1,"a":2}`, `{"":0}`, "\ufeff{}", "{\"a\":\x00}", `{"sessionUpdate":"tool_call","toolCallId":"c"}`,
-	strings.Repeat("[", maxParseDepth) + strings.Repeat("]", maxParseDepth),
-	strings.Repeat("[", maxParseDepth+1) + strings.Repeat("]", maxParseDepth+1),
+	strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth),
+	strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
 	strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
 }
 
