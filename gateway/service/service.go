@@ -204,7 +204,7 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 		if b.GetBlock() == nil {
 			return invalid("prompt[%d] is an empty content block", i)
 		}
-		if err := checkFinite(b.ProtoReflect(), fmt.Sprintf("prompt[%d]", i)); err != nil {
+		if err := checkValues(b.ProtoReflect(), fmt.Sprintf("prompt[%d]", i)); err != nil {
 			return err
 		}
 	}
