@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // nested is a JSON value of levels nested objects (or arrays, every other
@@ -51,7 +52,7 @@ func TestDepthCap(t *testing.T) {
 			levels = 2 // the update object and its rawInput's scalar
 		}
 		doc := []byte(deepUpdate(levels))
-		if got := nesting(t, doc); got != levels {
+		if got := testutil.Nesting(t, doc); got != levels {
 			t.Fatalf("deepUpdate(%d) nests %d levels", levels, got)
 		}
 		for _, v := range []Version{V1, V2} {

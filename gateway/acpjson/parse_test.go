@@ -1,38 +1,15 @@
 package acpjson
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-)
 
-// nesting is the deepest nesting of arrays and objects in valid JSON data.
-func nesting(t *testing.T, data []byte) int {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	depth, deepest := 0, 0
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return deepest
-		}
-		if err != nil {
-			t.Fatalf("nesting of %q: %v", data, err)
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-			deepest = max(deepest, depth)
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-	}
-}
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
+)
 
 // checkParse checks the fast parser against encoding/json on data.
 func checkParse(t *testing.T, data []byte) {
@@ -47,7 +24,7 @@ func checkParse(t *testing.T, data []byte) {
 		if err != nil || !reflect.DeepEqual(fast, want) {
 			t.Fatalf("%q: fast parser gives %#v, encoding/json %#v (%v)", data, fast, want, err)
 		}
-	case valid && nesting(t, data) <= MaxDepth:
+	case valid && testutil.Nesting(t, data) <= MaxDepth:
 		t.Fatalf("fast parser gives up on valid JSON %q", data)
 	}
 	// parseJSON, whichever parser answers, gives what encoding/json alone does.

@@ -48,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 	})
 	t.Run("WaitEvents", func(t *testing.T) { testWaitEvents(t, plain(t), nil) })
 	t.Run("Delete", func(t *testing.T) { testDelete(t, plain(t)) })
+	t.Run("DeepestEventsReadBack", func(t *testing.T) { testDeepestEvents(t, plain(t)) })
 }
 
 // RunDurable checks that what a store holds survives a restart. reopen
