@@ -66,6 +66,24 @@ const (
 // DefaultMaxEndedSessions is serve's default for Options.MaxEndedSessions.
 const DefaultMaxEndedSessions = 1000
 
+// Defaults of the bounds on what one agent makes a session hold.
+const (
+	// DefaultMaxToolCalls is Options.MaxToolCalls when zero.
+	DefaultMaxToolCalls = 10000
+	// DefaultMaxPendingPermissions is Options.MaxPendingPermissions when
+	// zero.
+	DefaultMaxPendingPermissions = 64
+	// SnapshotHeadroom is what a response holding a session's snapshot
+	// takes besides its tool calls, at most: the session's id, agent,
+	// cwd (a path, at most 4 KiB), state detail (cut to 4 KiB) and the
+	// wrappers of GetSession's and Watch's responses. A session's tool
+	// calls are kept within the response size less this.
+	SnapshotHeadroom = 64 << 10
+	// DefaultMaxToolCallBytes is Options.MaxToolCallBytes when zero: what
+	// a default response (16 MiB) holds besides the SnapshotHeadroom.
+	DefaultMaxToolCallBytes = 16<<20 - SnapshotHeadroom
+)
+
 // Options configure a Manager.
 type Options struct {
 	// Agents maps an agent name to its command line.
@@ -94,6 +112,25 @@ type Options struct {
 	AgentStopGrace time.Duration
 	// MaxAgentLine bounds one line of agent output.
 	MaxAgentLine int
+	// MaxToolCalls caps a session's distinct tool calls: an update that
+	// would add one more is refused as bad agent output (it is kept as an
+	// unknown update and not merged). Zero means DefaultMaxToolCalls;
+	// less than zero, no cap.
+	MaxToolCalls int
+	// MaxToolCallBytes caps the bytes of a session's merged tool calls,
+	// as a snapshot encodes them (protobuf), so that GetSession and
+	// Watch's snapshot always fit in one response: serve gives the
+	// largest response less SnapshotHeadroom. Past it, the oldest
+	// finished calls are trimmed to what identifies them (merge.ThinCall);
+	// an update that would pass it with every finished call trimmed is
+	// refused as bad agent output. Zero means DefaultMaxToolCallBytes;
+	// less than zero, no cap.
+	MaxToolCallBytes int
+	// MaxPendingPermissions caps a session's permission requests waiting
+	// for an answer: the agent's request past it is answered with an
+	// error. Zero means DefaultMaxPendingPermissions; less than zero, no
+	// cap.
+	MaxPendingPermissions int
 	// MaxEndedSessions caps the closed sessions kept in the store; the
 	// oldest go first. Zero keeps them all; serve's default is
 	// DefaultMaxEndedSessions.
@@ -134,6 +171,18 @@ type Options struct {
 	// the session keeps the resolved path. With Workspaces nil every cwd
 	// is refused. Without ConfineCwd any existing directory will do.
 	ConfineCwd bool
+}
+
+// orDefault is a cap's value: def for zero, and for less than zero none
+// (zero, which the checks read as none).
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 // DefaultLeaseTTL is the lease TTL when Options.LeaseTTL is zero.
@@ -184,6 +233,9 @@ func NewManager(opts Options) *Manager {
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
 	}
+	opts.MaxToolCalls = orDefault(opts.MaxToolCalls, DefaultMaxToolCalls)
+	opts.MaxToolCallBytes = orDefault(opts.MaxToolCallBytes, DefaultMaxToolCallBytes)
+	opts.MaxPendingPermissions = orDefault(opts.MaxPendingPermissions, DefaultMaxPendingPermissions)
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(metrics.Options{MaxSessionSeries: -1})
 	}
