@@ -30,6 +30,7 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
+	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
 // This file feeds the gateway hostile input, from clients and from agents,
@@ -955,4 +956,77 @@ func TestDeepJSONKeepsTheLogReadable(t *testing.T) {
 		}
 	}
 	stillWorks(t, g, id)
+}
+
+// TestSnapshotsFitInOneResponse: an agent's tool calls, however many and
+// large, never make a session's snapshot too large for one response, in
+// any encoding. 100,000 calls made GetSession, and Watch from the start,
+// fail with "message size 33177970 exceeds sendMaxBytes". The session
+// keeps its calls within a response as protobuf, trimming the oldest
+// finished ones; JSON, here six times larger (control characters), has
+// more of them trimmed as it is sent. A trimmed call says so in its meta.
+func TestSnapshotsFitInOneResponse(t *testing.T) {
+	t.Parallel()
+	const n, maxResponse = 300, 256 << 10
+	ctl := strings.Repeat(`\u0001`, 1024)
+	script := agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Flood: &agentsim.Flood{Count: n,
+		Update: raw(`{"sessionUpdate":"tool_call_update","toolCallId":"c{{n}}","title":"call {{n}}","status":"completed","rawOutput":"` + ctl + `"}`)}}}}}}
+	g := startGateway(t, gatewayOpts{sendMaxBytes: maxResponse, store: statestore.NewMemory(statestore.Options{MaxEvents: 10}),
+		agents: map[string][]string{"many": agentCommand(t, script)}})
+	id := g.create(t, "many")
+	turn(t, g.connect, id, nil)
+	ctx := context.Background()
+	for proto, c := range uncompressedClients(t, g) {
+		res, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+		if err != nil {
+			t.Fatalf("GetSession over %s: %v", proto, err)
+		}
+		calls := res.Msg.GetSession().GetToolCalls()
+		if len(calls) != n {
+			t.Fatalf("GetSession over %s: %d calls, want %d", proto, len(calls), n)
+		}
+		checkTrimmed(t, "GetSession over "+proto, calls)
+		// Retention kept the last ten events: Watch starts with a
+		// snapshot, which fits too.
+		first := watchAll(t, c, id, 0, 1)[0].GetSnapshot()
+		if len(first.GetToolCalls()) != n {
+			t.Fatalf("Watch over %s starts with %v, want a snapshot of %d calls", proto, first, n)
+		}
+		checkTrimmed(t, "Watch's snapshot over "+proto, first.GetToolCalls())
+	}
+}
+
+// uncompressedClients are clients of every protocol that take no
+// compressed responses: the server's limit is on a compressed message's
+// size where it compresses one.
+func uncompressedClients(t *testing.T, g *gateway) map[string]acpv2connect.SessionServiceClient {
+	t.Helper()
+	h1 := &http.Client{Transport: &http.Transport{}}
+	h2c := new(http.Protocols)
+	h2c.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
+	t.Cleanup(func() {
+		h1.CloseIdleConnections()
+		h2.CloseIdleConnections()
+	})
+	plain := connect.WithAcceptCompression("gzip", nil, nil)
+	return map[string]acpv2connect.SessionServiceClient{
+		"connect+proto": acpv2connect.NewSessionServiceClient(h1, g.base, plain),
+		"connect+json":  acpv2connect.NewSessionServiceClient(h2, g.base, plain, connect.WithProtoJSON()),
+		"grpc":          acpv2connect.NewSessionServiceClient(h2, g.base, plain, connect.WithGRPC()),
+		"grpc-web+json": acpv2connect.NewSessionServiceClient(h1, g.base, plain, connect.WithGRPCWeb(), connect.WithProtoJSON()),
+	}
+}
+
+// checkTrimmed checks that the oldest of calls are trimmed, and said to
+// be, and the newest whole.
+func checkTrimmed(t *testing.T, what string, calls []*acpv2.ToolCall) {
+	t.Helper()
+	trimmed := func(tc *acpv2.ToolCall) bool {
+		return tc.GetMeta().GetFields()["acpGateway"].GetStructValue().GetFields()["trimmed"].GetBoolValue()
+	}
+	first, last := calls[0], calls[len(calls)-1]
+	if !trimmed(first) || first.GetRawOutput() != nil || first.GetTitle() != "call 1" || trimmed(last) || last.GetRawOutput() == nil {
+		t.Fatalf("%s: the oldest call %v, the newest %v; want the oldest trimmed, the newest whole", what, first, last)
+	}
 }
