@@ -112,6 +112,10 @@ type Options struct {
 	AgentStopGrace time.Duration
 	// MaxAgentLine bounds one line of agent output.
 	MaxAgentLine int
+	// AgentStderrLines and AgentStderrBytes bound each agent's stderr in
+	// the log, in lines and bytes a second (agent.Config.StderrLines and
+	// StderrBytes: zero for the defaults, less than zero for none).
+	AgentStderrLines, AgentStderrBytes int
 	// MaxToolCalls caps a session's distinct tool calls: an update that
 	// would add one more is refused as bad agent output (it is kept as an
 	// unknown update and not merged). Zero means DefaultMaxToolCalls;
@@ -574,6 +578,8 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		StartTimeout: m.opts.AgentStartTimeout,
 		StopGrace:    m.opts.AgentStopGrace,
 		MaxLine:      m.opts.MaxAgentLine,
+		StderrLines:  m.opts.AgentStderrLines,
+		StderrBytes:  m.opts.AgentStderrBytes,
 		BytesIn:      in,
 		BytesOut:     out,
 	}
