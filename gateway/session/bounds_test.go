@@ -225,3 +225,57 @@ func TestPendingPermissionsAreCapped(t *testing.T) {
 		t.Fatalf("an answer to a long-forgotten request: %v, want ErrNoRequest", err)
 	}
 }
+
+// Options.MaxStoreBytes bounds what the store keeps: past it the closed
+// sessions are deleted, those closed first first, until it holds no
+// more, but for the last one closed; a session that is not closed is
+// never deleted. (One agent grew a bolt file by 165 MiB in 3.6 s, and
+// its session kept that after it closed; a thousand such were kept.)
+func TestStoreBytesDropTheOldestClosedSessions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := statestore.NewMemory(statestore.Options{})
+	const each = 10 << 10 // bytes of events per session
+	add := func(id string, state statestore.State) {
+		t.Helper()
+		if err := st.CreateSession(ctx, &statestore.Session{ID: id, Agent: "a", Cwd: "/", State: statestore.StateReady}); err != nil {
+			t.Fatal(err)
+		}
+		ev := &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
+			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: strings.Repeat("x", each)}}}}}}
+		if err := st.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetState(ctx, id, state, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("open", statestore.StateAgentLost)
+	for i := range 5 {
+		add(fmt.Sprint("closed", i), statestore.StateClosed)
+	}
+	m := NewManager(Options{Store: st, IdleTimeout: -1, MaxStoreBytes: 3*each + each/2})
+	defer m.Close()
+	remaining := func() string {
+		recs, err := st.ListSessions(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range recs {
+			ids = append(ids, r.ID)
+		}
+		return strings.Join(ids, " ")
+	}
+	m.pruneEnded(ctx)
+	if got := remaining(); got != "open closed3 closed4" {
+		t.Fatalf("kept %q, want the open session and the two closed last", got)
+	}
+	// The open session alone may pass the bound; the last closed stays.
+	small := NewManager(Options{Store: st, IdleTimeout: -1, MaxStoreBytes: each / 2})
+	defer small.Close()
+	small.pruneEnded(ctx)
+	if got := remaining(); got != "open closed4" {
+		t.Fatalf("kept %q, want the open session and the last closed", got)
+	}
+}

@@ -66,6 +66,9 @@ const (
 // DefaultMaxEndedSessions is serve's default for Options.MaxEndedSessions.
 const DefaultMaxEndedSessions = 1000
 
+// DefaultMaxStoreBytes is serve's default for Options.MaxStoreBytes.
+const DefaultMaxStoreBytes = 1 << 30
+
 // Defaults of the bounds on what one agent makes a session hold.
 const (
 	// DefaultMaxToolCalls is Options.MaxToolCalls when zero.
@@ -139,6 +142,15 @@ type Options struct {
 	// oldest go first. Zero keeps them all; serve's default is
 	// DefaultMaxEndedSessions.
 	MaxEndedSessions int
+	// MaxStoreBytes bounds what the store keeps of the sessions' logs
+	// (statestore.Session.Bytes, summed over every session): while it
+	// holds more, the closed sessions are deleted, those that closed
+	// first first, but for the last one closed. Sessions that are not
+	// closed are never deleted: each is bounded by the store's own
+	// retention (statestore.Options.MaxEventBytes) and MaxToolCallBytes.
+	// The bound is checked when a session closes and every minute. Zero
+	// sets none; serve's default is DefaultMaxStoreBytes.
+	MaxStoreBytes int64
 	// Replica is this gateway's advertised address (a base URL other
 	// replicas can call). It names the holder of the leases this gateway
 	// takes when Store is shared (a statestore.Leaser).
@@ -212,6 +224,10 @@ type Manager struct {
 	// they count.
 	creating sync.Mutex
 	upkeep   sync.WaitGroup
+	// pruning serialises pruneEnded; overWarned is when it last warned
+	// that the sessions not closed hold more than MaxStoreBytes.
+	pruning    sync.Mutex
+	overWarned time.Time
 }
 
 // NewManager returns a Manager.
@@ -245,6 +261,10 @@ func NewManager(opts Options) *Manager {
 	}
 	opts.Store = opts.Metrics.InstrumentStore(opts.Store)
 	m := &Manager{opts: opts, sessions: map[string]*Session{}, stop: make(chan struct{})}
+	if opts.MaxStoreBytes > 0 {
+		m.upkeep.Add(1)
+		go m.every(storePruneInterval, m.pruneEnded)
+	}
 	if l, ok := opts.Store.(statestore.Leaser); ok {
 		if opts.Replica == "" {
 			opts.Replica = "replica-" + newID()
@@ -252,7 +272,7 @@ func NewManager(opts Options) *Manager {
 		}
 		m.leaser = l
 		m.upkeep.Add(1)
-		go m.keepLeases()
+		go m.every(opts.LeaseTTL/3, m.keepLeases)
 	}
 	return m
 }
