@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/eventjson"
 )
 
 // applyAndWire applies each op to s and encodes the merged call, as a
@@ -126,11 +126,17 @@ func TestThinCall(t *testing.T) {
 	if !strings.HasPrefix(strings.ReplaceAll(tc.GetTitle(), "\x01", " "), thin.GetTitle()) || len(thin.GetTitle()) < 254 {
 		t.Fatalf("title %q, want the original's start without control characters", thin.GetTitle())
 	}
-	js, err := protojson.Marshal(thin)
+	// The largest trimmed call, every character of its strings one JSON
+	// escapes (an id holds no control characters): 10,000 of them, a
+	// session at the default caps, take 6.6 MiB as protobuf and 13.1 MiB
+	// as JSON, in the 16 MiB of a default response.
+	quotes := strings.Repeat(`"`, 1000)
+	worst := merge.ThinCall(&acpv2.ToolCall{ToolCallId: quotes[:256], Title: quotes, Kind: quotes, Status: quotes})
+	js, err := eventjson.Marshal(worst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := proto.Size(thin); n > 700 || len(js) > 1400 {
+	if n := proto.Size(worst); n > 700 || len(js) > 1400 {
 		t.Fatalf("a trimmed call takes %d bytes, %d as JSON", n, len(js))
 	}
 }
