@@ -116,14 +116,14 @@ func parseNotification(data []byte, v Version, direct bool) (sid string, update 
 			// for DecodeUpdate to refuse.
 			outer := p.limit
 			p.limit = p.depth + MaxDepth
-			defer func() { p.limit = outer }()
+			ok := false
 			if direct {
-				if decoded, ok = p.directUpdate(v); ok {
-					return true
-				}
+				decoded, ok = p.directUpdate(v)
 			}
-			u, ok := p.value()
-			update = u
+			if !ok {
+				update, ok = p.value()
+			}
+			p.limit = outer
 			return ok
 		case strings.EqualFold(k, "sessionId"), strings.EqualFold(k, "update"):
 			return false

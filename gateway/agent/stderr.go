@@ -21,25 +21,39 @@ const (
 // the lines past the rate are read and dropped, then counted in one
 // "agent stderr: lines dropped" record when logging resumes or the
 // stderr ends.
+//
+// The loop's frame is kept as small as it was without the limit: the
+// goroutine idles for the agent's life with the stack its deepest call
+// (a log record) grew it to, and a larger frame doubled the stack of many.
 func (a *Agent) logStderr(r io.Reader) {
 	br := bufio.NewReaderSize(r, 512) // longer lines are read in pieces
 	lim := newStderrLimit(a.cfg.StderrLines, a.cfg.StderrBytes, time.Now())
 	for {
 		line, err := readLine(br, maxStderrLine)
-		if len(line) > 0 {
-			if dropped, ok := lim.allow(len(line), time.Now()); ok {
-				if dropped > 0 {
-					a.cfg.Log.Warn("agent stderr: lines dropped", "dropped", dropped)
-				}
-				a.cfg.Log.Info("agent stderr", "line", line)
-			}
+		if len(line) > 0 && a.stderrAllowed(lim, len(line)) {
+			a.cfg.Log.Info("agent stderr", "line", line)
 		}
 		if err != nil {
-			if lim.dropped > 0 {
-				a.cfg.Log.Warn("agent stderr: lines dropped", "dropped", lim.dropped)
-			}
+			a.logDropped(lim.dropped)
 			return
 		}
+	}
+}
+
+// stderrAllowed reports whether a line of n bytes is logged now, and logs
+// first the record of the lines dropped before it.
+func (a *Agent) stderrAllowed(lim *stderrLimit, n int) bool {
+	dropped, ok := lim.allow(n, time.Now())
+	if ok {
+		a.logDropped(dropped)
+	}
+	return ok
+}
+
+// logDropped logs that n lines of stderr were dropped, if any were.
+func (a *Agent) logDropped(n int) {
+	if n > 0 {
+		a.cfg.Log.Warn("agent stderr: lines dropped", "dropped", n)
 	}
 }
 
