@@ -33,6 +33,8 @@ type memSession struct {
 	bytes  int64          // the lengths of events
 	calls  map[string]int // tool call id -> index in list
 	list   [][]byte       // encoded tool calls
+	// callBytes is the lengths of list.
+	callBytes int64
 	// changed is closed and replaced on every append and on deletion.
 	changed chan struct{}
 }
@@ -72,8 +74,14 @@ func (m *Memory) GetSession(_ context.Context, id string) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.record(), nil
+}
+
+// record returns a copy of s's record, with its Bytes.
+func (s *memSession) record() *Session {
 	rec := s.rec
-	return &rec, nil
+	rec.Bytes = s.bytes + s.callBytes
+	return &rec
 }
 
 // ListSessions implements Store.
@@ -84,8 +92,7 @@ func (m *Memory) ListSessions(_ context.Context, owner string) ([]*Session, erro
 	for _, id := range m.order {
 		s := m.sessions[id]
 		if owner == "" || s.rec.Owner == owner {
-			rec := s.rec
-			out = append(out, &rec)
+			out = append(out, s.record())
 		}
 	}
 	return out, nil
@@ -134,7 +141,9 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 		return err
 	}
 	for i, tc := range changed {
+		s.callBytes += int64(len(calls[i]))
 		if j, ok := s.calls[tc.GetToolCallId()]; ok {
+			s.callBytes -= int64(len(s.list[j]))
 			s.list[j] = calls[i]
 			continue
 		}

@@ -107,6 +107,12 @@ type Session struct {
 	// StateChangedAt is when SetState last set State (zero before the
 	// first SetState): for a closed session, when it closed.
 	StateChangedAt time.Time
+	// Bytes is what the store keeps of the session's log: the lengths of
+	// its kept events' encodings and of its tool calls'. (It does not
+	// count the record, nor what the store's own structures add.) A
+	// session stored by a gateway that did not count it is counted from
+	// its next Append.
+	Bytes int64
 }
 
 // Store is a state store. Implementations are safe for concurrent use.

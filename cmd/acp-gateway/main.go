@@ -120,30 +120,45 @@ func (e configError) Unwrap() error { return e.error }
 // for the replica reached at advertise.
 func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger, advertise string, c *confinement) session.Options {
 	return session.Options{
-		Sandbox:            c.sandbox,
-		Homes:              c.homes,
-		Limits:             c.limits,
-		Egress:             c.egress,
-		EgressHelper:       c.helper,
-		Agents:             cfg.agents,
-		Env:                agentEnv(cfg.envAllow),
-		Store:              store,
-		Log:                log,
-		PermissionTimeout:  cfg.permissionTimeout,
-		TurnTimeout:        cfg.turnTimeout,
-		CancelGrace:        cfg.cancelGrace,
-		IdleTimeout:        cfg.idleTimeout,
-		MaxEndedSessions:   cfg.maxEnded,
-		Replica:            advertise,
-		LeaseTTL:           cfg.leaseTTL,
-		MaxSessions:        cfg.maxSessions,
-		MaxSessionsPerUser: cfg.maxUserSessions,
-		MaxAgentLine:       cfg.maxAgentLine,
-		WatchBuffer:        cfg.watchBuffer,
-		WatchBufferBytes:   cfg.watchBufferBytes,
-		Workspaces:         cfg.workspaces,
-		ConfineCwd:         cfg.confineCwd,
+		Sandbox:           c.sandbox,
+		Homes:             c.homes,
+		Limits:            c.limits,
+		Egress:            c.egress,
+		EgressHelper:      c.helper,
+		Agents:            cfg.agents,
+		Env:               agentEnv(cfg.envAllow),
+		Store:             store,
+		Log:               log,
+		PermissionTimeout: cfg.permissionTimeout,
+		TurnTimeout:       cfg.turnTimeout,
+		CancelGrace:       cfg.cancelGrace,
+		IdleTimeout:       cfg.idleTimeout,
+		MaxEndedSessions:  cfg.maxEnded,
+		MaxStoreBytes:     cfg.maxStoreBytes,
+		// The flags' zero is no bound, the options' a default.
+		MaxToolCalls:          noneIfZero(cfg.maxToolCalls),
+		MaxPendingPermissions: noneIfZero(cfg.maxPendingPerms),
+		AgentStderrLines:      noneIfZero(cfg.stderrLines),
+		AgentStderrBytes:      noneIfZero(cfg.stderrBytes),
+		Replica:               advertise,
+		LeaseTTL:              cfg.leaseTTL,
+		MaxSessions:           cfg.maxSessions,
+		MaxSessionsPerUser:    cfg.maxUserSessions,
+		MaxAgentLine:          cfg.maxAgentLine,
+		WatchBuffer:           cfg.watchBuffer,
+		WatchBufferBytes:      cfg.watchBufferBytes,
+		Workspaces:            cfg.workspaces,
+		ConfineCwd:            cfg.confineCwd,
 	}
+}
+
+// noneIfZero is a flag's bound as session.Options takes it: the flag's
+// zero (no bound) is less than zero there, where zero is the default.
+func noneIfZero(v int) int {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // serveConfig is the configuration of `acp-gateway serve`.
@@ -171,6 +186,11 @@ type serveConfig struct {
 	watchBuffer       int
 	watchBufferBytes  int
 	maxEnded          int
+	maxStoreBytes     int64
+	maxToolCalls      int
+	maxPendingPerms   int
+	stderrLines       int
+	stderrBytes       int
 	advertise         string
 	leaseTTL          time.Duration
 	shutdownDrain     time.Duration
@@ -255,6 +275,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxEvents, "max-events", statestore.DefaultMaxEvents, "events kept per session; older ones are dropped and Watch starts with a snapshot (0: keep all)")
 	fs.Int64Var(&cfg.maxEventBytes, "max-event-bytes", statestore.DefaultMaxEventBytes, "bytes of events kept per session (their encodings); older ones are dropped as with --max-events, the newest always kept (0: no cap)")
 	fs.IntVar(&cfg.maxEnded, "max-ended-sessions", session.DefaultMaxEndedSessions, "closed sessions kept in the store; the oldest are deleted (0: keep all)")
+	fs.Int64Var(&cfg.maxStoreBytes, "max-store-bytes", session.DefaultMaxStoreBytes, "bytes of events and tool calls the store keeps in all; past it the closed sessions are deleted, the first closed first, but for the last (0: no bound)")
+	fs.IntVar(&cfg.maxToolCalls, "max-tool-calls", session.DefaultMaxToolCalls, "distinct tool calls per session; an agent's update that would add one more is kept as an unknown update, not merged (0: no limit)")
+	fs.IntVar(&cfg.maxPendingPerms, "max-pending-permissions", session.DefaultMaxPendingPermissions, "permission requests per session waiting for an answer; the agent's request past it is answered with an error (0: no limit)")
+	fs.IntVar(&cfg.stderrLines, "agent-stderr-lines", agent.DefaultStderrLines, "lines of each agent's stderr logged a second, with bursts of ten seconds' worth; the rest are counted, not logged (0: no limit)")
+	fs.IntVar(&cfg.stderrBytes, "agent-stderr-bytes", agent.DefaultStderrBytes, "bytes of each agent's stderr logged a second, as --agent-stderr-lines (0: no limit)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "base URL other replicas reach this one at, for a shared store (default http://LISTEN when it names a host)")
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", session.DefaultLeaseTTL, "with a shared store: how long a dead replica keeps its sessions")
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "also serve GET /metrics on this address (it is always on --listen)")
@@ -355,6 +380,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.maxEvents < 0 || cfg.maxEnded < 0 {
 		return nil, errors.New("--max-events and --max-ended-sessions must not be negative")
 	}
+	if cfg.maxStoreBytes < 0 {
+		return nil, fmt.Errorf("--max-store-bytes must not be negative, got %d", cfg.maxStoreBytes)
+	}
 	if cfg.redisPrefix != "" {
 		if !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
 			return nil, errors.New("--redis-prefix needs a redis:// or rediss:// --store")
@@ -379,6 +407,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		"--max-sessions": cfg.maxSessions, "--max-sessions-per-user": cfg.maxUserSessions,
 		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst, "--max-connections": cfg.maxConnections,
 		"--max-streams-per-user": cfg.maxUserStreams,
+		"--max-tool-calls":       cfg.maxToolCalls, "--max-pending-permissions": cfg.maxPendingPerms,
+		"--agent-stderr-lines": cfg.stderrLines, "--agent-stderr-bytes": cfg.stderrBytes,
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("%s must not be negative, got %d", name, v)

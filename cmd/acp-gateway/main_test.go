@@ -25,8 +25,10 @@ import (
 
 	"github.com/kballard/go-shellquote"
 
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/egress"
+	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
@@ -293,6 +295,42 @@ func TestWatchBufferFlags(t *testing.T) {
 	}
 	if o := cfg.sessionOptions(nil, nil, "", &confinement{}); o.WatchBuffer != 128 || o.WatchBufferBytes != 4096 {
 		t.Errorf("session options: watch buffer %d events, %d bytes", o.WatchBuffer, o.WatchBufferBytes)
+	}
+}
+
+// The bounds on what one agent makes a session and the store hold reach
+// the session manager: by default as the defaults, a flag's value as it
+// is, and a flag's zero as no bound (which the options write as less
+// than zero, their zero being the default).
+func TestAgentBoundFlags(t *testing.T) {
+	t.Parallel()
+	type bounds struct {
+		calls, perms, lines, bytes int
+		store                      int64
+	}
+	for _, tc := range []struct {
+		args []string
+		want bounds
+	}{
+		{nil, bounds{session.DefaultMaxToolCalls, session.DefaultMaxPendingPermissions, agent.DefaultStderrLines, agent.DefaultStderrBytes, session.DefaultMaxStoreBytes}},
+		{[]string{"--max-tool-calls", "5", "--max-pending-permissions", "2", "--agent-stderr-lines", "7", "--agent-stderr-bytes", "900", "--max-store-bytes", "4096"},
+			bounds{5, 2, 7, 900, 4096}},
+		{[]string{"--max-tool-calls", "0", "--max-pending-permissions", "0", "--agent-stderr-lines", "0", "--agent-stderr-bytes", "0", "--max-store-bytes", "0"},
+			bounds{-1, -1, -1, -1, 0}},
+	} {
+		cfg, err := parseServe(append([]string{"--store", "memory:"}, tc.args...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := cfg.sessionOptions(nil, nil, "", &confinement{})
+		if got := (bounds{o.MaxToolCalls, o.MaxPendingPermissions, o.AgentStderrLines, o.AgentStderrBytes, o.MaxStoreBytes}); got != tc.want {
+			t.Errorf("%q: session options %+v, want %+v", tc.args, got, tc.want)
+		}
+	}
+	for _, flag := range []string{"--max-tool-calls", "--max-pending-permissions", "--agent-stderr-lines", "--agent-stderr-bytes", "--max-store-bytes"} {
+		if _, err := parseServe([]string{"--store", "memory:", flag, "-1"}, io.Discard); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s -1: %v, want refused", flag, err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -67,20 +68,25 @@ func DecodeUpdate(data []byte, v Version) (*acpv2.SessionUpdate, error) {
 // an unknown update so that nothing the agent sent is lost. A JSON object
 // becomes the body as it is; any other JSON value is kept under the member
 // "update". It returns nil for data that is not JSON at all.
+//
+// Arrays and objects nested deeper than [MaxDepth] (counting the body as
+// level 1) are kept as strings of their JSON, so that the update stays
+// within the depth every decoder takes.
 func KeepUnknown(data []byte) *acpv2.SessionUpdate {
-	v, _, err := parseJSON(data) // anything after the first value is ignored
+	v, _, _, err := parseJSON(data) // anything after the first value is ignored
 	if err != nil {
 		return nil
 	}
 	return keepUnknown(v)
 }
 
-// keepUnknown is KeepUnknown of the parsed value v.
+// keepUnknown is KeepUnknown of the parsed value v, which it may modify.
 func keepUnknown(v any) *acpv2.SessionUpdate {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		obj = map[string]any{"update": v}
 	}
+	clipDepth(obj, MaxDepth)
 	tag, _ := obj["sessionUpdate"].(string)
 	return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_Unknown{Unknown: unknownUpdate(tag, obj)}}
 }
@@ -141,14 +147,73 @@ func Encode(m proto.Message, v Version) ([]byte, error) {
 }
 
 // parseJSON parses the JSON value at the start of data, with numbers as
-// json.Number. trailing reports whether anything but whitespace follows it.
-func parseJSON(data []byte) (v any, trailing bool, err error) {
+// json.Number. trailing reports whether anything but whitespace follows
+// it, and deep whether it nests deeper than MaxDepth.
+func parseJSON(data []byte) (v any, trailing, deep bool, err error) {
 	if v, ok := parseFast(data); ok {
-		return v, false, nil
+		return v, false, false, nil // the fast parser takes nothing deeper
 	}
 	// Not JSON, data after the value, or a document the fast parser leaves
 	// alone: encoding/json decides, and words the error.
-	return parseStd(data)
+	v, trailing, err = parseStd(data)
+	return v, trailing, err == nil && deeper(v, MaxDepth), err
+}
+
+// deeper reports whether v nests arrays and objects more than levels deep.
+func deeper(v any, levels int) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		if levels == 0 {
+			return true
+		}
+		for _, e := range x {
+			if deeper(e, levels-1) {
+				return true
+			}
+		}
+	case []any:
+		if levels == 0 {
+			return true
+		}
+		for _, e := range x {
+			if deeper(e, levels-1) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// clipDepth replaces, in place, each array or object of v nested more
+// than levels deep by a string of its JSON.
+func clipDepth(v any, levels int) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if levels == 0 {
+			return jsonText(x)
+		}
+		for k, e := range x {
+			x[k] = clipDepth(e, levels-1)
+		}
+	case []any:
+		if levels == 0 {
+			return jsonText(x)
+		}
+		for i, e := range x {
+			x[i] = clipDepth(e, levels-1)
+		}
+	}
+	return v
+}
+
+// jsonText is the JSON of a parsed value, as encoding/json writes it
+// (without escaping HTML).
+func jsonText(v any) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // parsed values always encode
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // parseStd is parseJSON by encoding/json alone, the reference that the fast
@@ -164,14 +229,21 @@ func parseStd(data []byte) (v any, trailing bool, err error) {
 }
 
 func parseObject(data []byte) (map[string]any, error) {
-	v, trailing, err := parseJSON(data)
-	if err != nil {
+	v, trailing, deep, err := parseJSON(data)
+	switch {
+	case err != nil:
 		return nil, &Error{Reason: "not valid JSON: " + err.Error()}
-	}
-	if trailing {
+	case trailing:
 		return nil, &Error{Reason: "trailing data after the JSON object"}
+	case deep:
+		return nil, tooDeep()
 	}
 	return asObject(v)
+}
+
+// tooDeep is the error of a document nested deeper than MaxDepth.
+func tooDeep() error {
+	return &Error{Reason: fmt.Sprintf("arrays and objects nested more than %d levels deep, which the gateway does not take: flatten the JSON", MaxDepth)}
 }
 
 // asObject returns the parsed value v as an object, or the error of a JSON

@@ -195,7 +195,7 @@ func directString(tc *acpv2.ToolCallUpdate, cc *acpv2.ToolCallContentChunk, mc *
 
 // list parses the array at p.i with item, as fastList decodes it parsed.
 func list[T any](p *parser, item func() (T, bool)) ([]T, bool) {
-	if p.depth++; p.depth > maxParseDepth {
+	if p.depth++; p.depth > p.limit {
 		return nil, false
 	}
 	p.i++ // [
@@ -516,7 +516,7 @@ func (p *parser) protoValue() (*structpb.Value, bool) {
 
 // protoList parses the array at p.i into a google.protobuf Value.
 func (p *parser) protoList() (*structpb.Value, bool) {
-	if p.depth++; p.depth > maxParseDepth {
+	if p.depth++; p.depth > p.limit {
 		return nil, false
 	}
 	p.i++ // [

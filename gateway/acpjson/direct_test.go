@@ -16,7 +16,7 @@ var protoSeeds = []string{
 	`{}`, `{"a":1,"b":"x","c":{"d":[false]}}`, `{"a":1,"a":{"b":2}}`, "{\"k\xff\":1}",
 	// Refused.
 	`[1,`, `[1 2]`, `{"a"}`, `{"a":}`, `tru`, `nul`, `falsey`, `-`, `01`, `1.`, `"open`, `[`, `{`, `]`, ``,
-	strings.Repeat("[", maxParseDepth+1) + strings.Repeat("]", maxParseDepth+1),
+	strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
 }
 
 // checkProtoValue checks protoValue against toValue of the parser's

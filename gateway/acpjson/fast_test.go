@@ -43,6 +43,10 @@ var fastSeeds = []string{
 	`{"sessionUpdate":"agent_message_chunk","content":"text"}`,
 	`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"extra":true}`,
 	`{"sessionUpdate":"agent_message_chunk","messageId":7,"content":{"type":"text","text":"x"}}`,
+	// As deep as the decoders take, and one level deeper.
+	deepUpdate(MaxDepth), deepUpdate(MaxDepth + 1),
+	`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"_meta":` + nested(MaxDepth-1, "null") + `}`,
+	`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"_meta":` + nested(MaxDepth, "null") + `}`,
 }
 
 // FuzzFastPathMatchesGeneric: wherever the fast path decodes an update,

@@ -32,10 +32,12 @@ type UpdateNotification struct {
 // "session/update"), params and optionally jsonrpc, each once and no other;
 // params an object with an update member and a sessionId that is a string,
 // null or absent, each once, and no other member named sessionId or update
-// but for letter case. Anything else, invalid JSON and requests (messages
-// with an id) included, is left to the caller's JSON-RPC decoder, whose
-// reading of odd messages (encoding/json matches member names to fields
-// regardless of case) this does not try to reproduce.
+// but for letter case; the update nested no deeper than [MaxDepth], and
+// the rest no deeper than MaxDepth either. Anything else, invalid JSON and
+// requests (messages with an id) included, is left to the caller's
+// JSON-RPC decoder, whose reading of odd messages (encoding/json matches
+// member names to fields regardless of case) this does not try to
+// reproduce.
 func DecodeNotification(data []byte, v Version) (n UpdateNotification, ok bool) {
 	return decodeNotification(data, v, true)
 }
@@ -109,13 +111,19 @@ func parseNotification(data []byte, v Version, direct bool) (sid string, update 
 			if !once(mUpdate) {
 				return false
 			}
+			// The update may nest MaxDepth levels below params, as it
+			// may on its own (DecodeUpdate); a deeper one is declined,
+			// for DecodeUpdate to refuse.
+			outer := p.limit
+			p.limit = p.depth + MaxDepth
+			ok := false
 			if direct {
-				if decoded, ok = p.directUpdate(v); ok {
-					return true
-				}
+				decoded, ok = p.directUpdate(v)
 			}
-			u, ok := p.value()
-			update = u
+			if !ok {
+				update, ok = p.value()
+			}
+			p.limit = outer
 			return ok
 		case strings.EqualFold(k, "sessionId"), strings.EqualFold(k, "update"):
 			return false

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // envelopes wrap an update (%u) in session/update notifications that
@@ -45,7 +47,7 @@ func checkNotification(t *testing.T, update []byte, v Version) {
 			continue
 		}
 		if !ok {
-			if nesting(t, update) <= maxParseDepth-2 {
+			if testutil.Nesting(t, update) <= MaxDepth {
 				t.Fatalf("DecodeNotification refused %q", line)
 			}
 			continue

@@ -28,14 +28,28 @@ import (
 // UTF-8 and lone surrogates becoming U+FFFD and the last of duplicate
 // members winning (FuzzParse checks this against encoding/json).
 
-// maxParseDepth bounds the nesting the parser takes on. Deeper documents
-// (encoding/json accepts up to 10000 levels) go to encoding/json.
-const maxParseDepth = 1000
+// MaxDepth bounds the nesting of arrays and objects in one JSON document
+// that the decoders take: an update (the update object itself is level
+// 1), a permission request's params, a config option answer. A deeper
+// document is refused, as bad agent output is: DecodeUpdate fails
+// (DecodeNotification leaves such an update to it), and KeepUnknown keeps
+// what lies deeper than MaxDepth as JSON text. Every level becomes up to three levels of
+// protobuf messages once decoded (a google.protobuf.Value, its Struct and
+// the Struct's map entry), and a stored event sits a few more below its
+// SessionEvent, so the cap keeps every stored event some hundreds of
+// levels deep at most: far under protobuf-go's RecursionLimit of 10000,
+// which a stored event deeper than that could never be decoded again
+// with. (encoding/json alone takes 10000 levels of JSON.)
+const MaxDepth = 64
 
 type parser struct {
 	data  []byte
 	i     int
 	depth int
+	// limit is the depth the parser gives up beyond: MaxDepth, or for
+	// the update of a notification MaxDepth below the update's parent.
+	// Deeper documents go to encoding/json, which words the refusal.
+	limit int
 	// elems holds the elements of the arrays being parsed, innermost last.
 	elems []any
 	// buf holds a string being unescaped.
@@ -70,7 +84,7 @@ var parsers = sync.Pool{New: func() any { return new(parser) }}
 
 func getParser(data []byte) *parser {
 	p := parsers.Get().(*parser)
-	p.data, p.i, p.depth = data, 0, 0
+	p.data, p.i, p.depth, p.limit = data, 0, 0, MaxDepth
 	return p
 }
 
@@ -224,7 +238,7 @@ func (p *parser) members(member func(key string) bool) bool {
 	if p.i >= len(p.data) || p.data[p.i] != '{' {
 		return false
 	}
-	if p.depth++; p.depth > maxParseDepth {
+	if p.depth++; p.depth > p.limit {
 		return false
 	}
 	p.i++ // {
@@ -292,7 +306,7 @@ func (p *parser) next(closing byte) (end, ok bool) {
 }
 
 func (p *parser) array() (any, bool) {
-	if p.depth++; p.depth > maxParseDepth {
+	if p.depth++; p.depth > p.limit {
 		return nil, false
 	}
 	p.i++ // [

@@ -1,38 +1,15 @@
 package acpjson
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-)
 
-// nesting is the deepest nesting of arrays and objects in valid JSON data.
-func nesting(t *testing.T, data []byte) int {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	depth, deepest := 0, 0
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return deepest
-		}
-		if err != nil {
-			t.Fatalf("nesting of %q: %v", data, err)
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-			deepest = max(deepest, depth)
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-	}
-}
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
+)
 
 // checkParse checks the fast parser against encoding/json on data.
 func checkParse(t *testing.T, data []byte) {
@@ -47,15 +24,37 @@ func checkParse(t *testing.T, data []byte) {
 		if err != nil || !reflect.DeepEqual(fast, want) {
 			t.Fatalf("%q: fast parser gives %#v, encoding/json %#v (%v)", data, fast, want, err)
 		}
-	case valid && nesting(t, data) <= maxParseDepth:
+	case valid && testutil.Nesting(t, data) <= MaxDepth:
 		t.Fatalf("fast parser gives up on valid JSON %q", data)
 	}
 	// parseJSON, whichever parser answers, gives what encoding/json alone does.
-	v, trailing, err := parseJSON(data)
+	v, trailing, deep, err := parseJSON(data)
 	wv, wtrailing, werr := parseStd(data)
 	if !reflect.DeepEqual(v, wv) || trailing != wtrailing || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
 		t.Fatalf("%q: parseJSON = %#v, %v, %v; encoding/json alone %#v, %v, %v", data, v, trailing, err, wv, wtrailing, werr)
 	}
+	// It tells a value nested deeper than MaxDepth.
+	if want := werr == nil && levels(wv) > MaxDepth; deep != want {
+		t.Fatalf("%q: parseJSON says deep %v; its value is %d levels deep", data, deep, levels(wv))
+	}
+}
+
+// levels is how deep a parsed value nests arrays and objects.
+func levels(v any) int {
+	n := 0
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			n = max(n, levels(e))
+		}
+	case []any:
+		for _, e := range x {
+			n = max(n, levels(e))
+		}
+	default:
+		return 0
+	}
+	return n + 1
 }
 
 var parseSeeds = []string{
@@ -67,8 +66,8 @@ var parseSeeds = []string{
 	`01`, `1.`, `.5`, `-`, `+1`, `1e`, `1e+`, `--1`, `1.5.3`, `0x10`, `1 2`, `1x`, `[1x]`, `[01]`, `-01`, `123456789012345678901234567890`,
 	`[1,]`, `[,1]`, `{"a":1,}`, `{"a" 1}`, `{"a":1 "b":2}`, `{a:1}`, `{"a":1}{"b":2}`, `{"a":1} x`, `[1] ]`, `{"a":}`, `{,}`,
 	`nul`, `truex`, `true false`, `[true"a"]`, `{"a":1,"a":2}`, `{"":0}`, "\ufeff{}", "{\"a\":\x00}", `{"sessionUpdate":"tool_call","toolCallId":"c"}`,
-	strings.Repeat("[", maxParseDepth) + strings.Repeat("]", maxParseDepth),
-	strings.Repeat("[", maxParseDepth+1) + strings.Repeat("]", maxParseDepth+1),
+	strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth),
+	strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
 	strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
 }
 

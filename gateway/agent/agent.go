@@ -86,6 +86,12 @@ type Config struct {
 	// Log receives the agent's stderr, one record per line, and lifecycle
 	// events.
 	Log *slog.Logger
+	// StderrLines and StderrBytes bound the agent's stderr in Log: lines
+	// and bytes a second, with bursts of ten seconds' worth; the lines
+	// past them are dropped, and counted in one record when logging
+	// resumes. Zero means DefaultStderrLines and DefaultStderrBytes; less
+	// than zero, no bound.
+	StderrLines, StderrBytes int
 	// StartTimeout bounds the start-up, until initialize is answered.
 	StartTimeout time.Duration
 	// StopGrace is how long Close waits after closing stdin, and again after
@@ -717,19 +723,6 @@ func (a *Agent) Close() {
 		_ = a.out.Close()
 		a.fs.close()
 	})
-}
-
-func (a *Agent) logStderr(r io.Reader) {
-	br := bufio.NewReaderSize(r, 512) // longer lines are read in pieces
-	for {
-		line, err := readLine(br, maxStderrLine)
-		if len(line) > 0 {
-			a.cfg.Log.Info("agent stderr", "line", line)
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // readLine reads one line, keeping at most max bytes of it.

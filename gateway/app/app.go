@@ -94,6 +94,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	met := metrics.New(cfg.Metrics)
 	cfg.Session.Metrics = met
+	if cfg.Session.MaxToolCallBytes == 0 && cfg.SendMaxBytes > 0 {
+		cfg.Session.MaxToolCallBytes = max(cfg.SendMaxBytes-session.SnapshotHeadroom, cfg.SendMaxBytes/2)
+	}
 	mgr := session.NewManager(cfg.Session)
 	if err := mgr.Recover(ctx); err != nil {
 		mgr.Close()
@@ -107,6 +110,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.MaxPromptBytes > 0 {
 		svcOpts = append(svcOpts, service.WithMaxPromptBytes(cfg.MaxPromptBytes))
 	}
+	// Snapshots fit in a response: the session keeps its tool calls
+	// within one, as protobuf, and the service trims what JSON outgrows.
+	svcOpts = append(svcOpts, service.WithMaxResponseBytes(cfg.SendMaxBytes))
 	ic := service.InterceptorConfig{
 		Log:               cfg.Session.Log,
 		Tracing:           cfg.Tracing,

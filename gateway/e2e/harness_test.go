@@ -118,7 +118,7 @@ type gatewayOpts struct {
 	maxSessions, maxUserSessions, maxPromptBytes int
 	rateLimit                                    float64
 	rateBurst, maxUserStreams                    int
-	readMaxBytes                                 int
+	readMaxBytes, sendMaxBytes                   int
 	// tracing, when set, is the tracing interceptor.
 	tracing connect.Interceptor
 	// env is the agents' environment; nil means just PATH, unless nilEnv
@@ -176,6 +176,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		Heartbeat:         o.heartbeat,
 		MaxPromptBytes:    o.maxPromptBytes,
 		ReadMaxBytes:      o.readMaxBytes,
+		SendMaxBytes:      o.sendMaxBytes,
 	}
 	if o.configure != nil {
 		o.configure(&cfg)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,13 +21,16 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
+	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
 // This file feeds the gateway hostile input, from clients and from agents,
@@ -844,5 +848,185 @@ func TestJustClosedSessionIsKeptUnderTheEndedCap(t *testing.T) {
 	}
 	if err := closeSession(old); err != nil {
 		t.Fatalf("closing the session just closed again: %v", err)
+	}
+}
+
+// deepJSON is a JSON value of levels nested objects.
+func deepJSON(levels int) string {
+	return strings.Repeat(`{"k":`, levels) + "1" + strings.Repeat("}", levels)
+}
+
+// deepMeta is a google.protobuf.Struct holding an array of levels-1
+// nested arrays: levels JSON levels in all.
+func deepMeta(levels int) *structpb.Struct {
+	v := structpb.NewNumberValue(1)
+	for range levels - 1 {
+		v = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{v}})
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{"k": v}}
+}
+
+// deepPrompt is a prompt of one text block whose _meta nests levels deep.
+func deepPrompt(levels int) []*acpv2.ContentBlock {
+	return []*acpv2.ContentBlock{{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "deep", Meta: deepMeta(levels)}}}}
+}
+
+// decodable reports whether protobuf-go, with its default limits, decodes
+// m's encoding into a new message of m's type.
+func decodable(t *testing.T, m proto.Message) bool {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proto.Unmarshal(b, m.ProtoReflect().New().Interface()) == nil
+}
+
+// unstorablePrompt is the shallowest prompt that protobuf decodes as a
+// request but whose turn_started event, a level deeper, it does not.
+func unstorablePrompt(t *testing.T) []*acpv2.ContentBlock {
+	t.Helper()
+	for levels := 4900; levels < 5100; levels++ {
+		p := deepPrompt(levels)
+		ev := &acpv2.SessionEvent{Event: &acpv2.SessionEvent_TurnStarted{TurnStarted: &acpv2.TurnStarted{Prompt: p}}}
+		if decodable(t, &acpv2.PromptRequest{Prompt: p}) && !decodable(t, ev) {
+			return p
+		}
+	}
+	t.Fatal("no prompt is decodable as a request but not as an event")
+	return nil
+}
+
+// TestDeepJSONKeepsTheLogReadable: JSON nested deeper than protobuf can
+// read back, from an agent (6,000 and 9,900 levels, under encoding/json's
+// 10,000) or from a client, never reaches the log: an event that cannot
+// be decoded again made Watch and GetSession fail for its session for
+// good. What an agent sends that deep is kept as an unknown update, within
+// the cap; a client's prompt that deep is refused. JSON as deep as the
+// cap allows goes through.
+func TestDeepJSONKeepsTheLogReadable(t *testing.T) {
+	t.Parallel()
+	call := func(id string, levels int) agentsim.Step {
+		// The update object is level 1, rawInput level 2.
+		return update(`{"sessionUpdate":"tool_call_update","toolCallId":"` + id + `","status":"completed","rawInput":` + deepJSON(levels-1) + `}`)
+	}
+	script := agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{
+		call("deep-6000", 6000), call("deep-9900", 9900), call("at-cap", acpjson.MaxDepth),
+	}}, chatty.Turns[0], chatty.Turns[0]}}
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{"deep": agentCommand(t, script)}})
+	id := g.create(t, "deep")
+	var unknown, calls []string
+	for _, ev := range turn(t, g.connect, id, nil) {
+		if u := ev.GetUnknown(); u != nil {
+			unknown = append(unknown, u.GetBody().GetFields()["toolCallId"].GetStringValue())
+		}
+		if tc := ev.GetToolCall(); tc != nil {
+			calls = append(calls, tc.GetToolCallId())
+		}
+	}
+	if !slices.Equal(unknown, []string{"deep-6000", "deep-9900"}) || !slices.Equal(calls, []string{"at-cap"}) {
+		t.Fatalf("unknown updates %q, merged calls %q; want the two over the cap kept as unknown, the one at it merged", unknown, calls)
+	}
+
+	// A client's prompt: refused over the cap, over protobuf (JSON
+	// clients' decoder stops at 10,000 levels of its own).
+	pb := g.clients["connect+proto over HTTP/1.1"]
+	prompt := func(blocks []*acpv2.ContentBlock) error {
+		_, err := testutil.Turn(context.Background(), pb, &acpv2.PromptRequest{SessionId: id, Prompt: blocks}, nil)
+		return err
+	}
+	for what, blocks := range map[string][]*acpv2.ContentBlock{
+		"one level over the cap":                    deepPrompt(acpjson.MaxDepth + 1),
+		"that protobuf would not read back, stored": unstorablePrompt(t),
+	} {
+		if err := prompt(blocks); codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "levels deep") {
+			t.Fatalf("a prompt nested %s: %v, want invalid_argument", what, err)
+		}
+	}
+	if err := prompt(deepPrompt(acpjson.MaxDepth)); err != nil {
+		t.Fatalf("a prompt whose _meta nests %d levels: %v", acpjson.MaxDepth, err)
+	}
+
+	// Every client reads the whole log, and the snapshot.
+	lastSeq := snapshot(t, g, id).GetLastSeq()
+	for proto, c := range g.clients {
+		testutil.CheckSeqs(t, watchAll(t, c, id, 0, int(lastSeq)), 1)
+		if _, err := c.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id})); err != nil {
+			t.Errorf("GetSession over %s: %v", proto, err)
+		}
+	}
+	stillWorks(t, g, id)
+}
+
+// TestSnapshotsFitInOneResponse: an agent's tool calls, however many and
+// large, never make a session's snapshot too large for one response, in
+// any encoding. 100,000 calls made GetSession, and Watch from the start,
+// fail with "message size 33177970 exceeds sendMaxBytes". The session
+// keeps its calls within a response as protobuf, trimming the oldest
+// finished ones; JSON, here six times larger (control characters), has
+// more of them trimmed as it is sent. A trimmed call says so in its meta.
+func TestSnapshotsFitInOneResponse(t *testing.T) {
+	t.Parallel()
+	const n, maxResponse = 300, 256 << 10
+	ctl := strings.Repeat(`\u0001`, 1024)
+	script := agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Flood: &agentsim.Flood{Count: n,
+		Update: raw(`{"sessionUpdate":"tool_call_update","toolCallId":"c{{n}}","title":"call {{n}}","status":"completed","rawOutput":"` + ctl + `"}`)}}}}}}
+	g := startGateway(t, gatewayOpts{sendMaxBytes: maxResponse, store: statestore.NewMemory(statestore.Options{MaxEvents: 10}),
+		agents: map[string][]string{"many": agentCommand(t, script)}})
+	id := g.create(t, "many")
+	turn(t, g.connect, id, nil)
+	ctx := context.Background()
+	for proto, c := range uncompressedClients(t, g) {
+		res, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+		if err != nil {
+			t.Fatalf("GetSession over %s: %v", proto, err)
+		}
+		calls := res.Msg.GetSession().GetToolCalls()
+		if len(calls) != n {
+			t.Fatalf("GetSession over %s: %d calls, want %d", proto, len(calls), n)
+		}
+		checkTrimmed(t, "GetSession over "+proto, calls)
+		// Retention kept the last ten events: Watch starts with a
+		// snapshot, which fits too.
+		first := watchAll(t, c, id, 0, 1)[0].GetSnapshot()
+		if len(first.GetToolCalls()) != n {
+			t.Fatalf("Watch over %s starts with %v, want a snapshot of %d calls", proto, first, n)
+		}
+		checkTrimmed(t, "Watch's snapshot over "+proto, first.GetToolCalls())
+	}
+}
+
+// uncompressedClients are clients of every protocol that take no
+// compressed responses: the server's limit is on a compressed message's
+// size where it compresses one.
+func uncompressedClients(t *testing.T, g *gateway) map[string]acpv2connect.SessionServiceClient {
+	t.Helper()
+	h1 := &http.Client{Transport: &http.Transport{}}
+	h2c := new(http.Protocols)
+	h2c.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: h2c}}
+	t.Cleanup(func() {
+		h1.CloseIdleConnections()
+		h2.CloseIdleConnections()
+	})
+	plain := connect.WithAcceptCompression("gzip", nil, nil)
+	return map[string]acpv2connect.SessionServiceClient{
+		"connect+proto": acpv2connect.NewSessionServiceClient(h1, g.base, plain),
+		"connect+json":  acpv2connect.NewSessionServiceClient(h2, g.base, plain, connect.WithProtoJSON()),
+		"grpc":          acpv2connect.NewSessionServiceClient(h2, g.base, plain, connect.WithGRPC()),
+		"grpc-web+json": acpv2connect.NewSessionServiceClient(h1, g.base, plain, connect.WithGRPCWeb(), connect.WithProtoJSON()),
+	}
+}
+
+// checkTrimmed checks that the oldest of calls are trimmed, and said to
+// be, and the newest whole.
+func checkTrimmed(t *testing.T, what string, calls []*acpv2.ToolCall) {
+	t.Helper()
+	trimmed := func(tc *acpv2.ToolCall) bool {
+		return tc.GetMeta().GetFields()["acpGateway"].GetStructValue().GetFields()["trimmed"].GetBoolValue()
+	}
+	first, last := calls[0], calls[len(calls)-1]
+	if !trimmed(first) || first.GetRawOutput() != nil || first.GetTitle() != "call 1" || trimmed(last) || last.GetRawOutput() == nil {
+		t.Fatalf("%s: the oldest call %v, the newest %v; want the oldest trimmed, the newest whole", what, first, last)
 	}
 }

@@ -28,6 +28,8 @@ var ErrNoContent = errors.New("merge: tool call content chunk has no content")
 type State struct {
 	index map[string]int // tool_call_id -> position in calls
 	calls []entry        // in first-seen order
+	// bytes is the sum of the calls' sizes (see Bytes).
+	bytes int
 	// scratch is Wire's buffer for the fields it marshals anew.
 	scratch []byte
 }
@@ -48,11 +50,16 @@ type State struct {
 //
 // enc, when not nil, is the encoding of call or of a version before it,
 // kept by Wire for the next version to reuse, until Compact.
+//
+// size is the bytes the call took in a snapshot when last encoded (see
+// Bytes), and thin is set while the call is trimmed (see ThinOldest).
 type entry struct {
 	call *acpv2.ToolCall
 	buf  []*acpv2.ToolCallContent
 	wire []byte
 	enc  *callWire
+	size int
+	thin bool
 }
 
 // load returns the entry's tool call, decoding it when compacted; keep
@@ -113,7 +120,7 @@ func (e *entry) compact() {
 			return
 		}
 	}
-	*e = entry{wire: b}
+	*e = entry{wire: b, size: e.size, thin: e.thin}
 }
 
 // New returns an empty State.
@@ -136,12 +143,16 @@ func Restore(calls []*acpv2.ToolCall) *State {
 		if id == "" {
 			continue
 		}
-		if i, ok := s.index[id]; ok {
-			s.calls[i] = entry{call: c}
-			continue
+		i, ok := s.index[id]
+		if !ok {
+			i = len(s.calls)
+			s.index[id] = i
+			s.calls = append(s.calls, entry{})
 		}
-		s.index[id] = len(s.calls)
-		s.calls = append(s.calls, entry{call: c})
+		e := &s.calls[i]
+		s.bytes -= e.size
+		*e = entry{call: c, thin: IsThin(c)}
+		s.setSize(e, proto.Size(c))
 	}
 	return s
 }
@@ -162,6 +173,7 @@ func (s *State) ApplyUpdate(u *acpv2.ToolCallUpdate) (*acpv2.ToolCall, error) {
 		return next, nil
 	}
 	e := &s.calls[i]
+	e.thin = false // changed: it may be trimmed again
 	next := applyUpdate(id, e.load(false), u)
 	if u.GetContent().GetOp() != nil {
 		// The content now comes from u (or is nil): the append buffer no
@@ -194,6 +206,7 @@ func (s *State) ApplyChunk(c *acpv2.ToolCallContentChunk) (*acpv2.ToolCall, erro
 		return next, nil
 	}
 	e := &s.calls[i]
+	e.thin = false
 	prev := e.load(false)
 	if e.buf == nil {
 		// Content is not ours to grow: copy it into a fresh array. Clipping
@@ -239,6 +252,12 @@ func (s *State) Snapshot() []*acpv2.ToolCall {
 		out[i] = s.calls[i].load(true)
 	}
 	return out
+}
+
+// Has reports whether the State holds a tool call of id.
+func (s *State) Has(id string) bool {
+	_, ok := s.index[id]
+	return ok
 }
 
 // Len returns the number of tool calls.

@@ -41,6 +41,7 @@ type part struct {
 // The numbers of ToolCall's message fields. (Their index in
 // callWire.parts is encodeCall's first argument to add.)
 const (
+	fieldStatus                                                 = 4
 	fieldContent, fieldLocations, fieldRawInput, fieldRawOutput = 5, 6, 7, 8
 	fieldMeta, fieldExtra                                       = 14, 15
 )
@@ -66,9 +67,14 @@ func (s *State) Wire(call *acpv2.ToolCall, parts *Parts) ([]byte, error) {
 	enc, err := encodeCall(e.enc, call, parts, 0, &s.scratch)
 	if err != nil {
 		e.enc = nil
-		return proto.Marshal(call)
+		b, err := proto.Marshal(call)
+		if err == nil {
+			s.setSize(e, len(b))
+		}
+		return b, err
 	}
 	e.enc = enc
+	s.setSize(e, len(enc.b))
 	return enc.b, nil
 }
 
@@ -88,6 +94,7 @@ func (s *State) WireRoom(call *acpv2.ToolCall, parts *Parts, room int) ([]byte, 
 		return nil, false
 	}
 	e.enc = enc
+	s.setSize(e, len(enc.b))
 	full := enc.room
 	enc.room = nil
 	if n := room + len(enc.b); n > cap(full) || len(enc.b) > 0 && &full[:n][room] != &enc.b[0] {

@@ -43,6 +43,7 @@ type Service struct {
 	user         func(context.Context) string
 	metrics      *metrics.Metrics
 	maxPrompt    int
+	maxResponse  int
 }
 
 var _ acpv2connect.SessionServiceHandler = (*Service)(nil)
@@ -86,6 +87,9 @@ func New(mgr *session.Manager, opts ...Option) *Service {
 	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, writeTimeout: DefaultStreamWriteTimeout, maxPrompt: DefaultMaxPromptBytes, user: func(context.Context) string { return "" }, fwd: newForwarder()}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.maxResponse <= 0 {
+		s.maxResponse = DefaultMaxResponseBytes
 	}
 	if s.heartbeat <= 0 {
 		// A stream's waits end a heartbeat interval after its last
@@ -204,7 +208,7 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 		if b.GetBlock() == nil {
 			return invalid("prompt[%d] is an empty content block", i)
 		}
-		if err := checkFinite(b.ProtoReflect(), fmt.Sprintf("prompt[%d]", i)); err != nil {
+		if err := checkValues(b.ProtoReflect(), fmt.Sprintf("prompt[%d]", i)); err != nil {
 			return err
 		}
 	}
@@ -256,7 +260,16 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 	defer sub.Close()
 	resp := &acpv2.WatchResponse{} // as Prompt's
 	reply := &eventwire.Reply{Message: resp}
+	isJSON := jsonCodec(req.Header())
 	err = s.pump(ctx, "Watch", deltasOnly(sub, req.Msg.GetDeltasOnly()), stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
+		if snap := ev.GetSnapshot(); snap != nil {
+			// Sent in place of events retention dropped: fitted as
+			// GetSession's, and encoded afresh when trimmed.
+			if fitted := s.fit(snap, isJSON); fitted != snap {
+				ev = session.Event{SessionEvent: &acpv2.SessionEvent{Seq: ev.GetSeq(), Time: ev.GetTime(),
+					Event: &acpv2.SessionEvent_Snapshot{Snapshot: fitted}}}
+			}
+		}
 		resp.Event, resp.Heartbeat, reply.Event = ev.SessionEvent, hb, ev.Wire
 		err := stream.Conn().Send(reply)
 		resp.Event, resp.Heartbeat, reply.Event = nil, nil, nil
@@ -440,7 +453,7 @@ func (s *Service) GetSession(ctx context.Context, req *connect.Request[acpv2.Get
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&acpv2.GetSessionResponse{Session: snap}), nil
+	return connect.NewResponse(&acpv2.GetSessionResponse{Session: s.fit(snap, jsonCodec(req.Header()))}), nil
 }
 
 // ListSessions implements acpv2connect.SessionServiceHandler.

@@ -70,6 +70,27 @@ const (
 // DefaultMaxEndedSessions is serve's default for Options.MaxEndedSessions.
 const DefaultMaxEndedSessions = 1000
 
+// DefaultMaxStoreBytes is serve's default for Options.MaxStoreBytes.
+const DefaultMaxStoreBytes = 1 << 30
+
+// Defaults of the bounds on what one agent makes a session hold.
+const (
+	// DefaultMaxToolCalls is Options.MaxToolCalls when zero.
+	DefaultMaxToolCalls = 10000
+	// DefaultMaxPendingPermissions is Options.MaxPendingPermissions when
+	// zero.
+	DefaultMaxPendingPermissions = 64
+	// SnapshotHeadroom is what a response holding a session's snapshot
+	// takes besides its tool calls, at most: the session's id, agent,
+	// cwd (a path, at most 4 KiB), state detail (cut to 4 KiB) and the
+	// wrappers of GetSession's and Watch's responses. A session's tool
+	// calls are kept within the response size less this.
+	SnapshotHeadroom = 64 << 10
+	// DefaultMaxToolCallBytes is Options.MaxToolCallBytes when zero: what
+	// a default response (16 MiB) holds besides the SnapshotHeadroom.
+	DefaultMaxToolCallBytes = 16<<20 - SnapshotHeadroom
+)
+
 // Options configure a Manager.
 type Options struct {
 	// Agents maps an agent name to its command line.
@@ -105,10 +126,42 @@ type Options struct {
 	AgentStopGrace time.Duration
 	// MaxAgentLine bounds one line of agent output.
 	MaxAgentLine int
+	// AgentStderrLines and AgentStderrBytes bound each agent's stderr in
+	// the log, in lines and bytes a second (agent.Config.StderrLines and
+	// StderrBytes: zero for the defaults, less than zero for none).
+	AgentStderrLines, AgentStderrBytes int
+	// MaxToolCalls caps a session's distinct tool calls: an update that
+	// would add one more is refused as bad agent output (it is kept as an
+	// unknown update and not merged). Zero means DefaultMaxToolCalls;
+	// less than zero, no cap.
+	MaxToolCalls int
+	// MaxToolCallBytes caps the bytes of a session's merged tool calls,
+	// as a snapshot encodes them (protobuf), so that GetSession and
+	// Watch's snapshot always fit in one response: serve gives the
+	// largest response less SnapshotHeadroom. Past it, the oldest
+	// finished calls are trimmed to what identifies them (merge.ThinCall);
+	// an update that would pass it with every finished call trimmed is
+	// refused as bad agent output. Zero means DefaultMaxToolCallBytes;
+	// less than zero, no cap.
+	MaxToolCallBytes int
+	// MaxPendingPermissions caps a session's permission requests waiting
+	// for an answer: the agent's request past it is answered with an
+	// error. Zero means DefaultMaxPendingPermissions; less than zero, no
+	// cap.
+	MaxPendingPermissions int
 	// MaxEndedSessions caps the closed sessions kept in the store; the
 	// oldest go first. Zero keeps them all; serve's default is
 	// DefaultMaxEndedSessions.
 	MaxEndedSessions int
+	// MaxStoreBytes bounds what the store keeps of the sessions' logs
+	// (statestore.Session.Bytes, summed over every session): while it
+	// holds more, the closed sessions are deleted, those that closed
+	// first first, but for the last one closed. Sessions that are not
+	// closed are never deleted: each is bounded by the store's own
+	// retention (statestore.Options.MaxEventBytes) and MaxToolCallBytes.
+	// The bound is checked when a session closes and every minute. Zero
+	// sets none; serve's default is DefaultMaxStoreBytes.
+	MaxStoreBytes int64
 	// Replica is this gateway's advertised address (a base URL other
 	// replicas can call). It names the holder of the leases this gateway
 	// takes when Store is shared (a statestore.Leaser).
@@ -154,6 +207,18 @@ type Options struct {
 	ConfineCwd bool
 }
 
+// orDefault is a cap's value: def for zero, and for less than zero none
+// (zero, which the checks read as none).
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
 // DefaultLeaseTTL is the lease TTL when Options.LeaseTTL is zero.
 const DefaultLeaseTTL = 10 * time.Second
 
@@ -177,6 +242,10 @@ type Manager struct {
 	// they count.
 	creating sync.Mutex
 	upkeep   sync.WaitGroup
+	// pruning serialises pruneEnded; overWarned is when it last warned
+	// that the sessions not closed hold more than MaxStoreBytes.
+	pruning    sync.Mutex
+	overWarned time.Time
 }
 
 // NewManager returns a Manager.
@@ -205,11 +274,18 @@ func NewManager(opts Options) *Manager {
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
 	}
+	opts.MaxToolCalls = orDefault(opts.MaxToolCalls, DefaultMaxToolCalls)
+	opts.MaxToolCallBytes = orDefault(opts.MaxToolCallBytes, DefaultMaxToolCallBytes)
+	opts.MaxPendingPermissions = orDefault(opts.MaxPendingPermissions, DefaultMaxPendingPermissions)
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(metrics.Options{MaxSessionSeries: -1})
 	}
 	opts.Store = opts.Metrics.InstrumentStore(opts.Store)
 	m := &Manager{opts: opts, sessions: map[string]*Session{}, stop: make(chan struct{})}
+	if opts.MaxStoreBytes > 0 {
+		m.upkeep.Add(1)
+		go m.every(storePruneInterval, m.pruneEnded)
+	}
 	if l, ok := opts.Store.(statestore.Leaser); ok {
 		if opts.Replica == "" {
 			opts.Replica = "replica-" + newID()
@@ -217,7 +293,7 @@ func NewManager(opts Options) *Manager {
 		}
 		m.leaser = l
 		m.upkeep.Add(1)
-		go m.keepLeases()
+		go m.every(opts.LeaseTTL/3, m.keepLeases)
 	}
 	return m
 }
@@ -543,6 +619,8 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		StartTimeout: m.opts.AgentStartTimeout,
 		StopGrace:    m.opts.AgentStopGrace,
 		MaxLine:      m.opts.MaxAgentLine,
+		StderrLines:  m.opts.AgentStderrLines,
+		StderrBytes:  m.opts.AgentStderrBytes,
 		BytesIn:      in,
 		BytesOut:     out,
 	}

@@ -203,12 +203,11 @@ func (f *follower) LastSeq() uint64 { return f.next - 1 }
 
 func (f *follower) Close() {}
 
-// keepLeases renews the leases of the sessions this gateway runs, lets go
-// of sessions another replica took, and marks lost the sessions of
-// replicas that died.
-func (m *Manager) keepLeases() {
+// every runs f every interval, with a context that long, until the
+// manager closes: the upkeep of leases and of the store's bytes.
+func (m *Manager) every(interval time.Duration, f func(ctx context.Context)) {
 	defer m.upkeep.Done()
-	tick := time.NewTicker(m.opts.LeaseTTL / 3)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -216,11 +215,18 @@ func (m *Manager) keepLeases() {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), m.opts.LeaseTTL/3)
-		m.renewLeases(ctx)
-		m.sweepOrphans(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		f(ctx)
 		cancel()
 	}
+}
+
+// keepLeases renews the leases of the sessions this gateway runs, lets go
+// of sessions another replica took, and marks lost the sessions of
+// replicas that died.
+func (m *Manager) keepLeases(ctx context.Context) {
+	m.renewLeases(ctx)
+	m.sweepOrphans(ctx)
 }
 
 func (m *Manager) renewLeases(ctx context.Context) {
@@ -324,18 +330,29 @@ func (m *Manager) sweepOrphan(ctx context.Context, id string) {
 	}
 }
 
-// pruneEnded deletes the oldest closed sessions beyond MaxEndedSessions.
+// storePruneInterval is how often the store's bytes are checked against
+// MaxStoreBytes, besides when a session closes.
+const storePruneInterval = time.Minute
+
+// pruneEnded deletes the oldest closed sessions beyond MaxEndedSessions,
+// and more of them, but for the last closed, while the store holds more
+// than MaxStoreBytes.
 func (m *Manager) pruneEnded(ctx context.Context) {
-	if m.opts.MaxEndedSessions <= 0 {
+	maxBytes := m.opts.MaxStoreBytes
+	if m.opts.MaxEndedSessions <= 0 && maxBytes <= 0 {
 		return
 	}
+	m.pruning.Lock()
+	defer m.pruning.Unlock()
 	recs, err := m.opts.Store.ListSessions(ctx, "")
 	if err != nil {
 		m.opts.Log.Error("store: listing sessions", "error", err)
 		return
 	}
 	var ended []*statestore.Session
+	var total int64
 	for _, r := range recs {
+		total += r.Bytes
 		if r.State == statestore.StateClosed {
 			ended = append(ended, r)
 		}
@@ -349,13 +366,27 @@ func (m *Manager) pruneEnded(ctx context.Context) {
 		return r.StateChangedAt
 	}
 	slices.SortStableFunc(ended, func(a, b *statestore.Session) int { return closedAt(a).Compare(closedAt(b)) })
-	for _, r := range ended[:max(0, len(ended)-m.opts.MaxEndedSessions)] {
+	over := 0 // beyond MaxEndedSessions
+	if m.opts.MaxEndedSessions > 0 {
+		over = max(0, len(ended)-m.opts.MaxEndedSessions)
+	}
+	for i, r := range ended {
+		tooLarge := maxBytes > 0 && total > maxBytes && i < len(ended)-1
+		if i >= over && !tooLarge {
+			break
+		}
 		if err := m.opts.Store.DeleteSession(ctx, r.ID); err != nil {
 			m.opts.Log.Error("store: deleting an ended session", "session", r.ID, "error", err)
 			continue
 		}
+		total -= r.Bytes
 		if s := m.local(r.ID); s != nil {
 			m.unregister(s)
 		}
+	}
+	if maxBytes > 0 && total > maxBytes && time.Since(m.overWarned) > storePruneInterval {
+		m.overWarned = time.Now()
+		m.opts.Log.Warn("the store holds more than --max-store-bytes in sessions it may not delete (open ones, and the last closed)",
+			"bytes", total, "max", maxBytes)
 	}
 }

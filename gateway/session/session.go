@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/sourcegraph/jsonrpc2"
 	"google.golang.org/protobuf/proto"
@@ -73,7 +75,15 @@ type Session struct {
 	live  *ring
 	turn  bool
 	perms map[string]*permission
-	idle  *time.Timer
+	// pending counts the requests of perms not answered yet; answered
+	// holds the ids of those answered, oldest first, which perms keeps
+	// (to tell a late answer so) up to maxAnswered of.
+	pending  int
+	answered []string
+	// refusals counts the tool-call updates and permission requests
+	// refused at the session's bounds; the first of each kind is logged.
+	refusedTools, refusedPerms int
+	idle                       *time.Timer
 	// met records the session's metrics while this gateway runs it; nil
 	// otherwise.
 	met *metrics.Session
@@ -82,6 +92,11 @@ type Session struct {
 	toolStarted map[string]time.Time
 	turnStart   time.Time
 }
+
+// maxAnswered bounds the answered permission requests a session keeps,
+// to tell a late answer that the request was answered (rather than that
+// there is no such request).
+const maxAnswered = 256
 
 type permission struct {
 	options  []*acpv2.PermissionOption
@@ -118,7 +133,7 @@ func toolStatus(tc *acpv2.ToolCall) string {
 	return "pending" // ACP's default
 }
 
-func finished(status string) bool { return status == "completed" || status == "failed" }
+func finished(status string) bool { return merge.Finished(status) }
 
 // trackToolLocked records in the metrics that tool call tc went from status
 // from ("" for a call new to this gateway) to its own: the session's count
@@ -285,8 +300,15 @@ func (s *Session) setState(state statestore.State, detail string) {
 	s.setStateLocked(state, detail)
 }
 
+// maxDetail bounds the detail of a session's state (an agent's error can
+// be as long as a line of its output), which every snapshot carries.
+const maxDetail = 4 << 10
+
 // setStateLocked records the session's state. s.mu must be held.
 func (s *Session) setStateLocked(state statestore.State, detail string) {
+	if len(detail) > maxDetail {
+		detail = strings.ToValidUTF8(detail[:maxDetail], "") + "…"
+	}
 	s.state, s.detail = state, detail
 	ctx, cancel := s.m.storeContext()
 	defer cancel()
@@ -424,6 +446,17 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		s.met.Update(updateKind(u))
 		ev := eventOf(u)
 		bd := bodyOf(ev)
+		if id, ok := toolCallID(u); ok {
+			trimmed, refusal := s.admitToolLocked(id, len(bd.wire()))
+			for _, tc := range trimmed {
+				changed = replaceCall(changed, tc)
+			}
+			if refusal != "" {
+				u = s.refuseToolLocked(u, refusal)
+				ev = eventOf(u)
+				bd = bodyOf(ev)
+			}
+		}
 		events, bodies = append(events, ev), append(bodies, bd)
 		var merged *acpv2.ToolCall
 		var was string // the call's status before
@@ -468,6 +501,72 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 	_ = s.emitBodiesLocked(events, bodies, changed)
 }
 
+// toolCallID returns the id of the tool call u updates, if it updates one.
+func toolCallID(u *acpv2.SessionUpdate) (string, bool) {
+	switch v := u.GetUpdate().(type) {
+	case *acpv2.SessionUpdate_ToolCallUpdate:
+		return v.ToolCallUpdate.GetToolCallId(), true
+	case *acpv2.SessionUpdate_ToolCallContentChunk:
+		return v.ToolCallContentChunk.GetToolCallId(), true
+	}
+	return "", false
+}
+
+// maxToolCallID bounds the length of a tool call's id: a trimmed call
+// keeps it whole, so the calls of a session fit in one response however
+// many are trimmed.
+const maxToolCallID = 256
+
+// admitToolLocked decides whether an update of tool call id, whose
+// encoding is size bytes, may be merged within the session's bounds
+// (Options.MaxToolCalls and MaxToolCallBytes): it trims the oldest
+// finished calls to make room, and returns them, for the store, and why
+// the update is refused ("" when it is not). s.mu must be held.
+func (s *Session) admitToolLocked(id string, size int) (trimmed []*acpv2.ToolCall, refusal string) {
+	opts := &s.m.opts
+	if !s.tools.Has(id) {
+		switch {
+		case id == "":
+			return nil, "" // the merge refuses it, as it always did
+		case len(id) > maxToolCallID || strings.ContainsFunc(id, unicode.IsControl):
+			return nil, fmt.Sprintf("a tool call id longer than %d bytes or holding control characters", maxToolCallID)
+		case opts.MaxToolCalls > 0 && s.tools.Len() >= opts.MaxToolCalls:
+			return nil, fmt.Sprintf("a tool call past the session's %d, the limit (--max-tool-calls)", opts.MaxToolCalls)
+		}
+	}
+	// The merged call grows by at most the update's encoding, and the
+	// few bytes that frame it.
+	growth := size + 16
+	budget := opts.MaxToolCallBytes
+	if budget <= 0 || s.tools.Bytes()+growth <= budget {
+		return nil, ""
+	}
+	trimmed = s.tools.ThinOldest(budget-growth, id, merge.Finished)
+	if s.tools.Bytes()+growth > budget {
+		return trimmed, fmt.Sprintf("an update past the %d bytes the session's tool calls may take, with its finished calls trimmed (--max-response-bytes)", budget)
+	}
+	return trimmed, ""
+}
+
+// refuseToolLocked returns the unknown update that a tool-call update
+// refused for reason is kept as: the update's ACP v2 JSON, as an update
+// that does not decode is kept. The first refusal is logged. s.mu must
+// be held.
+func (s *Session) refuseToolLocked(u *acpv2.SessionUpdate, reason string) *acpv2.SessionUpdate {
+	if s.refusedTools++; s.refusedTools == 1 {
+		s.log.Warn("tool-call update refused: it is kept as an unknown update, not merged (further refusals are not logged)", "reason", reason)
+	}
+	tag := updateKind(u)
+	var kept *acpv2.SessionUpdate
+	if js, err := acpjson.EncodeUpdate(u, acpjson.V2); err == nil {
+		kept = acpjson.KeepUnknown(js)
+	}
+	if kept == nil {
+		kept = &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: tag}}}
+	}
+	return kept
+}
+
 // replaceCall adds tc to calls, in place of an earlier version of it.
 func replaceCall(calls []*acpv2.ToolCall, tc *acpv2.ToolCall) []*acpv2.ToolCall {
 	for i, c := range calls {
@@ -483,6 +582,12 @@ func replaceCall(calls []*acpv2.ToolCall, tc *acpv2.ToolCall) []*acpv2.ToolCall 
 func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if limit := s.m.opts.MaxPendingPermissions; limit > 0 && s.pending >= limit {
+		if s.refusedPerms++; s.refusedPerms == 1 {
+			s.log.Warn("permission request refused: too many are waiting for an answer (further refusals are not logged)", "pending", s.pending, "limit", limit)
+		}
+		return nil, fmt.Errorf("%d permission requests of this session are waiting for an answer, the gateway's limit (--max-pending-permissions): wait for one to be answered", s.pending)
+	}
 	req, err := acpjson.DecodePermissionRequest(params, s.version)
 	if err != nil {
 		s.log.Warn("agent sent a malformed permission request", "error", err)
@@ -501,8 +606,10 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 	}
 	p := &permission{options: req.GetOptions(), reply: make(chan *acpv2.PermissionOutcome, 1), asked: time.Now()}
 	s.perms[id] = p
+	s.pending++
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: req}}}, nil); err != nil {
 		delete(s.perms, id)
+		s.pending--
 		return nil, errors.New("the gateway could not store the request")
 	}
 	p.timer = time.AfterFunc(s.m.opts.PermissionTimeout, func() {
@@ -540,10 +647,18 @@ func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome) {
 		return
 	}
 	p.resolved = true
+	s.pending--
 	if p.timer != nil {
 		p.timer.Stop()
 	}
 	s.met.PermissionAnswered(p.outcomeLabel(outcome), time.Since(p.asked))
+	// What an answered request keeps: that it was answered, for a while.
+	p.options, p.timer = nil, nil
+	s.answered = append(s.answered, id)
+	if len(s.answered) > maxAnswered {
+		delete(s.perms, s.answered[0])
+		s.answered = slices.Delete(s.answered, 0, 1)
+	}
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionResolved{
 		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome}}}}, nil)
 	p.reply <- outcome

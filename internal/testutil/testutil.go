@@ -1,7 +1,8 @@
 // Package testutil holds what the tests of several packages share: the
 // in-process tests (gateway/...) and the tests of the real binary
 // (integration) alike. Test files cannot import each other across
-// packages; this package is imported by _test.go files only.
+// packages; this package is imported by _test.go files only (and by
+// statestore/storetest, the stores' contract suite, which they import).
 package testutil
 
 import (
@@ -10,6 +11,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -156,4 +158,28 @@ func RedisURL() string {
 		return u
 	}
 	return "redis://127.0.0.1:6379/9"
+}
+
+// Nesting is the deepest nesting of arrays and objects in the JSON data;
+// the test fails when data is not JSON.
+func Nesting(t testing.TB, data []byte) int {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	depth, deepest := 0, 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return deepest
+		}
+		if err != nil {
+			t.Fatalf("nesting of %q: %v", data, err)
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+			deepest = max(deepest, depth)
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
 }

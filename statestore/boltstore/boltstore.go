@@ -265,7 +265,10 @@ type record struct {
 	TrimmedSeq      uint64    `json:"trimmed_seq,omitempty"`
 	// EventBytes is the length of the kept events' encodings; 0 with
 	// events kept is not known (a record written before it was counted).
-	EventBytes     int64     `json:"event_bytes,omitempty"`
+	EventBytes int64 `json:"event_bytes,omitempty"`
+	// CallBytes is the length of the tool calls' encodings; 0 with calls
+	// kept is not known, as EventBytes.
+	CallBytes      int64     `json:"call_bytes,omitempty"`
 	Detail         string    `json:"detail,omitempty"`
 	StateChangedAt time.Time `json:"state_changed_at,omitzero"`
 	// Order is the session's key in the order bucket.
@@ -285,6 +288,7 @@ func (r *record) session() *statestore.Session {
 		ID: r.ID, Owner: r.Owner, Agent: r.Agent, Cwd: r.Cwd, State: statestore.State(r.State),
 		AgentSessionID: r.AgentSessionID, ProtocolVersion: r.ProtocolVersion, CreatedAt: r.CreatedAt,
 		LastSeq: r.LastSeq, TrimmedSeq: r.TrimmedSeq, Detail: r.Detail, StateChangedAt: r.StateChangedAt,
+		Bytes: r.EventBytes + r.CallBytes,
 	}
 }
 
@@ -548,11 +552,16 @@ func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEven
 		if err := statestore.CheckSeqs(r.LastSeq, events); err != nil {
 			return fmt.Errorf("%w (session %s)", err, id)
 		}
-		if err := putCalls(tx, id, calls); err != nil || len(evs) == 0 {
+		if err := putCalls(tx, r, calls); err != nil {
 			return err
 		}
-		if err := s.putEvents(tx, r, evs); err != nil {
-			return err
+		if len(evs) > 0 {
+			if err := s.putEvents(tx, r, evs); err != nil {
+				return err
+			}
+		}
+		if len(evs) == 0 && len(calls) == 0 {
+			return nil
 		}
 		return putRecord(tx, r)
 	})
@@ -594,22 +603,33 @@ func (s *Store) putEvents(tx *bolt.Tx, r *record, evs []encoded) error {
 	return nil
 }
 
-// putCalls stores changed tool calls over their earlier snapshots, and
-// gives the new ones the next first-seen index.
-func putCalls(tx *bolt.Tx, id string, calls []encoded) error {
+// putCalls stores changed tool calls over their earlier snapshots, gives
+// the new ones the next first-seen index, and counts their bytes in r.
+func putCalls(tx *bolt.Tx, r *record, calls []encoded) error {
 	if len(calls) == 0 {
 		return nil
 	}
-	list, err := logOf(tx, id, bucketCalls)
+	list, err := logOf(tx, r.ID, bucketCalls)
 	if err != nil {
 		return err
 	}
-	idx, err := logOf(tx, id, bucketCallIdx)
+	idx, err := logOf(tx, r.ID, bucketCallIdx)
 	if err != nil {
 		return err
+	}
+	if r.CallBytes == 0 {
+		// Counted once for a record written before the count was kept.
+		c := list.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			r.CallBytes += int64(len(v))
+		}
 	}
 	for _, c := range calls {
 		at := idx.Get(c.key)
+		if at != nil {
+			r.CallBytes -= int64(len(list.Get(at)))
+		}
+		r.CallBytes += int64(len(c.data))
 		if at == nil {
 			n, err := list.NextSequence()
 			if err != nil {

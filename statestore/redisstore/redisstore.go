@@ -10,7 +10,9 @@
 //	P + "sessions"              sorted set: every session id, scored by its number
 //	P + "o:" + owner            sorted set: owner's session ids, scored likewise
 //	P + "s:{" + id + "}:rec"    hash: the session record (fields id, owner, agent,
-//	                            cwd, state, detail, asid, pv, created, last, trimmed)
+//	                            cwd, state, detail, asid, pv, created, last, trimmed,
+//	                            changed, and bytes and cbytes, the lengths of the
+//	                            kept events and of the tool calls)
 //	P + "s:{" + id + "}:ev"     stream: the event log; the event with seq n is the
 //	                            entry "n-0", its protobuf bytes in field "e"
 //	P + "s:{" + id + "}:tc"     hash: tool call id -> protobuf bytes of the merged call
@@ -225,6 +227,10 @@ const (
 	fLast    = "last"
 	fTrimmed = "trimmed"
 	fChanged = "changed"
+	// fBytes and fCallBytes are the lengths of the kept events and of
+	// the tool calls, which the append script keeps.
+	fBytes     = "bytes"
+	fCallBytes = "cbytes"
 )
 
 // recordFields returns the hash fields and values of a session record.
@@ -261,6 +267,13 @@ func parseRecord(h map[string]string) (*statestore.Session, error) {
 	if v := h[fChanged]; v != "" {
 		r.StateChangedAt, err = time.Parse(time.RFC3339Nano, v)
 		errs = append(errs, err)
+	}
+	for _, f := range []string{fBytes, fCallBytes} {
+		if v := h[f]; v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			r.Bytes += n
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("redisstore: corrupt record of session %s: %w", r.ID, err)

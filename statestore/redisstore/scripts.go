@@ -149,8 +149,21 @@ if n > 0 then
   end
   redis.call('HSET', rec, 'bytes', string.format('%d', bytes))
 end
-for i = 5 + n, #ARGV, 2 do
-  if redis.call('HSET', tc, ARGV[i], ARGV[i + 1]) == 1 then redis.call('RPUSH', tco, ARGV[i]) end
+if #ARGV >= 5 + n then
+  -- The record's 'cbytes' is the length of the tool calls; one without
+  -- it has it counted here.
+  local cbytes = redis.call('HGET', rec, 'cbytes')
+  if cbytes then
+    cbytes = tonumber(cbytes)
+  else
+    cbytes = 0
+    for _, id in ipairs(redis.call('HKEYS', tc)) do cbytes = cbytes + redis.call('HSTRLEN', tc, id) end
+  end
+  for i = 5 + n, #ARGV, 2 do
+    cbytes = cbytes - redis.call('HSTRLEN', tc, ARGV[i]) + #ARGV[i + 1]
+    if redis.call('HSET', tc, ARGV[i], ARGV[i + 1]) == 1 then redis.call('RPUSH', tco, ARGV[i]) end
+  end
+  redis.call('HSET', rec, 'cbytes', string.format('%d', cbytes))
 end
 -- A closed session's keys expire together, new ones included.
 local ttl = redis.call('PTTL', rec)

@@ -48,6 +48,8 @@ func Run(t *testing.T, open Opener) {
 	})
 	t.Run("WaitEvents", func(t *testing.T) { testWaitEvents(t, plain(t), nil) })
 	t.Run("Delete", func(t *testing.T) { testDelete(t, plain(t)) })
+	t.Run("DeepestEventsReadBack", func(t *testing.T) { testDeepestEvents(t, plain(t)) })
+	t.Run("Bytes", func(t *testing.T) { testBytes(t, open(t, statestore.Options{MaxEvents: 5})) })
 }
 
 // RunDurable checks that what a store holds survives a restart. reopen
@@ -592,6 +594,7 @@ func testRestart(t *testing.T, s statestore.Store, reopen func(*testing.T, state
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantBytes := keptBytes(wantEvents, wantCalls)
 	s = reopen(t, s)
 	list, err := s.ListSessions(ctx, "")
 	if err != nil || len(list) != 2 || list[0].ID != "a" || list[1].ID != "b" {
@@ -602,8 +605,8 @@ func testRestart(t *testing.T, s statestore.Store, reopen func(*testing.T, state
 	}
 	a := list[0]
 	if a.State != statestore.StateReady || a.AgentSessionID != "sess_9" || a.ProtocolVersion != 2 ||
-		a.LastSeq != 30 || a.TrimmedSeq != 10 || a.Owner != "alice" || a.Cwd != "/w" {
-		t.Fatalf("session a after restart = %+v", a)
+		a.LastSeq != 30 || a.TrimmedSeq != 10 || a.Owner != "alice" || a.Cwd != "/w" || a.Bytes != wantBytes {
+		t.Fatalf("session a after restart = %+v (want %d bytes)", a, wantBytes)
 	}
 	if list[1].State != statestore.StateClosed || list[1].Detail != "closed by the client" {
 		t.Fatalf("session b after restart = %+v", list[1])
@@ -774,4 +777,62 @@ func testCallsFromTheirEvents(t *testing.T, m statestore.Store) {
 	if got[1].GetTitle() != "edit" || len(got[1].ProtoReflect().GetUnknown()) != 0 {
 		t.Errorf("the call without an event is %v", got[1])
 	}
+}
+
+// keptBytes is what a session keeping events and calls holds, as
+// statestore.Session.Bytes counts it.
+func keptBytes(events []*acpv2.SessionEvent, calls []*acpv2.ToolCall) int64 {
+	n := 0
+	for _, ev := range events {
+		n += proto.Size(ev)
+	}
+	for _, tc := range calls {
+		n += proto.Size(tc)
+	}
+	return int64(n)
+}
+
+// testBytes checks a store whose sessions keep five events: a session's
+// Bytes counts its kept events and its tool calls, each call as last
+// changed, through retention, in GetSession and ListSessions alike.
+func testBytes(t *testing.T, s statestore.Store) {
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, session("a", "alice")); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		events, err := s.Events(ctx, "a", 0, 0)
+		if errors.Is(err, statestore.ErrTrimmed) {
+			rec, _ := s.GetSession(ctx, "a")
+			events, err = s.Events(ctx, "a", rec.TrimmedSeq, 0)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, _, err := s.ToolCalls(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := keptBytes(events, calls)
+		rec, err := s.GetSession(ctx, "a")
+		if err != nil || rec.Bytes != want {
+			t.Fatalf("%s: GetSession's Bytes %d (%v), want %d", when, rec.Bytes, err, want)
+		}
+		list, err := s.ListSessions(ctx, "")
+		if err != nil || len(list) != 1 || list[0].Bytes != want {
+			t.Fatalf("%s: ListSessions' Bytes %v (%v), want %d", when, list, err, want)
+		}
+	}
+	check("new")
+	appendN(t, s, "a", 1, 3)
+	check("three events, three calls")
+	appendN(t, s, "a", 4, 12)
+	check("past retention, calls changed")
+	// A call changed without an event, larger.
+	big := &acpv2.ToolCall{ToolCallId: "call0", Title: strings.Repeat("t", 1000)}
+	if err := s.Append(ctx, "a", nil, nil, []*acpv2.ToolCall{big}); err != nil {
+		t.Fatal(err)
+	}
+	check("a call changed alone")
 }
