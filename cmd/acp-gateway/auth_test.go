@@ -42,14 +42,14 @@ func listAs(t *testing.T, base, token string) connect.Code {
 func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("tok-old alice\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("tok-old-0123456789 alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr, exited := startServe(t, ctx, "--auth-tokens", path, "--any-cwd")
 	base := "http://" + addr
-	if code := listAs(t, base, "tok-old"); code != 0 {
+	if code := listAs(t, base, "tok-old-0123456789"); code != 0 {
 		t.Fatalf("the listed token: %v", code)
 	}
 	if code := listAs(t, base, ""); code != connect.CodeUnauthenticated {
@@ -57,14 +57,14 @@ func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 	}
 	// Replace the file, as an operator rotating a token would.
 	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte("# rotated\ntok-new alice\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte("# rotated\ntok-new-0123456789 alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for listAs(t, base, "tok-new") != 0 || listAs(t, base, "tok-old") != connect.CodeUnauthenticated {
+	for listAs(t, base, "tok-new-0123456789") != 0 || listAs(t, base, "tok-old-0123456789") != connect.CodeUnauthenticated {
 		if time.Now().After(deadline) {
 			t.Fatal("the rewritten token file was not picked up")
 		}
@@ -131,7 +131,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 	}
 	ws := filepath.Join(dir, "ws")
 	tokens, tokenFile, cwd := filepath.Join(dir, "tokens"), filepath.Join(dir, "token"), filepath.Join(ws, "bob", "work")
-	for path, data := range map[string]string{tokens: "tok-try bob\n", tokenFile: "tok-try\n"} {
+	for path, data := range map[string]string{tokens: "tok-try-0123456789 bob\n", tokenFile: "tok-try-0123456789\n"} {
 		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 	}
 	for _, how := range [][]string{{"--token-file", tokenFile}, nil} {
 		if how == nil {
-			t.Setenv(tokenEnv, "tok-try")
+			t.Setenv(tokenEnv, "tok-try-0123456789")
 		}
 		out.Reset()
 		errOut.Reset()
@@ -160,7 +160,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 			t.Fatalf("try %q: exit %d, %s\n%s", how, code, errOut.String(), out.String())
 		}
 	}
-	c := bridge.NewClient(http.DefaultClient, base, "tok-try")
+	c := bridge.NewClient(http.DefaultClient, base, "tok-try-0123456789")
 	list, err := c.ListSessions(ctx, connect.NewRequest(&acpv2.ListSessionsRequest{}))
 	if err != nil || len(list.Msg.GetSessions()) != 2 {
 		t.Fatalf("bob's sessions: %v, %v; want the two that try made", list, err)

@@ -238,7 +238,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", session.DefaultLeaseTTL, "with a shared store: how long a dead replica keeps its sessions")
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "also serve GET /metrics on this address (it is always on --listen)")
 	fs.IntVar(&cfg.sessionSeries, "session-metrics-max", metrics.DefaultMaxSessionSeries, "sessions that get per-session metric series at once; more are counted in the aggregates only (0: no per-session series)")
-	fs.StringVar(&cfg.authTokens, "auth-tokens", "", "file of TOKEN USER lines; with it (or --oidc-issuer) every RPC needs Authorization: Bearer (re-read on change and on SIGHUP)")
+	fs.StringVar(&cfg.authTokens, "auth-tokens", "", "file of TOKEN USER lines (tokens of 16 bytes or more), or sha256:HEX USER (HEX: the token's SHA-256); with it (or --oidc-issuer) every RPC needs Authorization: Bearer (re-read on change and on SIGHUP)")
 	fs.StringVar(&cfg.oidc.Issuer, "oidc-issuer", "", "accept OIDC JWT bearer tokens from this issuer")
 	fs.StringVar(&cfg.oidc.Audience, "oidc-audience", "", "with --oidc-issuer: the audience tokens must name (empty: any)")
 	fs.StringVar(&cfg.oidc.JWKSFile, "oidc-jwks-file", "", "with --oidc-issuer: verify tokens with the keys of this local JWKS file")

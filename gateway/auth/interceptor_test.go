@@ -94,7 +94,7 @@ func callBoth(t *testing.T, client acpv2connect.SessionServiceClient, authz stri
 func TestInterceptor(t *testing.T) {
 	t.Parallel()
 	k := testKeys()
-	tokens, _ := loadTokens(t, "static-token alice\n")
+	tokens, _ := loadTokens(t, "static-token-0123456789 alice\n")
 	oidc := newTestOIDC(t, auth.OIDCConfig{Audience: testAudience})
 	srv := newServer(t, connect.WithInterceptors(auth.NewInterceptor(auth.Chain(tokens, oidc))))
 	jwt := sign(t, jose.RS256, k.rsa, "rsa1", claims("bob"))
@@ -107,10 +107,10 @@ func TestInterceptor(t *testing.T) {
 		wantMsg string
 	}{
 		{"no header", "", "", "unauthenticated: missing or malformed bearer token in the Authorization header"},
-		{"unknown token", "Bearer wrong-token", "", "unauthenticated: unknown bearer token"},
-		{"basic scheme", "Basic static-token", "", "unauthenticated: missing or malformed bearer token in the Authorization header"},
+		{"unknown token", "Bearer wrong-token-0123456789", "", "unauthenticated: unknown bearer token"},
+		{"basic scheme", "Basic static-token-0123456789", "", "unauthenticated: missing or malformed bearer token in the Authorization header"},
 		{"expired JWT", "Bearer " + expired, "", "unauthenticated: token expired"},
-		{"static token", "Bearer static-token", "alice", ""},
+		{"static token", "Bearer static-token-0123456789", "alice", ""},
 		{"JWT", "Bearer " + jwt, "bob", ""},
 	}
 	for _, p := range protocols {
