@@ -73,38 +73,45 @@ func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 	stopServe(t, cancel, exited)
 }
 
-func TestOIDCTokensFromALocalJWKS(t *testing.T) {
-	t.Parallel()
+// oidcIssuer makes an OIDC issuer's key, writes its JWKS file and returns
+// the file and a function that signs claims with the key.
+func oidcIssuer(t *testing.T) (jwksPath string, sign func(map[string]any) string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	jwks, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
-	jwksPath := filepath.Join(dir, "jwks.json")
+	jwksPath = filepath.Join(t.TempDir(), "jwks.json")
 	if err := os.WriteFile(jwksPath, jwks, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const issuer = "https://issuer.example"
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "k1").WithType("JWT"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sign := func(claims map[string]any) string {
+	return jwksPath, func(claims map[string]any) string {
 		tok, err := jwt.Signed(signer).Claims(claims).Serialize()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tok
 	}
+}
+
+const testIssuer = "https://issuer.example"
+
+func TestOIDCTokensFromALocalJWKS(t *testing.T) {
+	t.Parallel()
+	jwksPath, sign := oidcIssuer(t)
 	now := time.Now()
-	good := sign(map[string]any{"iss": issuer, "aud": "acp", "email": "alice@example.com", "sub": "1", "exp": now.Add(time.Hour).Unix()})
-	expired := sign(map[string]any{"iss": issuer, "aud": "acp", "email": "alice@example.com", "sub": "1", "exp": now.Add(-time.Hour).Unix()})
-	otherAud := sign(map[string]any{"iss": issuer, "aud": "other", "email": "alice@example.com", "sub": "1", "exp": now.Add(time.Hour).Unix()})
+	good := sign(map[string]any{"iss": testIssuer, "aud": "acp", "email": "alice@example.com", "sub": "1", "exp": now.Add(time.Hour).Unix()})
+	expired := sign(map[string]any{"iss": testIssuer, "aud": "acp", "email": "alice@example.com", "sub": "1", "exp": now.Add(-time.Hour).Unix()})
+	otherAud := sign(map[string]any{"iss": testIssuer, "aud": "other", "email": "alice@example.com", "sub": "1", "exp": now.Add(time.Hour).Unix()})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, exited := startServe(t, ctx, "--oidc-issuer", issuer, "--oidc-audience", "acp", "--oidc-jwks-file", jwksPath, "--oidc-user-claim", "email", "--any-cwd")
+	addr, exited := startServe(t, ctx, "--oidc-issuer", testIssuer, "--oidc-audience", "acp", "--oidc-jwks-file", jwksPath, "--oidc-user-claim", "email", "--any-cwd")
 	base := "http://" + addr
 	for name, tc := range map[string]struct {
 		token string
@@ -124,6 +131,24 @@ func TestOIDCTokensFromALocalJWKS(t *testing.T) {
 // $ACP_GATEWAY_TOKEN, and runs its session in --cwd, in the user's
 // workspace; without a token it fails as unauthenticated. Not parallel: it
 // sets the variable.
+
+// --oidc-any-audience is the explicit, logged opt-out of the audience check.
+func TestOIDCAnyAudienceIsExplicitAndLogged(t *testing.T) {
+	t.Parallel()
+	jwksPath, sign := oidcIssuer(t)
+	otherApp := sign(map[string]any{"iss": testIssuer, "aud": "another-application", "sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, logs, exited := serveLogs(t, ctx, "--oidc-issuer", testIssuer, "--oidc-any-audience", "--oidc-jwks-file", jwksPath, "--any-cwd")
+	if code := listAs(t, "http://"+addr, otherApp); code != 0 {
+		t.Fatalf("another application's token with --oidc-any-audience: %v", code)
+	}
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"unsafe: --oidc-any-audience`) {
+		t.Errorf("no warning of --oidc-any-audience:\n%s", logs)
+	}
+	stopServe(t, cancel, exited)
+}
+
 func TestTryTakesATokenAndACwd(t *testing.T) {
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {

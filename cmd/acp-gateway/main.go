@@ -240,7 +240,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.sessionSeries, "session-metrics-max", metrics.DefaultMaxSessionSeries, "sessions that get per-session metric series at once; more are counted in the aggregates only (0: no per-session series)")
 	fs.StringVar(&cfg.authTokens, "auth-tokens", "", "file of TOKEN USER lines (tokens of 16 bytes or more), or sha256:HEX USER (HEX: the token's SHA-256); with it (or --oidc-issuer) every RPC needs Authorization: Bearer (re-read on change and on SIGHUP)")
 	fs.StringVar(&cfg.oidc.Issuer, "oidc-issuer", "", "accept OIDC JWT bearer tokens from this issuer")
-	fs.StringVar(&cfg.oidc.Audience, "oidc-audience", "", "with --oidc-issuer: the audience tokens must name (empty: any)")
+	fs.StringVar(&cfg.oidc.Audience, "oidc-audience", "", "with --oidc-issuer (required unless --oidc-any-audience): the audience tokens must name, the client id the issuer gave this gateway")
+	fs.BoolVar(&cfg.oidc.AnyAudience, "oidc-any-audience", false, "unsafe: with --oidc-issuer, accept the issuer's tokens whatever their audience, those it minted for its other applications too")
 	fs.StringVar(&cfg.oidc.JWKSFile, "oidc-jwks-file", "", "with --oidc-issuer: verify tokens with the keys of this local JWKS file")
 	fs.StringVar(&cfg.oidc.JWKSURL, "oidc-jwks-url", "", "with --oidc-issuer: verify tokens with the keys at this JWKS URL (default: the issuer's discovery document)")
 	fs.StringVar(&cfg.oidc.UserClaim, "oidc-user-claim", auth.DefaultUserClaim, "with --oidc-issuer: the claim naming the user")
@@ -362,8 +363,15 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.rateLimit < 0 {
 		return nil, fmt.Errorf("--rate-limit must not be negative, got %v", cfg.rateLimit)
 	}
-	if cfg.oidc.Issuer == "" && (cfg.oidc.Audience != "" || cfg.oidc.JWKSFile != "" || cfg.oidc.JWKSURL != "") {
-		return nil, errors.New("--oidc-audience, --oidc-jwks-file and --oidc-jwks-url need --oidc-issuer")
+	if cfg.oidc.Issuer == "" && (cfg.oidc.Audience != "" || cfg.oidc.AnyAudience || cfg.oidc.JWKSFile != "" || cfg.oidc.JWKSURL != "") {
+		return nil, errors.New("--oidc-audience, --oidc-any-audience, --oidc-jwks-file and --oidc-jwks-url need --oidc-issuer")
+	}
+	switch {
+	case cfg.oidc.Issuer != "" && cfg.oidc.Audience == "" && !cfg.oidc.AnyAudience:
+		return nil, errors.New("--oidc-issuer needs --oidc-audience AUDIENCE, the client id the issuer puts in the aud claim of tokens for this gateway " +
+			"(without it a token the issuer minted for any other application would do), or the unsafe --oidc-any-audience")
+	case cfg.oidc.Audience != "" && cfg.oidc.AnyAudience:
+		return nil, errors.New("give --oidc-audience or --oidc-any-audience, not both")
 	}
 	if err := cfg.checkWorkspace(); err != nil {
 		return nil, err
@@ -530,6 +538,10 @@ func authenticator(ctx context.Context, cfg *serveConfig, log *slog.Logger) (aut
 		o, err := auth.NewOIDC(ctx, cfg.oidc)
 		if err != nil {
 			return nil, fmt.Errorf("--oidc-issuer: %w", err)
+		}
+		if cfg.oidc.AnyAudience {
+			log.Warn("unsafe: --oidc-any-audience accepts the issuer's tokens whatever their audience, those it minted for its other applications too; give --oidc-audience",
+				"issuer", cfg.oidc.Issuer)
 		}
 		as = append(as, o)
 	}

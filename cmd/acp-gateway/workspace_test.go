@@ -24,7 +24,7 @@ import (
 func TestAuthNeedsAWorkspaceRootOrAnyCwd(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	for _, auth := range [][]string{{"--auth-tokens", filepath.Join(dir, "tokens")}, {"--oidc-issuer", "https://issuer.example"}} {
+	for _, auth := range [][]string{{"--auth-tokens", filepath.Join(dir, "tokens")}, {"--oidc-issuer", "https://issuer.example", "--oidc-audience", "acp"}} {
 		_, err := parseServe(auth, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "--workspace-root DIR") || !strings.Contains(err.Error(), "--any-cwd") {
 			t.Errorf("serve %q: %v; want an error naming --workspace-root DIR and --any-cwd", auth, err)
