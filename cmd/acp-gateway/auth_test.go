@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -195,4 +196,60 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 			t.Errorf("session %s runs in %q, want --cwd %q", s.GetSessionId(), s.GetCwd(), cwd)
 		}
 	}
+}
+
+// Wrong guesses are throttled per client address by default, and the log
+// names the address of each failure; --auth-failure-limit 0, the explicit
+// opt-out, is logged.
+func TestGuessesAreThrottledAndLogged(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte("tok-alice-0123456789 alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, logs, exited := serveLogs(t, ctx, "--auth-tokens", path, "--any-cwd")
+	base := "http://" + addr
+	codes := map[connect.Code]int{}
+	for i := range 300 {
+		codes[listAs(t, base, fmt.Sprintf("guess-%016d", i))]++
+	}
+	if codes[connect.CodeUnauthenticated] != 10 || codes[connect.CodeResourceExhausted] != 290 {
+		t.Errorf("300 wrong guesses: %v, want 10 unauthenticated and 290 resource_exhausted", codes)
+	}
+	if code := listAs(t, base, "tok-alice-0123456789"); code != connect.CodeResourceExhausted {
+		t.Errorf("the right token from the throttled address: %v, want resource_exhausted", code)
+	}
+	var failures int
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "rpc" || rec["code"] == "ok" {
+			continue
+		}
+		failures++
+		if client, _ := rec["client"].(string); !strings.HasPrefix(client, "127.0.0.1:") {
+			t.Fatalf("a failed call's log line names no client address: %s", line)
+		}
+	}
+	if failures != 301 {
+		t.Errorf("%d failed calls logged, want 301", failures)
+	}
+	if !strings.Contains(logs.String(), `"msg":"authentication failures throttled`) || strings.Contains(logs.String(), "guess-") {
+		t.Errorf("the throttling is not logged, or a guess is:\n%s", logs)
+	}
+	stopServe(t, cancel, exited)
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	addr, logs, exited = serveLogs(t, ctx, "--auth-tokens", path, "--any-cwd", "--auth-failure-limit", "0")
+	for i := range 30 {
+		if code := listAs(t, "http://"+addr, fmt.Sprintf("guess-%016d", i)); code != connect.CodeUnauthenticated {
+			t.Fatalf("guess %d with --auth-failure-limit 0: %v, want unauthenticated", i, code)
+		}
+	}
+	if !strings.Contains(logs.String(), `"msg":"unsafe: --auth-failure-limit 0`) {
+		t.Errorf("--auth-failure-limit 0 is not warned of:\n%s", logs)
+	}
+	stopServe(t, cancel, exited)
 }

@@ -178,6 +178,7 @@ type serveConfig struct {
 	maxResponseBytes int
 	maxAgentLine     int
 	rateLimit        float64
+	authFailureLimit int
 	rateBurst        int
 	otlpEndpoint     string
 	console          bool
@@ -254,6 +255,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxRequestBytes, "max-request-bytes", server.DefaultReadMaxBytes, "largest request message")
 	fs.IntVar(&cfg.maxResponseBytes, "max-response-bytes", server.DefaultSendMaxBytes, "largest response message")
 	fs.IntVar(&cfg.maxAgentLine, "max-agent-line", agent.DefaultMaxLine, "longest line of agent output; a longer one ends the agent")
+	fs.IntVar(&cfg.authFailureLimit, "auth-failure-limit", auth.DefaultFailureLimit, "failed authentication attempts a client address (an IPv6 /64) may make a minute; past it its calls are refused with resource_exhausted, credentials unchecked, until it refills (behind a proxy every client has the proxy's address; 0: no limit)")
 	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per authenticated user; a stream counts once (0: no limit; no limit without authentication)")
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
 	fs.StringVar(&cfg.otlpEndpoint, "otlp-endpoint", "", "export trace spans by OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
@@ -347,7 +349,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	for name, v := range map[string]int{
 		"--max-sessions": cfg.maxSessions, "--max-sessions-per-user": cfg.maxUserSessions,
-		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst,
+		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst, "--auth-failure-limit": cfg.authFailureLimit,
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("%s must not be negative, got %d", name, v)
@@ -438,14 +440,16 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		return err
 	}
 	gw, err := app.New(ctx, app.Config{
-		Session:   cfg.sessionOptions(store, log, advertise, confined),
-		Metrics:   metrics.Options{MaxSessionSeries: series, Sandbox: cfg.confine.sandbox, AgentLimits: confined.limits.Limits().Resources()},
-		Auth:      authn,
-		AnyCwd:    cfg.anyCwd,
-		Tracing:   tracing.Interceptor,
-		RateLimit: cfg.rateLimit,
-		RateBurst: cfg.rateBurst,
-		Heartbeat: cfg.heartbeat,
+		Session: cfg.sessionOptions(store, log, advertise, confined),
+		Metrics: metrics.Options{MaxSessionSeries: series, Sandbox: cfg.confine.sandbox, AgentLimits: confined.limits.Limits().Resources()},
+		Auth:    authn,
+		AnyCwd:  cfg.anyCwd,
+		Tracing: tracing.Interceptor,
+		// Zero here is the default; the flag's zero is no limit.
+		AuthFailureLimit: cmp.Or(cfg.authFailureLimit, -1),
+		RateLimit:        cfg.rateLimit,
+		RateBurst:        cfg.rateBurst,
+		Heartbeat:        cfg.heartbeat,
 		// Zero here is the default; the flag's zero is no bound.
 		StreamWriteTimeout: cmp.Or(cfg.streamWrite, -1),
 		MaxPromptBytes:     cfg.maxPromptBytes,
@@ -544,6 +548,9 @@ func authenticator(ctx context.Context, cfg *serveConfig, log *slog.Logger) (aut
 				"issuer", cfg.oidc.Issuer)
 		}
 		as = append(as, o)
+	}
+	if len(as) > 0 && cfg.authFailureLimit == 0 {
+		log.Warn("unsafe: --auth-failure-limit 0 lets every client address guess credentials as fast as it can; give it a limit")
 	}
 	switch len(as) {
 	case 0:

@@ -7,6 +7,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,10 @@ type Config struct {
 	AnyCwd bool
 	// Tracing, when set, is the tracing interceptor (telemetry.Tracing).
 	Tracing connect.Interceptor
+	// AuthFailureLimit is how many failed authentication attempts each
+	// client address may make a minute (auth.Throttle): zero is
+	// auth.DefaultFailureLimit, less than zero no limit.
+	AuthFailureLimit int
 	// RateLimit and RateBurst limit each authenticated user's requests.
 	RateLimit float64
 	RateBurst int
@@ -103,7 +108,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		SessionAgent: mgr.AgentOf,
 	}
 	if cfg.Auth != nil {
-		ic.Auth = auth.NewInterceptor(cfg.Auth)
+		var opts []auth.InterceptorOption
+		if cfg.AuthFailureLimit >= 0 {
+			opts = append(opts, auth.WithThrottle(auth.NewThrottle(cmp.Or(cfg.AuthFailureLimit, auth.DefaultFailureLimit), cfg.Session.Log)))
+		}
+		ic.Auth = auth.NewInterceptor(cfg.Auth, opts...)
 	}
 	extra := map[string]http.Handler{"GET /metrics": met.Handler()}
 	if cfg.Console {

@@ -3,7 +3,9 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -16,12 +18,27 @@ import (
 // (a wraps [ErrUnauthenticated]) or a generic one (anything else, whose text is
 // not known to be safe), and a `WWW-Authenticate: Bearer` header. The
 // interceptor does nothing on the client side.
-func NewInterceptor(a Authenticator) connect.Interceptor {
-	return &interceptor{auth: a}
+func NewInterceptor(a Authenticator, opts ...InterceptorOption) connect.Interceptor {
+	i := &interceptor{auth: a}
+	for _, o := range opts {
+		o(i)
+	}
+	return i
+}
+
+// InterceptorOption configures NewInterceptor.
+type InterceptorOption func(*interceptor)
+
+// WithThrottle limits each client address's failed attempts with t: a call
+// from an address that made too many is answered
+// connect.CodeResourceExhausted, its credentials unchecked.
+func WithThrottle(t *Throttle) InterceptorOption {
+	return func(i *interceptor) { i.throttle = t }
 }
 
 type interceptor struct {
-	auth Authenticator
+	auth     Authenticator
+	throttle *Throttle
 }
 
 // authenticate returns ctx carrying the user h authenticates, or the
@@ -29,9 +46,21 @@ type interceptor struct {
 // challenge in response, the response headers, or when that is nil in the
 // error's metadata. (Response headers work for every protocol; gRPC sends an
 // error's metadata as trailers, where net/http drops WWW-Authenticate.)
-func (i *interceptor) authenticate(ctx context.Context, h, response http.Header) (context.Context, *connect.Error) {
+// peer is the client's address, for the throttle.
+func (i *interceptor) authenticate(ctx context.Context, h, response http.Header, peer string) (context.Context, *connect.Error) {
+	if i.throttle != nil {
+		if wait := i.throttle.begin(peer); wait > 0 {
+			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+				"too many failed authentication attempts from this address; retry in %v", (wait+time.Second-1).Truncate(time.Second)))
+		}
+	}
 	user, err := i.auth.Authenticate(ctx, h)
-	if err == nil && user != "" {
+	ok := err == nil && user != ""
+	if i.throttle != nil {
+		// A call without credentials guessed nothing.
+		i.throttle.end(peer, !ok && !errors.Is(err, errNoToken))
+	}
+	if ok {
 		return WithUser(ctx, user), nil
 	}
 	msg := "unauthenticated"
@@ -56,7 +85,7 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
 			response = info.ResponseHeader()
 		}
-		ctx, cerr := i.authenticate(ctx, req.Header(), response)
+		ctx, cerr := i.authenticate(ctx, req.Header(), response, req.Peer().Addr)
 		if cerr != nil {
 			return nil, cerr
 		}
@@ -72,7 +101,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 // WrapStreamingHandler implements connect.Interceptor.
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, cerr := i.authenticate(ctx, conn.RequestHeader(), conn.ResponseHeader())
+		ctx, cerr := i.authenticate(ctx, conn.RequestHeader(), conn.ResponseHeader(), conn.Peer().Addr)
 		if cerr != nil {
 			return cerr
 		}

@@ -116,7 +116,9 @@ type gatewayOpts struct {
 	maxSessions, maxUserSessions, maxPromptBytes int
 	rateLimit                                    float64
 	rateBurst                                    int
-	readMaxBytes                                 int
+	// authFailureLimit is as app.Config's (zero: the default).
+	authFailureLimit int
+	readMaxBytes     int
 	// tracing, when set, is the tracing interceptor.
 	tracing connect.Interceptor
 	// env is the agents' environment; nil means just PATH, unless nilEnv
@@ -164,15 +166,16 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 			Workspaces:         o.workspaces,
 			ConfineCwd:         o.confineCwd,
 		},
-		Metrics:        metrics.Options{MaxSessionSeries: o.sessionSeries},
-		Auth:           o.auth,
-		AnyCwd:         o.anyCwd,
-		Tracing:        o.tracing,
-		RateLimit:      o.rateLimit,
-		RateBurst:      o.rateBurst,
-		Heartbeat:      o.heartbeat,
-		MaxPromptBytes: o.maxPromptBytes,
-		ReadMaxBytes:   o.readMaxBytes,
+		Metrics:          metrics.Options{MaxSessionSeries: o.sessionSeries},
+		Auth:             o.auth,
+		AnyCwd:           o.anyCwd,
+		Tracing:          o.tracing,
+		AuthFailureLimit: o.authFailureLimit,
+		RateLimit:        o.rateLimit,
+		RateBurst:        o.rateBurst,
+		Heartbeat:        o.heartbeat,
+		MaxPromptBytes:   o.maxPromptBytes,
+		ReadMaxBytes:     o.readMaxBytes,
 	}
 	if o.configure != nil {
 		o.configure(&cfg)

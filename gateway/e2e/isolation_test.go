@@ -198,7 +198,8 @@ func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 
 func TestEveryRPCNeedsAValidToken(t *testing.T) {
 	t.Parallel()
-	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice-0123456789 alice"), anyCwd: true})
+	// Its 40 wrong guesses are not throttled, so that each RPC's answer shows.
+	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice-0123456789 alice"), anyCwd: true, authFailureLimit: -1})
 	for _, token := range []string{"", "tok-wrong-0123456789"} {
 		for proto, c := range g.clientsAs(t, token) {
 			errs := everyRPC(c, "s_000000000000000000000000", "perm-1")
