@@ -46,15 +46,16 @@ type interceptor struct {
 // challenge in response, the response headers, or when that is nil in the
 // error's metadata. (Response headers work for every protocol; gRPC sends an
 // error's metadata as trailers, where net/http drops WWW-Authenticate.)
-// peer is the client's address, for the throttle.
-func (i *interceptor) authenticate(ctx context.Context, h, response http.Header, peer string) (context.Context, *connect.Error) {
+// procedure is the call's (see [Procedure]), peer the client's address, for
+// the throttle.
+func (i *interceptor) authenticate(ctx context.Context, h, response http.Header, procedure, peer string) (context.Context, *connect.Error) {
 	if i.throttle != nil {
 		if wait := i.throttle.begin(peer); wait > 0 {
 			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
 				"too many failed authentication attempts from this address; retry in %v", (wait+time.Second-1).Truncate(time.Second)))
 		}
 	}
-	user, err := i.auth.Authenticate(ctx, h)
+	user, err := i.auth.Authenticate(WithProcedure(ctx, procedure), h)
 	ok := err == nil && user != ""
 	if i.throttle != nil {
 		// A call without credentials guessed nothing.
@@ -85,7 +86,7 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
 			response = info.ResponseHeader()
 		}
-		ctx, cerr := i.authenticate(ctx, req.Header(), response, req.Peer().Addr)
+		ctx, cerr := i.authenticate(ctx, req.Header(), response, req.Spec().Procedure, req.Peer().Addr)
 		if cerr != nil {
 			return nil, cerr
 		}
@@ -101,7 +102,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 // WrapStreamingHandler implements connect.Interceptor.
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, cerr := i.authenticate(ctx, conn.RequestHeader(), conn.ResponseHeader(), conn.Peer().Addr)
+		ctx, cerr := i.authenticate(ctx, conn.RequestHeader(), conn.ResponseHeader(), conn.Spec().Procedure, conn.Peer().Addr)
 		if cerr != nil {
 			return cerr
 		}

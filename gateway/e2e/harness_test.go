@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -128,6 +129,8 @@ type gatewayOpts struct {
 	// configure, when set, changes the gateway's configuration last (the
 	// sandbox tests confine its agents).
 	configure func(*app.Config)
+	// listener, when set, is the one the gateway serves on (testutil.Listen).
+	listener net.Listener
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -192,7 +195,10 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		h1.CloseIdleConnections()
 		h2.CloseIdleConnections()
 	})
-	base, stop := testutil.Serve(t, gw.Server.Serve, gw.Shutdown)
+	if o.listener == nil {
+		o.listener = testutil.Listen(t)
+	}
+	base, stop := testutil.ServeOn(t, o.listener, gw.Server.Serve, gw.Shutdown)
 	g := &gateway{base: base, mgr: gw.Manager, srv: gw.Server, metrics: gw.Metrics, stop: stop, clients: map[string]acpv2connect.SessionServiceClient{
 		"connect+proto over HTTP/1.1": acpv2connect.NewSessionServiceClient(h1, base),
 		"connect+json over h2c":       acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
