@@ -143,6 +143,7 @@ type serveConfig struct {
 	listen            string
 	agents            map[string][]string
 	store             string
+	storeFile         string // --store-file, read into store
 	storeShown        string // store with any password hidden
 	corsOrigins       listFlag
 	heartbeat         time.Duration
@@ -185,6 +186,11 @@ type serveConfig struct {
 	logLevel         slog.Level
 
 	confine confineConfig
+
+	// replicaSecretFile and insecureForwarding are how replicas sharing a
+	// store trust each other (package replica).
+	replicaSecretFile  string
+	insecureForwarding bool
 }
 
 // listFlag collects a repeatable string flag.
@@ -229,6 +235,10 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
+	fs.StringVar(&cfg.storeFile, "store-file", "", "read the --store URL from this file, so that a Redis password is neither on the command line nor in the environment (a --store given on the command line wins over a store-file in --config, and the other way round)")
+	fs.StringVar(&cfg.replicaSecretFile, "replica-secret-file", "", "file holding the secret that every replica sharing a redis:// store holds (32 bytes or more: openssl rand -hex 32): a replica forwards requests only to peers that prove it, "+
+		"with the caller's user asserted under it rather than the caller's token; needed with a redis:// store and authentication, unless --insecure-forwarding")
+	fs.BoolVar(&cfg.insecureForwarding, "insecure-forwarding", false, "unsafe: with a redis:// store and authentication but no --replica-secret-file, forward requests to whatever replica address the store names, with the caller's bearer token, so that anyone who can write to Redis can have them")
 	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "", "with a redis:// --store: the prefix of its keys, so that separate deployments can share one Redis (default acpgw:)")
 	fs.IntVar(&cfg.watchBuffer, "watch-buffer", session.DefaultWatchBuffer, "events a Prompt or Watch stream may fall behind before it is cut off (it resumes with Watch afterSeq)")
 	fs.IntVar(&cfg.watchBufferBytes, "watch-buffer-bytes", session.DefaultWatchBufferBytes, "bytes of encoded events a stream may fall behind, per session, before it is cut off")
@@ -277,10 +287,15 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		}
 		return nil, err
 	}
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
 	if *configPath != "" {
 		if err := applyConfig(fs, *configPath); err != nil {
 			return nil, err
 		}
+	}
+	if err := cfg.readStoreFile(fs, onCommandLine); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
@@ -318,6 +333,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	shown, err := storeurl.Check(cfg.store)
 	if err != nil {
+		if cfg.storeFile != "" {
+			return nil, fmt.Errorf("--store-file %s: %v", cfg.storeFile, err)
+		}
 		return nil, fmt.Errorf("--store: %v", err)
 	}
 	cfg.storeShown = shown
@@ -327,8 +345,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.maxEvents < 0 || cfg.maxEnded < 0 {
 		return nil, errors.New("--max-events and --max-ended-sessions must not be negative")
 	}
+	if err := cfg.checkReplicas(); err != nil {
+		return nil, err
+	}
 	if cfg.redisPrefix != "" {
-		if !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
+		if !cfg.sharedStore() {
 			return nil, errors.New("--redis-prefix needs a redis:// or rediss:// --store")
 		}
 		// A session's keys hash-tag its id in braces (Redis Cluster).
@@ -427,6 +448,10 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if series == 0 {
 		series = -1 // off
 	}
+	secret, err := cfg.replicaSecret(log)
+	if err != nil {
+		return configError{err}
+	}
 	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{MaxEvents: cfg.maxEvents, MaxEventBytes: cfg.maxEventBytes}, RedisPrefix: cfg.redisPrefix})
 	if err != nil {
 		return err
@@ -446,10 +471,12 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		AnyCwd:  cfg.anyCwd,
 		Tracing: tracing.Interceptor,
 		// Zero here is the default; the flag's zero is no limit.
-		AuthFailureLimit: cmp.Or(cfg.authFailureLimit, -1),
-		RateLimit:        cfg.rateLimit,
-		RateBurst:        cfg.rateBurst,
-		Heartbeat:        cfg.heartbeat,
+		AuthFailureLimit:   cmp.Or(cfg.authFailureLimit, -1),
+		ReplicaSecret:      secret,
+		InsecureForwarding: cfg.insecureForwarding,
+		RateLimit:          cfg.rateLimit,
+		RateBurst:          cfg.rateBurst,
+		Heartbeat:          cfg.heartbeat,
 		// Zero here is the default; the flag's zero is no bound.
 		StreamWriteTimeout: cmp.Or(cfg.streamWrite, -1),
 		MaxPromptBytes:     cfg.maxPromptBytes,
@@ -476,7 +503,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	build := buildinfo.Get()
-	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise,
+	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise, "replica_secret", secret != nil,
 		"auth", authn != nil, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
