@@ -236,6 +236,9 @@ func namedPort(c *corev1.Container, name string) (int32, bool) {
 // creates (deploy/README.md), so they are not in its output.
 func operatorSecrets(redis string) []string {
 	s := []string{"acp-gateway-tokens"}
+	if redis != "" {
+		s = append(s, "acp-gateway-replica")
+	}
 	if redis == "external" {
 		s = append(s, "acp-gateway-redis")
 	}
@@ -761,6 +764,9 @@ func checkServeSettings(t *testing.T, r *rendered, w *workload, flags map[string
 	for key, v := range args {
 		s.values[key] = v // flags win
 	}
+	if _, ok := args["store-file"]; ok {
+		delete(s.values, "store") // a --store-file flag wins over the file's store
+	}
 
 	// Ports: listen and metrics-listen on all interfaces, at the
 	// container's ports.
@@ -798,16 +804,31 @@ func checkServeSettings(t *testing.T, r *rendered, w *workload, flags map[string
 			t.Error("--advertise with a store no other replica shares")
 		}
 	default:
-		e := envVar(c, "REDIS_URL")
-		if store != "$(REDIS_URL)" || e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
-			e.ValueFrom.SecretKeyRef.Name != "acp-gateway-redis" || e.ValueFrom.SecretKeyRef.Key != "url" {
-			t.Errorf("--store %q: want $(REDIS_URL), from the Secret acp-gateway-redis, key url", store)
+		// The URL, password and all, from a file: not in the args or the
+		// environment, where more can read it.
+		if store != "" || s.get("store-file") == "" {
+			t.Errorf("--store %q, --store-file %q: want the Redis URL from a file", store, s.get("store-file"))
+		}
+		for flag, secret := range map[string]string{"store-file": "acp-gateway-redis", "replica-secret-file": "acp-gateway-replica"} {
+			p := s.get(flag)
+			if p == "" {
+				t.Errorf("no --%s: with Redis and authentication the gateway does not start", flag)
+				continue
+			}
+			if m, _ := fileFrom("--"+flag, p); m.volume.Secret == nil || m.volume.Secret.SecretName != secret {
+				t.Errorf("--%s %s: want it from the Secret %s", flag, p, secret)
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "acp-gateway-redis" {
+				t.Errorf("env %s: the Redis URL in the environment, where the gateway's every child could read it", e.Name)
+			}
 		}
 		listenPort := portOf(t, "--listen", s.get("listen"))
 		if got, want := s.get("advertise"), fmt.Sprintf("http://$(POD_IP):%d", listenPort); got != want {
 			t.Errorf("--advertise %q, want %q", got, want)
 		}
-		e = envVar(c, "POD_IP")
+		e := envVar(c, "POD_IP")
 		if e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
 			t.Error("env POD_IP: want the downward API's status.podIP")
 		}
@@ -839,6 +860,11 @@ func checkServeSettings(t *testing.T, r *rendered, w *workload, flags map[string
 	// The data volume: the bolt file's, or with Redis where base mounts it.
 	dataDir := "/var/lib/acp-gateway"
 	gatewayFiles := []string{s.configPath, tokens}
+	for _, flag := range []string{"store-file", "replica-secret-file"} {
+		if f := s.get(flag); f != "" {
+			gatewayFiles = append(gatewayFiles, f)
+		}
+	}
 	if p, ok := strings.CutPrefix(s.get("store"), "bolt:"); ok {
 		dataDir = path.Dir(p)
 		gatewayFiles = append(gatewayFiles, p)
@@ -1091,8 +1117,8 @@ func checkRedis(t *testing.T, r *rendered, gw *workload, redis string) {
 // --config file, the variables the kubelet would expand filled in. Only
 // what needs the cluster is replaced, with flags that win over the file:
 // the addresses (127.0.0.1, any port), the store (memory:), the token
-// file (the operator's Secret), and the workspace root and the agents'
-// homes (the container's volume). It must serve the probes' paths and
+// file and the replica secret (the operator's Secrets), and the workspace
+// root and the agents' homes (the container's volume). It must serve the probes' paths and
 // metrics, demand a token, run a turn of an agent in its sandbox, and exit
 // cleanly on SIGTERM (that the grace period covers the shutdown's own
 // bounds is checked from the manifest).
@@ -1107,14 +1133,23 @@ func runServe(t *testing.T, gw *workload, s serveSettings) {
 	if err := os.WriteFile(tokens, []byte("# TOKEN USER\ndeploy-test-token tester\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	secret := filepath.Join(dir, "replica-secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("0123456789abcdef", 4)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A pod's address, which the replicated overlays advertise: other
 	// replicas forward requests to it by that name.
 	const podIP = "10.0.0.7"
-	env := map[string]string{"POD_IP": podIP, "REDIS_URL": "redis://redis.example.com:6379/0"}
+	env := map[string]string{"POD_IP": podIP}
 	var args []string
 	for _, a := range s.args {
-		if strings.HasPrefix(a, "--config=") {
+		switch {
+		case strings.HasPrefix(a, "--config="):
 			a = "--config=" + config
+		case strings.HasPrefix(a, "--replica-secret-file="):
+			a = "--replica-secret-file=" + secret
+		case strings.HasPrefix(a, "--store-file="):
+			continue // the store is memory: below
 		}
 		args = append(args, regexp.MustCompile(`\$\((\w+)\)`).ReplaceAllStringFunc(a, func(v string) string {
 			return env[v[2:len(v)-1]]

@@ -6,12 +6,16 @@ package integration
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	trust "github.com/acp-gateway/acp-gateway/gateway/replica"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
@@ -179,9 +184,27 @@ func equalEvents(a, b []*acpv2.SessionEvent) bool {
 	return slices.EqualFunc(a, b, func(x, y *acpv2.SessionEvent) bool { return proto.Equal(x, y) })
 }
 
+// replicaSecret writes a new replica secret file and returns its path.
+func replicaSecret(t *testing.T) string {
+	t.Helper()
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	path := filepath.Join(t.TempDir(), "replica-secret")
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(b[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// as makes r's client send token.
+func (r *replica) as(token string) *replica {
+	r.client = acpv2connect.NewSessionServiceClient(&http.Client{Transport: bearer{token, http.DefaultTransport}}, r.base, connect.WithProtoJSON())
+	return r
+}
+
 func TestTwoReplicasOnOneRedis(t *testing.T) {
 	store := redisURL(t)
-	args := []string{"--store", store, "--lease-ttl", "1500ms"}
+	args := []string{"--store", store, "--lease-ttl", "1500ms", "--replica-secret-file", replicaSecret(t)}
 	a := startReplica(t, "A", args...)
 	b := startReplica(t, "B", args...)
 	ctx := context.Background()
@@ -227,5 +250,84 @@ func TestTwoReplicasOnOneRedis(t *testing.T) {
 	}
 	if got := snapshot(t, b, id); got.GetState() != "ready" || got.GetLastSeq() != second[len(second)-1].GetSeq() {
 		t.Fatalf("after the take-over: state %q last seq %d", got.GetState(), got.GetLastSeq())
+	}
+}
+
+// promptErr runs a prompt through r and returns its error.
+func promptErr(r *replica, id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := r.client.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: text("the secret plan")}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+	}
+	return stream.Err()
+}
+
+// With authentication, replicas forward only to peers that prove the
+// replica secret, and carry the user, not the user's token: a lease forged
+// in Redis gets its listener nothing, and a replica without the secret is
+// no peer.
+func TestReplicasTrustEachOtherNotTheStore(t *testing.T) {
+	store := redisURL(t)
+	const token = "tok-alice-0123456789"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(token+" alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--store", store, "--auth-tokens", tokens, "--any-cwd", "--sandbox", "none"}
+	secret := replicaSecret(t)
+	a := startReplica(t, "A", append(common, "--replica-secret-file", secret)...).as(token)
+	b := startReplica(t, "B", append(common, "--replica-secret-file", secret)...).as(token)
+	c := startReplica(t, "C", append(common, "--insecure-forwarding")...).as(token)
+	ctx := context.Background()
+	create := func(r *replica) string {
+		res, err := r.client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "demo", Cwd: t.TempDir()}))
+		if err != nil {
+			t.Fatalf("CreateSession on %s: %v", r.name, err)
+		}
+		return res.Msg.GetSessionId()
+	}
+
+	// A turn through B of a session on A.
+	id := create(a)
+	if events := promptThrough(t, b, b, id); events[len(events)-1].GetTurnEnded().GetStopReason() != "end_turn" {
+		t.Fatal("the turn through B did not end")
+	}
+
+	// C, without the secret: A does not forward to it, and refuses what
+	// it forwards.
+	if err := promptErr(a, create(c)); connect.CodeOf(err) != connect.CodeInternal {
+		t.Errorf("a prompt through A of a session on C: %v, want internal", err)
+	}
+	if err := promptErr(c, id); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("a prompt through C of a session on A: %v, want unauthenticated", err)
+	}
+
+	// A lease forged to name a listener that passes everything on to A.
+	listener := testutil.NewRecorder(t, a.base)
+	o, err := redis.ParseURL(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(o)
+	defer rdb.Close()
+	if err := rdb.Set(ctx, "acpgw:s:{"+id+"}:lease", listener.URL, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := promptErr(b, id); connect.CodeOf(err) != connect.CodeInternal {
+		t.Errorf("a prompt through B with a forged lease: %v, want internal", err)
+	}
+	got := listener.Requests()
+	if len(got) == 0 {
+		t.Fatal("the listener was not even asked to prove the secret")
+	}
+	for _, req := range got {
+		if !strings.HasPrefix(req, "POST "+trust.ProofPath+"\n") || strings.Contains(req, token) || strings.Contains(req, "secret plan") {
+			t.Errorf("the listener got more than a challenge:\n%s", req)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -42,14 +43,14 @@ func listAs(t *testing.T, base, token string) connect.Code {
 func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("tok-old alice\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("tok-old-0123456789 alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr, exited := startServe(t, ctx, "--auth-tokens", path, "--any-cwd")
 	base := "http://" + addr
-	if code := listAs(t, base, "tok-old"); code != 0 {
+	if code := listAs(t, base, "tok-old-0123456789"); code != 0 {
 		t.Fatalf("the listed token: %v", code)
 	}
 	if code := listAs(t, base, ""); code != connect.CodeUnauthenticated {
@@ -57,14 +58,14 @@ func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 	}
 	// Replace the file, as an operator rotating a token would.
 	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte("# rotated\ntok-new alice\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte("# rotated\ntok-new-0123456789 alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for listAs(t, base, "tok-new") != 0 || listAs(t, base, "tok-old") != connect.CodeUnauthenticated {
+	for listAs(t, base, "tok-new-0123456789") != 0 || listAs(t, base, "tok-old-0123456789") != connect.CodeUnauthenticated {
 		if time.Now().After(deadline) {
 			t.Fatal("the rewritten token file was not picked up")
 		}
@@ -73,38 +74,45 @@ func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 	stopServe(t, cancel, exited)
 }
 
-func TestOIDCTokensFromALocalJWKS(t *testing.T) {
-	t.Parallel()
+// oidcIssuer makes an OIDC issuer's key, writes its JWKS file and returns
+// the file and a function that signs claims with the key.
+func oidcIssuer(t *testing.T) (jwksPath string, sign func(map[string]any) string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	jwks, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
-	jwksPath := filepath.Join(dir, "jwks.json")
+	jwksPath = filepath.Join(t.TempDir(), "jwks.json")
 	if err := os.WriteFile(jwksPath, jwks, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const issuer = "https://issuer.example"
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "k1").WithType("JWT"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sign := func(claims map[string]any) string {
+	return jwksPath, func(claims map[string]any) string {
 		tok, err := jwt.Signed(signer).Claims(claims).Serialize()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tok
 	}
+}
+
+const testIssuer = "https://issuer.example"
+
+func TestOIDCTokensFromALocalJWKS(t *testing.T) {
+	t.Parallel()
+	jwksPath, sign := oidcIssuer(t)
 	now := time.Now()
-	good := sign(map[string]any{"iss": issuer, "aud": "acp", "email": "alice@example.com", "sub": "1", "exp": now.Add(time.Hour).Unix()})
-	expired := sign(map[string]any{"iss": issuer, "aud": "acp", "email": "alice@example.com", "sub": "1", "exp": now.Add(-time.Hour).Unix()})
-	otherAud := sign(map[string]any{"iss": issuer, "aud": "other", "email": "alice@example.com", "sub": "1", "exp": now.Add(time.Hour).Unix()})
+	good := sign(map[string]any{"iss": testIssuer, "aud": "acp", "email": "alice@example.com", "sub": "1", "exp": now.Add(time.Hour).Unix()})
+	expired := sign(map[string]any{"iss": testIssuer, "aud": "acp", "email": "alice@example.com", "sub": "1", "exp": now.Add(-time.Hour).Unix()})
+	otherAud := sign(map[string]any{"iss": testIssuer, "aud": "other", "email": "alice@example.com", "sub": "1", "exp": now.Add(time.Hour).Unix()})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, exited := startServe(t, ctx, "--oidc-issuer", issuer, "--oidc-audience", "acp", "--oidc-jwks-file", jwksPath, "--oidc-user-claim", "email", "--any-cwd")
+	addr, exited := startServe(t, ctx, "--oidc-issuer", testIssuer, "--oidc-audience", "acp", "--oidc-jwks-file", jwksPath, "--oidc-user-claim", "email", "--any-cwd")
 	base := "http://" + addr
 	for name, tc := range map[string]struct {
 		token string
@@ -124,6 +132,24 @@ func TestOIDCTokensFromALocalJWKS(t *testing.T) {
 // $ACP_GATEWAY_TOKEN, and runs its session in --cwd, in the user's
 // workspace; without a token it fails as unauthenticated. Not parallel: it
 // sets the variable.
+
+// --oidc-any-audience is the explicit, logged opt-out of the audience check.
+func TestOIDCAnyAudienceIsExplicitAndLogged(t *testing.T) {
+	t.Parallel()
+	jwksPath, sign := oidcIssuer(t)
+	otherApp := sign(map[string]any{"iss": testIssuer, "aud": "another-application", "sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, logs, exited := serveLogs(t, ctx, "--oidc-issuer", testIssuer, "--oidc-any-audience", "--oidc-jwks-file", jwksPath, "--any-cwd")
+	if code := listAs(t, "http://"+addr, otherApp); code != 0 {
+		t.Fatalf("another application's token with --oidc-any-audience: %v", code)
+	}
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"unsafe: --oidc-any-audience`) {
+		t.Errorf("no warning of --oidc-any-audience:\n%s", logs)
+	}
+	stopServe(t, cancel, exited)
+}
+
 func TestTryTakesATokenAndACwd(t *testing.T) {
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
@@ -131,7 +157,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 	}
 	ws := filepath.Join(dir, "ws")
 	tokens, tokenFile, cwd := filepath.Join(dir, "tokens"), filepath.Join(dir, "token"), filepath.Join(ws, "bob", "work")
-	for path, data := range map[string]string{tokens: "tok-try bob\n", tokenFile: "tok-try\n"} {
+	for path, data := range map[string]string{tokens: "tok-try-0123456789 bob\n", tokenFile: "tok-try-0123456789\n"} {
 		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +177,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 	}
 	for _, how := range [][]string{{"--token-file", tokenFile}, nil} {
 		if how == nil {
-			t.Setenv(tokenEnv, "tok-try")
+			t.Setenv(tokenEnv, "tok-try-0123456789")
 		}
 		out.Reset()
 		errOut.Reset()
@@ -160,7 +186,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 			t.Fatalf("try %q: exit %d, %s\n%s", how, code, errOut.String(), out.String())
 		}
 	}
-	c := bridge.NewClient(http.DefaultClient, base, "tok-try")
+	c := bridge.NewClient(http.DefaultClient, base, "tok-try-0123456789")
 	list, err := c.ListSessions(ctx, connect.NewRequest(&acpv2.ListSessionsRequest{}))
 	if err != nil || len(list.Msg.GetSessions()) != 2 {
 		t.Fatalf("bob's sessions: %v, %v; want the two that try made", list, err)
@@ -170,4 +196,60 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 			t.Errorf("session %s runs in %q, want --cwd %q", s.GetSessionId(), s.GetCwd(), cwd)
 		}
 	}
+}
+
+// Wrong guesses are throttled per client address by default, and the log
+// names the address of each failure; --auth-failure-limit 0, the explicit
+// opt-out, is logged.
+func TestGuessesAreThrottledAndLogged(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte("tok-alice-0123456789 alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, logs, exited := serveLogs(t, ctx, "--auth-tokens", path, "--any-cwd")
+	base := "http://" + addr
+	codes := map[connect.Code]int{}
+	for i := range 300 {
+		codes[listAs(t, base, fmt.Sprintf("guess-%016d", i))]++
+	}
+	if codes[connect.CodeUnauthenticated] != 10 || codes[connect.CodeResourceExhausted] != 290 {
+		t.Errorf("300 wrong guesses: %v, want 10 unauthenticated and 290 resource_exhausted", codes)
+	}
+	if code := listAs(t, base, "tok-alice-0123456789"); code != connect.CodeResourceExhausted {
+		t.Errorf("the right token from the throttled address: %v, want resource_exhausted", code)
+	}
+	var failures int
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "rpc" || rec["code"] == "ok" {
+			continue
+		}
+		failures++
+		if client, _ := rec["client"].(string); !strings.HasPrefix(client, "127.0.0.1:") {
+			t.Fatalf("a failed call's log line names no client address: %s", line)
+		}
+	}
+	if failures != 301 {
+		t.Errorf("%d failed calls logged, want 301", failures)
+	}
+	if !strings.Contains(logs.String(), `"msg":"authentication failures throttled`) || strings.Contains(logs.String(), "guess-") {
+		t.Errorf("the throttling is not logged, or a guess is:\n%s", logs)
+	}
+	stopServe(t, cancel, exited)
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	addr, logs, exited = serveLogs(t, ctx, "--auth-tokens", path, "--any-cwd", "--auth-failure-limit", "0")
+	for i := range 30 {
+		if code := listAs(t, "http://"+addr, fmt.Sprintf("guess-%016d", i)); code != connect.CodeUnauthenticated {
+			t.Fatalf("guess %d with --auth-failure-limit 0: %v, want unauthenticated", i, code)
+		}
+	}
+	if !strings.Contains(logs.String(), `"msg":"unsafe: --auth-failure-limit 0`) {
+		t.Errorf("--auth-failure-limit 0 is not warned of:\n%s", logs)
+	}
+	stopServe(t, cancel, exited)
 }

@@ -186,10 +186,10 @@ func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []s
 }
 
 // gatewayFiles lists the files of the gateway's own that no agent may see:
-// its token, OIDC key, config and store files.
+// its token, OIDC key, config, replica secret and store files.
 func gatewayFiles(cfg *serveConfig) []string {
 	var files []string
-	for _, f := range []string{cfg.authTokens, cfg.oidc.JWKSFile, cfg.confine.configPath} {
+	for _, f := range []string{cfg.authTokens, cfg.oidc.JWKSFile, cfg.confine.configPath, cfg.replicaSecretFile, cfg.storeFile} {
 		if f != "" {
 			if abs, err := filepath.Abs(f); err == nil {
 				files = append(files, abs)

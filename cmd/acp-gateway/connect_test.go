@@ -91,11 +91,11 @@ func TestConnectPlaysTheDemoForAnEditor(t *testing.T) {
 	// Not parallel: it sets the command's stdin.
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("demo-token alice\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("demo-token-0123456789 alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("demo-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("demo-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -138,7 +138,7 @@ func TestConnectPlaysTheDemoForAnEditor(t *testing.T) {
 		t.Errorf("tool calls %v, %d permission requests, completed %v", calls, asks, finished)
 	}
 
-	client := bridge.NewClient(http.DefaultClient, base, "demo-token")
+	client := bridge.NewClient(http.DefaultClient, base, "demo-token-0123456789")
 	snap, err := client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: string(created.SessionId)}))
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestConnectPlaysTheDemoForAnEditor(t *testing.T) {
 	if state := snap.Msg.GetSession().GetState(); state != "closed" {
 		t.Errorf("the session is %q after the editor went, want closed", state)
 	}
-	if strings.Contains(stderr.String(), "demo-token") {
+	if strings.Contains(stderr.String(), "demo-token-0123456789") {
 		t.Error("the token appears in the logs")
 	}
 	cancel()

@@ -171,6 +171,7 @@ type serveConfig struct {
 	maxConnections    int
 	agents            map[string][]string
 	store             string
+	storeFile         string // --store-file, read into store
 	storeShown        string // store with any password hidden
 	corsOrigins       listFlag
 	heartbeat         time.Duration
@@ -213,6 +214,7 @@ type serveConfig struct {
 	maxResponseBytes int
 	maxAgentLine     int
 	rateLimit        float64
+	authFailureLimit int
 	rateBurst        int
 	maxUserStreams   int
 	otlpEndpoint     string
@@ -220,6 +222,11 @@ type serveConfig struct {
 	logLevel         slog.Level
 
 	confine confineConfig
+
+	// replicaSecretFile and insecureForwarding are how replicas sharing a
+	// store trust each other (package replica).
+	replicaSecretFile  string
+	insecureForwarding bool
 }
 
 // listFlag collects a repeatable string flag.
@@ -269,6 +276,10 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once; further ones are closed as soon as accepted (0: no limit)")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
+	fs.StringVar(&cfg.storeFile, "store-file", "", "read the --store URL from this file, so that a Redis password is neither on the command line nor in the environment (a --store given on the command line wins over a store-file in --config, and the other way round)")
+	fs.StringVar(&cfg.replicaSecretFile, "replica-secret-file", "", "file holding the secret that every replica sharing a redis:// store holds (32 bytes or more: openssl rand -hex 32): a replica forwards requests only to peers that prove it, "+
+		"with the caller's user asserted under it rather than the caller's token; needed with a redis:// store and authentication, unless --insecure-forwarding")
+	fs.BoolVar(&cfg.insecureForwarding, "insecure-forwarding", false, "unsafe: with a redis:// store and authentication but no --replica-secret-file, forward requests to whatever replica address the store names, with the caller's bearer token, so that anyone who can write to Redis can have them")
 	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "", "with a redis:// --store: the prefix of its keys, so that separate deployments can share one Redis (default acpgw:)")
 	fs.IntVar(&cfg.watchBuffer, "watch-buffer", session.DefaultWatchBuffer, "events a Prompt or Watch stream may fall behind before it is cut off (it resumes with Watch afterSeq)")
 	fs.IntVar(&cfg.watchBufferBytes, "watch-buffer-bytes", session.DefaultWatchBufferBytes, "bytes of encoded events a stream may fall behind, per session, before it is cut off")
@@ -284,9 +295,10 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", session.DefaultLeaseTTL, "with a shared store: how long a dead replica keeps its sessions")
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "also serve GET /metrics on this address (it is always on --listen)")
 	fs.IntVar(&cfg.sessionSeries, "session-metrics-max", metrics.DefaultMaxSessionSeries, "sessions that get per-session metric series at once; more are counted in the aggregates only (0: no per-session series)")
-	fs.StringVar(&cfg.authTokens, "auth-tokens", "", "file of TOKEN USER lines; with it (or --oidc-issuer) every RPC needs Authorization: Bearer (re-read on change and on SIGHUP)")
+	fs.StringVar(&cfg.authTokens, "auth-tokens", "", "file of TOKEN USER lines (tokens of 16 bytes or more), or sha256:HEX USER (HEX: the token's SHA-256); with it (or --oidc-issuer) every RPC needs Authorization: Bearer (re-read on change and on SIGHUP)")
 	fs.StringVar(&cfg.oidc.Issuer, "oidc-issuer", "", "accept OIDC JWT bearer tokens from this issuer")
-	fs.StringVar(&cfg.oidc.Audience, "oidc-audience", "", "with --oidc-issuer: the audience tokens must name (empty: any)")
+	fs.StringVar(&cfg.oidc.Audience, "oidc-audience", "", "with --oidc-issuer (required unless --oidc-any-audience): the audience tokens must name, the client id the issuer gave this gateway")
+	fs.BoolVar(&cfg.oidc.AnyAudience, "oidc-any-audience", false, "unsafe: with --oidc-issuer, accept the issuer's tokens whatever their audience, those it minted for its other applications too")
 	fs.StringVar(&cfg.oidc.JWKSFile, "oidc-jwks-file", "", "with --oidc-issuer: verify tokens with the keys of this local JWKS file")
 	fs.StringVar(&cfg.oidc.JWKSURL, "oidc-jwks-url", "", "with --oidc-issuer: verify tokens with the keys at this JWKS URL (default: the issuer's discovery document)")
 	fs.StringVar(&cfg.oidc.UserClaim, "oidc-user-claim", auth.DefaultUserClaim, "with --oidc-issuer: the claim naming the user")
@@ -299,6 +311,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxRequestBytes, "max-request-bytes", server.DefaultReadMaxBytes, "largest request message")
 	fs.IntVar(&cfg.maxResponseBytes, "max-response-bytes", server.DefaultSendMaxBytes, "largest response message")
 	fs.IntVar(&cfg.maxAgentLine, "max-agent-line", agent.DefaultMaxLine, "longest line of agent output; a longer one ends the agent")
+	fs.IntVar(&cfg.authFailureLimit, "auth-failure-limit", auth.DefaultFailureLimit, "failed authentication attempts a client address (an IPv6 /64) may make a minute; past it its calls are refused with resource_exhausted, credentials unchecked, until it refills (behind a proxy every client has the proxy's address; 0: no limit)")
 	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per authenticated user; a stream counts once (0: no limit; no limit without authentication)")
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
 	fs.IntVar(&cfg.maxUserStreams, "max-streams-per-user", service.DefaultMaxStreamsPerUser, "Prompt and Watch streams an authenticated user may have open at once on this gateway (0: no limit; no limit without authentication)")
@@ -323,10 +336,15 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		}
 		return nil, err
 	}
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
 	if *configPath != "" {
 		if err := applyConfig(fs, *configPath); err != nil {
 			return nil, err
 		}
+	}
+	if err := cfg.readStoreFile(fs, onCommandLine); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
@@ -371,6 +389,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	shown, err := storeurl.Check(cfg.store)
 	if err != nil {
+		if cfg.storeFile != "" {
+			return nil, fmt.Errorf("--store-file %s: %v", cfg.storeFile, err)
+		}
 		return nil, fmt.Errorf("--store: %v", err)
 	}
 	cfg.storeShown = shown
@@ -383,8 +404,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.maxStoreBytes < 0 {
 		return nil, fmt.Errorf("--max-store-bytes must not be negative, got %d", cfg.maxStoreBytes)
 	}
+	if err := cfg.checkReplicas(); err != nil {
+		return nil, err
+	}
 	if cfg.redisPrefix != "" {
-		if !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
+		if !cfg.sharedStore() {
 			return nil, errors.New("--redis-prefix needs a redis:// or rediss:// --store")
 		}
 		// A session's keys hash-tag its id in braces (Redis Cluster).
@@ -406,8 +430,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	for name, v := range map[string]int{
 		"--max-sessions": cfg.maxSessions, "--max-sessions-per-user": cfg.maxUserSessions,
 		"--max-prompt-bytes": cfg.maxPromptBytes, "--rate-burst": cfg.rateBurst, "--max-connections": cfg.maxConnections,
-		"--max-streams-per-user": cfg.maxUserStreams,
-		"--max-tool-calls":       cfg.maxToolCalls, "--max-pending-permissions": cfg.maxPendingPerms,
+		"--max-streams-per-user": cfg.maxUserStreams, "--auth-failure-limit": cfg.authFailureLimit,
+		"--max-tool-calls": cfg.maxToolCalls, "--max-pending-permissions": cfg.maxPendingPerms,
 		"--agent-stderr-lines": cfg.stderrLines, "--agent-stderr-bytes": cfg.stderrBytes,
 	} {
 		if v < 0 {
@@ -424,8 +448,15 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.rateLimit < 0 {
 		return nil, fmt.Errorf("--rate-limit must not be negative, got %v", cfg.rateLimit)
 	}
-	if cfg.oidc.Issuer == "" && (cfg.oidc.Audience != "" || cfg.oidc.JWKSFile != "" || cfg.oidc.JWKSURL != "") {
-		return nil, errors.New("--oidc-audience, --oidc-jwks-file and --oidc-jwks-url need --oidc-issuer")
+	if cfg.oidc.Issuer == "" && (cfg.oidc.Audience != "" || cfg.oidc.AnyAudience || cfg.oidc.JWKSFile != "" || cfg.oidc.JWKSURL != "") {
+		return nil, errors.New("--oidc-audience, --oidc-any-audience, --oidc-jwks-file and --oidc-jwks-url need --oidc-issuer")
+	}
+	switch {
+	case cfg.oidc.Issuer != "" && cfg.oidc.Audience == "" && !cfg.oidc.AnyAudience:
+		return nil, errors.New("--oidc-issuer needs --oidc-audience AUDIENCE, the client id the issuer puts in the aud claim of tokens for this gateway " +
+			"(without it a token the issuer minted for any other application would do), or the unsafe --oidc-any-audience")
+	case cfg.oidc.Audience != "" && cfg.oidc.AnyAudience:
+		return nil, errors.New("give --oidc-audience or --oidc-any-audience, not both")
 	}
 	if err := cfg.checkWorkspace(); err != nil {
 		return nil, err
@@ -480,6 +511,10 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if series == 0 {
 		series = -1 // off
 	}
+	secret, err := cfg.replicaSecret(log)
+	if err != nil {
+		return configError{err}
+	}
 	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{MaxEvents: cfg.maxEvents, MaxEventBytes: cfg.maxEventBytes}, RedisPrefix: cfg.redisPrefix})
 	if err != nil {
 		return err
@@ -494,16 +529,19 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		return err
 	}
 	gw, err := app.New(ctx, app.Config{
-		Session:   cfg.sessionOptions(store, log, advertise, confined),
-		Metrics:   metrics.Options{MaxSessionSeries: series, Sandbox: cfg.confine.sandbox, AgentLimits: confined.limits.Limits().Resources()},
-		Auth:      authn,
-		AnyCwd:    cfg.anyCwd,
-		Tracing:   tracing.Interceptor,
-		RateLimit: cfg.rateLimit,
-		RateBurst: cfg.rateBurst,
+		Session: cfg.sessionOptions(store, log, advertise, confined),
+		Metrics: metrics.Options{MaxSessionSeries: series, Sandbox: cfg.confine.sandbox, AgentLimits: confined.limits.Limits().Resources()},
+		Auth:    authn,
+		AnyCwd:  cfg.anyCwd,
+		Tracing: tracing.Interceptor,
 		// Zero here is the default; the flag's zero is no limit.
-		MaxStreamsPerUser: cmp.Or(cfg.maxUserStreams, -1),
-		Heartbeat:         cfg.heartbeat,
+		AuthFailureLimit:   cmp.Or(cfg.authFailureLimit, -1),
+		ReplicaSecret:      secret,
+		InsecureForwarding: cfg.insecureForwarding,
+		RateLimit:          cfg.rateLimit,
+		RateBurst:          cfg.rateBurst,
+		MaxStreamsPerUser:  cmp.Or(cfg.maxUserStreams, -1),
+		Heartbeat:          cfg.heartbeat,
 		// Zero here is the default; the flag's zero is no bound.
 		StreamWriteTimeout: cmp.Or(cfg.streamWrite, -1),
 		MaxPromptBytes:     cfg.maxPromptBytes,
@@ -534,7 +572,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	build := buildinfo.Get()
-	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise,
+	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise, "replica_secret", secret != nil,
 		"auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
@@ -601,7 +639,14 @@ func authenticator(ctx context.Context, cfg *serveConfig, log *slog.Logger) (aut
 		if err != nil {
 			return nil, fmt.Errorf("--oidc-issuer: %w", err)
 		}
+		if cfg.oidc.AnyAudience {
+			log.Warn("unsafe: --oidc-any-audience accepts the issuer's tokens whatever their audience, those it minted for its other applications too; give --oidc-audience",
+				"issuer", cfg.oidc.Issuer)
+		}
 		as = append(as, o)
+	}
+	if len(as) > 0 && cfg.authFailureLimit == 0 {
+		log.Warn("unsafe: --auth-failure-limit 0 lets every client address guess credentials as fast as it can; give it a limit")
 	}
 	switch len(as) {
 	case 0:

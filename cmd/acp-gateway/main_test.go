@@ -380,6 +380,7 @@ func TestBadConfigAndAuthFilesExit2(t *testing.T) {
 	badValue := write("bad.yaml", "max-sessions: many\n")
 	notYAML := write("broken.yaml", "listen: [\n")
 	badTokens := write("tokens", "only-one-field\n")
+	shortToken := write("short-tokens", "# one too short\nlong-enough-0123456789 alice\nonly-one-f bob\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -390,10 +391,14 @@ func TestBadConfigAndAuthFilesExit2(t *testing.T) {
 		{"config not YAML", []string{"serve", "--config", notYAML}, "--config"},
 		{"missing config", []string{"serve", "--config", filepath.Join(dir, "none.yaml")}, "--config"},
 		{"bad token file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", badTokens, "--any-cwd"}, "--auth-tokens"},
+		{"short token", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", shortToken, "--any-cwd"}, shortToken + ":3: the token is 10 bytes; a token needs at least 16"},
 		{"missing token file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--auth-tokens", filepath.Join(dir, "none"), "--any-cwd"}, "--auth-tokens"},
 		{"missing jwks file", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--oidc-issuer", "https://issuer.example",
-			"--oidc-jwks-file", filepath.Join(dir, "none.json"), "--any-cwd"}, "--oidc-issuer"},
+			"--oidc-audience", "acp", "--oidc-jwks-file", filepath.Join(dir, "none.json"), "--any-cwd"}, "--oidc-issuer"},
 		{"jwks without issuer", []string{"serve", "--oidc-jwks-file", "x"}, "--oidc-issuer"},
+		{"issuer without audience", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--oidc-issuer", "https://issuer.example", "--any-cwd"},
+			"--oidc-issuer needs --oidc-audience AUDIENCE"},
+		{"audience and any audience", []string{"serve", "--oidc-issuer", "https://issuer.example", "--oidc-audience", "acp", "--oidc-any-audience"}, "not both"},
 		{"small request limit", []string{"serve", "--max-request-bytes", "10"}, "--max-request-bytes"},
 		{"negative rate", []string{"serve", "--rate-limit", "-1"}, "--rate-limit"},
 		{"bad otlp endpoint", []string{"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--otlp-endpoint", "collector:4318"}, "OTLP endpoint"},
@@ -401,14 +406,17 @@ func TestBadConfigAndAuthFilesExit2(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var stderr bytes.Buffer
-			if code := run(context.Background(), tc.args, io.Discard, &stderr); code != exitUsage {
+			// A serve that wrongly starts ends with the context, and fails.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if code := run(ctx, tc.args, io.Discard, &stderr); code != exitUsage {
 				t.Fatalf("exit %d, want %d (stderr %q)", code, exitUsage, stderr.String())
 			}
 			first, _, _ := strings.Cut(stderr.String(), "\n")
 			if !strings.Contains(first, tc.want) {
 				t.Fatalf("first stderr line %q does not name %q", first, tc.want)
 			}
-			if strings.Contains(stderr.String(), "only-one-field") {
+			if strings.Contains(stderr.String(), "only-one-f") {
 				t.Fatalf("stderr shows the token file's content: %q", stderr.String())
 			}
 		})

@@ -24,7 +24,7 @@ import (
 func TestAuthNeedsAWorkspaceRootOrAnyCwd(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	for _, auth := range [][]string{{"--auth-tokens", filepath.Join(dir, "tokens")}, {"--oidc-issuer", "https://issuer.example"}} {
+	for _, auth := range [][]string{{"--auth-tokens", filepath.Join(dir, "tokens")}, {"--oidc-issuer", "https://issuer.example", "--oidc-audience", "acp"}} {
 		_, err := parseServe(auth, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "--workspace-root DIR") || !strings.Contains(err.Error(), "--any-cwd") {
 			t.Errorf("serve %q: %v; want an error naming --workspace-root DIR and --any-cwd", auth, err)
@@ -99,7 +99,7 @@ func TestServeConfinesUsersToTheWorkspaceRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens, ws := filepath.Join(dir, "tokens"), filepath.Join(dir, "ws")
-	if err := os.WriteFile(tokens, []byte("tok-alice alice\ntok-bob bob\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("tok-alice-0123456789 alice\ntok-bob-0123456789 bob\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{filepath.Join(ws, "alice", "proj"), filepath.Join(ws, "bob", "proj")} {
@@ -113,7 +113,7 @@ func TestServeConfinesUsersToTheWorkspaceRoot(t *testing.T) {
 	if l := logLine(logs, "serving"); l["workspace_root"] != ws || l["cwd_confined"] != true {
 		t.Errorf("the serving line says workspace root %v, cwd confined %v; want %s, true", l["workspace_root"], l["cwd_confined"], ws)
 	}
-	alice := bridge.NewClient(http.DefaultClient, "http://"+addr, "tok-alice")
+	alice := bridge.NewClient(http.DefaultClient, "http://"+addr, "tok-alice-0123456789")
 	create := func(cwd string) (string, error) {
 		res, err := alice.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "demo", Cwd: cwd}))
 		if err != nil {
@@ -192,7 +192,7 @@ func TestServeWithAnyCwdWarns(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("tok-alice alice\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("tok-alice-0123456789 alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -204,7 +204,7 @@ func TestServeWithAnyCwdWarns(t *testing.T) {
 	if l := logLine(logs, "serving"); l["cwd_confined"] != false {
 		t.Errorf("the serving line says cwd confined %v, want false", l["cwd_confined"])
 	}
-	alice := bridge.NewClient(http.DefaultClient, "http://"+addr, "tok-alice")
+	alice := bridge.NewClient(http.DefaultClient, "http://"+addr, "tok-alice-0123456789")
 	elsewhere := t.TempDir()
 	if _, err := alice.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "demo", Cwd: elsewhere})); err != nil {
 		t.Errorf("CreateSession anywhere with --any-cwd: %v", err)

@@ -19,9 +19,11 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
 	"github.com/acp-gateway/acp-gateway/gateway/console"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
+	"github.com/acp-gateway/acp-gateway/gateway/replica"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
 // Config configures a gateway. Zero fields take the defaults of the
@@ -41,6 +43,22 @@ type Config struct {
 	AnyCwd bool
 	// Tracing, when set, is the tracing interceptor (telemetry.Tracing).
 	Tracing connect.Interceptor
+	// ReplicaSecret, the secret the replicas sharing Session.Store hold,
+	// makes this replica forward requests only to peers that prove it,
+	// with the caller's user asserted under it instead of the caller's
+	// credentials, answer peers' challenges, and take forwarded requests'
+	// users from their assertions (package replica). Without it a request
+	// is forwarded to whatever address the store names, with the caller's
+	// credentials: with Auth and a shared store (a statestore.Leaser) that
+	// needs InsecureForwarding.
+	ReplicaSecret *replica.Secret
+	// InsecureForwarding lets a gateway with Auth forward requests without
+	// a ReplicaSecret: the explicit opt-out.
+	InsecureForwarding bool
+	// AuthFailureLimit is how many failed authentication attempts each
+	// client address may make a minute (auth.Throttle): zero is
+	// auth.DefaultFailureLimit, less than zero no limit.
+	AuthFailureLimit int
 	// RateLimit and RateBurst limit each authenticated user's requests.
 	RateLimit float64
 	RateBurst int
@@ -92,6 +110,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, errors.New("with authentication, confine each user's cwd to their workspace " +
 			"(Session.Workspaces and Session.ConfineCwd), or set AnyCwd to let every user's agent run in any directory")
 	}
+	if _, shared := cfg.Session.Store.(statestore.Leaser); shared && cfg.Auth != nil && cfg.ReplicaSecret == nil && !cfg.InsecureForwarding {
+		return nil, errors.New("with authentication and a shared store, give the replicas a ReplicaSecret, so that a lease forged in the store " +
+			"cannot send users' requests and credentials elsewhere, or set InsecureForwarding")
+	}
 	met := metrics.New(cfg.Metrics)
 	cfg.Session.Metrics = met
 	if cfg.Session.MaxToolCallBytes == 0 && cfg.SendMaxBytes > 0 {
@@ -122,15 +144,27 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		MaxStreamsPerUser: max(cmp.Or(cfg.MaxStreamsPerUser, service.DefaultMaxStreamsPerUser), 0),
 		SessionAgent:      mgr.AgentOf,
 	}
+	extra := map[string]http.Handler{"GET /metrics": met.Handler()}
+	authn := cfg.Auth
+	if secret := cfg.ReplicaSecret; secret != nil {
+		svcOpts = append(svcOpts, service.WithReplicaSecret(secret))
+		extra["POST "+replica.ProofPath] = secret.Handler(cfg.Session.Replica)
+		if authn != nil {
+			authn = secret.Authenticator(cfg.Session.Replica, authn)
+		}
+	}
 	var gate func(http.Handler) http.Handler
-	if cfg.Auth != nil {
+	if authn != nil {
+		var opts []auth.InterceptorOption
+		if cfg.AuthFailureLimit >= 0 {
+			opts = append(opts, auth.WithThrottle(auth.NewThrottle(cmp.Or(cfg.AuthFailureLimit, auth.DefaultFailureLimit), cfg.Session.Log)))
+		}
 		// The middleware answers unauthenticated calls before their
 		// bodies are read; the interceptor, behind it, finds the user.
-		ic.Auth = auth.NewInterceptor(cfg.Auth)
+		ic.Auth = auth.NewInterceptor(authn, opts...)
 		refused := service.LogRefused(cfg.Session.Log)
-		gate = func(next http.Handler) http.Handler { return auth.Middleware(cfg.Auth, next, refused) }
+		gate = func(next http.Handler) http.Handler { return auth.Middleware(authn, next, refused, opts...) }
 	}
-	extra := map[string]http.Handler{"GET /metrics": met.Handler()}
 	if cfg.Console {
 		// "/" rather than "GET /", which would conflict with the Connect
 		// handlers' patterns.

@@ -44,6 +44,23 @@ func User(ctx context.Context) string {
 	return user
 }
 
+// procedureKey is the context key of the procedure being authenticated.
+type procedureKey struct{}
+
+// WithProcedure returns a copy of ctx for authenticating a call of
+// procedure, as NewInterceptor makes it (see [Procedure]).
+func WithProcedure(ctx context.Context, procedure string) context.Context {
+	return context.WithValue(ctx, procedureKey{}, procedure)
+}
+
+// Procedure returns the procedure (such as /acp.v2.SessionService/Prompt)
+// of the call an Authenticator is asked about, when NewInterceptor asks:
+// for credentials that are good for one procedure only.
+func Procedure(ctx context.Context) string {
+	p, _ := ctx.Value(procedureKey{}).(string)
+	return p
+}
+
 // BearerToken returns the token of h's `Authorization: Bearer TOKEN` header.
 // It reports false when there is no such header, when there is more than one
 // Authorization header, or when the header is not a single bearer token. The

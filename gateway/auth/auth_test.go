@@ -65,7 +65,7 @@ func (f authFunc) Authenticate(ctx context.Context, h http.Header) (string, erro
 func TestChain(t *testing.T) {
 	t.Parallel()
 	k := testKeys()
-	tokens, _ := loadTokens(t, "static-token alice\n")
+	tokens, _ := loadTokens(t, "static-token-0123456789 alice\n")
 	oidc := newTestOIDC(t, auth.OIDCConfig{Audience: testAudience})
 	jwt := sign(t, jose.ES256, k.ec, "ec1", claims("bob"))
 	expired := sign(t, jose.ES256, k.ec, "ec1", claims("bob", func(c map[string]any) { c["exp"] = 1 }))
@@ -79,21 +79,21 @@ func TestChain(t *testing.T) {
 		wantUser string
 		wantMsg  string
 	}{
-		{"static token", auth.Chain(tokens, oidc), "static-token", "alice", ""},
+		{"static token", auth.Chain(tokens, oidc), "static-token-0123456789", "alice", ""},
 		{"JWT falls through Tokens", auth.Chain(tokens, oidc), jwt, "bob", ""},
-		{"static token falls through OIDC", auth.Chain(oidc, tokens), "static-token", "alice", ""},
+		{"static token falls through OIDC", auth.Chain(oidc, tokens), "static-token-0123456789", "alice", ""},
 		{"JWT first", auth.Chain(oidc, tokens), jwt, "bob", ""},
-		{"unknown opaque token", auth.Chain(tokens, oidc), "other-token", "", "unknown bearer token"},
-		{"unknown opaque token OIDC first", auth.Chain(oidc, tokens), "other-token", "", "unknown bearer token"},
+		{"unknown opaque token", auth.Chain(tokens, oidc), "other-token-0123456789", "", "unknown bearer token"},
+		{"unknown opaque token OIDC first", auth.Chain(oidc, tokens), "other-token-0123456789", "", "unknown bearer token"},
 		{"expired JWT", auth.Chain(tokens, oidc), expired, "", "token expired"},
 		{"expired JWT OIDC first", auth.Chain(oidc, tokens), expired, "", "token expired"},
-		{"opaque token, OIDC only", auth.Chain(oidc), "other-token", "", "bearer token is not a JWT"},
+		{"opaque token, OIDC only", auth.Chain(oidc), "other-token-0123456789", "", "bearer token is not a JWT"},
 		{"JWT, Tokens only", auth.Chain(tokens), jwt, "", "unknown bearer token"},
 		{"no header", auth.Chain(tokens, oidc), "", "", "missing or malformed bearer token in the Authorization header"},
-		{"broken then good", auth.Chain(broken, tokens), "static-token", "alice", ""},
-		{"broken only", auth.Chain(broken), "static-token", "", "credentials not accepted"},
-		{"empty user is no user", auth.Chain(silent), "static-token", "", "credentials not accepted"},
-		{"empty chain", auth.Chain(), "static-token", "", "no authentication method is configured"},
+		{"broken then good", auth.Chain(broken, tokens), "static-token-0123456789", "alice", ""},
+		{"broken only", auth.Chain(broken), "static-token-0123456789", "", "credentials not accepted"},
+		{"empty user is no user", auth.Chain(silent), "static-token-0123456789", "", "credentials not accepted"},
+		{"empty chain", auth.Chain(), "static-token-0123456789", "", "no authentication method is configured"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

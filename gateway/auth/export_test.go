@@ -1,5 +1,34 @@
 package auth
 
+import "time"
+
 // SetOnWatching makes t's Watch call f once it has registered for SIGHUP, so
 // that a test knows when sending SIGHUP is safe. Call it before Watch.
 func SetOnWatching(t *Tokens, f func()) { t.onWatching = f }
+
+// SetClock makes t read the time from now.
+func SetClock(t *Throttle, now func() time.Time) { t.now = now }
+
+// SetMaxAddresses bounds how many addresses t remembers.
+func SetMaxAddresses(t *Throttle, n int) { t.max = n }
+
+// Addresses returns how many addresses t remembers.
+func Addresses(t *Throttle) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.addrs)
+}
+
+// Attempt makes one call from addr that failed or not, as the interceptor
+// would, and returns the wait begin asked for (0: the call went on).
+func Attempt(t *Throttle, addr string, failed bool) time.Duration {
+	if wait := t.begin(addr); wait > 0 {
+		return wait
+	}
+	t.end(addr, failed)
+	return 0
+}
+
+// Begin starts a call from addr and reports whether it may go on; the call
+// never ends.
+func Begin(t *Throttle, addr string) bool { return t.begin(addr) == 0 }

@@ -3,7 +3,9 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -16,12 +18,27 @@ import (
 // (a wraps [ErrUnauthenticated]) or a generic one (anything else, whose text is
 // not known to be safe), and a `WWW-Authenticate: Bearer` header. The
 // interceptor does nothing on the client side.
-func NewInterceptor(a Authenticator) connect.Interceptor {
-	return &interceptor{auth: a}
+func NewInterceptor(a Authenticator, opts ...InterceptorOption) connect.Interceptor {
+	i := &interceptor{auth: a}
+	for _, o := range opts {
+		o(i)
+	}
+	return i
+}
+
+// InterceptorOption configures NewInterceptor.
+type InterceptorOption func(*interceptor)
+
+// WithThrottle limits each client address's failed attempts with t: a call
+// from an address that made too many is answered
+// connect.CodeResourceExhausted, its credentials unchecked.
+func WithThrottle(t *Throttle) InterceptorOption {
+	return func(i *interceptor) { i.throttle = t }
 }
 
 type interceptor struct {
-	auth Authenticator
+	auth     Authenticator
+	throttle *Throttle
 }
 
 // authenticate returns ctx carrying the user h authenticates, or the
@@ -29,12 +46,25 @@ type interceptor struct {
 // challenge in response, the response headers, or when that is nil in the
 // error's metadata. (Response headers work for every protocol; gRPC sends an
 // error's metadata as trailers, where net/http drops WWW-Authenticate.)
-func (i *interceptor) authenticate(ctx context.Context, h, response http.Header) (context.Context, *connect.Error) {
+// procedure is the call's (see [Procedure]), peer the client's address, for
+// the throttle.
+func (i *interceptor) authenticate(ctx context.Context, h, response http.Header, procedure, peer string) (context.Context, *connect.Error) {
 	if User(ctx) != "" {
 		return ctx, nil // Middleware authenticated the request
 	}
-	user, err := i.auth.Authenticate(ctx, h)
-	if err == nil && user != "" {
+	if i.throttle != nil {
+		if wait := i.throttle.begin(peer); wait > 0 {
+			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+				"too many failed authentication attempts from this address; retry in %v", (wait+time.Second-1).Truncate(time.Second)))
+		}
+	}
+	user, err := i.auth.Authenticate(WithProcedure(ctx, procedure), h)
+	ok := err == nil && user != ""
+	if i.throttle != nil {
+		// A call without credentials guessed nothing.
+		i.throttle.end(peer, !ok && !errors.Is(err, errNoToken))
+	}
+	if ok {
 		return WithUser(ctx, user), nil
 	}
 	msg := "unauthenticated"
@@ -56,13 +86,17 @@ func (i *interceptor) authenticate(ctx context.Context, h, response http.Header)
 // request bodies. A request a does not authenticate is answered as
 // NewInterceptor answers, in the request's protocol (Connect, gRPC or
 // gRPC-Web): unauthenticated, with `WWW-Authenticate: Bearer` in the
-// response headers; refused, when not nil, is told of it first. next runs
-// with the user in the request's context, where NewInterceptor finds it
-// and authenticates no more.
-func Middleware(a Authenticator, next http.Handler, refused func(*http.Request, error)) http.Handler {
-	i := &interceptor{auth: a}
+// response headers (or resource_exhausted, from an address the throttle
+// of opts holds back); refused, when not nil, is told of it first. next
+// runs with the user in the request's context, where NewInterceptor finds
+// it and authenticates no more. Give both the same options, so that both
+// count failures in one throttle.
+func Middleware(a Authenticator, next http.Handler, refused func(*http.Request, error), opts ...InterceptorOption) http.Handler {
+	i := NewInterceptor(a, opts...).(*interceptor)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cerr := i.authenticate(r.Context(), r.Header, w.Header())
+		// The URL path is the procedure, and RemoteAddr the peer, as
+		// connect-go gives them to interceptors.
+		ctx, cerr := i.authenticate(r.Context(), r.Header, w.Header(), r.URL.Path, r.RemoteAddr)
 		if cerr != nil {
 			if refused != nil {
 				refused(r, cerr)
@@ -88,7 +122,7 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
 			response = info.ResponseHeader()
 		}
-		ctx, cerr := i.authenticate(ctx, req.Header(), response)
+		ctx, cerr := i.authenticate(ctx, req.Header(), response, req.Spec().Procedure, req.Peer().Addr)
 		if cerr != nil {
 			return nil, cerr
 		}
@@ -104,7 +138,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 // WrapStreamingHandler implements connect.Interceptor.
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, cerr := i.authenticate(ctx, conn.RequestHeader(), conn.ResponseHeader())
+		ctx, cerr := i.authenticate(ctx, conn.RequestHeader(), conn.ResponseHeader(), conn.Spec().Procedure, conn.Peer().Addr)
 		if cerr != nil {
 			return cerr
 		}

@@ -105,7 +105,7 @@ func callBoth(t *testing.T, client acpv2connect.SessionServiceClient, authz stri
 func TestInterceptor(t *testing.T) {
 	t.Parallel()
 	k := testKeys()
-	tokens, _ := loadTokens(t, "static-token alice\n")
+	tokens, _ := loadTokens(t, "static-token-0123456789 alice\n")
 	oidc := newTestOIDC(t, auth.OIDCConfig{Audience: testAudience})
 	a := auth.Chain(tokens, oidc)
 	// The interceptor, and the middleware, which answers before connect-go
@@ -125,10 +125,10 @@ func TestInterceptor(t *testing.T) {
 		wantMsg string
 	}{
 		{"no header", "", "", "unauthenticated: missing or malformed bearer token in the Authorization header"},
-		{"unknown token", "Bearer wrong-token", "", "unauthenticated: unknown bearer token"},
-		{"basic scheme", "Basic static-token", "", "unauthenticated: missing or malformed bearer token in the Authorization header"},
+		{"unknown token", "Bearer wrong-token-0123456789", "", "unauthenticated: unknown bearer token"},
+		{"basic scheme", "Basic static-token-0123456789", "", "unauthenticated: missing or malformed bearer token in the Authorization header"},
 		{"expired JWT", "Bearer " + expired, "", "unauthenticated: token expired"},
-		{"static token", "Bearer static-token", "alice", ""},
+		{"static token", "Bearer static-token-0123456789", "alice", ""},
 		{"JWT", "Bearer " + jwt, "bob", ""},
 	}
 	for front, srv := range fronts {

@@ -30,9 +30,14 @@ var signingAlgs = []jose.SignatureAlgorithm{
 type OIDCConfig struct {
 	// Issuer is required; it must equal the token's iss claim.
 	Issuer string
-	// Audience, when non-empty, must be one of the token's aud values. When
-	// empty, a token for any audience of Issuer is accepted.
+	// Audience must be one of the token's aud values: the client id the
+	// issuer gave this gateway. It is required unless AnyAudience is set.
 	Audience string
+	// AnyAudience accepts a token of Issuer whatever its audience: tokens
+	// the issuer minted for any of its other applications too. Unsafe
+	// unless the issuer serves this gateway alone; it is an error with
+	// Audience.
+	AnyAudience bool
 	// JWKSFile is a local JSON Web Key Set file holding the issuer's public
 	// keys. It is read once, by NewOIDC.
 	JWKSFile string
@@ -46,7 +51,7 @@ type OIDCConfig struct {
 }
 
 // OIDC authenticates bearer JWTs signed by an OpenID Connect issuer. The
-// token's signature, iss, aud (when configured), exp and nbf are checked.
+// token's signature, iss, aud (unless AnyAudience), exp and nbf are checked.
 // OIDC is safe for concurrent use.
 type OIDC struct {
 	verifier  *oidc.IDTokenVerifier
@@ -61,12 +66,19 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
 	if cfg.Issuer == "" {
 		return nil, errors.New("oidc: issuer is required")
 	}
+	switch {
+	case cfg.Audience == "" && !cfg.AnyAudience:
+		return nil, errors.New("oidc: an audience is required (the client id the issuer puts in the tokens' aud claim for this gateway), " +
+			"or AnyAudience to accept the issuer's tokens for every application")
+	case cfg.Audience != "" && cfg.AnyAudience:
+		return nil, errors.New("oidc: give an audience or AnyAudience, not both")
+	}
 	if cfg.JWKSFile != "" && cfg.JWKSURL != "" {
 		return nil, errors.New("oidc: give a JWKS file or a JWKS URL, not both")
 	}
 	vcfg := &oidc.Config{
 		ClientID:          cfg.Audience,
-		SkipClientIDCheck: cfg.Audience == "",
+		SkipClientIDCheck: cfg.AnyAudience,
 	}
 	for _, alg := range signingAlgs {
 		vcfg.SupportedSigningAlgs = append(vcfg.SupportedSigningAlgs, string(alg))

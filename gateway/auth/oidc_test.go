@@ -43,7 +43,7 @@ func TestOIDC(t *testing.T) {
 	t.Parallel()
 	k := testKeys()
 	withAudience := newTestOIDC(t, auth.OIDCConfig{Audience: testAudience})
-	anyAudience := newTestOIDC(t, auth.OIDCConfig{})
+	anyAudience := newTestOIDC(t, auth.OIDCConfig{AnyAudience: true})
 	byEmail := newTestOIDC(t, auth.OIDCConfig{Audience: testAudience, UserClaim: "email"})
 
 	set := func(name string, v any) func(map[string]any) {
@@ -140,15 +140,17 @@ func TestNewOIDCErrors(t *testing.T) {
 		path    bool // the error must name the file
 	}{
 		{name: "no issuer", cfg: auth.OIDCConfig{JWKSURL: "https://issuer.example/keys"}, wantErr: "issuer is required"},
-		{name: "file and URL", cfg: auth.OIDCConfig{Issuer: testIssuer, JWKSURL: "https://issuer.example/keys"}, jwks: &jwks, wantErr: "not both"},
-		{name: "missing file", cfg: auth.OIDCConfig{Issuer: testIssuer, JWKSFile: "/nonexistent/jwks.json"}, wantErr: "/nonexistent/jwks.json"},
-		{name: "empty file", cfg: auth.OIDCConfig{Issuer: testIssuer}, jwks: ptr(""), wantErr: "unexpected end of JSON", path: true},
-		{name: "not JSON", cfg: auth.OIDCConfig{Issuer: testIssuer}, jwks: ptr("keys"), wantErr: "invalid character", path: true},
-		{name: "no keys", cfg: auth.OIDCConfig{Issuer: testIssuer}, jwks: ptr(`{"keys":[]}`), wantErr: "no signing keys", path: true},
-		{name: "no keys member", cfg: auth.OIDCConfig{Issuer: testIssuer}, jwks: ptr(`{}`), wantErr: "no signing keys", path: true},
-		{name: "symmetric key", cfg: auth.OIDCConfig{Issuer: testIssuer}, jwks: ptr(`{"keys":[{"kty":"oct","kid":"h","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]}`), wantErr: `key 0 (kid "h") is symmetric`, path: true},
-		{name: "encryption keys only", cfg: auth.OIDCConfig{Issuer: testIssuer}, jwks: ptr(strings.ReplaceAll(jwks, `"sig"`, `"enc"`)), wantErr: "no signing keys", path: true},
-		{name: "bad key", cfg: auth.OIDCConfig{Issuer: testIssuer}, jwks: ptr(`{"keys":[{"kty":"EC","crv":"P-256","kid":"e","x":"AQ","y":"AQ"}]}`), wantErr: "invalid EC public key", path: true},
+		{name: "no audience", cfg: auth.OIDCConfig{Issuer: testIssuer}, jwks: &jwks, wantErr: "an audience is required"},
+		{name: "audience and any audience", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience, AnyAudience: true}, jwks: &jwks, wantErr: "not both"},
+		{name: "file and URL", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience, JWKSURL: "https://issuer.example/keys"}, jwks: &jwks, wantErr: "not both"},
+		{name: "missing file", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience, JWKSFile: "/nonexistent/jwks.json"}, wantErr: "/nonexistent/jwks.json"},
+		{name: "empty file", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience}, jwks: ptr(""), wantErr: "unexpected end of JSON", path: true},
+		{name: "not JSON", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience}, jwks: ptr("keys"), wantErr: "invalid character", path: true},
+		{name: "no keys", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience}, jwks: ptr(`{"keys":[]}`), wantErr: "no signing keys", path: true},
+		{name: "no keys member", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience}, jwks: ptr(`{}`), wantErr: "no signing keys", path: true},
+		{name: "symmetric key", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience}, jwks: ptr(`{"keys":[{"kty":"oct","kid":"h","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]}`), wantErr: `key 0 (kid "h") is symmetric`, path: true},
+		{name: "encryption keys only", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience}, jwks: ptr(strings.ReplaceAll(jwks, `"sig"`, `"enc"`)), wantErr: "no signing keys", path: true},
+		{name: "bad key", cfg: auth.OIDCConfig{Issuer: testIssuer, Audience: testAudience}, jwks: ptr(`{"keys":[{"kty":"EC","crv":"P-256","kid":"e","x":"AQ","y":"AQ"}]}`), wantErr: "invalid EC public key", path: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,7 +236,7 @@ func TestOIDCRemoteKeys(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
-		_, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: srv.URL + "/elsewhere"})
+		_, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: srv.URL + "/elsewhere", Audience: testAudience})
 		if err == nil || !strings.Contains(err.Error(), "discovery") {
 			t.Errorf("NewOIDC with no discovery document = %v, want a discovery error", err)
 		}

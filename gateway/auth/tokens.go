@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -24,10 +25,18 @@ import (
 // `--auth-tokens FILE` format: each line that is neither blank nor a comment
 // (first non-blank character '#') is `TOKEN USER`, exactly two fields
 // separated by spaces or tabs. A user may have several tokens; a token may
-// appear only once.
+// appear only once. A TOKEN of at least [MinTokenBytes] bytes is the token
+// itself; `sha256:HEX` is the token given by the 64 hex digits of its
+// SHA-256 (`printf %s "$TOKEN" | sha256sum`), so that the file need not
+// hold the secret. A token cannot itself start with `sha256:`.
 //
-// Tokens are held only as SHA-256 digests and looked up by digest, so that
-// lookup time does not depend on how much of a guess matches a real token.
+// Tokens are held only as SHA-256 digests and a presented token is looked
+// up by its digest. That is constant-time enough: the lookup's timing
+// depends on the digest of the guess, never on how many of its bytes match
+// a real token, so what timing could reveal is how a guess's digest
+// compares with a real token's digest, and knowing part of a token's
+// SHA-256 does not help make a token that has it (SHA-256 resists
+// preimages).
 // Tokens is safe for concurrent use.
 type Tokens struct {
 	path string
@@ -60,7 +69,16 @@ func versionOf(fi fs.FileInfo) fileVersion {
 	return v
 }
 
-// LoadTokens reads the tokens file at path. A malformed line, a token that
+// MinTokenBytes is the length of the shortest token a tokens file may hold:
+// 16 bytes, such as 16 random characters; `openssl rand -hex 32` makes a
+// better one. A shorter token is an error, since a guess could find it.
+const MinTokenBytes = 16
+
+// hashedPrefix starts a tokens file entry given as the token's SHA-256.
+const hashedPrefix = "sha256:"
+
+// LoadTokens reads the tokens file at path. A malformed line, a token
+// shorter than MinTokenBytes, a malformed sha256: entry, a token that
 // appears twice or a file with no tokens is an error naming the file and the
 // line; errors never contain a token.
 func LoadTokens(path string) (*Tokens, error) {
@@ -121,7 +139,10 @@ func parseTokens(name string, r io.Reader) (map[[sha256.Size]byte]string, error)
 		if len(fields) != 2 {
 			return nil, fmt.Errorf("auth tokens file %s:%d: want `TOKEN USER`, got %d fields", name, n, len(fields))
 		}
-		digest := sha256.Sum256([]byte(fields[0]))
+		digest, err := tokenDigest(fields[0])
+		if err != nil {
+			return nil, fmt.Errorf("auth tokens file %s:%d: %w", name, n, err)
+		}
 		if prev, dup := firstLine[digest]; dup {
 			return nil, fmt.Errorf("auth tokens file %s:%d: duplicate token (first on line %d)", name, n, prev)
 		}
@@ -138,6 +159,26 @@ func parseTokens(name string, r io.Reader) (map[[sha256.Size]byte]string, error)
 		return nil, fmt.Errorf("auth tokens file %s: no tokens", name)
 	}
 	return set, nil
+}
+
+// tokenDigest returns the SHA-256 a tokens file's TOKEN field stands for:
+// that of the token, or the one a sha256: entry gives. Its errors never
+// contain the field.
+func tokenDigest(field string) ([sha256.Size]byte, error) {
+	var digest [sha256.Size]byte
+	if h, ok := strings.CutPrefix(field, hashedPrefix); ok {
+		if len(h) != hex.EncodedLen(sha256.Size) {
+			return digest, fmt.Errorf("a %s entry needs the 64 hex digits of the token's SHA-256 (printf %%s \"$TOKEN\" | sha256sum), got %d characters", hashedPrefix, len(h))
+		}
+		if _, err := hex.Decode(digest[:], []byte(h)); err != nil {
+			return digest, fmt.Errorf("a %s entry needs the 64 hex digits of the token's SHA-256, got a character that is not a hex digit", hashedPrefix)
+		}
+		return digest, nil
+	}
+	if len(field) < MinTokenBytes {
+		return digest, fmt.Errorf("the token is %d bytes; a token needs at least %d (make one with `openssl rand -hex 32`)", len(field), MinTokenBytes)
+	}
+	return sha256.Sum256([]byte(field)), nil
 }
 
 // Authenticate implements Authenticator for `Authorization: Bearer TOKEN`.

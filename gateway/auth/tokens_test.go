@@ -2,6 +2,8 @@ package auth_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"os"
@@ -36,6 +38,13 @@ func rewrite(t *testing.T, path, content string) {
 
 func TestLoadTokens(t *testing.T) {
 	t.Parallel()
+	// A token of exactly MinTokenBytes, and the digest of one.
+	const (
+		short16 = "0123456789abcdef"
+		hashed  = "a-token-given-by-its-hash"
+	)
+	digest := sha256.Sum256([]byte(hashed))
+	hashedHex := hex.EncodeToString(digest[:])
 	tests := []struct {
 		name    string
 		content string
@@ -45,22 +54,22 @@ func TestLoadTokens(t *testing.T) {
 	}{
 		{
 			name:    "good",
-			content: "tok-alice alice\ntok-bob bob\ntok-alice2 alice\n",
-			users:   map[string]string{"tok-alice": "alice", "tok-bob": "bob", "tok-alice2": "alice"},
+			content: "tok-alice-0123456789 alice\ntok-bob-0123456789 bob\ntok-alice2-0123456789 alice\n",
+			users:   map[string]string{"tok-alice-0123456789": "alice", "tok-bob-0123456789": "bob", "tok-alice2-0123456789": "alice"},
 		},
 		{
 			name:    "comments blanks and spacing",
-			content: "# the gateway's tokens\n\n   # indented comment\n\t tok-a \t alice  \r\n\ntok#b bob\n# trailing",
-			users:   map[string]string{"tok-a": "alice", "tok#b": "bob"},
+			content: "# the gateway's tokens\n\n   # indented comment\n\t tok-a-0123456789 \t alice  \r\n\ntok#b-0123456789 bob\n# trailing",
+			users:   map[string]string{"tok-a-0123456789": "alice", "tok#b-0123456789": "bob"},
 		},
 		{
 			name:    "no final newline",
-			content: "tok-a alice",
-			users:   map[string]string{"tok-a": "alice"},
+			content: "tok-a-0123456789 alice",
+			users:   map[string]string{"tok-a-0123456789": "alice"},
 		},
 		{
 			name:    "one field",
-			content: "tok-a alice\n# c\nlonely-secret\n",
+			content: "tok-a-0123456789 alice\n# c\nlonely-secret\n",
 			wantErr: []string{":3:", "TOKEN USER", "got 1 fields"},
 			secret:  "lonely-secret",
 		},
@@ -72,13 +81,13 @@ func TestLoadTokens(t *testing.T) {
 		},
 		{
 			name:    "inline comment is not a comment",
-			content: "tok-a alice # admin\n",
+			content: "tok-a-0123456789 alice # admin\n",
 			wantErr: []string{":1:", "got 4 fields"},
-			secret:  "tok-a",
+			secret:  "tok-a-0123456789",
 		},
 		{
 			name:    "duplicate token",
-			content: "dup-secret alice\ntok-b bob\ndup-secret carol\n",
+			content: "dup-secret-0123456789 alice\ntok-b-0123456789 bob\ndup-secret-0123456789 carol\n",
 			wantErr: []string{":3:", "duplicate token", "line 1"},
 			secret:  "dup-secret",
 		},
@@ -91,6 +100,45 @@ func TestLoadTokens(t *testing.T) {
 			name:    "only comments",
 			content: "# tok-a alice\n\n",
 			wantErr: []string{"no tokens"},
+		},
+		{
+			name:    "the shortest token",
+			content: short16 + " alice\n",
+			users:   map[string]string{short16: "alice"},
+		},
+		{
+			name:    "a token one byte too short",
+			content: "tok-a-0123456789 alice\n" + short16[1:] + " bob\n",
+			wantErr: []string{":2:", "15 bytes", "at least 16", "openssl rand"},
+			secret:  short16[1:],
+		},
+		{
+			name:    "a one-character token",
+			content: "x alice\n",
+			wantErr: []string{":1:", "1 bytes", "at least 16"},
+		},
+		{
+			name:    "a token given by its hash",
+			content: "sha256:" + strings.ToUpper(hashedHex) + " alice\n",
+			users:   map[string]string{hashed: "alice"},
+		},
+		{
+			name:    "a hash too short",
+			content: "sha256:" + hashedHex[1:] + " alice\n",
+			wantErr: []string{":1:", "64 hex digits", "sha256sum", "got 63 characters"},
+			secret:  hashedHex[1:],
+		},
+		{
+			name:    "a hash that is not hex",
+			content: "\nsha256:" + hashedHex[:63] + "g alice\n",
+			wantErr: []string{":2:", "not a hex digit"},
+			secret:  hashedHex[:63],
+		},
+		{
+			name:    "a token listed both plain and hashed",
+			content: hashed + " alice\nsha256:" + hashedHex + " bob\n",
+			wantErr: []string{":2:", "duplicate token", "line 1"},
+			secret:  hashed,
 		},
 	}
 	for _, tt := range tests {
@@ -143,20 +191,20 @@ func TestLoadTokensMissingFile(t *testing.T) {
 
 func TestTokensAuthenticateFailures(t *testing.T) {
 	t.Parallel()
-	tokens, _ := loadTokens(t, "good-token alice\n")
+	tokens, _ := loadTokens(t, "good-token-0123456789 alice\n")
 	tests := []struct {
 		name   string
 		header []string // Authorization values
 	}{
 		{"no header", nil},
-		{"unknown token", []string{"Bearer wrong-token"}},
-		{"prefix of a token", []string{"Bearer good-tok"}},
-		{"token with suffix", []string{"Bearer good-token2"}},
-		{"basic scheme", []string{"Basic good-token"}},
-		{"no scheme", []string{"good-token"}},
+		{"unknown token", []string{"Bearer wrong-token-0123456789"}},
+		{"prefix of a token", []string{"Bearer good-token-012345678"}},
+		{"token with suffix", []string{"Bearer good-token-01234567892"}},
+		{"basic scheme", []string{"Basic good-token-0123456789"}},
+		{"no scheme", []string{"good-token-0123456789"}},
 		{"empty bearer", []string{"Bearer "}},
-		{"two headers", []string{"Bearer good-token", "Bearer good-token"}},
-		{"extra field", []string{"Bearer good-token x"}},
+		{"two headers", []string{"Bearer good-token-0123456789", "Bearer good-token-0123456789"}},
+		{"extra field", []string{"Bearer good-token-0123456789 x"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,26 +217,26 @@ func TestTokensAuthenticateFailures(t *testing.T) {
 			if user != "" || !errors.Is(err, auth.ErrUnauthenticated) {
 				t.Fatalf("Authenticate = %q, %v; want ErrUnauthenticated", user, err)
 			}
-			if strings.Contains(err.Error(), "good-tok") || strings.Contains(err.Error(), "wrong-token") {
+			if strings.Contains(err.Error(), "good-token-012345678") || strings.Contains(err.Error(), "wrong-token-0123456789") {
 				t.Errorf("error %q contains the token", err)
 			}
 		})
 	}
 	// The scheme is case-insensitive.
-	if user, err := tokens.Authenticate(t.Context(), map[string][]string{"Authorization": {"bearer good-token"}}); user != "alice" {
+	if user, err := tokens.Authenticate(t.Context(), map[string][]string{"Authorization": {"bearer good-token-0123456789"}}); user != "alice" {
 		t.Errorf("lower-case scheme: Authenticate = %q, %v; want alice", user, err)
 	}
 }
 
 func TestReloadKeepsPreviousSetOnError(t *testing.T) {
 	t.Parallel()
-	tokens, path := loadTokens(t, "old-token alice\n")
-	for _, bad := range []string{"bad-line\n", "", "x a\nx b\n"} {
+	tokens, path := loadTokens(t, "old-token-0123456789 alice\n")
+	for _, bad := range []string{"bad-line\n", "", "x-0123456789abcdef a\nx-0123456789abcdef b\n", "short-token bob\n", "sha256:abc bob\n"} {
 		rewrite(t, path, bad)
 		if err := tokens.Reload(); err == nil {
 			t.Fatalf("Reload of %q succeeded", bad)
 		}
-		if user, err := tokens.Authenticate(t.Context(), bearer("old-token")); user != "alice" {
+		if user, err := tokens.Authenticate(t.Context(), bearer("old-token-0123456789")); user != "alice" {
 			t.Fatalf("after failed Reload of %q: Authenticate(old) = %q, %v; want alice", bad, user, err)
 		}
 	}
@@ -198,18 +246,18 @@ func TestReloadKeepsPreviousSetOnError(t *testing.T) {
 	if err := tokens.Reload(); err == nil {
 		t.Fatal("Reload of a removed file succeeded")
 	}
-	if user, _ := tokens.Authenticate(t.Context(), bearer("old-token")); user != "alice" {
+	if user, _ := tokens.Authenticate(t.Context(), bearer("old-token-0123456789")); user != "alice" {
 		t.Fatal("removed file: old token no longer accepted")
 	}
 
-	rewrite(t, path, "new-token bob\n")
+	rewrite(t, path, "new-token-0123456789 bob\n")
 	if err := tokens.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if user, err := tokens.Authenticate(t.Context(), bearer("new-token")); user != "bob" {
+	if user, err := tokens.Authenticate(t.Context(), bearer("new-token-0123456789")); user != "bob" {
 		t.Errorf("Authenticate(new) = %q, %v; want bob", user, err)
 	}
-	if _, err := tokens.Authenticate(t.Context(), bearer("old-token")); err == nil {
+	if _, err := tokens.Authenticate(t.Context(), bearer("old-token-0123456789")); err == nil {
 		t.Error("old token still accepted after a good Reload")
 	}
 }
@@ -243,31 +291,31 @@ func startWatch(t *testing.T, tokens *auth.Tokens, every time.Duration, log *slo
 
 func TestWatchPicksUpChanges(t *testing.T) {
 	t.Parallel()
-	const original = "token-1 alice\n"
+	const original = "token-1-0123456789 alice\n"
 	// Each rewrite changes only what its name says, so each of size, mtime
 	// and inode is shown to be watched.
 	tests := []struct {
 		name    string
-		content string // the new file, with token-2 for bobby
+		content string // the new file, with token-2-0123456789 for bobby
 		rewrite func(t *testing.T, path, content string, old os.FileInfo)
 	}{
 		{
 			name:    "size",
-			content: "token-2 bobby\n# longer\n",
+			content: "token-2-0123456789 bobby\n# longer\n",
 			rewrite: func(t *testing.T, path, content string, old os.FileInfo) {
 				writeWithMtime(t, path, content, old.ModTime())
 			},
 		},
 		{
 			name:    "mtime",
-			content: "token-2 bobby\n",
+			content: "token-2-0123456789 bobby\n",
 			rewrite: func(t *testing.T, path, content string, old os.FileInfo) {
 				writeWithMtime(t, path, content, old.ModTime().Add(time.Second))
 			},
 		},
 		{
 			name:    "inode",
-			content: "token-2 bobby\n",
+			content: "token-2-0123456789 bobby\n",
 			rewrite: func(t *testing.T, path, content string, old os.FileInfo) {
 				tmp := path + ".new"
 				writeWithMtime(t, tmp, content, old.ModTime())
@@ -292,10 +340,10 @@ func TestWatchPicksUpChanges(t *testing.T) {
 			startWatch(t, tokens, 5*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
 			tt.rewrite(t, path, tt.content, old)
 			testutil.WaitFor(t, "the rewritten file to be loaded", func() bool {
-				user, _ := tokens.Authenticate(t.Context(), bearer("token-2"))
+				user, _ := tokens.Authenticate(t.Context(), bearer("token-2-0123456789"))
 				return user == "bobby"
 			})
-			if _, err := tokens.Authenticate(t.Context(), bearer("token-1")); err == nil {
+			if _, err := tokens.Authenticate(t.Context(), bearer("token-1-0123456789")); err == nil {
 				t.Error("the replaced token is still accepted")
 			}
 			testutil.WaitFor(t, "the reload to be logged", func() bool {
@@ -319,36 +367,74 @@ func writeWithMtime(t *testing.T, path, content string, mtime time.Time) {
 
 func TestWatchKeepsPreviousSetOnBadFile(t *testing.T) {
 	t.Parallel()
-	tokens, path := loadTokens(t, "token-1 alice\n")
+	tokens, path := loadTokens(t, "token-1-0123456789 alice\n")
 	logs := &testutil.SyncBuffer{}
 	startWatch(t, tokens, 5*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
-	rewrite(t, path, "token-1 alice\nsecret-dup x\nsecret-dup y\n")
+	rewrite(t, path, "token-1-0123456789 alice\nsecret-dup-0123456789 x\nsecret-dup-0123456789 y\n")
 	testutil.WaitFor(t, "the failed reload to be logged", func() bool {
 		return strings.Contains(logs.String(), "level=ERROR")
 	})
 	if !strings.Contains(logs.String(), ":3: duplicate token") {
 		t.Errorf("log does not explain the failure:\n%s", logs)
 	}
-	if strings.Contains(logs.String(), "secret-dup") {
+	if strings.Contains(logs.String(), "secret-dup-0123456789") {
 		t.Errorf("log contains a token:\n%s", logs)
 	}
-	if user, err := tokens.Authenticate(t.Context(), bearer("token-1")); user != "alice" {
+	if user, err := tokens.Authenticate(t.Context(), bearer("token-1-0123456789")); user != "alice" {
 		t.Errorf("after a bad rewrite: Authenticate = %q, %v; want alice", user, err)
+	}
+}
+
+// The file's sha256: entries hold no token: the entry's text is no token.
+func TestHashedEntryIsNotItselfAToken(t *testing.T) {
+	t.Parallel()
+	digest := sha256.Sum256([]byte("a-token-given-by-its-hash"))
+	entry := "sha256:" + hex.EncodeToString(digest[:])
+	tokens, _ := loadTokens(t, entry+" alice\n")
+	for _, guess := range []string{entry, hex.EncodeToString(digest[:])} {
+		if user, err := tokens.Authenticate(t.Context(), bearer(guess)); err == nil {
+			t.Errorf("Authenticate(%q) = %q, want an error", guess, user)
+		}
+	}
+	if user, err := tokens.Authenticate(t.Context(), bearer("a-token-given-by-its-hash")); user != "alice" {
+		t.Errorf("the token itself: %q, %v; want alice", user, err)
+	}
+}
+
+// A rewrite that adds a short token is refused as a whole, with the line
+// logged, and the tokens in force stay.
+func TestWatchKeepsPreviousSetOnShortToken(t *testing.T) {
+	t.Parallel()
+	tokens, path := loadTokens(t, "token-1-0123456789 alice\n")
+	logs := &testutil.SyncBuffer{}
+	startWatch(t, tokens, 5*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
+	rewrite(t, path, "token-2-0123456789 bob\nshort-secret carol\n")
+	testutil.WaitFor(t, "the failed reload to be logged", func() bool {
+		return strings.Contains(logs.String(), "level=ERROR")
+	})
+	if !strings.Contains(logs.String(), ":2: the token is 12 bytes") || strings.Contains(logs.String(), "short-secret") {
+		t.Errorf("the log does not name the line, or shows the token:\n%s", logs)
+	}
+	if user, _ := tokens.Authenticate(t.Context(), bearer("token-1-0123456789")); user != "alice" {
+		t.Error("the previous token is no longer accepted")
+	}
+	if user, _ := tokens.Authenticate(t.Context(), bearer("token-2-0123456789")); user != "" {
+		t.Error("a token of the refused file is accepted")
 	}
 }
 
 func TestWatchReloadsOnSIGHUP(t *testing.T) {
 	t.Parallel()
-	tokens, path := loadTokens(t, "token-1 alice\n")
+	tokens, path := loadTokens(t, "token-1-0123456789 alice\n")
 	// No polling: only SIGHUP can make Watch reload.
 	startWatch(t, tokens, 0, slog.New(slog.DiscardHandler))
-	rewrite(t, path, "token-2 bob\n")
+	rewrite(t, path, "token-2-0123456789 bob\n")
 	// Watch has called signal.Notify, so SIGHUP cannot kill the test process.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "SIGHUP to reload the file", func() bool {
-		user, _ := tokens.Authenticate(t.Context(), bearer("token-2"))
+		user, _ := tokens.Authenticate(t.Context(), bearer("token-2-0123456789"))
 		return user == "bob"
 	})
 }

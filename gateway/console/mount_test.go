@@ -17,7 +17,7 @@ import (
 // mux, mounted at "/" as the binary does: each keeps its own paths.
 func TestMounted(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, "mount-token")
+	g := startGateway(t, "mount-token-0123456789")
 	for _, tc := range []struct {
 		path, want string
 	}{
@@ -39,7 +39,7 @@ func TestMounted(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("ListSessions without a token: %v, want unauthenticated", err)
 	}
-	if _, err := g.client.ListSessions(context.Background(), authorized(connect.NewRequest(&acpv2.ListSessionsRequest{}), "mount-token")); err != nil {
+	if _, err := g.client.ListSessions(context.Background(), authorized(connect.NewRequest(&acpv2.ListSessionsRequest{}), "mount-token-0123456789")); err != nil {
 		t.Errorf("ListSessions: %v", err)
 	}
 }

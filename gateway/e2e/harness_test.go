@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -118,7 +119,9 @@ type gatewayOpts struct {
 	maxSessions, maxUserSessions, maxPromptBytes int
 	rateLimit                                    float64
 	rateBurst, maxUserStreams                    int
-	readMaxBytes, sendMaxBytes                   int
+	// authFailureLimit is as app.Config's (zero: the default).
+	authFailureLimit           int
+	readMaxBytes, sendMaxBytes int
 	// tracing, when set, is the tracing interceptor.
 	tracing connect.Interceptor
 	// env is the agents' environment; nil means just PATH, unless nilEnv
@@ -128,6 +131,8 @@ type gatewayOpts struct {
 	// configure, when set, changes the gateway's configuration last (the
 	// sandbox tests confine its agents).
 	configure func(*app.Config)
+	// listener, when set, is the one the gateway serves on (testutil.Listen).
+	listener net.Listener
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -170,6 +175,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		Auth:              o.auth,
 		AnyCwd:            o.anyCwd,
 		Tracing:           o.tracing,
+		AuthFailureLimit:  o.authFailureLimit,
 		RateLimit:         o.rateLimit,
 		RateBurst:         o.rateBurst,
 		MaxStreamsPerUser: o.maxUserStreams,
@@ -193,7 +199,10 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		h1.CloseIdleConnections()
 		h2.CloseIdleConnections()
 	})
-	base, stop := testutil.Serve(t, gw.Server.Serve, gw.Shutdown)
+	if o.listener == nil {
+		o.listener = testutil.Listen(t)
+	}
+	base, stop := testutil.ServeOn(t, o.listener, gw.Server.Serve, gw.Shutdown)
 	g := &gateway{base: base, mgr: gw.Manager, srv: gw.Server, metrics: gw.Metrics, stop: stop, clients: map[string]acpv2connect.SessionServiceClient{
 		"connect+proto over HTTP/1.1": acpv2connect.NewSessionServiceClient(h1, base),
 		"connect+json over h2c":       acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),

@@ -101,8 +101,8 @@ func everyRPC(c acpv2connect.SessionServiceClient, id, requestID string) map[str
 
 func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 	t.Parallel()
-	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice alice", "tok-bob  bob"), anyCwd: true})
-	alice := g.clientsAs(t, "tok-alice")["connect+json"]
+	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice-0123456789 alice", "tok-bob-0123456789  bob"), anyCwd: true})
+	alice := g.clientsAs(t, "tok-alice-0123456789")["connect+json"]
 	ctx := context.Background()
 	res, err := alice.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: t.TempDir()}))
 	if err != nil {
@@ -124,7 +124,7 @@ func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 		t.Fatalf("no permission request: %v", stream.Err())
 	}
 
-	for proto, bob := range g.clientsAs(t, "tok-bob") {
+	for proto, bob := range g.clientsAs(t, "tok-bob-0123456789") {
 		t.Run(proto, func(t *testing.T) {
 			hers := everyRPC(bob, id, requestID)
 			nobody := everyRPC(bob, "s_000000000000000000000000", requestID)
@@ -153,7 +153,7 @@ func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 	}
 
 	// Bob's own session is his alone too.
-	bob := g.clientsAs(t, "tok-bob")["grpc"]
+	bob := g.clientsAs(t, "tok-bob-0123456789")["grpc"]
 	bres, err := bob.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: t.TempDir()}))
 	if err != nil {
 		t.Fatal(err)
@@ -198,8 +198,9 @@ func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 
 func TestEveryRPCNeedsAValidToken(t *testing.T) {
 	t.Parallel()
-	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice alice"), anyCwd: true})
-	for _, token := range []string{"", "tok-wrong"} {
+	// Its 40 wrong guesses are not throttled, so that each RPC's answer shows.
+	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-alice-0123456789 alice"), anyCwd: true, authFailureLimit: -1})
+	for _, token := range []string{"", "tok-wrong-0123456789"} {
 		for proto, c := range g.clientsAs(t, token) {
 			errs := everyRPC(c, "s_000000000000000000000000", "perm-1")
 			_, errs["CreateSession"] = c.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: t.TempDir()}))
@@ -226,7 +227,7 @@ func TestEveryRPCNeedsAValidToken(t *testing.T) {
 		}
 	}
 	// Nothing was created by the refused calls.
-	list, err := g.clientsAs(t, "tok-alice")["connect+json"].ListSessions(context.Background(), connect.NewRequest(&acpv2.ListSessionsRequest{}))
+	list, err := g.clientsAs(t, "tok-alice-0123456789")["connect+json"].ListSessions(context.Background(), connect.NewRequest(&acpv2.ListSessionsRequest{}))
 	if err != nil || len(list.Msg.GetSessions()) != 0 {
 		t.Fatalf("sessions after refused calls: %v %v", list, err)
 	}

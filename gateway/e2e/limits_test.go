@@ -23,7 +23,7 @@ func wantExhausted(t *testing.T, what string, err error, about string) {
 func TestSessionLimitsPerUserAndPerGateway(t *testing.T) {
 	t.Parallel()
 	g := permissionGateway(t, gatewayOpts{
-		auth:            tokenFile(t, "tok-a a", "tok-b b", "tok-c c"),
+		auth:            tokenFile(t, "tok-a-0123456789 a", "tok-b-0123456789 b", "tok-c-0123456789 c"),
 		anyCwd:          true,
 		maxUserSessions: 2,
 		maxSessions:     3,
@@ -37,26 +37,26 @@ func TestSessionLimitsPerUserAndPerGateway(t *testing.T) {
 		}
 		return res.Msg.GetSessionId(), nil
 	}
-	a1, err := create("tok-a")
+	a1, err := create("tok-a-0123456789")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := create("tok-a"); err != nil {
+	if _, err := create("tok-a-0123456789"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = create("tok-a")
+	_, err = create("tok-a-0123456789")
 	wantExhausted(t, "a third session of one user", err, "limit per user")
-	if _, err := create("tok-b"); err != nil {
+	if _, err := create("tok-b-0123456789"); err != nil {
 		t.Fatalf("another user is not held back by a's limit: %v", err)
 	}
-	_, err = create("tok-c")
+	_, err = create("tok-c-0123456789")
 	wantExhausted(t, "a fourth session on the gateway", err, "this gateway runs 3 sessions")
 
 	// Closing frees a place, for the user and the gateway.
-	if _, err := g.clientsAs(t, "tok-a")["connect+json"].CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: a1})); err != nil {
+	if _, err := g.clientsAs(t, "tok-a-0123456789")["connect+json"].CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: a1})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := create("tok-a"); err != nil {
+	if _, err := create("tok-a-0123456789"); err != nil {
 		t.Fatalf("after closing one: %v", err)
 	}
 }
@@ -80,7 +80,7 @@ func TestPromptAndMessageSizeLimits(t *testing.T) {
 func TestRateLimitPerUser(t *testing.T) {
 	t.Parallel()
 	g := permissionGateway(t, gatewayOpts{
-		auth:      tokenFile(t, "tok-a a", "tok-b b"),
+		auth:      tokenFile(t, "tok-a-0123456789 a", "tok-b-0123456789 b"),
 		anyCwd:    true,
 		rateLimit: 0.001, // no refill within the test
 		rateBurst: 3,
@@ -91,12 +91,12 @@ func TestRateLimitPerUser(t *testing.T) {
 		return err
 	}
 	for i := range 3 {
-		if err := list("tok-a"); err != nil {
+		if err := list("tok-a-0123456789"); err != nil {
 			t.Fatalf("call %d within the burst: %v", i+1, err)
 		}
 	}
-	wantExhausted(t, "a call over the burst", list("tok-a"), "too many requests")
-	if err := list("tok-b"); err != nil {
+	wantExhausted(t, "a call over the burst", list("tok-a-0123456789"), "too many requests")
+	if err := list("tok-b-0123456789"); err != nil {
 		t.Fatalf("another user is not held back: %v", err)
 	}
 }

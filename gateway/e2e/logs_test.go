@@ -33,7 +33,7 @@ func logLines(t *testing.T, out string) []map[string]any {
 func TestLogsNameTheCallAndHoldNoSecrets(t *testing.T) {
 	t.Parallel()
 	const (
-		secretToken  = "tok-Zebra-7f3a"
+		secretToken  = "tok-Zebra-7f3a-0123456789"
 		secretPrompt = "PROMPT-Quokka-launch-codes"
 	)
 	exit3 := 3

@@ -85,13 +85,13 @@ func TestCwdIsConfinedToTheUsersWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := startGateway(t, gatewayOpts{
-		auth:       tokenFile(t, "tok-alice alice", "tok-bob bob", "tok-carol carol"),
+		auth:       tokenFile(t, "tok-alice-0123456789 alice", "tok-bob-0123456789 bob", "tok-carol-0123456789 carol"),
 		workspaces: root,
 		confineCwd: true,
 		agents:     map[string][]string{"sim": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{cwdTurn, cwdTurn}})},
 	})
 	ctx := context.Background()
-	for proto, c := range g.clientsAs(t, "tok-alice") {
+	for proto, c := range g.clientsAs(t, "tok-alice-0123456789") {
 		t.Run(proto, func(t *testing.T) {
 			create := func(cwd string) (string, error) {
 				res, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "sim", Cwd: cwd}))
@@ -173,7 +173,7 @@ func TestCwdIsConfinedToTheUsersWorkspace(t *testing.T) {
 
 	// Bob's session in a directory of his own, and his fresh one, are his
 	// alone: Alice cannot start a session in them.
-	bobc := g.clientsAs(t, "tok-bob")["grpc"]
+	bobc := g.clientsAs(t, "tok-bob-0123456789")["grpc"]
 	res, err := bobc.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "sim"}))
 	if err != nil {
 		t.Fatal(err)
@@ -182,13 +182,13 @@ func TestCwdIsConfinedToTheUsersWorkspace(t *testing.T) {
 	if fresh != filepath.Join(bob, res.Msg.GetSessionId()) {
 		t.Fatalf("Bob's new workspace %q", fresh)
 	}
-	alicec := g.clientsAs(t, "tok-alice")["grpc"]
+	alicec := g.clientsAs(t, "tok-alice-0123456789")["grpc"]
 	if _, err := alicec.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "sim", Cwd: fresh})); codeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("Alice in Bob's session's workspace: %v, want permission_denied", err)
 	}
 
 	// When the directory cannot be made, nothing is created.
-	carol := g.clientsAs(t, "tok-carol")["connect+json"]
+	carol := g.clientsAs(t, "tok-carol-0123456789")["connect+json"]
 	if _, err := carol.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "sim"})); codeOf(err) != connect.CodeInternal {
 		t.Errorf("CreateSession without a directory to work in: %v, want internal", err)
 	}
@@ -267,7 +267,7 @@ func TestLocalUsersWorkspace(t *testing.T) {
 // by mistake.
 func TestAuthNeedsConfinedOrAnyCwd(t *testing.T) {
 	t.Parallel()
-	_, err := app.New(context.Background(), app.Config{Auth: tokenFile(t, "tok-a a")})
+	_, err := app.New(context.Background(), app.Config{Auth: tokenFile(t, "tok-a-0123456789 a")})
 	if err == nil || !strings.Contains(err.Error(), "AnyCwd") {
 		t.Fatalf("app.New with auth, unconfined: %v; want an error naming AnyCwd", err)
 	}

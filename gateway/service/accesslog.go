@@ -25,6 +25,8 @@ var saneRequestID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 type call struct {
 	requestID string
 	user      string
+	// client is the address of the TCP peer (behind a proxy, the proxy's).
+	client string
 }
 
 type callKey struct{}
@@ -91,15 +93,15 @@ func Interceptors(cfg InterceptorConfig) []connect.Interceptor {
 }
 
 // accessLog gives each call a request id and logs it when it ends: the
-// procedure, user, session and agent, code and duration. It never logs
+// procedure, user, client address, session and agent, code and duration. It never logs
 // headers (tokens) or message contents (prompts).
 type accessLog struct {
 	log   *slog.Logger
 	agent func(string) string
 }
 
-func (a *accessLog) start(ctx context.Context, h interface{ Get(string) string }) (context.Context, *call) {
-	c := &call{requestID: h.Get(RequestIDHeader)}
+func (a *accessLog) start(ctx context.Context, h interface{ Get(string) string }, peer connect.Peer) (context.Context, *call) {
+	c := &call{requestID: h.Get(RequestIDHeader), client: peer.Addr}
 	if !saneRequestID.MatchString(c.requestID) {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -125,6 +127,7 @@ func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any,
 	attrs := []slog.Attr{
 		slog.String("procedure", procedure),
 		slog.String("user", c.user),
+		slog.String("client", c.client),
 		slog.String("code", codeName(err)),
 		slog.Duration("duration", time.Since(began)),
 	}
@@ -172,7 +175,7 @@ func (a *accessLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		began := time.Now()
-		ctx, c := a.start(ctx, req.Header())
+		ctx, c := a.start(ctx, req.Header(), req.Peer())
 		agent := a.agentOf(req.Any())
 		res, err := next(ctx, req)
 		if res != nil {
@@ -192,7 +195,7 @@ func (a *accessLog) WrapStreamingClient(next connect.StreamingClientFunc) connec
 func (a *accessLog) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		began := time.Now()
-		ctx, c := a.start(ctx, conn.RequestHeader())
+		ctx, c := a.start(ctx, conn.RequestHeader(), conn.Peer())
 		conn.ResponseHeader().Set(RequestIDHeader, c.requestID)
 		conn = &firstMessage{StreamingHandlerConn: conn}
 		err := next(ctx, conn)

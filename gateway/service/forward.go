@@ -3,11 +3,13 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 
 	"connectrpc.com/connect"
 
+	"github.com/acp-gateway/acp-gateway/gateway/replica"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
@@ -16,7 +18,7 @@ import (
 // ForwardedHeader marks a request one replica forwarded to the replica
 // that runs the session. A forwarded request is never forwarded again, so
 // two replicas that disagree about ownership cannot loop.
-const ForwardedHeader = "Acp-Gateway-Forwarded"
+const ForwardedHeader = replica.ForwardedHeader
 
 // forwarder holds a client per replica that requests are forwarded to.
 //
@@ -24,11 +26,18 @@ const ForwardedHeader = "Acp-Gateway-Forwarded"
 // RespondPermission, CloseSession, SetMode, SetConfigOption) and lands on a
 // replica that does not run it is sent on to the owner's advertised address
 // with the same Connect API, rather than through Redis: the owner already
-// serves that API (streams included, with their heartbeats and errors), the
-// caller's credentials travel with the request and are checked by the owner
-// as by any replica, and nothing new has to be kept consistent in Redis.
+// serves that API (streams included, with their heartbeats and errors), and
+// nothing new has to be kept consistent in Redis.
+//
+// The owner's address comes from the store, which this replica does not
+// trust: with a replica secret, the owner must first prove it holds the
+// secret, and the request carries the caller's user asserted under it,
+// never the caller's credentials (package replica). Without one, the
+// request goes to whatever address the store names, with the caller's
+// Authorization header.
 type forwarder struct {
-	http *http.Client
+	http   *http.Client
+	secret *replica.Secret
 
 	mu      sync.Mutex
 	clients map[string]acpv2connect.SessionServiceClient
@@ -39,17 +48,38 @@ func newForwarder() *forwarder {
 	p.SetUnencryptedHTTP2(true)
 	p.SetHTTP1(true)
 	return &forwarder{
-		http:    &http.Client{Transport: &http.Transport{Protocols: p}},
+		http: &http.Client{
+			Transport: &http.Transport{Protocols: p},
+			// A replica answers itself: a redirect would send the request,
+			// and its assertion, elsewhere.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
 		clients: map[string]acpv2connect.SessionServiceClient{},
 	}
 }
 
-// client returns the client for the owning replica, or an error when the
-// request was itself forwarded.
-func (f *forwarder) client(h http.Header, holder string) (acpv2connect.SessionServiceClient, error) {
+// remote is the replica a request is forwarded to.
+type remote struct {
+	acpv2connect.SessionServiceClient
+	holder string
+	secret *replica.Secret
+}
+
+// remote returns the owning replica at holder, once it proved the replica
+// secret, or an error when the request was itself forwarded or the holder
+// is not a replica of this deployment.
+func (f *forwarder) remote(ctx context.Context, h http.Header, holder string) (*remote, error) {
 	if h.Get(ForwardedHeader) != "" {
 		return nil, connect.NewError(connect.CodeUnavailable,
 			errors.New("the session moved between gateway replicas; retry"))
+	}
+	if f.secret != nil {
+		if err := f.secret.Verify(ctx, f.http, holder); err != nil {
+			// The client learns nothing of the address; the access log
+			// tells the operator.
+			return nil, connect.NewError(connect.CodeInternal, &internalError{fmt.Errorf(
+				"not forwarding to the session's replica as the store names it: %w", err)})
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -58,14 +88,21 @@ func (f *forwarder) client(h http.Header, holder string) (acpv2connect.SessionSe
 		c = acpv2connect.NewSessionServiceClient(f.http, holder, connect.WithGRPC())
 		f.clients[holder] = c
 	}
-	return c, nil
+	return &remote{SessionServiceClient: c, holder: holder, secret: f.secret}, nil
 }
 
-// forwarded copies a request for the owning replica, keeping the caller's
-// credentials and trace context.
-func forwarded[T any](in *connect.Request[T]) *connect.Request[T] {
+// forwarded copies a request of user for the owning replica, with its
+// trace context, and the user asserted under the replica secret, or
+// without one the caller's credentials.
+func forwarded[T any](r *remote, in *connect.Request[T], user string) *connect.Request[T] {
 	out := connect.NewRequest(in.Msg)
-	for _, k := range []string{"Authorization", "Traceparent", "Tracestate", "X-Request-Id"} {
+	keys := []string{"Traceparent", "Tracestate", "X-Request-Id"}
+	if r.secret == nil {
+		keys = append(keys, "Authorization")
+	} else {
+		r.secret.Assert(out.Header(), r.holder, in.Spec().Procedure, user)
+	}
+	for _, k := range keys {
 		if v := in.Header().Get(k); v != "" {
 			out.Header().Set(k, v)
 		}
@@ -87,7 +124,7 @@ func onSession[Req, Res any](ctx context.Context, s *Service, req *connect.Reque
 		return nil, err
 	}
 	if remote != nil {
-		res, err := call(remote, ctx, forwarded(req))
+		res, err := call(remote, ctx, forwarded(remote, req, s.user(ctx)))
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/flush"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
+	"github.com/acp-gateway/acp-gateway/gateway/replica"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
@@ -78,6 +79,13 @@ const DefaultMaxPromptBytes = 1 << 20
 // WithMaxPromptBytes bounds the encoded (protobuf) size of a prompt's
 // content blocks; a larger prompt is refused with resource_exhausted.
 func WithMaxPromptBytes(n int) Option { return func(s *Service) { s.maxPrompt = n } }
+
+// WithReplicaSecret makes the Service forward requests only to replicas
+// that prove they hold secret, asserting the caller's user under it
+// rather than passing on the caller's credentials (package replica).
+func WithReplicaSecret(secret *replica.Secret) Option {
+	return func(s *Service) { s.fwd.secret = secret }
+}
 
 // WithUser sets how the calling user is found from a request's context.
 func WithUser(f func(context.Context) string) Option { return func(s *Service) { s.user = f } }
@@ -158,15 +166,15 @@ func (e *internalError) Error() string { return "internal error" }
 
 // session returns the local session id, or the client of the replica that
 // runs it, to which the request is forwarded.
-func (s *Service) session(ctx context.Context, h http.Header, id string) (*session.Session, acpv2connect.SessionServiceClient, error) {
+func (s *Service) session(ctx context.Context, h http.Header, id string) (*session.Session, *remote, error) {
 	if err := checkID("session_id", id); err != nil {
 		return nil, nil, err
 	}
 	sess, err := s.mgr.Get(ctx, s.user(ctx), id)
-	var remote *session.RemoteError
-	if errors.As(err, &remote) {
-		c, err := s.fwd.client(h, remote.Holder)
-		return nil, c, err
+	var elsewhere *session.RemoteError
+	if errors.As(err, &elsewhere) {
+		r, err := s.fwd.remote(ctx, h, elsewhere.Holder)
+		return nil, r, err
 	}
 	if err != nil {
 		return nil, nil, toConnect(err)
@@ -221,7 +229,7 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 		return err
 	}
 	if remote != nil {
-		in, err := remote.Prompt(ctx, forwarded(req))
+		in, err := remote.Prompt(ctx, forwarded(remote, req, s.user(ctx)))
 		if err != nil {
 			return err
 		}

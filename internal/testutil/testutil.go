@@ -63,10 +63,23 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 // returned an error, and does nothing when called again.
 func Serve(t testing.TB, serve func(net.Listener) error, shutdown func(context.Context) error) (base string, stop func()) {
 	t.Helper()
+	return ServeOn(t, Listen(t), serve, shutdown)
+}
+
+// Listen returns a new loopback listener, for ServeOn.
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+// ServeOn is Serve on the listener l, for a server that must know its
+// address before it serves.
+func ServeOn(t testing.TB, l net.Listener, serve func(net.Listener) error, shutdown func(context.Context) error) (base string, stop func()) {
+	t.Helper()
 	served := make(chan error, 1)
 	go func() { served <- serve(l) }()
 	stop = sync.OnceFunc(func() {

@@ -160,6 +160,10 @@ func ParseURL(rawURL string) (shown string, opts *redis.Options, err error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // ue names the URL, password and all
 		}
+		if _, escape := errors.AsType[url.EscapeError](err); escape {
+			// It quotes the escape, which may be part of the password.
+			err = errors.New("a % is not followed by two hex digits (escape a % in the password as %25)")
+		}
 		return "", nil, fmt.Errorf("redisstore: bad Redis URL: %w", err)
 	}
 	shown = u.Redacted()
