@@ -176,7 +176,7 @@ func (r *readCounter) Read([]byte) (int, error) { r.reads++; return 0, errors.Ne
 // body, in the request's protocol, and tells of it.
 func TestMiddlewareReadsNoBodyOfARefusedRequest(t *testing.T) {
 	t.Parallel()
-	tokens, _ := loadTokens(t, "static-token alice\n")
+	tokens, _ := loadTokens(t, "static-token-0123456789 alice\n")
 	var refused []error
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("an unauthenticated request was let through") })
 	h := auth.Middleware(tokens, next, func(_ *http.Request, err error) { refused = append(refused, err) })

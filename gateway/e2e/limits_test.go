@@ -105,7 +105,7 @@ func TestRateLimitPerUser(t *testing.T) {
 // refused, another user's are not, and an ended stream makes room.
 func TestStreamLimitPerUser(t *testing.T) {
 	t.Parallel()
-	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-a a", "tok-b b"), anyCwd: true, maxUserStreams: 3})
+	g := permissionGateway(t, gatewayOpts{auth: tokenFile(t, "tok-a-0123456789 a", "tok-b-0123456789 b"), anyCwd: true, maxUserStreams: 3})
 	ctx := context.Background()
 	watch := func(token, id string) (func(), error) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -120,7 +120,7 @@ func TestStreamLimitPerUser(t *testing.T) {
 		return func() { cancel(); stream.Close() }, nil
 	}
 	ids := map[string]string{}
-	for _, token := range []string{"tok-a", "tok-b"} {
+	for _, token := range []string{"tok-a-0123456789", "tok-b-0123456789"} {
 		res, err := g.clientsAs(t, token)["connect+json"].CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "perm", Cwd: t.TempDir()}))
 		if err != nil {
 			t.Fatal(err)
@@ -134,16 +134,16 @@ func TestStreamLimitPerUser(t *testing.T) {
 		}
 	}()
 	for i := range 3 {
-		end, err := watch("tok-a", ids["tok-a"])
+		end, err := watch("tok-a-0123456789", ids["tok-a-0123456789"])
 		if err != nil {
 			t.Fatalf("stream %d within the limit: %v", i+1, err)
 		}
 		open = append(open, end)
 	}
-	_, err := watch("tok-a", ids["tok-a"])
+	_, err := watch("tok-a-0123456789", ids["tok-a-0123456789"])
 	wantExhausted(t, "a fourth stream", err, "3 Prompt and Watch streams of yours are open")
 	// A prompt is a stream too.
-	prompt, err := g.clientsAs(t, "tok-a")["connect+json"].Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: ids["tok-a"], Prompt: textPrompt("go")}))
+	prompt, err := g.clientsAs(t, "tok-a-0123456789")["connect+json"].Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: ids["tok-a-0123456789"], Prompt: textPrompt("go")}))
 	if err == nil {
 		for prompt.Receive() {
 		}
@@ -151,7 +151,7 @@ func TestStreamLimitPerUser(t *testing.T) {
 		prompt.Close()
 	}
 	wantExhausted(t, "a prompt past the limit", err, "streams of yours")
-	end, err := watch("tok-b", ids["tok-b"])
+	end, err := watch("tok-b-0123456789", ids["tok-b-0123456789"])
 	if err != nil {
 		t.Fatalf("another user is not held back: %v", err)
 	}
@@ -159,7 +159,7 @@ func TestStreamLimitPerUser(t *testing.T) {
 	open[0]()
 	open = open[1:]
 	testutil.WaitFor(t, "a place after a stream ended", func() bool {
-		end, err := watch("tok-a", ids["tok-a"])
+		end, err := watch("tok-a-0123456789", ids["tok-a-0123456789"])
 		if err == nil {
 			open = append(open, end)
 		}
