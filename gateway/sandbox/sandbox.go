@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -162,6 +163,11 @@ type Spec struct {
 	// Env is the agent's environment; HOME and TMPDIR are set by the
 	// sandbox.
 	Env []string
+	// WorkspaceFD, when positive, is a descriptor of Workspace that the
+	// agent's process inherits at this number: the sandbox binds the
+	// directory it names, which the gateway opened and checked, rather
+	// than whatever the path leads to by then.
+	WorkspaceFD int
 	// Egress, when set, gives the agent a network namespace of its own,
 	// whose only way out is the gateway's egress proxy (package egress).
 	Egress *Egress
@@ -202,28 +208,44 @@ func (s *Sandbox) Command(spec Spec) (argv, env []string, err error) {
 	}
 	argv = append([]string{s.bwrap}, s.system...)
 	argv = append(argv, namespaces...)
-	// What is visible, and from where, so that hidden files are hidden
-	// only where they would show.
-	visible := slices.Clone(systemDirs)
+	// What shows where: each bind's source, its links resolved, and its
+	// place in the sandbox, so that a hidden file is found wherever it
+	// shows, whichever links lead to it.
+	binds := []bind{}
+	for _, d := range systemDirs {
+		binds = append(binds, newBind(d, d))
+	}
 	for _, p := range s.opts.ReadOnly {
 		argv = append(argv, "--ro-bind", p, p)
-		visible = append(visible, p)
+		binds = append(binds, newBind(p, p))
 	}
 	for _, p := range s.opts.ReadWrite {
 		argv = append(argv, "--bind", p, p)
-		visible = append(visible, p)
+		binds = append(binds, newBind(p, p))
 	}
-	for _, d := range programDirs(spec.Command) {
-		if !underAny(d, visible) {
-			argv = append(argv, "--ro-bind", d, d)
-			visible = append(visible, d)
-		}
-	}
-	argv = append(argv, "--bind", spec.Workspace, spec.Workspace, "--bind", spec.Home, spec.Home)
+	// Places in the sandbox that hold a mount of their own: a hidden file
+	// beside one is covered alone, not with its directory.
 	mounts := slices.Concat(s.opts.ReadOnly, s.opts.ReadWrite, []string{spec.Workspace, spec.Home})
-	visible = append(visible, spec.Workspace, spec.Home)
+	for _, d := range programDirs(spec.Command) {
+		if !visible(d, binds) {
+			argv = append(argv, "--ro-bind", d, d)
+			binds = append(binds, newBind(d, d))
+		}
+		mounts = append(mounts, d)
+	}
+	if spec.WorkspaceFD > 0 {
+		// The directory the gateway opened and checked: a link swapped
+		// in for the path since cannot move the mount elsewhere.
+		argv = append(argv, "--bind-fd", strconv.Itoa(spec.WorkspaceFD), spec.Workspace)
+	} else {
+		argv = append(argv, "--bind", spec.Workspace, spec.Workspace)
+	}
+	argv = append(argv, "--bind", spec.Home, spec.Home)
+	binds = append(binds, newBind(spec.Workspace, spec.Workspace), newBind(spec.Home, spec.Home))
 	for _, h := range s.opts.Hide {
-		argv = append(argv, hide(h, visible, mounts)...)
+		for _, at := range shownAt(h, binds) {
+			argv = append(argv, hide(at, mounts)...)
+		}
 	}
 	command := spec.Command
 	if e := spec.Egress; e != nil {
@@ -273,19 +295,55 @@ func programDirs(command []string) []string {
 	return dirs
 }
 
-// hide returns the arguments that hide path, where it would be visible:
-// its whole directory is covered with an empty tmpfs, so that a file
-// replaced by a rename on the host stays hidden too, unless that directory
-// is a system directory or holds a mount of the sandbox, in which case the
-// file alone is covered with /dev/null (which the sandbox may not even
-// open: device nodes do not work in its user namespace's mounts).
-func hide(path string, visible, mounts []string) []string {
-	path = filepath.Clean(path)
-	if !underAny(path, visible) {
-		return nil
+// bind is a host directory shown in the sandbox.
+type bind struct {
+	// src is the host directory, its links resolved; dest is where the
+	// sandbox shows it.
+	src, dest string
+}
+
+func newBind(src, dest string) bind {
+	if real, err := filepath.EvalSymlinks(src); err == nil {
+		src = real
 	}
+	return bind{src: filepath.Clean(src), dest: filepath.Clean(dest)}
+}
+
+// visible reports whether host directory dir shows in the sandbox.
+func visible(dir string, binds []bind) bool {
+	return len(shownAt(dir, binds)) > 0
+}
+
+// shownAt lists where host path p, its links resolved, shows in the
+// sandbox.
+func shownAt(p string, binds []bind) []string {
+	real := filepath.Clean(p)
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		real = r
+	}
+	var at []string
+	for _, b := range binds {
+		if !under(real, b.src) {
+			continue
+		}
+		rel, _ := filepath.Rel(b.src, real)
+		if in := filepath.Join(b.dest, rel); !slices.Contains(at, in) {
+			at = append(at, in)
+		}
+	}
+	return at
+}
+
+// hide returns the arguments that hide path, a place in the sandbox where
+// a hidden file shows (not a link: shownAt resolves them): its whole
+// directory is covered with an empty tmpfs, so that a file replaced by a
+// rename on the host stays hidden too, unless that directory is a system
+// directory or holds a mount of the sandbox, in which case the file alone
+// is covered with /dev/null (which the sandbox may not even open: device
+// nodes do not work in its user namespace's mounts).
+func hide(path string, mounts []string) []string {
 	dir := filepath.Dir(path)
-	whole := underAny(dir, visible) && !slices.Contains(systemDirs, dir) && dir != "/"
+	whole := !slices.Contains(systemDirs, dir) && dir != "/"
 	for _, m := range mounts {
 		if under(m, dir) {
 			whole = false

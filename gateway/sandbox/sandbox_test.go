@@ -130,19 +130,70 @@ func TestHiddenFileStaysHiddenAfterARename(t *testing.T) {
 func TestHideWhereTheDirectoryHoldsAMount(t *testing.T) {
 	// The store's directory holds the workspace: the store file alone is
 	// covered, and the workspace stays.
-	dir := []string{"/x"}
-	got := hide("/x/sessions.db", dir, []string{"/x/ws/alice"})
+	got := hide("/x/sessions.db", []string{"/x/ws/alice"})
 	if strings.Join(got, " ") != "--ro-bind-try /dev/null /x/sessions.db" {
 		t.Errorf("got %q", got)
 	}
-	if got := hide("/x/secret/tokens", dir, nil); strings.Join(got, " ") != "--tmpfs /x/secret" {
+	if got := hide("/x/secret/tokens", nil); strings.Join(got, " ") != "--tmpfs /x/secret" {
 		t.Errorf("got %q", got)
 	}
-	if got := hide("/etc/tokens", []string{"/etc"}, nil); strings.Join(got, " ") != "--ro-bind-try /dev/null /etc/tokens" {
+	if got := hide("/etc/tokens", nil); strings.Join(got, " ") != "--ro-bind-try /dev/null /etc/tokens" {
 		t.Errorf("a file right in /etc: got %q", got)
 	}
-	if got := hide("/srv/tokens", dir, nil); got != nil {
-		t.Errorf("a file not visible anyway: got %q", got)
+	if got := shownAt("/srv/tokens", []bind{{"/x", "/x"}}); got != nil {
+		t.Errorf("a file not visible anyway shows at %q", got)
+	}
+}
+
+// TestHiddenBehindLinks: a hidden file reached through links, and a
+// directory given through one, as Kubernetes lays out a Secret (tokens ->
+// ..data/tokens -> ..2026_11_26/tokens), stay hidden.
+func TestHiddenBehindLinks(t *testing.T) {
+	root := t.TempDir()
+	real := filepath.Join(root, "srv", "..2026_11_26")
+	if err := os.MkdirAll(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(real, "tokens"), []byte("TOKEN alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "srv", "tool.txt"), []byte("tool\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secrets := filepath.Join(root, "secrets")
+	if err := os.MkdirAll(secrets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	hidden := filepath.Join(secrets, "tokens") // a link into srv
+	if err := os.Symlink(filepath.Join(real, "tokens"), hidden); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(root, "data") // srv, given through a link
+	if err := os.Symlink(filepath.Join(root, "srv"), data); err != nil {
+		t.Fatal(err)
+	}
+	ws, home := filepath.Join(root, "ws"), filepath.Join(root, "home")
+	for _, d := range []string{ws, home} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, given := range []string{filepath.Join(root, "srv"), data} {
+		sb, err := New(context.Background(), Options{ReadOnly: []string{given}, Hide: []string{hidden}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := "cat " + given + "/tool.txt; cat " + given + "/..2026_11_26/tokens 2>/dev/null || echo hidden"
+		argv, env, err := sb.Command(Spec{Command: []string{"/bin/sh", "-c", script}, Workspace: ws, Home: home, Env: []string{"PATH=/usr/bin:/bin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != "tool\nhidden\n" {
+			t.Errorf("given %s: %q, %v", given, out, err)
+		}
 	}
 }
 
