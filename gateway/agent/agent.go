@@ -111,6 +111,13 @@ type Config struct {
 	// Closers are closed once the agent has ended (or Start failed): what
 	// serves this agent alone, such as its egress proxy.
 	Closers []io.Closer
+	// Workspace, when set, is Dir, opened (O_PATH) and checked by the
+	// caller: the files the agent reads and writes through the gateway
+	// are found from it rather than from Dir's path, and the agent's
+	// process inherits it as descriptor WorkspaceFD (a sandbox binds the
+	// directory it names), so that a symbolic link swapped in for a part
+	// of Dir's path since the check leads nowhere. The caller closes it.
+	Workspace *os.File
 }
 
 // Group is a set of processes under limits, such as a *limits.Group.
@@ -126,10 +133,15 @@ type Group interface {
 	Close()
 }
 
+// WorkspaceFD is the descriptor at which an agent's process inherits
+// Config.Workspace.
+const WorkspaceFD = 3
+
 // holdScript waits, before it runs the agent's command line, until the
 // gateway has placed its process in the agent's Group: a process placed
 // after it started could have forked children outside it.
-const holdScript = `read -r _ <&3 && exec 3<&- "$0" "$@"`
+// It reads descriptor %[1]d.
+const holdScript = `read -r _ <&%[1]d && exec %[1]d<&- "$0" "$@"`
 
 // Counter counts bytes; a prometheus.Counter is one.
 type Counter interface{ Add(float64) }
@@ -227,7 +239,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 			closeAll(cfg.Closers)
 		}
 	}()
-	fs, err := newFileServer(cfg.Dir)
+	fs, err := newFileServer(cfg.Dir, cfg.Workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -246,8 +258,16 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 		defer holdR.Close()
 		defer hold.Close()
-		cmd = exec.Command("/bin/sh", append([]string{"-c", holdScript}, cfg.Command...)...)
+		// After the workspace, if any.
+		holdFD := 3
+		if cfg.Workspace != nil {
+			holdFD++
+		}
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(holdScript, holdFD)}, cfg.Command...)...)
 		cmd.ExtraFiles = []*os.File{holdR}
+	}
+	if cfg.Workspace != nil {
+		cmd.ExtraFiles = append([]*os.File{cfg.Workspace}, cmd.ExtraFiles...)
 	}
 	cmd.Dir = cfg.Dir
 	// Only what the configuration gives: a nil Env would make exec pass

@@ -25,11 +25,18 @@ type fileServer struct {
 	root *os.Root
 }
 
-func newFileServer(dir string) (*fileServer, error) {
+// newFileServer serves files inside dir, found from ws when it is set (an
+// open descriptor of dir, see Config.Workspace).
+func newFileServer(dir string, ws *os.File) (*fileServer, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("agent: working directory %q is not absolute", dir)
 	}
-	root, err := os.OpenRoot(dir)
+	open := dir
+	if ws != nil {
+		// The directory the descriptor names, wherever dir leads now.
+		open = fmt.Sprintf("/proc/self/fd/%d", ws.Fd())
+	}
+	root, err := os.OpenRoot(open)
 	if err != nil {
 		return nil, fmt.Errorf("agent: working directory: %w", err)
 	}

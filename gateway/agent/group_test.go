@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ func TestAgentIsPlacedBeforeItRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(g.placedCmdline, "/bin/sh -c "+holdScript) {
+	if !strings.HasPrefix(g.placedCmdline, "/bin/sh -c "+fmt.Sprintf(holdScript, 3)) {
 		t.Errorf("placed %q, want the waiting shell", g.placedCmdline)
 	}
 	a.Close()

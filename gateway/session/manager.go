@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/gateway/limits"
@@ -624,6 +626,12 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		BytesIn:      in,
 		BytesOut:     out,
 	}
+	ws, err := m.openWorkspace(s)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Workspace = ws
+	cfg.Closers = append(cfg.Closers, ws)
 	if m.opts.Sandbox != nil {
 		if m.opts.Homes == nil {
 			return cfg, errors.New("the sandbox needs a directory for the users' homes")
@@ -632,7 +640,7 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("the agent's home: %w", err)
 		}
-		spec := sandbox.Spec{Command: s.command, Workspace: s.rec.Cwd, Home: home, Env: m.opts.Env}
+		spec := sandbox.Spec{Command: s.command, Workspace: s.rec.Cwd, WorkspaceFD: agent.WorkspaceFD, Home: home, Env: m.opts.Env}
 		if m.opts.Egress != nil {
 			h, err := egress.NewHandoff()
 			if err != nil {
@@ -659,6 +667,26 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		cfg.Group = g
 	}
 	return cfg, nil
+}
+
+// openWorkspace opens the session's working directory for its agent:
+// where cwd is confined, from its user's directory with no symbolic link
+// followed, so that a link an agent swapped in for a part of the path
+// since it was checked cannot lead it into another user's directory or
+// the host's.
+func (m *Manager) openWorkspace(s *Session) (*os.File, error) {
+	if m.opts.ConfineCwd && m.opts.Workspaces != nil {
+		f, err := m.opts.Workspaces.Open(s.rec.Owner, s.rec.Cwd)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the session's working directory: %w", ErrPermission, err)
+		}
+		return f, nil
+	}
+	fd, err := unix.Open(s.rec.Cwd, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the session's working directory %s: %v", ErrAgentGone, s.rec.Cwd, err)
+	}
+	return os.NewFile(uintptr(fd), s.rec.Cwd), nil
 }
 
 func closeAll(cs []io.Closer) {

@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrOutside is the error of [Root.Resolve] for a cwd that is not a
@@ -222,4 +224,36 @@ func (r *Root) Fresh(user, sessionID string) (string, error) {
 		return "", fmt.Errorf("making the session's workspace: %w", err)
 	}
 	return p, nil
+}
+
+// Open opens dir, a directory of user's that Resolve or Fresh returned,
+// for use (O_PATH): from the user's directory, with no symbolic link
+// followed on the way, so that a link an agent swapped in for a part of
+// the path since it was checked cannot lead elsewhere. A directory that
+// is no longer there as it was is an ErrOutside.
+func (r *Root) Open(user, dir string) (*os.File, error) {
+	ud, err := r.path(user)
+	if err != nil {
+		return nil, r.outside("")
+	}
+	rel, err := filepath.Rel(ud, dir)
+	if err != nil || !within(ud, dir) {
+		return nil, r.outside(ud)
+	}
+	base, err := unix.Open(ud, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", r.outside(ud), err)
+	}
+	if rel == "." {
+		return os.NewFile(uintptr(base), dir), nil
+	}
+	defer unix.Close(base)
+	fd, err := unix.Openat2(base, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", r.outside(ud), err)
+	}
+	return os.NewFile(uintptr(fd), dir), nil
 }
