@@ -76,17 +76,11 @@ func (c *bufferedConn) Close() error {
 // connLimit counts the open connections against a maximum, and logs the
 // connections it refuses, at most one line every refusalLogEvery.
 type connLimit struct {
-	max  int64
-	open atomic.Int64
-	log  *slog.Logger
-
-	mu       sync.Mutex
-	unlogged int       // refusals since the last line
-	logged   time.Time // when the last line was logged
+	max     int64
+	open    atomic.Int64
+	log     *slog.Logger
+	refusal refusalLog
 }
-
-// refusalLogEvery spaces the log lines of refused connections.
-const refusalLogEvery = 10 * time.Second
 
 // take reports whether a new connection may stay open, counting it.
 func (l *connLimit) take() bool {
@@ -103,12 +97,8 @@ func (l *connLimit) refused(client net.Addr) {
 	if l.log == nil {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.unlogged++
-	if now := time.Now(); now.Sub(l.logged) >= refusalLogEvery {
+	if ok, refused := l.refusal.allow(time.Now()); ok {
 		l.log.Warn("connections refused: as many are open as the gateway takes (--max-connections)",
-			"max", l.max, "refused", l.unlogged, "client", client.String())
-		l.unlogged, l.logged = 0, now
+			"max", l.max, "refused", refused, "client", client.String())
 	}
 }

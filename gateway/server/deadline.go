@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -17,9 +18,14 @@ import (
 // lifts the deadline, so a stream's request is bounded and the stream
 // itself (a Watch for hours) is not. A request without a body is left
 // alone: over HTTP/1.1 the server is already waiting for the client to go.
-func bodyDeadline(next http.Handler, timeout time.Duration) http.Handler {
+// So is an HTTP/2 request of a bidirectional stream, at one of the paths
+// bidi (gRPC reflection): its body lasts as long as the stream. (Over
+// HTTP/1.1, where connect-go refuses bidirectional streams without reading
+// their bodies, the deadline stays, for the server's reading of what is
+// left after the handler.)
+func bodyDeadline(next http.Handler, timeout time.Duration, bidi ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody {
+		if r.Body != nil && r.Body != http.NoBody && (r.ProtoMajor < 2 || !slices.Contains(bidi, r.URL.Path)) {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
 				b := &deadlineBody{ReadCloser: r.Body, rc: rc, timeout: timeout}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime/metrics"
 	"strings"
 	"testing"
 
@@ -22,11 +23,17 @@ import (
 // the stream's end message's.
 func post(t *testing.T, base, procedure string, body []byte, header ...string) (status int, code, message string) {
 	t.Helper()
+	return postVia(t, &http.Transport{DisableCompression: true}, base, procedure, body, header...)
+}
+
+// postVia is post through rt.
+func postVia(t *testing.T, rt http.RoundTripper, base, procedure string, body []byte, header ...string) (status int, code, message string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, base+procedure, bytes.NewReader(body))
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	res, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+	res, err := rt.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +49,13 @@ func post(t *testing.T, base, procedure string, body []byte, header ...string) (
 				t.Fatalf("%s: %v", procedure, err)
 			}
 			if flags&2 != 0 {
+				if flags&1 != 0 { // compressed, in the request's encoding
+					zr, err := gzip.NewReader(bytes.NewReader(data))
+					if err != nil {
+						t.Fatalf("%s: %v", procedure, err)
+					}
+					data, _ = io.ReadAll(zr)
+				}
 				_ = json.Unmarshal(data, &e)
 				break
 			}
@@ -88,4 +102,69 @@ func TestCompressedRequestsAreInflatedOnlyToTheLimit(t *testing.T) {
 		"Content-Type", "application/proto", "Content-Encoding", "gzip"); status != http.StatusOK {
 		t.Errorf("a small compressed request: %d %s %q", status, code, message)
 	}
+}
+
+// gRPC health and reflection, which anyone may call (health by any Host),
+// read a few KiB of a request and inflate no more: a gzip bomb, large or
+// small, is refused as too large at a cost of next to nothing (connect-go,
+// unbounded by default, read and inflated a whole 256 MiB one into
+// memory). It runs alone, not in parallel, for its count of the process's
+// allocations to be its own.
+func TestHealthAndReflectionReadLittle(t *testing.T) {
+	base := start(t, acpv2connect.UnimplementedSessionServiceHandler{}, server.Options{})
+	h2 := new(http.Protocols)
+	h2.SetUnencryptedHTTP2(true)
+	h2c := &http.Transport{Protocols: h2, DisableCompression: true}
+	t.Cleanup(h2c.CloseIdleConnections)
+	// 256 MiB of zeros, 256 KiB compressed; and 2 MiB, 2 KiB compressed
+	// (within the read limit), whose end is broken.
+	large := testutil.GzipZeros(t, 256)
+	var zeros bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&zeros, gzip.BestCompression)
+	_, _ = zw.Write(make([]byte, 2<<20))
+	_ = zw.Close()
+	small := append(zeros.Bytes(), "not a gzip member"...)
+	type request struct {
+		name, procedure string
+		rt              http.RoundTripper
+		body            []byte
+		header          []string
+	}
+	var requests []request
+	for _, bomb := range []struct {
+		name string
+		body []byte
+	}{{"large", large}, {"small", small}} {
+		requests = append(requests, request{"health, " + bomb.name, "/grpc.health.v1.Health/Check", http.DefaultTransport, bomb.body,
+			[]string{"Content-Type", "application/proto", "Content-Encoding", "gzip"}})
+		for _, version := range []string{"v1", "v1alpha"} {
+			requests = append(requests, request{"reflection " + version + ", " + bomb.name,
+				"/grpc.reflection." + version + ".ServerReflection/ServerReflectionInfo", h2c, testutil.Envelope(1, bomb.body),
+				[]string{"Content-Type", "application/connect+proto", "Connect-Content-Encoding", "gzip"}})
+		}
+	}
+	// One of each first, for what is made once (connections, pools).
+	for _, r := range requests {
+		postVia(t, r.rt, base, r.procedure, r.body, r.header...)
+	}
+	before := heapAllocated()
+	for _, r := range requests {
+		_, code, message := postVia(t, r.rt, base, r.procedure, r.body, r.header...)
+		if code != "resource_exhausted" || !strings.Contains(message, "larger than configured max 4096") || strings.Contains(message, "invalid header") {
+			t.Errorf("%s: %s %q, want resource_exhausted past 4096 bytes, without reaching the bomb's end", r.name, code, message)
+		}
+	}
+	const limit = 16 << 20
+	spent := heapAllocated() - before
+	t.Logf("%d gzip bombs: %.1f MiB allocated", len(requests), float64(spent)/(1<<20))
+	if spent > limit {
+		t.Errorf("%d gzip bombs made the process allocate %d MiB, want less than %d MiB", len(requests), spent>>20, limit>>20)
+	}
+}
+
+// heapAllocated is the bytes the process has allocated on its heap so far.
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

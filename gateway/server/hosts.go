@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // AnyHost, in Options.AllowedHosts, turns the Host check off.
@@ -27,6 +28,8 @@ type hostPolicy struct {
 	// origins are the origins of CORS, lower case.
 	origins map[string]bool
 	log     *slog.Logger
+	// logged spaces the log's lines.
+	logged refusalLog
 }
 
 func newHostPolicy(allowed, corsOrigins []string, log *slog.Logger) *hostPolicy {
@@ -103,13 +106,14 @@ func defaultPort(scheme string) string {
 	return "80"
 }
 
-// refusal says why r is refused, or returns "".
+// refusal says why r is refused, or returns "". It tells the headers it
+// names clipped.
 func (p *hostPolicy) refusal(r *http.Request) string {
 	host, port := splitHostPort(r.Host)
 	host = normalizeHost(host)
 	if !p.allowedHost(host) {
 		return fmt.Sprintf("this gateway does not answer to the name %q (a page whose name is made to lead here is refused: "+
-			"DNS rebinding); reach it by a name it is configured with, or start it with --allowed-host %s", r.Host, host)
+			"DNS rebinding); reach it by a name it is configured with, or start it with --allowed-host %s", clip(r.Host), clip(host))
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" || p.origins[strings.ToLower(origin)] {
@@ -131,7 +135,7 @@ func (p *hostPolicy) refusal(r *http.Request) string {
 			return ""
 		}
 	}
-	return fmt.Sprintf("a web page of origin %q may not call this gateway; list it with --cors-origin to allow it", origin)
+	return fmt.Sprintf("a web page of origin %q may not call this gateway; list it with --cors-origin to allow it", clip(origin))
 }
 
 // exempt reports whether r is a probe or a scrape, which the Host and
@@ -146,7 +150,8 @@ func exempt(r *http.Request) bool {
 }
 
 // handler answers a refused request with 403 and a Connect error, and
-// logs it; others go on to next.
+// logs it, at most one line every refusalLogEvery (with the count of
+// refusals it stands for) and its headers clipped; others go on to next.
 func (p *hostPolicy) handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if exempt(r) {
@@ -159,8 +164,10 @@ func (p *hostPolicy) handler(next http.Handler) http.Handler {
 			return
 		}
 		if p.log != nil {
-			p.log.Warn("request refused for its Host or Origin", "client", r.RemoteAddr, "host", r.Host,
-				"origin", r.Header.Get("Origin"), "method", r.Method, "path", r.URL.Path)
+			if ok, refused := p.logged.allow(time.Now()); ok {
+				p.log.Warn("request refused for its Host or Origin", "client", r.RemoteAddr, "host", clip(r.Host),
+					"origin", clip(r.Header.Get("Origin")), "method", clip(r.Method), "path", clip(r.URL.Path), "refused", refused)
+			}
 		}
 		body, _ := json.Marshal(struct {
 			Code    string `json:"code"`

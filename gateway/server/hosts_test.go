@@ -172,3 +172,29 @@ func TestCheckAllowedHost(t *testing.T) {
 		}
 	}
 }
+
+// What a refused client sent is logged, and told back to it, clipped (its
+// Host and Origin may take up to a megabyte each), and the refusals are
+// logged at most once every 10 seconds: anyone can be refused, as often as
+// they like, and is not to fill the log.
+func TestRefusalsAreClippedAndSpaced(t *testing.T) {
+	t.Parallel()
+	logs := &testutil.SyncBuffer{}
+	base := start(t, sized{}, server.Options{Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	long := strings.Repeat("a", 200<<10)
+	for i := range 20 {
+		host, origin := "localhost", "http://"+long+".example"
+		if i%2 == 0 {
+			host, origin = long+".example", ""
+		}
+		status, body := call(t, http.DefaultClient, base, getSession, host, origin)
+		if status != http.StatusForbidden || len(body) > 1024 || !strings.Contains(body, "aaa…") {
+			t.Fatalf("a refusal: %d, %d bytes: %.300s…, want 403 in less than 1 KiB, clipped with …", status, len(body), body)
+		}
+	}
+	out := logs.String()
+	if lines := strings.Count(out, "\n"); lines != 1 || len(out) > 1024 ||
+		!strings.Contains(out, `"msg":"request refused for its Host or Origin"`) || !strings.Contains(out, `aaa…","origin":"","method":"POST","path":"/acp.v2.SessionService/GetSession","refused":1}`) {
+		t.Errorf("20 refusals logged in %d lines, %d bytes, want one of less than 1 KiB:\n%.2000s", lines, len(out), out)
+	}
+}

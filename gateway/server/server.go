@@ -40,6 +40,13 @@ const (
 	DefaultMaxConnections = 4096
 )
 
+// smallReadMaxBytes bounds a request message of gRPC health and
+// reflection.
+const smallReadMaxBytes = 4 << 10
+
+// reflectionProcedure is the method of both versions of gRPC reflection.
+const reflectionProcedure = "ServerReflectionInfo"
+
 // compressMinBytes is the smallest response message that is compressed
 // when the client accepts gzip.
 const compressMinBytes = 4 << 10
@@ -80,9 +87,10 @@ type Options struct {
 	// requests are answered 403. GET /healthz, /readyz and /metrics and
 	// gRPC health, which probers call by any name, are not checked.
 	AllowedHosts []string
-	// Log receives a line for each request refused for its Host or
-	// Origin, and for connections refused past MaxConnections; nil logs
-	// nothing.
+	// Log receives lines for the requests refused for their Host or
+	// Origin, and for the connections refused past MaxConnections: at
+	// most one of each every 10 seconds, with the count of refusals it
+	// stands for, and what the client sent clipped. Nil logs nothing.
 	Log *slog.Logger
 	// BodyTimeout bounds how long a request's body may take to arrive
 	// once its headers have; a slower body is cut (deadline_exceeded). It
@@ -146,10 +154,17 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		service = opts.Gate(service)
 	}
 	mux.Handle(path, service)
-	mux.Handle(grpchealth.NewHandler(readyChecker{grpchealth.NewStaticChecker(acpv2connect.SessionServiceName), ready}))
+	// gRPC health and reflection answer anyone (health even by any Host):
+	// their requests, a service name or a symbol, are tiny, and are read
+	// and inflated no further than that. (connect-go's default is no
+	// limit, and its gzip inflates a whole bomb.)
+	small := []connect.HandlerOption{connect.WithReadMaxBytes(smallReadMaxBytes), withBoundedGzip(smallReadMaxBytes)}
+	mux.Handle(grpchealth.NewHandler(readyChecker{grpchealth.NewStaticChecker(acpv2connect.SessionServiceName), ready}, small...))
 	reflector := grpcreflect.NewStaticReflector(acpv2connect.SessionServiceName)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	reflectV1, reflectV1Handler := grpcreflect.NewHandlerV1(reflector, small...)
+	reflectV1Alpha, reflectV1AlphaHandler := grpcreflect.NewHandlerV1Alpha(reflector, small...)
+	mux.Handle(reflectV1, reflectV1Handler)
+	mux.Handle(reflectV1Alpha, reflectV1AlphaHandler)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -178,7 +193,13 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	}
 	handler = newHostPolicy(opts.AllowedHosts, opts.CORSOrigins, opts.Log).handler(handler)
 	if timeout := cmp.Or(opts.BodyTimeout, DefaultBodyTimeout); timeout > 0 {
-		handler = bodyDeadline(handler, timeout)
+		// Reflection is a bidirectional stream: its body ends when the
+		// client is done asking, however long it keeps the stream open
+		// (grpcurl, or an interactive client, for a session). Its
+		// messages are bounded (small); and a client cut at the deadline
+		// could open another at once: the deadline bounds nothing there.
+		handler = bodyDeadline(handler, timeout,
+			reflectV1+reflectionProcedure, reflectV1Alpha+reflectionProcedure)
 	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)

@@ -196,3 +196,44 @@ func TestConnectionsPastTheLimitAreClosed(t *testing.T) {
 		return res.StatusCode == http.StatusOK
 	})
 }
+
+// A gRPC reflection stream, bidirectional, outlives the body timeout: its
+// request body lasts as long as the client keeps asking.
+func TestReflectionStreamsOutliveTheBodyTimeout(t *testing.T) {
+	t.Parallel()
+	base := start(t, ticking{}, server.Options{BodyTimeout: short})
+	h2 := new(http.Protocols)
+	h2.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: h2}
+	defer tr.CloseIdleConnections()
+	// A ServerReflectionRequest with list_services (field 7) "".
+	listServices := testutil.Envelope(0, []byte{7<<3 | 2, 0})
+	for _, version := range []string{"v1", "v1alpha"} {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			go func() { _, _ = pw.Write(listServices) }()
+			req, _ := http.NewRequest(http.MethodPost, base+"/grpc.reflection."+version+".ServerReflection/ServerReflectionInfo", pr)
+			req.Header.Set("Content-Type", "application/grpc")
+			req.Header.Set("Te", "trailers")
+			res, err := (&http.Client{Transport: tr, Timeout: bound}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			for i := range 2 {
+				if i > 0 {
+					time.Sleep(2 * short)
+					if _, err := pw.Write(listServices); err != nil {
+						t.Fatalf("the second request, after %v: %v", 2*short, err)
+					}
+				}
+				_, data, err := testutil.ReadEnvelope(res.Body)
+				if err != nil || !strings.Contains(string(data), acpv2connect.SessionServiceName) {
+					t.Fatalf("answer %d: %q, %v (grpc-status %q %q)", i+1, data, err, res.Trailer.Get("Grpc-Status"), res.Trailer.Get("Grpc-Message"))
+				}
+			}
+		})
+	}
+}

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
@@ -151,15 +153,80 @@ func (a *accessLog) end(ctx context.Context, c *call, procedure string, msg any,
 // interceptors (a refusal of auth.Middleware), as the access log logs
 // calls: its procedure, no user, its code, and the client's address. A
 // nil log gives nil.
+//
+// Anyone can be refused, as often as they like: the procedure (the URL's
+// path, up to a megabyte) is clipped to maxLoggedPath bytes, and past
+// refusedLogBurst lines in refusedLogEvery the lines are held back and
+// counted, until the next line let through tells how many ("unlogged").
 func LogRefused(log *slog.Logger) func(*http.Request, error) {
 	if log == nil {
 		return nil
 	}
 	log = slog.New(LogHandler(log.Handler()))
+	var limit refusedLog
 	return func(r *http.Request, err error) {
-		log.LogAttrs(r.Context(), slog.LevelInfo, "rpc", slog.String("procedure", r.URL.Path),
-			slog.String("user", ""), slog.String("code", codeName(err)), slog.String("client", r.RemoteAddr))
+		ok, held := limit.allow(time.Now())
+		if !ok {
+			return
+		}
+		attrs := []slog.Attr{slog.String("procedure", clipPath(r.URL.Path)),
+			slog.String("user", ""), slog.String("code", codeName(err)), slog.String("client", r.RemoteAddr)}
+		if held > 0 {
+			attrs = append(attrs, slog.Int("unlogged", held))
+		}
+		log.LogAttrs(r.Context(), slog.LevelInfo, "rpc", attrs...)
 	}
+}
+
+// maxLoggedPath bounds the path of a refused call in the log: those of
+// the procedures are far shorter.
+const maxLoggedPath = 256
+
+// clipPath is path cut to maxLoggedPath bytes, at a character's start,
+// with "…" to tell it was cut.
+func clipPath(path string) string {
+	if len(path) <= maxLoggedPath {
+		return path
+	}
+	i := maxLoggedPath
+	for i > 0 && !utf8.RuneStart(path[i]) {
+		i--
+	}
+	return path[:i] + "…"
+}
+
+// The log of refused calls takes up to refusedLogBurst lines every
+// refusedLogEvery: each failed attempt of a client is logged, and a flood
+// of them is counted. (The auth throttle logs the clients it holds back.)
+const (
+	refusedLogBurst = 1000
+	refusedLogEvery = 10 * time.Second
+)
+
+// refusedLog counts the lines of refused calls in periods of
+// refusedLogEvery. Its zero value is ready.
+type refusedLog struct {
+	mu     sync.Mutex
+	period time.Time // when the current period began
+	lines  int       // the lines let through in it
+	held   int       // lines held back since the last let through
+}
+
+// allow reports whether a line may be logged at now and, when it may, how
+// many were held back before it.
+func (l *refusedLog) allow(now time.Time) (ok bool, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.period) >= refusedLogEvery {
+		l.period, l.lines = now, 0
+	}
+	if l.lines >= refusedLogBurst {
+		l.held++
+		return false, 0
+	}
+	l.lines++
+	held, l.held = l.held, 0
+	return true, held
 }
 
 func codeName(err error) string {
