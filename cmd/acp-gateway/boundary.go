@@ -55,9 +55,13 @@ func (cfg *serveConfig) hostsAllowed(advertise string) []string {
 	return hosts
 }
 
-// warnBoundary logs the unsafe choices of the network boundary.
+// warnBoundary logs the unsafe choices of the network boundary; addr is
+// the address serve listens on.
 func (cfg *serveConfig) warnBoundary(log *slog.Logger, addr string) {
-	if cfg.insecureNoAuth {
+	switch {
+	case cfg.insecureNoAuth && server.Loopback(addr):
+		log.Info("--insecure-no-auth has no effect: the --listen address is loopback, which other machines cannot reach", "addr", addr)
+	case cfg.insecureNoAuth:
 		log.Warn("serving without authentication on an address other machines may reach (--insecure-no-auth): "+
 			"whoever reaches it runs agents as this gateway's user", "addr", addr)
 	}

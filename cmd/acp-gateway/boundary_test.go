@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -107,4 +108,29 @@ func TestConnectionFlags(t *testing.T) {
 		t.Errorf("GET /healthz, then idle: %q", got)
 	}
 	stopServe(t, cancel, exited)
+}
+
+// --insecure-no-auth is warned of only where other machines may reach the
+// gateway; on a loopback address it is said to change nothing.
+func TestInsecureNoAuthIsWarnedOfOnlyWhereReachable(t *testing.T) {
+	t.Parallel()
+	for addr, reachable := range map[string]bool{
+		"0.0.0.0:8080": true, "[::]:8080": true, "192.0.2.1:8080": true,
+		"127.0.0.1:8080": false, "127.0.0.2:8080": false, "[::1]:8080": false,
+	} {
+		logs := &testutil.SyncBuffer{}
+		cfg := &serveConfig{insecureNoAuth: true}
+		cfg.warnBoundary(slog.New(slog.NewJSONHandler(logs, nil)), addr)
+		warned := strings.Contains(logs.String(), `"level":"WARN","msg":"serving without authentication on an address other machines may reach`)
+		saidNoEffect := strings.Contains(logs.String(), `"level":"INFO","msg":"--insecure-no-auth has no effect`)
+		if warned != reachable || saidNoEffect == reachable {
+			t.Errorf("--insecure-no-auth on %s: warned %v, said it has no effect %v; want the warning %v:\n%s", addr, warned, saidNoEffect, reachable, logs)
+		}
+	}
+	// Without the flag nothing is said of it.
+	logs := &testutil.SyncBuffer{}
+	(&serveConfig{}).warnBoundary(slog.New(slog.NewJSONHandler(logs, nil)), "127.0.0.1:8080")
+	if strings.Contains(logs.String(), "insecure-no-auth") || strings.Contains(logs.String(), "without authentication") {
+		t.Errorf("no --insecure-no-auth: %s", logs)
+	}
 }

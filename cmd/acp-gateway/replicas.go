@@ -70,12 +70,21 @@ func (cfg *serveConfig) replicaSecret(log *slog.Logger) (*replica.Secret, error)
 		return secret, nil
 	}
 	switch {
-	case cfg.insecureForwarding:
+	case !cfg.sharedStore():
+		// No other replica shares the store: nothing is forwarded.
+		if cfg.insecureForwarding {
+			log.Info("--insecure-forwarding has no effect: no other replica shares the store (only a redis:// store is shared), so no request is forwarded")
+		}
+	case cfg.insecureForwarding && cfg.authConfigured():
 		log.Warn("unsafe: --insecure-forwarding sends requests, with their callers' bearer tokens, to whatever replica address the store names; " +
 			"anyone who can write to the store can have them: give --replica-secret-file")
-	case cfg.sharedStore():
-		log.Warn("no --replica-secret-file: requests are forwarded to whatever replica address the store names; " +
-			"anyone who can write to the store can have them")
+	default:
+		msg := "no --replica-secret-file: requests are forwarded to whatever replica address the store names; " +
+			"anyone who can write to the store can have them"
+		if cfg.insecureForwarding {
+			msg += " (--insecure-forwarding has no effect: without authentication there are no bearer tokens to forward)"
+		}
+		log.Warn(msg)
 	}
 	return nil, nil
 }

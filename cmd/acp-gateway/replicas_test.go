@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,5 +160,51 @@ func TestForwardingWithoutASecretIsWarnedOf(t *testing.T) {
 	cfg, err := parseServe([]string{"--store", testutil.RedisURL(), "--replica-secret-file", secret}, io.Discard)
 	if err != nil || !slices.Contains(gatewayFiles(cfg), secret) {
 		t.Errorf("the replica secret file is not hidden from agents: %v %q", err, gatewayFiles(cfg))
+	}
+}
+
+// --insecure-forwarding is warned of as sending bearer tokens only where
+// it does: with a shared store and authentication. Elsewhere it is said
+// to change nothing.
+func TestInsecureForwardingIsWarnedOfOnlyWhereItForwardsTokens(t *testing.T) {
+	t.Parallel()
+	tokens := writeTemp(t, "tokens", "tok-alice-0123456789 alice\n")
+	bolt := "bolt:" + filepath.Join(t.TempDir(), "sessions.db")
+	const redis = "redis://127.0.0.1:6379/9"
+	const (
+		tokensWarning = `"level":"WARN","msg":"unsafe: --insecure-forwarding sends requests, with their callers' bearer tokens`
+		noSecret      = `"level":"WARN","msg":"no --replica-secret-file: requests are forwarded to whatever replica address the store names`
+		noEffect      = `--insecure-forwarding has no effect`
+	)
+	for _, c := range []struct {
+		args       []string
+		want, none []string // in the log, and not
+	}{
+		{[]string{"--store", "memory:", "--insecure-forwarding"}, []string{`"level":"INFO","msg":"` + noEffect}, []string{"WARN"}},
+		{[]string{"--store", bolt, "--insecure-forwarding"}, []string{`"level":"INFO","msg":"` + noEffect}, []string{"WARN"}},
+		{[]string{"--store", bolt, "--auth-tokens", tokens, "--any-cwd", "--insecure-forwarding"}, []string{`"level":"INFO","msg":"` + noEffect}, []string{"WARN"}},
+		{[]string{"--store", redis, "--insecure-forwarding"}, []string{noSecret, noEffect}, []string{tokensWarning}},
+		{[]string{"--store", redis, "--auth-tokens", tokens, "--any-cwd", "--insecure-forwarding"}, []string{tokensWarning}, []string{noEffect, noSecret}},
+		{[]string{"--store", redis}, []string{noSecret}, []string{noEffect, tokensWarning}},
+		{[]string{"--store", bolt}, nil, []string{"forward"}},
+	} {
+		cfg, err := parseServe(c.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		logs := &testutil.SyncBuffer{}
+		if _, err := cfg.replicaSecret(slog.New(slog.NewJSONHandler(logs, nil))); err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		for _, want := range c.want {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("%q: the log lacks %s:\n%s", c.args, want, logs)
+			}
+		}
+		for _, none := range c.none {
+			if strings.Contains(logs.String(), none) {
+				t.Errorf("%q: the log has %s:\n%s", c.args, none, logs)
+			}
+		}
 	}
 }

@@ -12,7 +12,7 @@ func SetClock(t *Throttle, now func() time.Time) { t.now = now }
 // SetMaxAddresses bounds how many addresses t remembers.
 func SetMaxAddresses(t *Throttle, n int) { t.max = n }
 
-// Addresses returns how many addresses t remembers.
+// Addresses returns how many buckets t tracks.
 func Addresses(t *Throttle) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -22,13 +22,30 @@ func Addresses(t *Throttle) int {
 // Attempt makes one call from addr that failed or not, as the interceptor
 // would, and returns the wait begin asked for (0: the call went on).
 func Attempt(t *Throttle, addr string, failed bool) time.Duration {
-	if wait := t.begin(addr); wait > 0 {
+	tk, wait := t.begin(addr)
+	if wait > 0 {
 		return wait
 	}
-	t.end(addr, failed)
+	t.end(tk, failed)
 	return 0
 }
 
 // Begin starts a call from addr and reports whether it may go on; the call
 // never ends.
-func Begin(t *Throttle, addr string) bool { return t.begin(addr) == 0 }
+func Begin(t *Throttle, addr string) bool {
+	_, wait := t.begin(addr)
+	return wait == 0
+}
+
+// Start starts a call from addr and returns what ends it, or nil when it
+// is refused.
+func Start(t *Throttle, addr string) (end func(failed bool)) {
+	tk, wait := t.begin(addr)
+	if wait > 0 {
+		return nil
+	}
+	return func(failed bool) { t.end(tk, failed) }
+}
+
+// CountsAsGuess reports whether the throttle counts a failure with err.
+func CountsAsGuess(err error) bool { return countsAsGuess(err) }

@@ -52,17 +52,21 @@ func (i *interceptor) authenticate(ctx context.Context, h, response http.Header,
 	if User(ctx) != "" {
 		return ctx, nil // Middleware authenticated the request
 	}
+	var tk *ticket
 	if i.throttle != nil {
-		if wait := i.throttle.begin(peer); wait > 0 {
+		var wait time.Duration
+		if tk, wait = i.throttle.begin(peer); wait > 0 {
 			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
 				"too many failed authentication attempts from this address; retry in %v", (wait+time.Second-1).Truncate(time.Second)))
 		}
 	}
 	user, err := i.auth.Authenticate(WithProcedure(ctx, procedure), h)
 	ok := err == nil && user != ""
-	if i.throttle != nil {
-		// A call without credentials guessed nothing.
-		i.throttle.end(peer, !ok && !errors.Is(err, errNoToken))
+	if tk != nil {
+		// A call without credentials guessed nothing, nor did one whose
+		// failure could not be a guess (an expired token, an issuer out
+		// of reach: see NotAGuess).
+		i.throttle.end(tk, !ok && countsAsGuess(err))
 	}
 	if ok {
 		return WithUser(ctx, user), nil

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
@@ -90,17 +92,32 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
 		if err != nil {
 			return nil, err
 		}
-		verifier = oidc.NewVerifier(cfg.Issuer, keys, vcfg)
+		verifier = oidc.NewVerifier(cfg.Issuer, noting{keys, false}, vcfg)
 	case cfg.JWKSURL != "":
-		verifier = oidc.NewVerifier(cfg.Issuer, oidc.NewRemoteKeySet(ctx, cfg.JWKSURL), vcfg)
+		verifier = oidc.NewVerifier(cfg.Issuer, noting{oidc.NewRemoteKeySet(ctx, cfg.JWKSURL), true}, vcfg)
 	default:
 		provider, err := oidc.NewProvider(ctx, cfg.Issuer)
 		if err != nil {
 			return nil, fmt.Errorf("oidc: discovery for issuer %q: %w", cfg.Issuer, err)
 		}
-		// The provider's advertised algorithms, less "none" and HS*.
+		// The verifier provider.VerifierContext would make, but with the
+		// key set noting.
+		var meta struct {
+			JWKSURL string   `json:"jwks_uri"`
+			Algs    []string `json:"id_token_signing_alg_values_supported"`
+		}
+		if err := provider.Claims(&meta); err != nil {
+			return nil, fmt.Errorf("oidc: discovery for issuer %q: %w", cfg.Issuer, err)
+		}
+		// The provider's advertised algorithms, less "none" and HS*; none
+		// left means RS256.
 		vcfg.SupportedSigningAlgs = nil
-		verifier = provider.VerifierContext(ctx, vcfg)
+		for _, alg := range meta.Algs {
+			if slices.Contains(signingAlgs, jose.SignatureAlgorithm(alg)) {
+				vcfg.SupportedSigningAlgs = append(vcfg.SupportedSigningAlgs, alg)
+			}
+		}
+		verifier = oidc.NewVerifier(cfg.Issuer, noting{oidc.NewRemoteKeySet(ctx, meta.JWKSURL), true}, vcfg)
 	}
 	claim := cfg.UserClaim
 	if claim == "" {
@@ -118,12 +135,22 @@ func (o *OIDC) Authenticate(ctx context.Context, h http.Header) (string, error) 
 	if !isJWT(raw) {
 		return "", &authError{msg: "bearer token is not a JWT", other: true}
 	}
-	tok, err := o.verifier.Verify(ctx, raw)
+	n := &note{}
+	tok, err := o.verifier.Verify(context.WithValue(ctx, noteKey{}, n), raw)
 	if err != nil {
-		if _, expired := errors.AsType[*oidc.TokenExpiredError](err); expired {
-			return "", unauthenticated("token expired", err)
+		msg := "invalid token"
+		_, expired := errors.AsType[*oidc.TokenExpiredError](err)
+		if expired {
+			msg = "token expired"
 		}
-		return "", unauthenticated("invalid token", err)
+		// A token the issuer signed, refused for its times by this clock
+		// (expired, or not valid yet), or one that could not be checked,
+		// is no guess.
+		notGuess := n.fetchFailed || n.signed && (expired || strings.Contains(err.Error(), "(not before)"))
+		if err = unauthenticated(msg, err); notGuess {
+			err = NotAGuess(err)
+		}
+		return "", err
 	}
 	var claims map[string]json.RawMessage
 	if err := tok.Claims(&claims); err != nil {
@@ -138,9 +165,40 @@ func (o *OIDC) Authenticate(ctx context.Context, h http.Header) (string, error) 
 		err = fmt.Errorf("oidc: %q claim is empty", o.userClaim)
 	}
 	if err != nil {
-		return "", unauthenticated("token does not name a user", err)
+		// The issuer signed it: no guess.
+		return "", NotAGuess(unauthenticated("token does not name a user", err))
 	}
 	return user, nil
+}
+
+// noting is a key set that notes, in the note of the context it verifies
+// a token's signature in, whether the signature verified, or could not be
+// checked because the issuer's keys could not be fetched: go-oidc's error
+// says so only in its text.
+type noting struct {
+	oidc.KeySet
+	remote bool // an oidc.RemoteKeySet
+}
+
+// note is what noting notes of one verification.
+type note struct {
+	signed, fetchFailed bool
+}
+
+type noteKey struct{}
+
+// VerifySignature implements oidc.KeySet.
+func (s noting) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
+	payload, err := s.KeySet.VerifySignature(ctx, raw)
+	if n, ok := ctx.Value(noteKey{}).(*note); ok {
+		n.signed = err == nil
+		// oidc.RemoteKeySet's error when the keys cannot be fetched (the
+		// issuer's answer, or its absence); a bad signature's is
+		// "failed to verify id token signature", a malformed token's
+		// "oidc: malformed jwt: ...".
+		n.fetchFailed = err != nil && s.remote && strings.HasPrefix(err.Error(), "fetching keys")
+	}
+	return payload, err
 }
 
 // readJWKS reads a JSON Web Key Set file of public signing keys.

@@ -38,6 +38,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -143,6 +144,11 @@ func (s *Secret) Handler(self string) http.Handler {
 	})
 }
 
+// ErrUnreachable is wrapped by Verify's error when the peer did not answer
+// at all (the connection refused, or no answer in time): a replica that
+// is down or restarting, rather than one that does not prove the secret.
+var ErrUnreachable = errors.New("the replica did not answer")
+
 // noRedirects stops a client at a redirect: a peer is what its address
 // answers, nothing it points to.
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -150,7 +156,8 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // Verify checks that the replica at peer, the base URL a lease names,
 // holds the secret: it sends a new challenge to peer's ProofPath with
 // client (following no redirect) and checks the proof for peer. Nothing
-// but the challenge is sent.
+// but the challenge is sent. When peer does not answer, the error wraps
+// ErrUnreachable.
 func (s *Secret) Verify(ctx context.Context, client *http.Client, peer string) error {
 	var raw [32]byte
 	_, _ = rand.Read(raw[:])
@@ -166,7 +173,7 @@ func (s *Secret) Verify(ctx context.Context, client *http.Client, peer string) e
 	c.CheckRedirect = noRedirects
 	res, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("asking %s to prove the replica secret: %w", peer, err)
+		return fmt.Errorf("asking %s to prove the replica secret: %w: %w", peer, ErrUnreachable, err)
 	}
 	res.Body.Close()
 	got, _ := b64.DecodeString(res.Header.Get(ProofHeader))
@@ -209,8 +216,9 @@ func (s *Secret) asserted(h http.Header, self, procedure string) (string, error)
 		return "", errAssertion
 	}
 	if d := s.now().Sub(time.Unix(ts, 0)); d > maxSkew || d < -maxSkew {
-		return "", fmt.Errorf("%w: the forwarded request's replica assertion is %v old; are the replicas' clocks apart?",
-			auth.ErrUnauthenticated, d.Round(time.Second))
+		// It verifies: a replica made it, and guessed nothing.
+		return "", auth.NotAGuess(fmt.Errorf("%w: the forwarded request's replica assertion is %v old; are the replicas' clocks apart?",
+			auth.ErrUnauthenticated, d.Round(time.Second)))
 	}
 	return string(user), nil
 }

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -112,12 +113,22 @@ func TestVerify(t *testing.T) {
 	t.Cleanup(redirect.Close)
 	for name, peer := range map[string]string{"another secret": other.URL, "no secret": none.URL, "a relay": relay.URL, "a redirect": redirect.URL} {
 		err := a.Verify(ctx, http.DefaultClient, peer)
-		if err == nil || !strings.Contains(err.Error(), "did not prove it holds the replica secret") {
-			t.Errorf("%s: %v, want it refused", name, err)
+		if err == nil || !strings.Contains(err.Error(), "did not prove it holds the replica secret") || errors.Is(err, ErrUnreachable) {
+			t.Errorf("%s: %v, want it refused, not unreachable", name, err)
 		}
 	}
-	if err := a.Verify(ctx, http.DefaultClient, "http://127.0.0.1:1"); err == nil {
-		t.Error("an address nothing listens on: verified")
+	// A replica that does not answer is unreachable, not refused.
+	silent := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	t.Cleanup(silent.Close)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	for name, err := range map[string]error{
+		"an address nothing listens on":  a.Verify(ctx, http.DefaultClient, "http://127.0.0.1:1"),
+		"a replica that does not answer": a.Verify(short, http.DefaultClient, silent.URL),
+	} {
+		if !errors.Is(err, ErrUnreachable) {
+			t.Errorf("%s: %v, want ErrUnreachable", name, err)
+		}
 	}
 }
 
@@ -224,6 +235,51 @@ func TestAssertion(t *testing.T) {
 	plain.Set("Authorization", "Bearer good-token-0123456789")
 	if user, err := userOf(a, procedure, plain); err != nil || user != "token-user" {
 		t.Errorf("a client's request: %q, %v", user, err)
+	}
+}
+
+// An assertion refused only for its age, as when the replicas' clocks are
+// apart, is no guess: it does not use up the forwarding replica's
+// failed-authentication attempts, while a bad one does.
+func TestStaleAssertionIsNoGuess(t *testing.T) {
+	t.Parallel()
+	s := newSecret(t, secretA)
+	now := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return now }
+	const self, procedure = "http://10.0.0.2:8080", "/acp.v2.SessionService/Prompt"
+	next := authFunc(func(context.Context, http.Header) (string, error) { return "", auth.ErrUnauthenticated })
+	throttle := auth.NewThrottle(1, slog.New(slog.DiscardHandler))
+	h := auth.Middleware(s.Authenticator(self, next), http.NotFoundHandler(), nil, auth.WithThrottle(throttle))
+	call := func(at time.Time, tamper bool) int {
+		req := httptest.NewRequest(http.MethodPost, procedure, nil)
+		req.RemoteAddr = "10.0.0.3:40000" // the forwarding replica
+		req.Header.Set("Content-Type", "application/proto")
+		asserting := newSecret(t, secretA)
+		asserting.now = func() time.Time { return at }
+		asserting.Assert(req.Header, self, procedure, "alice")
+		if tamper {
+			parts := strings.Split(req.Header.Get(AssertionHeader), ".")
+			parts[2] = b64.EncodeToString([]byte("mallory"))
+			req.Header.Set(AssertionHeader, strings.Join(parts, "."))
+		}
+		req.Header.Set(ForwardedHeader, "1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	for i := range 5 {
+		if code := call(now.Add(-2*time.Minute), false); code != http.StatusUnauthorized {
+			t.Fatalf("a stale assertion, %d: HTTP %d, want 401, not throttled", i+1, code)
+		}
+	}
+	if code := call(now, false); code != http.StatusNotFound {
+		t.Errorf("then a good one: HTTP %d, want it let through", code)
+	}
+	if code := call(now, true); code != http.StatusUnauthorized {
+		t.Errorf("a tampered one: HTTP %d, want 401", code)
+	}
+	if code := call(now, false); code != http.StatusTooManyRequests {
+		t.Errorf("after a tampered one: HTTP %d, want 429", code)
 	}
 }
 

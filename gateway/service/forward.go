@@ -66,8 +66,9 @@ type remote struct {
 }
 
 // remote returns the owning replica at holder, once it proved the replica
-// secret, or an error when the request was itself forwarded or the holder
-// is not a replica of this deployment.
+// secret, or an error when the request was itself forwarded (unavailable),
+// the holder does not answer (unavailable) or is not a replica of this
+// deployment (internal).
 func (f *forwarder) remote(ctx context.Context, h http.Header, holder string) (*remote, error) {
 	if h.Get(ForwardedHeader) != "" {
 		return nil, connect.NewError(connect.CodeUnavailable,
@@ -75,8 +76,15 @@ func (f *forwarder) remote(ctx context.Context, h http.Header, holder string) (*
 	}
 	if f.secret != nil {
 		if err := f.secret.Verify(ctx, f.http, holder); err != nil {
-			// The client learns nothing of the address; the access log
-			// tells the operator.
+			if errors.Is(err, replica.ErrUnreachable) {
+				// The owner is down or restarting while its lease lasts:
+				// once it is back, or its lease lapses, a retry goes
+				// through.
+				return nil, connect.NewError(connect.CodeUnavailable,
+					errors.New("the gateway replica that runs the session did not answer; retry"))
+			}
+			// A wrong or missing proof: the client learns nothing of the
+			// address; the access log tells the operator.
 			return nil, connect.NewError(connect.CodeInternal, &internalError{fmt.Errorf(
 				"not forwarding to the session's replica as the store names it: %w", err)})
 		}
