@@ -311,7 +311,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxRequestBytes, "max-request-bytes", server.DefaultReadMaxBytes, "largest request message")
 	fs.IntVar(&cfg.maxResponseBytes, "max-response-bytes", server.DefaultSendMaxBytes, "largest response message")
 	fs.IntVar(&cfg.maxAgentLine, "max-agent-line", agent.DefaultMaxLine, "longest line of agent output; a longer one ends the agent")
-	fs.IntVar(&cfg.authFailureLimit, "auth-failure-limit", auth.DefaultFailureLimit, "failed authentication attempts a client address (an IPv6 /64) may make a minute; past it its calls are refused with resource_exhausted, credentials unchecked, until it refills (behind a proxy every client has the proxy's address; 0: no limit)")
+	fs.IntVar(&cfg.authFailureLimit, "auth-failure-limit", auth.DefaultFailureLimit, "failed authentication attempts a client address (an IPv6 /64; its /48 may make 16 times as many) may make a minute; past it its calls are refused with resource_exhausted, credentials unchecked, until it refills (behind a proxy every client has the proxy's address; 0: no limit)")
 	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests a second per authenticated user; a stream counts once (0: no limit; no limit without authentication)")
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
 	fs.IntVar(&cfg.maxUserStreams, "max-streams-per-user", service.DefaultMaxStreamsPerUser, "Prompt and Watch streams an authenticated user may have open at once on this gateway (0: no limit; no limit without authentication)")
