@@ -176,6 +176,7 @@ func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []s
 			return nil, err
 		}
 	}
+	lim.Log = log
 	c.limits = lim
 	network := "host"
 	if c.egress != nil {

@@ -11,6 +11,8 @@ package limits
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -92,15 +94,35 @@ const agentsDir = "acp-gateway-agents"
 // cpuPeriod is the CFS period, in microseconds, of the CPU quota.
 const cpuPeriod = 100000
 
+// v2Mount is where the unified hierarchy is mounted.
+const v2Mount = "/sys/fs/cgroup"
+
+// staleAge is how old an empty group in the agents' directory must be for
+// Setup to remove it as a leftover: older than any group of a running
+// gateway can be while it waits, empty, for its agent (see sweep).
+const staleAge = time.Minute
+
+// killWait bounds how long Kill waits for the group's processes to die.
+const killWait = 5 * time.Second
+
 // Controller makes a group for each agent. It is safe for concurrent use.
 type Controller struct {
+	// Log, when set (before the first New), receives what goes wrong as
+	// groups are removed; slog.Default() when nil.
+	Log *slog.Logger
+
 	limits Limits
+	// mount is where the unified hierarchy is mounted (v2Mount but in
+	// tests).
+	mount string
 	// v2 is the unified hierarchy's group that holds the agents' groups
 	// (for example /system.slice/acp-gateway.service/acp-gateway-agents);
 	// empty where the v1 hierarchies are used.
 	v2 string
 	// v1 lists the v1 controllers used; empty where v2 is.
 	v1 []cgroup1.Name
+	// swept counts the stale groups Setup removed.
+	swept int
 }
 
 // ErrCgroup is wrapped by the error of a host where no cgroup of the
@@ -115,14 +137,17 @@ var probes atomic.Int64
 // others need a cgroup the gateway may make groups in: where there is
 // none, the error (wrapping ErrCgroup) names the fix.
 func Setup(l Limits) (*Controller, error) {
-	c := &Controller{limits: l}
+	c := &Controller{limits: l, mount: v2Mount}
 	if !l.needsCgroup() {
 		return c, nil
 	}
 	var err error
 	switch cgroups.Mode() {
 	case cgroups.Unified:
-		err = c.setupV2()
+		var own string
+		if own, err = cgroup2.NestedGroupPath(""); err == nil {
+			err = c.setupV2(own)
+		}
 	case cgroups.Legacy, cgroups.Hybrid:
 		err = c.setupV1()
 	default:
@@ -131,13 +156,99 @@ func Setup(l Limits) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v): run the gateway with a cgroup subtree of its own (systemd: Delegate=yes; a container: a writable cgroup), or set --agent-memory, --agent-pids and --agent-cpu to 0 to run agents without them", ErrCgroup, err)
 	}
+	c.swept = c.sweep(time.Now().Add(-staleAge))
 	// A group made and removed proves the setup.
 	g, err := c.New(fmt.Sprintf("probe-%d-%d", os.Getpid(), probes.Add(1)))
+	if err == nil {
+		err = g.close()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v): run the gateway with a cgroup subtree of its own (systemd: Delegate=yes; a container: a writable cgroup), or set --agent-memory, --agent-pids and --agent-cpu to 0 to run agents without them", ErrCgroup, err)
 	}
-	g.Close()
 	return c, nil
+}
+
+// agentsDirs lists the directories that hold the agents' groups: one in
+// the unified hierarchy, or one in each v1 hierarchy.
+func (c *Controller) agentsDirs() []string {
+	if c.v2 != "" {
+		return []string{filepath.Join(c.mount, c.v2)}
+	}
+	all, err := cgroup1.Default()
+	if err != nil {
+		return nil
+	}
+	path := cgroup1.NestedPath(agentsDir)
+	var dirs []string
+	for _, s := range all {
+		p, ok := s.(interface{ Path(string) string })
+		if !ok {
+			continue
+		}
+		if rel, err := path(s.Name()); err == nil {
+			dirs = append(dirs, p.Path(rel))
+		}
+	}
+	return dirs
+}
+
+// sweep removes the groups of agents that gateways left behind (killed
+// before they could remove them, with SIGKILL, say), and returns how many
+// it removed. It looks in every hierarchy, those of controllers this
+// gateway does not use included: another configuration may have used them.
+//
+// Gateways on one host share the agents' directories (a container's v1
+// hierarchies often are the host's), and none can tell whether another
+// that made a group still runs: process ids do not compare across PID
+// namespaces, and names say nothing of liveness. So sweep kills nothing,
+// and removes only a group that no running gateway needs:
+//   - one without processes: rmdir fails on any other, whoever owns it;
+//   - one without groups below it: an agent may have made those, and be
+//     about to use the empty ones;
+//   - one made before before (staleAge ago): the kernel (kernfs) dates a
+//     group's directory no earlier than its making, and a gateway places
+//     its agent in the group it made within milliseconds. A running
+//     gateway's group may be old and empty once its agent has exited,
+//     before the gateway removes it: removing it then costs that gateway
+//     nothing (Close finds it gone, and the v1 OOM event that its removal
+//     fires is not taken for one).
+func (c *Controller) sweep(before time.Time) int {
+	n := 0
+	for _, dir := range c.agentsDirs() {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			group := filepath.Join(dir, e.Name())
+			info, err := os.Stat(group)
+			if err != nil || !info.ModTime().Before(before) || hasSubgroups(group) {
+				continue
+			}
+			if syscall.Rmdir(group) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// hasSubgroups reports whether the group at dir has groups below it (or
+// cannot be read).
+func hasSubgroups(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			return true
+		}
+	}
+	return false
 }
 
 // Limits returns what the Controller enforces.
@@ -149,13 +260,20 @@ func (c *Controller) Describe() string {
 	case !c.limits.needsCgroup():
 		return c.limits.String() + " (resource limits)"
 	case c.v2 != "":
-		return c.limits.String() + " (cgroup v2 " + c.v2 + ")"
+		return c.limits.String() + " (cgroup v2 " + c.v2 + c.sweptString() + ")"
 	}
 	names := make([]string, len(c.v1))
 	for i, n := range c.v1 {
 		names[i] = string(n)
 	}
-	return c.limits.String() + " (cgroup v1 " + strings.Join(names, ",") + ")"
+	return c.limits.String() + " (cgroup v1 " + strings.Join(names, ",") + c.sweptString() + ")"
+}
+
+func (c *Controller) sweptString() string {
+	if c.swept == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; removed %d stale agent groups", c.swept)
 }
 
 // setupV1 picks the v1 controllers the limits need. The pids controller is
@@ -171,40 +289,80 @@ func (c *Controller) setupV1() error {
 	return nil
 }
 
-// setupV2 finds the gateway's own group, and moves the gateway into a leaf
-// of it where it must, so that the memory, pids and cpu controllers can be
-// enabled for the groups beside it ("no internal processes").
-func (c *Controller) setupV2() error {
-	own, err := cgroup2.NestedGroupPath("")
-	if err != nil {
-		return err
+// v2Controllers lists the controllers the limits need in the unified
+// hierarchy. The pids controller is not among them unless its limit is
+// set: cgroup.procs, which lists a group's processes, and cgroup.kill are
+// there without any controller.
+func (l Limits) v2Controllers() []string {
+	var c []string
+	if l.Memory > 0 {
+		c = append(c, "memory")
 	}
-	const mount = "/sys/fs/cgroup"
-	want := "+memory +pids +cpu"
-	ctl := filepath.Join(mount, own, "cgroup.subtree_control")
-	if err := os.WriteFile(ctl, []byte(want), 0); errors.Is(err, syscall.EBUSY) {
-		leaf := filepath.Join(mount, own, "gateway")
+	if l.Pids > 0 {
+		c = append(c, "pids")
+	}
+	if l.CPU > 0 {
+		c = append(c, "cpu")
+	}
+	return c
+}
+
+// setupV2 enables the controllers the limits need for the groups below
+// own, the gateway's own group, moving the gateway into a leaf of it where
+// it must: a group whose controllers its children get may hold no
+// processes ("no internal processes").
+func (c *Controller) setupV2(own string) error {
+	controllers := c.limits.v2Controllers()
+	want := "+" + strings.Join(controllers, " +")
+	dir := filepath.Join(c.mount, own)
+	ctl := filepath.Join(dir, "cgroup.subtree_control")
+	err := os.WriteFile(ctl, []byte(want), 0)
+	if errors.Is(err, syscall.EBUSY) {
+		leaf := filepath.Join(dir, "gateway")
 		if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
 			return fmt.Errorf("moving the gateway into %s: %w", leaf, err)
 		}
-		if err := os.WriteFile(ctl, []byte(want), 0); err != nil {
-			return err
+		err = os.WriteFile(ctl, []byte(want), 0)
+		if errors.Is(err, syscall.EBUSY) {
+			if others := groupProcs(dir); len(others) > 0 {
+				return fmt.Errorf("enabling the %s controllers of %s: %w: processes other than the gateway share its cgroup (%v, a wrapper such as tini?): run the gateway as the first process of its own cgroup, or move them", strings.Join(controllers, ", "), own, err, others)
+			}
 		}
-	} else if err != nil {
-		return err
+	}
+	if err != nil {
+		offered, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+		return fmt.Errorf("enabling the %s controllers of %s (it offers %q): %w", strings.Join(controllers, ", "), own, strings.TrimSpace(string(offered)), err)
 	}
 	c.v2 = filepath.Join(own, agentsDir)
 	return nil
 }
 
+// groupProcs lists the processes directly in the v2 group at dir.
+func groupProcs(dir string) []int {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
 // Group is one agent's group.
 type Group struct {
 	limits Limits
+	log    *slog.Logger
 	v1     cgroup1.Cgroup
 	v2     *cgroup2.Manager
+	// dir is the v2 group's directory.
+	dir string
 	// memory is the v1 memory controller's directory of the group.
 	memory string
 	// oom is the v1 memory controller's OOM event, watched so that a
@@ -219,17 +377,15 @@ type Group struct {
 
 // New makes the group of the agent name (unique among running agents).
 func (c *Controller) New(name string) (*Group, error) {
-	g := &Group{limits: c.limits}
+	g := &Group{limits: c.limits, log: c.Log}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
 	if !c.limits.needsCgroup() {
 		return g, nil
 	}
 	if c.v2 != "" {
-		m, err := cgroup2.NewManager("/sys/fs/cgroup", filepath.Join(c.v2, name), c.v2Resources())
-		if err != nil {
-			return nil, err
-		}
-		g.v2 = m
-		return g, nil
+		return g, c.newV2(g, name)
 	}
 	hierarchy := func() ([]cgroup1.Subsystem, error) {
 		all, err := cgroup1.Default()
@@ -281,6 +437,16 @@ func (c *Controller) New(name string) (*Group, error) {
 	return g, nil
 }
 
+// newV2 makes g's group, name, in the unified hierarchy.
+func (c *Controller) newV2(g *Group, name string) error {
+	m, err := cgroup2.NewManager(c.mount, filepath.Join(c.v2, name), c.v2Resources())
+	if err != nil {
+		return err
+	}
+	g.v2, g.dir = m, filepath.Join(c.mount, c.v2, name)
+	return nil
+}
+
 func (c *Controller) v1Resources() *specs.LinuxResources {
 	r := &specs.LinuxResources{}
 	l := c.limits
@@ -322,6 +488,11 @@ func (g *Group) watchOOM() {
 	for {
 		if _, err := g.oom.Read(buf[:]); err != nil {
 			return // closed
+		}
+		if _, err := os.Stat(g.memory); errors.Is(err, fs.ErrNotExist) {
+			// The event also comes when the group is removed: by another
+			// gateway's sweep, once the agent had gone.
+			return
 		}
 		// The event comes as the kernel starts to kill, before its
 		// count (oom_kill) says so.
@@ -365,16 +536,29 @@ func (g *Group) Place(pid int) error {
 }
 
 // Kill ends every process of the group, including those that left the
-// agent's process group or session, and waits (up to a few seconds) until
-// none is left.
+// agent's process group or session, and waits (up to killWait) until none
+// is left, so that the group can then be removed.
 func (g *Group) Kill() {
+	deadline := time.Now().Add(killWait)
 	switch {
 	case g.v2 != nil:
-		_ = g.v2.Kill()
+		// cgroup.kill kills every process of the group, and those forked
+		// while it does; the kernel reports their end in cgroup.events.
+		for kill := time.Now(); ; {
+			if !time.Now().Before(kill) {
+				if !g.killV2() {
+					return // the group is gone
+				}
+				kill = time.Now().Add(100 * time.Millisecond)
+			}
+			if !g.populated() || !time.Now().Before(deadline) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	case g.v1 != nil:
 		// v1 has no cgroup.kill: kill what is there until nothing is
 		// (the pids limit bounds a fork loop racing this).
-		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
 			pids, err := g.pids()
 			if err != nil || len(pids) == 0 {
@@ -386,6 +570,35 @@ func (g *Group) Kill() {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// killV2 writes the v2 group's cgroup.kill (or, on a kernel without it,
+// signals its processes) and reports whether the group is still there.
+func (g *Group) killV2() bool {
+	err := os.WriteFile(filepath.Join(g.dir, "cgroup.kill"), []byte("1"), 0)
+	if err == nil {
+		return true
+	}
+	if _, statErr := os.Stat(g.dir); errors.Is(statErr, fs.ErrNotExist) {
+		return false
+	}
+	_ = g.v2.Kill() // before Linux 5.14: freeze, signal each, thaw
+	return true
+}
+
+// populated reports whether the v2 group, or a group below it, holds a
+// process (that has not yet exited).
+func (g *Group) populated() bool {
+	b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.events"))
+	if err != nil {
+		return false // gone
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "populated "); ok {
+			return v != "0"
+		}
+	}
+	return false
 }
 
 // pids lists the processes of the group.
@@ -433,8 +646,17 @@ func (g *Group) OOMKilled() bool {
 	return false
 }
 
-// Close ends every process of the group and removes it.
+// Close ends every process of the group and removes it; what goes wrong
+// is logged.
 func (g *Group) Close() {
+	if err := g.close(); err != nil {
+		g.log.Warn("removing an agent's cgroup", "error", err)
+	}
+}
+
+// close ends every process of the group and removes it, the first time it
+// is called.
+func (g *Group) close() (err error) {
 	g.closeOnce.Do(func() {
 		g.Kill()
 		if g.oom != nil {
@@ -443,11 +665,16 @@ func (g *Group) Close() {
 		}
 		switch {
 		case g.v2 != nil:
-			_ = g.v2.Delete()
+			if _, statErr := os.Stat(g.dir); errors.Is(statErr, fs.ErrNotExist) {
+				return // another gateway's sweep removed it, empty
+			}
+			err = g.v2.Delete()
 		case g.v1 != nil:
-			_ = g.v1.Delete()
+			// Where the group is gone it goes on to the next hierarchy.
+			err = g.v1.Delete()
 		}
 	})
+	return err
 }
 
 // Resources lists the limits l sets, by resource name (memory_bytes, pids,

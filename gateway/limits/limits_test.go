@@ -1,13 +1,20 @@
 package limits
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"golang.org/x/sys/unix"
 
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
@@ -22,6 +29,13 @@ func start(t *testing.T, c *Controller, script string) (*Group, *exec.Cmd, *outp
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Close)
+	cmd, out := startIn(t, g, script)
+	return g, cmd, out
+}
+
+// startIn is start in the group g.
+func startIn(t *testing.T, g *Group, script string) (*exec.Cmd, *output) {
+	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", "read -r _ || exit 1\n"+script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	in, err := cmd.StdinPipe()
@@ -45,7 +59,7 @@ func start(t *testing.T, c *Controller, script string) (*Group, *exec.Cmd, *outp
 	if _, err := in.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	return g, cmd, out
+	return cmd, out
 }
 
 // output is what a started script printed, in a file: its children
@@ -157,5 +171,215 @@ func TestDescribeAndResources(t *testing.T) {
 	r := Limits{Memory: 1, CPU: 2}.Resources()
 	if len(r) != 2 || r["memory_bytes"] != 1 || r["cpu"] != 2 {
 		t.Errorf("Resources: %v", r)
+	}
+}
+
+// Setup removes the groups gateways left behind, but only those that are
+// empty, have no groups below them, and were made over staleAge ago: a
+// group a running gateway just made, or one with processes, stays.
+func TestSetupSweepsOnlyStaleEmptyGroups(t *testing.T) {
+	c, err := Setup(Limits{Pids: 64})
+	if err != nil {
+		t.Skip(err)
+	}
+	dirs := c.agentsDirs()
+	if len(dirs) == 0 {
+		t.Fatal("no agents' directory")
+	}
+	old := time.Now().Add(-2 * staleAge)
+	prefix := fmt.Sprintf("sweep-%d-%d-", os.Getpid(), time.Now().UnixNano())
+	mk := func(dir, name string, age time.Time) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(p) })
+		if !age.IsZero() {
+			if err := os.Chtimes(p, age, age); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	type want struct {
+		path string
+		kept bool
+	}
+	var wants []want
+	for _, dir := range dirs {
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		nested := mk(dir, prefix+"nested", time.Time{})
+		mk(nested, "below", time.Time{})
+		if err := os.Chtimes(nested, old, old); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(filepath.Join(nested, "below")) })
+		wants = append(wants,
+			want{mk(dir, prefix+"stale", old), false},
+			want{mk(dir, prefix+"new", time.Time{}), true},
+			want{nested, true})
+	}
+	// A group with a process in it, as old.
+	busy, err := c.New(prefix + "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(busy.Close)
+	startIn(t, busy, "sleep 60")
+	for _, dir := range dirs {
+		p := filepath.Join(dir, prefix+"busy")
+		if _, err := os.Stat(p); err == nil {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+			wants = append(wants, want{p, true})
+		}
+	}
+	testutil.WaitFor(t, "the busy group holds its process", func() bool {
+		pids, err := busy.pids()
+		return err == nil && len(pids) > 0
+	})
+	// (The gateways or tests running beside this one may sweep too.)
+	c.sweep(time.Now().Add(-staleAge))
+	for _, w := range wants {
+		_, err := os.Stat(w.path)
+		if kept := err == nil; kept != w.kept {
+			t.Errorf("%s: kept %v, want %v", w.path, kept, w.kept)
+		}
+	}
+}
+
+// unifiedTest returns a Controller, with no limits, whose agents' groups
+// are made below a new group of the unified hierarchy (where the host has
+// one the test may write), removed when the test ends.
+func unifiedTest(t *testing.T) *Controller {
+	t.Helper()
+	mount := v2Mount
+	var st unix.Statfs_t
+	if unix.Statfs(mount, &st) != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		mount = filepath.Join(v2Mount, "unified") // a hybrid host's
+		if unix.Statfs(mount, &st) != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+			t.Skip("no cgroup v2 hierarchy")
+		}
+	}
+	own, err := cgroup2.NestedGroupPath(fmt.Sprintf("limits-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := os.Mkdir(filepath.Join(mount, own), 0o755); err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { removeTree(filepath.Join(mount, own)) })
+	return &Controller{mount: mount, v2: filepath.Join(own, agentsDir)}
+}
+
+// On cgroup v2, Kill waits until the processes it killed are gone, so
+// that Close then removes the group.
+func TestV2CloseRemovesTheGroupOfAKilledTree(t *testing.T) {
+	c := unifiedTest(t)
+	g := &Group{log: slog.Default()}
+	if err := c.newV2(g, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.close() })
+	_, out := startIn(t, g, "for i in $(seq 40); do setsid sleep 600 & done; echo started; wait")
+	testutil.WaitFor(t, "the tree starts", func() bool {
+		pids, err := g.pids()
+		return strings.Contains(out.String(), "started") && err == nil && len(pids) > 40
+	})
+	if err := g.close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := os.Stat(g.dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the group outlived Close: %v", err)
+	}
+}
+
+// A group another gateway's sweep removed is no error to Close.
+func TestV2CloseOfARemovedGroup(t *testing.T) {
+	c := unifiedTest(t)
+	g := &Group{log: slog.Default()}
+	if err := c.newV2(g, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(g.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// Only the controllers the limits need are asked for; a host that does
+// not offer one is named in the error.
+func TestV2Controllers(t *testing.T) {
+	for _, c := range []struct {
+		l    Limits
+		want string
+	}{
+		{Limits{Memory: 1}, "memory"},
+		{Limits{Pids: 1, NoFile: 5}, "pids"},
+		{Limits{Memory: 1, Pids: 1, CPU: 1}, "memory pids cpu"},
+	} {
+		if got := strings.Join(c.l.v2Controllers(), " "); got != c.want {
+			t.Errorf("%v: %q, want %q", c.l, got, c.want)
+		}
+	}
+	ctl := unifiedTest(t)
+	offered, err := os.ReadFile(filepath.Join(ctl.mount, filepath.Dir(ctl.v2), "cgroup.controllers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(offered), "cpu") {
+		t.Skip("the test's group offers the cpu controller")
+	}
+	ctl.limits = Limits{CPU: 1}
+	err = ctl.setupV2(filepath.Dir(ctl.v2))
+	if err == nil || !strings.Contains(err.Error(), "enabling the cpu controllers") || !strings.Contains(err.Error(), "it offers") {
+		t.Errorf("setupV2 where cpu is not offered: %v", err)
+	}
+}
+
+// removeTree removes the group at dir and those below it, once they are
+// empty (for a few seconds).
+func removeTree(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			removeTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); os.Remove(dir) != nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A group removed from under the gateway (by another gateway's sweep, once
+// its agent had gone) is not taken for one whose agent ran out of memory,
+// though v1 signals its OOM event then, and Close does not fail on it.
+func TestARemovedGroupIsNoOOM(t *testing.T) {
+	c, err := Setup(Limits{Memory: 32 << 20})
+	if err != nil {
+		t.Skip(err)
+	}
+	name := fmt.Sprintf("removed-%d-%d", os.Getpid(), time.Now().UnixNano())
+	g, err := c.New(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range c.agentsDirs() {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // for the event, if one comes
+	if g.OOMKilled() {
+		t.Error("OOMKilled is true")
+	}
+	if err := g.close(); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }
