@@ -401,3 +401,58 @@ func TestSandboxedAgentReachesOnlyWhatIsListed(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkspaceSwappedForALinkLeadsNowhere: a session's directory, checked
+// at CreateSession, that a link replaces later (another agent of the same
+// user can do it) does not lead the session's next agent into another
+// user's workspace.
+func TestWorkspaceSwappedForALinkLeadsNowhere(t *testing.T) {
+	status := 0
+	h := startHosted(t, true, limits.Limits{}, func(h *hosted) map[string]agentsim.Script {
+		return map[string]agentsim.Script{
+			// Its first turn ends its agent; the next one looks around.
+			"peek": {Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Shell: "cat secret 2>/dev/null && echo LEAK:bob-workspace || echo no-secret"}, {Exit: &status}}}}},
+			"bob":  {Turns: []agentsim.Turn{shellTurn("echo bob-secret > secret")}},
+		}
+	})
+	bob := create(t, h.bob, "bob")
+	turn(t, h.bob, bob, nil)
+	bobDir := snapshotOf(t, h.bob, bob).GetCwd()
+	dir := filepath.Join(h.workspaces.Dir(), "alice", "q")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.alice.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "peek", Cwd: dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Msg.GetSessionId()
+	if got := said(turn(t, h.alice, id, nil)); strings.Contains(got, "LEAK") {
+		t.Fatalf("before the swap: %s", got)
+	}
+	// The session's directory becomes a link to bob's.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bobDir, dir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	events, err := testutil.Turn(ctx, h.alice, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, nil)
+	if got := said(events); strings.Contains(got, "LEAK") || strings.Contains(got, "bob-secret") {
+		t.Errorf("the agent reached bob's workspace through the link:\n%s", got)
+	}
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("the prompt after the swap: %v, want permission_denied", err)
+	}
+}
+
+func snapshotOf(t *testing.T, c acpv2connect.SessionServiceClient, id string) *acpv2.SessionSnapshot {
+	t.Helper()
+	res, err := c.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Msg.GetSession()
+}

@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -93,5 +96,71 @@ func TestTurnTimeoutEndsTheTurn(t *testing.T) {
 	end, lost = lastTurnEnded(t, g, deaf, nil)
 	if end.GetStopReason() != "cancelled" || end.GetCause() != "turn_timeout" || !lost {
 		t.Errorf("deaf: turn ended %v (agent lost %v), want cancelled by turn_timeout, agent stopped", end, lost)
+	}
+}
+
+// stuckAgent is an ACP v1 agent that, once prompted, asks for the file big
+// of its working directory and never reads its input again: the gateway's
+// answer fills the pipe, and every later write to the agent (session/cancel
+// among them) blocks.
+const stuckAgent = `id() { i=${1##*\"id\":}; echo "${i%%[,\}]*}"; }
+read -r l; printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":1,"agentCapabilities":{}}}\n' "$(id "$l")"
+read -r l; printf '{"jsonrpc":"2.0","id":%s,"result":{"sessionId":"stuck"}}\n' "$(id "$l")"
+read -r l
+printf '{"jsonrpc":"2.0","id":"big","method":"fs/read_text_file","params":{"sessionId":"stuck","path":"%s/big"}}\n' "$(pwd)"
+exec sleep 600`
+
+// stuckSession creates a session of the agent "stuck" (stuckAgent) in a
+// working directory holding its big file.
+func stuckSession(t *testing.T, g *gateway) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "big"), bytes.Repeat([]byte("x"), 8<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.connect.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "stuck", Cwd: dir}))
+	if err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	return res.Msg.GetSessionId()
+}
+
+// An agent that stops reading its input cannot hold off the grace: writing
+// session/cancel to it blocks, yet the turn ends cancelled once the grace
+// has passed, and Cancel returns.
+func TestCancelIsEnforcedOnAnAgentThatStopsReading(t *testing.T) {
+	t.Parallel()
+	for _, timeout := range []time.Duration{0, 300 * time.Millisecond} {
+		g := startGateway(t, gatewayOpts{
+			agents: map[string][]string{"stuck": {"/bin/sh", "-c", stuckAgent}},
+			configure: func(c *app.Config) {
+				c.Session.TurnTimeout, c.Session.CancelGrace = timeout, 300*time.Millisecond
+			},
+		})
+		id := stuckSession(t, g)
+		wantCause, during := "turn_timeout", func() {}
+		if timeout == 0 {
+			wantCause = "cancel_timeout"
+			during = func() {
+				time.Sleep(300 * time.Millisecond) // the agent's read is under way
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				start := time.Now()
+				if _, err := g.connect.Cancel(ctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err != nil {
+					t.Errorf("Cancel: %v", err)
+				}
+				if d := time.Since(start); d > 5*time.Second {
+					t.Errorf("Cancel took %v", d)
+				}
+			}
+		}
+		start := time.Now()
+		end, lost := lastTurnEnded(t, g, id, during)
+		if end.GetStopReason() != "cancelled" || end.GetCause() != wantCause || !lost {
+			t.Errorf("turn ended %v (agent lost %v), want cancelled by %s, agent stopped", end, lost, wantCause)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("the turn took %v to end", d)
+		}
 	}
 }

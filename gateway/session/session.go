@@ -175,6 +175,9 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	if err != nil {
 		s.met.AgentExited("start_failed")
 		s.setState(statestore.StateAgentLost, err.Error())
+		if errors.Is(err, ErrPermission) {
+			return err // its working directory is no longer the one checked
+		}
 		return fmt.Errorf("%w: %v", ErrAgentGone, err)
 	}
 	s.met.AgentStarted(time.Since(started))
@@ -790,35 +793,77 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 }
 
 // Cancel cancels the running turn: every pending permission request is
-// answered cancelled, as ACP requires, and the agent gets session/cancel.
+// answered cancelled, as ACP requires, and the agent gets session/cancel;
+// the agent is stopped if the turn still runs Options.CancelGrace later.
+// Cancel waits, while ctx allows, until session/cancel is written (or its
+// write failed: the agent is ending, and so is the turn), which is at most
+// until the agent is stopped.
 func (s *Session) Cancel(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.turn {
 		s.mu.Unlock()
 		return ErrNoTurn
 	}
+	written := s.cancelLocked(CauseCancelTimeout)
+	s.mu.Unlock()
+	select {
+	case <-written:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cancelLocked cancels the running turn, as Cancel says, the agent being
+// stopped for cause if it does not end the turn within the grace. The
+// channel returned is closed once session/cancel is written, or its write
+// failed. s.mu must be held, and a turn running.
+//
+// The grace is armed first, before anything is written to the agent: an
+// agent that no longer reads its input blocks the write of session/cancel
+// (jsonrpc2 writes one message at a time, honouring no context), or of the
+// prompt it waits for, for ever. Stopping the agent closes its input,
+// which ends such a write. The writes are done apart from the caller.
+func (s *Session) cancelLocked(cause string) <-chan struct{} {
 	a, agentSID, sent, gen := s.agent, s.agentSessionID, s.turnSent, s.turnGen
-	s.mu.Unlock()
-	// session/cancel first, as ACP orders it: an agent that sees its
-	// permission request cancelled then knows the turn is being cancelled.
-	// It waits for the prompt to be written: a cancel the agent read
-	// before the prompt would cancel nothing.
-	var err error
-	if a != nil { // else the turn is ending with the agent
-		select {
-		case <-sent:
-			err = a.Cancel(ctx, agentSID)
-		case <-ctx.Done():
-			err = ctx.Err()
+	s.armGraceLocked(gen, cause)
+	written := make(chan struct{})
+	if a == nil { // the turn is ending with the agent
+		for id := range s.perms {
+			s.resolveLocked(id, cancelled())
 		}
+		close(written)
+		return written
 	}
-	s.mu.Lock()
-	for id := range s.perms {
-		s.resolveLocked(id, cancelled())
-	}
-	s.armGraceLocked(gen, CauseCancelTimeout)
-	s.mu.Unlock()
-	return err
+	running := func() bool { return s.turn && s.turnGen == gen }
+	// The turn's own count keeps the WaitGroup above zero here.
+	s.m.wg.Add(1)
+	go func() {
+		defer s.m.wg.Done()
+		defer close(written)
+		// session/cancel first, as ACP orders it: an agent that sees its
+		// permission request cancelled then knows the turn is being
+		// cancelled. It waits for the prompt to be written: a cancel the
+		// agent read before the prompt would cancel nothing.
+		<-sent
+		s.mu.Lock()
+		ok := running()
+		s.mu.Unlock()
+		if !ok {
+			return // the turn ended, and its end answered the requests
+		}
+		if err := a.Cancel(context.Background(), agentSID); err != nil {
+			s.log.Warn("sending session/cancel failed", "error", err)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if running() {
+			for id := range s.perms {
+				s.resolveLocked(id, cancelled())
+			}
+		}
+	}()
+	return written
 }
 
 // Why the gateway ended a turn itself, as TurnEnded.cause says.
@@ -836,17 +881,12 @@ const (
 // does, and with the same grace before the agent is stopped.
 func (s *Session) interrupt(gen uint64, cause string) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !s.turn || s.turnGen != gen {
-		s.mu.Unlock()
 		return
 	}
 	s.turnCause = cause
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.m.opts.CancelGrace)
-	defer cancel()
-	if err := s.Cancel(ctx); err != nil && !errors.Is(err, ErrNoTurn) {
-		s.log.Warn("cancelling a turn", "cause", cause, "error", err)
-	}
+	s.cancelLocked(CauseCancelTimeout)
 }
 
 // armGraceLocked stops the agent of turn gen if the turn still runs
