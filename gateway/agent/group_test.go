@@ -27,7 +27,12 @@ type fakeGroup struct {
 }
 
 func (g *fakeGroup) Place(pid int) error {
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	// Read it until it is there: under load, a process just started may
+	// show an empty command line for a moment.
+	var b []byte
+	for deadline := time.Now().Add(2 * time.Second); len(b) == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, _ = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.placedCmdline = strings.ReplaceAll(string(b), "\x00", " ")
@@ -59,8 +64,11 @@ func TestAgentIsPlacedBeforeItRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(g.placedCmdline, "/bin/sh -c "+fmt.Sprintf(holdScript, 3)) {
-		t.Errorf("placed %q, want the waiting shell", g.placedCmdline)
+	g.mu.Lock()
+	placed := g.placedCmdline
+	g.mu.Unlock()
+	if !strings.HasPrefix(placed, "/bin/sh -c "+fmt.Sprintf(holdScript, 3)) {
+		t.Errorf("placed %q, want the waiting shell", placed)
 	}
 	a.Close()
 	if g.closed != 1 {
