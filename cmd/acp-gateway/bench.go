@@ -56,6 +56,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	scaleUpdates := fs.Int("scale-updates", full.ScaleUpdates, "updates per turn in the scale phase (quick: 10)")
 	scaleConc := fs.Int("scale-concurrency", full.ScaleConcurrency, "sessions created at a time in the scale phase")
 	scaleStore := fs.String("scale-store", full.ScaleStore, "store of the scale phase: bolt (serve's default) or memory (event logs in the gateway's heap)")
+	scaleSandbox := fs.String("scale-sandbox", full.ScaleSandbox, "agents of the scale phase: none (unconfined), bwrap (each in a bubblewrap sandbox under the default --agent-* limits, as serve with authentication runs them) or both, for their create-to-first-event latency side by side")
+	scaleNetwork := fs.String("scale-network", full.ScaleNetwork, "network of the scale phase's sandboxed agents, as serve's --sandbox-network: proxy (serve's default: a network of their own, out only through the egress proxy) or host")
 	redisURL := fs.String("redis", full.Redis, "Redis for the Redis store path (a random key prefix, deleted afterwards)")
 	websocketd := fs.String("websocketd", "", "websocketd binary (default: websocketd in PATH)")
 	cpuprofile := fs.String("cpuprofile", "", "write the gateway process's CPU profile during --profile-path to this file")
@@ -89,7 +91,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	pick("sessions", &cfg.Sessions, *sessions)
 	pick("scale-updates", &cfg.ScaleUpdates, *scaleUpdates)
 	pick("scale-concurrency", &cfg.ScaleConcurrency, *scaleConc)
-	cfg.ScaleStore = *scaleStore
+	cfg.ScaleStore, cfg.ScaleSandbox, cfg.ScaleNetwork = *scaleStore, *scaleSandbox, *scaleNetwork
 	if set["rate"] {
 		cfg.Rate = *rate
 	}

@@ -74,15 +74,10 @@ func TestBenchQuickReport(t *testing.T) {
 			AgentCPUWaitPct float64 `json:"agentCPUWaitPercent"`
 			AgentBlockedPct float64 `json:"agentBlockedPercent"`
 		} `json:"fanout"`
-		Scale *struct {
-			Sessions int    `json:"sessions"`
-			Store    string `json:"store"`
-			Failed   int    `json:"failedSessions"`
-			Leftover int    `json:"leftoverChildren"`
-			Error    string `json:"error"`
-		} `json:"scale"`
-		Leftover int    `json:"leftoverProcesses"`
-		Headline string `json:"headline"`
+		Scale        *scaleJSON `json:"scale"`
+		ScaleSandbox *scaleJSON `json:"scaleSandbox"`
+		Leftover     int        `json:"leftoverProcesses"`
+		Headline     string     `json:"headline"`
 	}
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatalf("the JSON does not parse: %v\n%s", err, raw)
@@ -129,12 +124,46 @@ func TestBenchQuickReport(t *testing.T) {
 			t.Errorf("fan-out to %d watchers: the agent's run/CPU wait/blocked shares are %v%%", f.Watchers, shares)
 		}
 	}
-	if rep.Scale == nil || rep.Scale.Sessions != 3 || rep.Scale.Store != "bolt" || rep.Scale.Failed != 0 || rep.Scale.Leftover != 0 || rep.Scale.Error != "" {
+	if rep.Scale == nil || rep.Scale.Sessions != 3 || rep.Scale.Store != "bolt" || rep.Scale.Sandbox != "none" || rep.Scale.Failed != 0 || rep.Scale.Leftover != 0 || rep.Scale.Error != "" ||
+		rep.Scale.CreateToFirstEvent.Samples != 3 {
 		t.Errorf("scale %+v", rep.Scale)
+	}
+	// The scale phase ran again with the agents sandboxed, side by side; a
+	// host without bwrap or a writable cgroup says why in its result.
+	switch s := rep.ScaleSandbox; {
+	case s == nil || s.Sessions != 3 || s.Sandbox != "bwrap":
+		t.Errorf("sandboxed scale %+v", s)
+	case s.Error != "":
+		t.Logf("the sandboxed scale phase could not run here: %s", s.Error)
+		if !strings.Contains(stdout.String(), "  error: ") {
+			t.Errorf("the report does not say the sandboxed scale phase failed:\n%s", stdout.String())
+		}
+	case s.Failed != 0 || s.Leftover != 0 || s.CreateToFirstEvent.Samples != 3 || s.Network != "proxy" || !strings.Contains(s.Limits, "memory 4 GiB"):
+		t.Errorf("sandboxed scale %+v", s)
+	}
+	for _, want := range []string{"create to first event, without and with the sandbox", "unconfined (--sandbox none)", "bwrap + limits (--sandbox bwrap --sandbox-network proxy)"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the report does not mention %q:\n%s", want, stdout.String())
+		}
 	}
 	if rep.Leftover != 0 {
 		t.Errorf("%d processes of the run outlived it", rep.Leftover)
 	}
+}
+
+// scaleJSON is a scale phase's result in the bench's JSON.
+type scaleJSON struct {
+	Sessions           int    `json:"sessions"`
+	Store              string `json:"store"`
+	Sandbox            string `json:"sandbox"`
+	Network            string `json:"network"`
+	Limits             string `json:"limits"`
+	Failed             int    `json:"failedSessions"`
+	Leftover           int    `json:"leftoverChildren"`
+	Error              string `json:"error"`
+	CreateToFirstEvent struct {
+		Samples int `json:"samples"`
+	} `json:"createToFirstEventMs"`
 }
 
 func TestBenchBadFlagsExit2(t *testing.T) {
@@ -142,6 +171,8 @@ func TestBenchBadFlagsExit2(t *testing.T) {
 	for _, args := range [][]string{
 		{"bench", "--mix", "3"},
 		{"bench", "--scale-store", "redis"},
+		{"bench", "--scale-sandbox", "gvisor"},
+		{"bench", "--scale-network", "none"},
 		{"bench", "--paths", "pigeon"},
 		{"bench", "--fanout", "x"},
 		{"bench", "extra"},

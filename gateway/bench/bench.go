@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
 	"github.com/acp-gateway/acp-gateway/statestore/redisstore"
 )
 
@@ -65,6 +66,16 @@ type Config struct {
 	// ScaleStore is the scale phase's store: "bolt", serve's default, or
 	// "memory", which keeps the sessions' event logs in the gateway's heap.
 	ScaleStore string `json:"scaleStore"`
+	// ScaleSandbox is how the scale phase's agents run: "none"
+	// (unconfined), "bwrap" (each in a bubblewrap sandbox under the default
+	// limits, as an authenticated serve runs them), or "both", one run
+	// after the other, each on a gateway of its own, for their
+	// create-to-first-event latency side by side. Profiling "scale"
+	// profiles the first. ScaleNetwork is the sandboxed agents' network,
+	// as serve's --sandbox-network: "proxy" (serve's default: a network
+	// namespace of its own, out only through the egress proxy) or "host".
+	ScaleSandbox string `json:"scaleSandbox"`
+	ScaleNetwork string `json:"scaleNetwork"`
 	// Redis is the Redis store's URL; a random key prefix is used and its
 	// keys deleted afterwards.
 	Redis string `json:"redis"`
@@ -87,7 +98,7 @@ func Defaults(quick bool) Config {
 	c := Config{
 		Updates: 100000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
 		Paths: PathKeys, Rounds: 3, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 10000,
-		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt",
+		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt", ScaleSandbox: ScaleSandboxBoth, ScaleNetwork: "proxy",
 		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
 	}
 	if quick {
@@ -129,6 +140,12 @@ func (c *Config) Check() error {
 	}
 	if c.ScaleStore != "bolt" && c.ScaleStore != "memory" {
 		return fmt.Errorf("--scale-store: %q (want bolt or memory)", c.ScaleStore)
+	}
+	if !slices.Contains(ScaleSandboxes, c.ScaleSandbox) {
+		return fmt.Errorf("--scale-sandbox: %q (want %s)", c.ScaleSandbox, strings.Join(ScaleSandboxes, ", "))
+	}
+	if c.ScaleNetwork != "proxy" && c.ScaleNetwork != "host" {
+		return fmt.Errorf("--scale-network: %q (want proxy or host)", c.ScaleNetwork)
 	}
 	if c.Sessions > 10000 {
 		return fmt.Errorf("--sessions: %d (at most 10000)", c.Sessions)
@@ -264,7 +281,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	// round.
 	var rounds [][]PathResult
 	for round := range cfg.Rounds {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || len(cfg.Paths) == 0 {
 			break
 		}
 		if cfg.Rounds > 1 {
@@ -368,13 +385,34 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 	}
 	if cfg.Sessions > 0 {
-		say("scale: %d sessions of %d-update turns", cfg.Sessions, cfg.ScaleUpdates)
-		storeURL := "memory:"
-		if cfg.ScaleStore == "bolt" {
-			storeURL = "bolt:" + filepath.Join(tmp, "scale.db")
+		// Without the sandbox and with it, each on a gateway and a store of
+		// its own; the first is profiled.
+		for i, mode := range cfg.scaleModes() {
+			if ctx.Err() != nil {
+				break
+			}
+			label := scaleLabel(mode)
+			say("scale (%s): %d sessions of %d-update turns", label, cfg.Sessions, cfg.ScaleUpdates)
+			storeURL := "memory:"
+			if cfg.ScaleStore == "bolt" {
+				storeURL = "bolt:" + filepath.Join(tmp, "scale-"+mode+".db")
+			}
+			var prof []string
+			if i == 0 {
+				prof = profFlags("scale")
+			}
+			s := runScale(ctx, self, runID, tr, &cfg, cwd, storeURL, mode, filepath.Join(tmp, "homes"), prof, say)
+			if s.Error != "" {
+				say("scale (%s): failed: %s", label, firstLine(s.Error))
+			} else {
+				say("scale (%s): create to first event p50 %.1f ms, p99 %.1f ms", label, s.CreateToFirstEvent.P50, s.CreateToFirstEvent.P99)
+			}
+			if mode == sandbox.ModeBwrap {
+				rep.ScaleSandbox = &s
+			} else {
+				rep.Scale = &s
+			}
 		}
-		s := runScale(ctx, self, runID, tr, &cfg, cwd, storeURL, profFlags("scale"), say)
-		rep.Scale = &s
 	}
 	// Everything this run started is gone, or is ended now.
 	left := runProcesses(runID)

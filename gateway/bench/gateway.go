@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -21,8 +22,12 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/app"
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
+	"github.com/acp-gateway/acp-gateway/gateway/limits"
+	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/gateway/workspace"
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
 	"github.com/acp-gateway/acp-gateway/statestore"
 	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
@@ -44,6 +49,16 @@ func agentCommand(self []string, runID string, protocol int) []string {
 // its stdin ends, shuts down (ending every agent), and prints "leftover N",
 // the number of its child processes still alive.
 //
+// With --sandbox bwrap its agents are confined as an authenticated serve
+// confines them by default: each in a bubblewrap sandbox (its HOME under
+// --sandbox-homes, the bolt file hidden) with, under --sandbox-network
+// proxy, a network of its own whose only way out is an egress proxy of the
+// gateway's (opened in the sandbox by this executable, whose main calls
+// egress.ListenIfCommanded), its process tree under limits.Defaults in a
+// cgroup of its own. All must work, as with authentication, or it exits 1
+// saying why; before "addr" it then prints "confined LIMITS", how the
+// limits are enforced.
+//
 // Besides the SessionService it serves GET /bench/memstats (after a GC)
 // and POST /bench/profile/start and /bench/profile/stop, which write
 // --cpuprofile, --memprofile and --mutexprofile.
@@ -56,6 +71,9 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	cpuprofile := fs.String("cpuprofile", "", "CPU profile file, written between /bench/profile/start and stop")
 	memprofile := fs.String("memprofile", "", "heap profile file, written at /bench/profile/stop")
 	mutexprofile := fs.String("mutexprofile", "", "mutex contention profile file, of the time between /bench/profile/start and stop")
+	sandboxMode := fs.String("sandbox", sandbox.ModeNone, "none, or bwrap: each agent in a bubblewrap sandbox under the default limits, as an authenticated serve runs it")
+	homes := fs.String("sandbox-homes", "", "with --sandbox bwrap: the directory of the agents' homes")
+	network := fs.String("sandbox-network", "proxy", "with --sandbox bwrap: proxy (a network of the agent's own, out only through the egress proxy) or host")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -63,6 +81,25 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if err != nil {
 		fmt.Fprintln(stderr, "bench gateway:", err)
 		return 1
+	}
+	var conf confined
+	switch *sandboxMode {
+	case sandbox.ModeNone:
+	case sandbox.ModeBwrap:
+		var hide []string
+		if path, ok := strings.CutPrefix(*storeURL, "bolt:"); ok {
+			if abs, err := filepath.Abs(path); err == nil {
+				hide = append(hide, abs)
+			}
+		}
+		if conf, err = confine(ctx, *homes, hide, *network, self[0]); err != nil {
+			fmt.Fprintln(stderr, "bench gateway:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "confined %s\n", conf.limits.Describe())
+	default:
+		fmt.Fprintf(stderr, "bench gateway: --sandbox %q: want bwrap or none\n", *sandboxMode)
+		return 2
 	}
 	opts := storeurl.Options{Store: statestore.Options{MaxEvents: statestore.DefaultMaxEvents, MaxEventBytes: statestore.DefaultMaxEventBytes}, RedisPrefix: *prefix}
 	store, err := storeurl.Open(ctx, *storeURL, opts)
@@ -78,6 +115,11 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 				agentName(2): agentCommand(self, *runID, 2),
 			},
 			Env:              agentEnv(),
+			Sandbox:          conf.sandbox,
+			Homes:            conf.homes,
+			Limits:           conf.limits,
+			Egress:           conf.egress,
+			EgressHelper:     conf.helper,
 			Store:            store,
 			Log:              slog.New(service.LogHandler(slog.NewJSONHandler(io.Discard, nil))),
 			IdleTimeout:      -1,
@@ -124,6 +166,56 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	_ = store.Close()
 	fmt.Fprintf(stdout, "leftover %d\n", len(procfs.Children(os.Getpid())))
 	return 0
+}
+
+// confined is what the bench gateway confines its agents with, under
+// --sandbox bwrap.
+type confined struct {
+	sandbox *sandbox.Sandbox
+	homes   *workspace.Root
+	limits  *limits.Controller
+	// egress is the agents' egress proxy's policy (serve's default: no
+	// destination allowed besides the internet), helper the executable
+	// that opens its socket in a sandbox; nil under --sandbox-network host.
+	egress *egress.Policy
+	helper string
+}
+
+// confine sets up what an authenticated `acp-gateway serve` confines its
+// agents with by default (cmd/acp-gateway's setupConfinement): a bubblewrap
+// sandbox hiding hide, the agents' homes under homes, with network "proxy"
+// the egress proxy (helper being this executable), and limits.Defaults,
+// which must be enforceable here. Its errors say what is missing.
+func confine(ctx context.Context, homes string, hide []string, network, helper string) (confined, error) {
+	var c confined
+	if homes == "" {
+		return c, errors.New("--sandbox bwrap needs --sandbox-homes")
+	}
+	switch network {
+	case "proxy":
+		policy, err := egress.NewPolicy(nil)
+		if err != nil {
+			return c, err
+		}
+		c.egress, c.helper = policy, helper
+	case "host":
+	default:
+		return c, fmt.Errorf("--sandbox-network %q: want proxy or host", network)
+	}
+	sb, err := sandbox.New(ctx, sandbox.Options{Hide: hide})
+	if err != nil {
+		return c, fmt.Errorf("--sandbox bwrap: %w", err)
+	}
+	root, err := workspace.New(homes)
+	if err != nil {
+		return c, fmt.Errorf("--sandbox-homes: %w", err)
+	}
+	lim, err := limits.Setup(limits.Defaults)
+	if err != nil {
+		return c, fmt.Errorf("agent limits: %w", err)
+	}
+	c.sandbox, c.homes, c.limits = sb, root, lim
+	return c, nil
 }
 
 // agentEnvVars are the variables of the bench's environment its agents
@@ -261,6 +353,9 @@ type gatewayProc struct {
 	stderr *lockedBuffer
 	pid    int
 	base   string
+	// confined is how its agents' limits are enforced (its "confined"
+	// line), under --sandbox bwrap; empty otherwise.
+	confined string
 }
 
 // startGateway starts a bench gateway child with store; extra are more
@@ -283,7 +378,12 @@ func startGateway(ctx context.Context, self []string, runID, store string, extra
 		return nil, err
 	}
 	g.pid = cmd.Process.Pid
-	line, err := lineWithin(ctx, g.out, 30*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	line, err := lineWithin(ctx, g.out, time.Until(deadline))
+	if c, ok := strings.CutPrefix(strings.TrimSpace(line), "confined "); ok && err == nil {
+		g.confined = c
+		line, err = lineWithin(ctx, g.out, time.Until(deadline))
+	}
 	if addr, ok := strings.CutPrefix(strings.TrimSpace(line), "addr "); ok {
 		g.base = "http://" + addr
 		return g, nil
@@ -292,7 +392,10 @@ func startGateway(ctx context.Context, self []string, runID, store string, extra
 	if errors.Is(err, errNoLineInTime) || ctx.Err() != nil {
 		return nil, errors.New("bench gateway did not start in time")
 	}
-	return nil, fmt.Errorf("bench gateway did not start: %v %s", err, strings.TrimSpace(g.stderr.String()))
+	if why := strings.TrimSpace(g.stderr.String()); why != "" {
+		return nil, fmt.Errorf("bench gateway did not start: %s", strings.TrimPrefix(why, "bench gateway: "))
+	}
+	return nil, fmt.Errorf("bench gateway did not start: %v", err)
 }
 
 // errNoLineInTime is lineWithin's error when the line is late.

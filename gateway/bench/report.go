@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
 )
 
 // Report is the result of a bench run; --json writes it.
@@ -19,7 +21,11 @@ type Report struct {
 	Config  Config         `json:"config"`
 	Paths   []PathResult   `json:"paths"`
 	Fanout  []FanoutResult `json:"fanout"`
-	Scale   *ScaleResult   `json:"scale,omitempty"`
+	// Scale is the scale phase with its agents unconfined; ScaleSandbox
+	// the same with each agent in a bubblewrap sandbox under the default
+	// limits (Config.ScaleSandbox picks which run).
+	Scale        *ScaleResult `json:"scale,omitempty"`
+	ScaleSandbox *ScaleResult `json:"scaleSandbox,omitempty"`
 	// Leftover counts processes of this run (agents, readers, gateways)
 	// still alive at the end; they were killed.
 	Leftover int     `json:"leftoverProcesses"`
@@ -263,9 +269,26 @@ func (r *Report) finish() {
 			parts = append(parts, fmt.Sprintf("%d watchers: agent at %.2fx its 1-watcher rate, %d cut off", f.Watchers, f.AgentVsOne, f.CutOffs))
 		}
 	}
-	if s := r.Scale; s != nil && s.Error == "" {
+	s := r.Scale
+	if s == nil {
+		s = r.ScaleSandbox
+	}
+	if s != nil && s.Error == "" {
 		parts = append(parts, fmt.Sprintf("%.1f KiB per idle session, heap in use and stacks, %s store (target < 64 KiB)",
 			(s.HeapPerSession+s.StackPerSession)/1024, s.Store))
+	}
+	var firsts []string
+	for _, s := range []*ScaleResult{r.Scale, r.ScaleSandbox} {
+		switch {
+		case s == nil:
+		case s.Error != "" && s.CreateToFirstEvent.Samples == 0:
+			firsts = append(firsts, scaleLabel(s.Sandbox)+" failed")
+		default:
+			firsts = append(firsts, fmt.Sprintf("%s p50 %.0f / p99 %.0f ms", scaleLabel(s.Sandbox), s.CreateToFirstEvent.P50, s.CreateToFirstEvent.P99))
+		}
+	}
+	if len(firsts) > 0 {
+		parts = append(parts, "create to first event "+strings.Join(firsts, ", "))
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "no gateway path measured")
@@ -349,21 +372,62 @@ func (r *Report) Write(w io.Writer) {
 		}
 		tw.Flush()
 	}
-	if s := r.Scale; s != nil {
-		fmt.Fprintf(w, "\nscale: %d sessions (%d created at a time), %d-update turns, %s store\n", s.Sessions, s.Concurrency, s.UpdatesPerTurn, s.Store)
-		if s.Error != "" {
-			fmt.Fprintf(w, "  error: %s\n", firstLine(s.Error))
+	for _, s := range []*ScaleResult{r.Scale, r.ScaleSandbox} {
+		if s != nil {
+			s.write(w)
 		}
-		fmt.Fprintf(w, "  gateway memory per idle session (after one turn): heap in use %s (live objects %s), stacks %s, RSS %s, %.1f goroutines, %.1f OS threads\n",
-			fmtBytes(s.HeapPerSession), fmtBytes(s.LivePerSession), fmtBytes(s.StackPerSession), fmtBytes(s.RSSPerSession), s.GoroutinesPerSession, s.ThreadsPerSession)
-		fmt.Fprintf(w, "  a further turn adds %s of heap in use per session (its merged tool calls; its events too in the memory store): a session without them is about %s\n",
-			fmtBytes(s.HeapPerTurn), fmtBytes(s.HeapPerSession-s.HeapPerTurn))
-		fmt.Fprintf(w, "  create to first event: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", s.CreateToFirstEvent.P50, s.CreateToFirstEvent.P99, s.CreateToFirstEvent.Max)
-		fmt.Fprintf(w, "  all %d sessions in a turn at once: %.0f updates/s, latency p50 %.1f ms, p99 %.1f ms; %d cut-offs, %d failed, %d children left\n",
-			s.Sessions, s.ConcurrentRate, s.ConcurrentLatency.P50, s.ConcurrentLatency.P99, s.CutOffs, s.Failed, s.Leftover)
+	}
+	if r.Scale != nil && r.ScaleSandbox != nil {
+		fmt.Fprintf(w, "\ncreate to first event, without and with the sandbox (CreateSession to the first update of the first Prompt, %d sessions, %d at a time)\n\n", r.Scale.Sessions, r.Scale.Concurrency)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "agents\tp50 ms\tp99 ms\tmax ms\tsessions\tfailed\t")
+		var notes []string
+		for _, s := range []*ScaleResult{r.Scale, r.ScaleSandbox} {
+			name := scaleLabel(s.Sandbox) + " (" + s.flags() + ")"
+			if s.Error != "" && s.CreateToFirstEvent.Samples == 0 {
+				fmt.Fprintf(tw, "%s\tfailed\t\t\t\t\t\n", name)
+				notes = append(notes, name+": failed: "+firstLine(s.Error))
+				continue
+			}
+			l := s.CreateToFirstEvent
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%d\t%d\t\n", name, l.P50, l.P99, l.Max, l.Samples, s.Failed)
+		}
+		tw.Flush()
+		for _, n := range notes {
+			fmt.Fprintln(w, "  "+n)
+		}
+		a, b := r.Scale.CreateToFirstEvent, r.ScaleSandbox.CreateToFirstEvent
+		if a.Samples > 0 && b.Samples > 0 {
+			fmt.Fprintf(w, "  the sandbox adds %+.1f ms at p50, %+.1f ms at p99\n", b.P50-a.P50, b.P99-a.P99)
+		}
 	}
 	fmt.Fprintf(w, "\nprocesses of this run left at the end: %d; took %.1fs\n", r.Leftover, r.Seconds)
 	fmt.Fprintln(w, r.Headline)
+}
+
+// write writes the scale phase's results.
+func (s *ScaleResult) write(w io.Writer) {
+	agents := "agents unconfined"
+	if s.Sandbox == sandbox.ModeBwrap {
+		agents = "agents in bwrap sandboxes, network " + s.Network
+		if s.Limits != "" {
+			agents += ", under " + s.Limits
+		}
+	}
+	fmt.Fprintf(w, "\nscale: %d sessions (%d created at a time), %d-update turns, %s store, %s\n", s.Sessions, s.Concurrency, s.UpdatesPerTurn, s.Store, agents)
+	if s.Error != "" {
+		fmt.Fprintf(w, "  error: %s\n", firstLine(s.Error))
+		if s.CreateToFirstEvent.Samples == 0 {
+			return
+		}
+	}
+	fmt.Fprintf(w, "  gateway memory per idle session (after one turn): heap in use %s (live objects %s), stacks %s, RSS %s, %.1f goroutines, %.1f OS threads\n",
+		fmtBytes(s.HeapPerSession), fmtBytes(s.LivePerSession), fmtBytes(s.StackPerSession), fmtBytes(s.RSSPerSession), s.GoroutinesPerSession, s.ThreadsPerSession)
+	fmt.Fprintf(w, "  a further turn adds %s of heap in use per session (its merged tool calls; its events too in the memory store): a session without them is about %s\n",
+		fmtBytes(s.HeapPerTurn), fmtBytes(s.HeapPerSession-s.HeapPerTurn))
+	fmt.Fprintf(w, "  create to first event: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", s.CreateToFirstEvent.P50, s.CreateToFirstEvent.P99, s.CreateToFirstEvent.Max)
+	fmt.Fprintf(w, "  all %d sessions in a turn at once: %.0f updates/s, latency p50 %.1f ms, p99 %.1f ms; %d cut-offs, %d failed, %d children left\n",
+		s.Sessions, s.ConcurrentRate, s.ConcurrentLatency.P50, s.ConcurrentLatency.P99, s.CutOffs, s.Failed, s.Leftover)
 }
 
 func firstLine(s string) string {

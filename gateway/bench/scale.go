@@ -3,11 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
@@ -21,6 +23,16 @@ type ScaleResult struct {
 	UpdatesPerTurn int `json:"updatesPerTurn"`
 	// Store is the gateway's store (Config.ScaleStore).
 	Store string `json:"store"`
+	// Sandbox is how the agents ran: "none", unconfined, or "bwrap", each
+	// in a bubblewrap sandbox under the default limits, as an
+	// authenticated serve runs them (see Config.ScaleSandbox).
+	Sandbox string `json:"sandbox"`
+	// Network is the sandboxed agents' network (Config.ScaleNetwork):
+	// proxy or host; empty without the sandbox.
+	Network string `json:"network,omitempty"`
+	// Limits says what bounds each agent and how (cgroup v1 or v2), under
+	// the sandbox; empty without.
+	Limits string `json:"limits,omitempty"`
 	// Memory of the gateway process per session, once every session is
 	// idle after its first turn: deltas from before the first session,
 	// after a GC, divided by Sessions. Agent processes are not included.
@@ -53,17 +65,26 @@ type ScaleResult struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// runScale runs the scale phase on a gateway of its own; with profile
-// flags, the CPU profile covers the sessions' creation and first turns, and
-// the heap profile (whose inuse_space is then the idle sessions') is
-// written when they are all idle.
-func runScale(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd, storeURL string, profile []string, progress func(string, ...any)) ScaleResult {
-	res := ScaleResult{Sessions: cfg.Sessions, Concurrency: cfg.ScaleConcurrency, UpdatesPerTurn: cfg.ScaleUpdates, Store: cfg.ScaleStore}
-	g, err := startGateway(ctx, self, runID, storeURL, profile...)
+// runScale runs the scale phase on a gateway of its own, its agents
+// confined as sandboxMode says (sandbox.ModeNone or sandbox.ModeBwrap, whose
+// agents' homes are made under homes); with profile flags, the CPU profile
+// covers the sessions' creation and first turns, and the heap profile
+// (whose inuse_space is then the idle sessions') is written when they are
+// all idle. A gateway that cannot confine its agents here (no bwrap, no
+// writable cgroup) gives a result whose Error says why.
+func runScale(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd, storeURL, sandboxMode, homes string, profile []string, progress func(string, ...any)) ScaleResult {
+	res := ScaleResult{Sessions: cfg.Sessions, Concurrency: cfg.ScaleConcurrency, UpdatesPerTurn: cfg.ScaleUpdates, Store: cfg.ScaleStore, Sandbox: sandboxMode}
+	extra := slices.Clone(profile)
+	if sandboxMode != sandbox.ModeNone {
+		res.Network = cfg.ScaleNetwork
+		extra = append(extra, "--sandbox", sandboxMode, "--sandbox-homes", homes, "--sandbox-network", cfg.ScaleNetwork)
+	}
+	g, err := startGateway(ctx, self, runID, storeURL, extra...)
 	if err != nil {
 		res.Error = err.Error()
 		return res
 	}
+	res.Limits = g.confined
 	defer func() {
 		left, err := g.stop(tr)
 		res.Leftover = left
@@ -123,7 +144,7 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 		}(i)
 	}
 	wg.Wait()
-	progress("scale: %d sessions created and through one turn in %.1fs (%d failed)", cfg.Sessions, time.Since(start).Seconds(), res.Failed)
+	progress("scale (%s): %d sessions created and through one turn in %.1fs (%d failed)", scaleLabel(sandboxMode), cfg.Sessions, time.Since(start).Seconds(), res.Failed)
 	after, err := idleMemstats(ctx, g)
 	if err != nil {
 		res.Error = err.Error()
@@ -204,4 +225,35 @@ func idleMemstats(ctx context.Context, g *gatewayProc) (memStats, error) {
 		return memStats{}, ctx.Err()
 	}
 	return g.memstats(ctx)
+}
+
+// ScaleSandboxBoth, as Config.ScaleSandbox, runs the scale phase twice:
+// without the sandbox, then with it.
+const ScaleSandboxBoth = "both"
+
+// ScaleSandboxes are the values of Config.ScaleSandbox.
+var ScaleSandboxes = []string{ScaleSandboxBoth, sandbox.ModeNone, sandbox.ModeBwrap}
+
+// scaleModes are the sandbox modes the scale phase runs in, in order.
+func (c *Config) scaleModes() []string {
+	if c.ScaleSandbox == ScaleSandboxBoth {
+		return []string{sandbox.ModeNone, sandbox.ModeBwrap}
+	}
+	return []string{c.ScaleSandbox}
+}
+
+// scaleLabel names a scale run's confinement for the report.
+func scaleLabel(mode string) string {
+	if mode == sandbox.ModeBwrap {
+		return "bwrap + limits"
+	}
+	return "unconfined"
+}
+
+// flags are the serve flags of the run's confinement.
+func (s *ScaleResult) flags() string {
+	if s.Sandbox != sandbox.ModeBwrap {
+		return "--sandbox " + s.Sandbox
+	}
+	return "--sandbox bwrap --sandbox-network " + s.Network
 }
