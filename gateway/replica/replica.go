@@ -75,9 +75,6 @@ const MinSecretBytes = 32
 // replica's clock, either way.
 const maxSkew = time.Minute
 
-// proofTimeout bounds a peer's answer to a challenge.
-const proofTimeout = 5 * time.Second
-
 // Secret is the secret the replicas of a deployment share. It is safe for
 // concurrent use.
 type Secret struct {
@@ -156,14 +153,13 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // Verify checks that the replica at peer, the base URL a lease names,
 // holds the secret: it sends a new challenge to peer's ProofPath with
 // client (following no redirect) and checks the proof for peer. Nothing
-// but the challenge is sent. When peer does not answer, the error wraps
-// ErrUnreachable.
+// but the challenge is sent. ctx bounds the wait for the answer: give it
+// a deadline, as a frozen peer's kernel still accepts the connection.
+// When peer does not answer, the error wraps ErrUnreachable.
 func (s *Secret) Verify(ctx context.Context, client *http.Client, peer string) error {
 	var raw [32]byte
 	_, _ = rand.Read(raw[:])
 	challenge := b64.EncodeToString(raw[:])
-	ctx, cancel := context.WithTimeout(ctx, proofTimeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(peer, "/")+ProofPath, nil)
 	if err != nil {
 		return fmt.Errorf("replica address %q: %w", peer, err)

@@ -36,9 +36,12 @@ const (
 
 // Service implements acpv2connect.SessionServiceHandler.
 type Service struct {
-	fwd       *forwarder
-	mgr       *session.Manager
-	heartbeat time.Duration
+	fwd *forwarder
+	// fwdSecret and fwdTimeout configure fwd.
+	fwdSecret  *replica.Secret
+	fwdTimeout time.Duration
+	mgr        *session.Manager
+	heartbeat  time.Duration
 	// writeTimeout bounds each batch of a stream's writes (0: none).
 	writeTimeout time.Duration
 	user         func(context.Context) string
@@ -84,7 +87,18 @@ func WithMaxPromptBytes(n int) Option { return func(s *Service) { s.maxPrompt = 
 // that prove they hold secret, asserting the caller's user under it
 // rather than passing on the caller's credentials (package replica).
 func WithReplicaSecret(secret *replica.Secret) Option {
-	return func(s *Service) { s.fwd.secret = secret }
+	return func(s *Service) { s.fwdSecret = secret }
+}
+
+// WithForwardTimeout sets how long a request forwarded to the replica
+// that runs its session waits for that replica: to connect, to prove the
+// replica secret, and for a sign of life (an answer, a message of a
+// stream, or an answer to a probe of its liveness) before a probe, which
+// must answer within it too. A replica that does not is treated as gone:
+// the request ends unavailable, saying to retry. Zero or less means
+// DefaultForwardTimeout.
+func WithForwardTimeout(d time.Duration) Option {
+	return func(s *Service) { s.fwdTimeout = d }
 }
 
 // WithUser sets how the calling user is found from a request's context.
@@ -92,10 +106,14 @@ func WithUser(f func(context.Context) string) Option { return func(s *Service) {
 
 // New returns a Service over mgr.
 func New(mgr *session.Manager, opts ...Option) *Service {
-	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, writeTimeout: DefaultStreamWriteTimeout, maxPrompt: DefaultMaxPromptBytes, user: func(context.Context) string { return "" }, fwd: newForwarder()}
+	s := &Service{mgr: mgr, heartbeat: DefaultHeartbeat, writeTimeout: DefaultStreamWriteTimeout, maxPrompt: DefaultMaxPromptBytes, user: func(context.Context) string { return "" }}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.fwdTimeout <= 0 {
+		s.fwdTimeout = DefaultForwardTimeout
+	}
+	s.fwd = newForwarder(s.fwdTimeout, s.fwdSecret)
 	if s.maxResponse <= 0 {
 		s.maxResponse = DefaultMaxResponseBytes
 	}
@@ -229,11 +247,13 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 		return err
 	}
 	if remote != nil {
+		ctx, stop := remote.watch(ctx)
+		defer stop()
 		in, err := remote.Prompt(ctx, forwarded(remote, req, s.user(ctx)))
 		if err != nil {
-			return err
+			return failed(ctx, err, "")
 		}
-		return relay(in, stream.ResponseHeader(), stream.Send)
+		return relay(ctx, remote, in, stream.ResponseHeader(), stream.Send)
 	}
 	sub, err := sess.Prompt(ctx, m.GetPrompt())
 	if err != nil {
