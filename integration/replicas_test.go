@@ -5,10 +5,12 @@ package integration
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -107,21 +109,29 @@ func text(s string) []*acpv2.ContentBlock {
 // requests through answer, and returns the turn's events.
 func promptThrough(t *testing.T, r *replica, answer *replica, id string) []*acpv2.SessionEvent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	events, err := testutil.Turn(ctx, r.client, &acpv2.PromptRequest{SessionId: id, Prompt: text("go")}, func(ev *acpv2.SessionEvent) {
-		if p := ev.GetPermissionRequest(); p != nil {
-			_, err := answer.client.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{
-				SessionId: id, RequestId: p.GetRequestId(), OptionId: p.GetOptions()[0].GetOptionId()}))
-			if err != nil {
-				t.Fatalf("RespondPermission through %s: %v", answer.name, err)
-			}
-		}
-	})
+	events, err := turnThrough(r, answer, id)
 	if err != nil {
 		t.Fatalf("the turn through %s: %v", r.name, err)
 	}
 	return events
+}
+
+// turnThrough is promptThrough, returning its error.
+func turnThrough(r *replica, answer *replica, id string) ([]*acpv2.SessionEvent, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var answerErr error
+	events, err := testutil.Turn(ctx, r.client, &acpv2.PromptRequest{SessionId: id, Prompt: text("go")}, func(ev *acpv2.SessionEvent) {
+		if p := ev.GetPermissionRequest(); p != nil && answerErr == nil {
+			_, answerErr = answer.client.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{
+				SessionId: id, RequestId: p.GetRequestId(), OptionId: p.GetOptions()[0].GetOptionId()}))
+			if answerErr != nil {
+				answerErr = fmt.Errorf("RespondPermission through %s: %w", answer.name, answerErr)
+				cancel()
+			}
+		}
+	})
+	return events, cmp.Or(answerErr, err)
 }
 
 // watcher collects a Watch stream's events in the background.
@@ -250,6 +260,77 @@ func TestTwoReplicasOnOneRedis(t *testing.T) {
 	}
 	if got := snapshot(t, b, id); got.GetState() != "ready" || got.GetLastSeq() != second[len(second)-1].GetSeq() {
 		t.Fatalf("after the take-over: state %q last seq %d", got.GetState(), got.GetLastSeq())
+	}
+}
+
+// A replica that froze (SIGSTOP: its kernel still accepts connections, but
+// it answers nothing and renews no lease) is treated as a dead one: what
+// is forwarded to it ends unavailable, asking to retry, rather than
+// waiting for ever, and once its lease lapses a retry is served by the
+// replica that takes its session over.
+func TestFrozenOwner(t *testing.T) {
+	store := redisURL(t)
+	args := []string{"--store", store, "--lease-ttl", "6s", "--forward-timeout", "1s"}
+	a := startReplica(t, "A", args...)
+	b := startReplica(t, "B", args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	created, err := a.client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "demo", Cwd: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetSessionId()
+
+	// A turn through B waits for its permission to be answered when A
+	// freezes.
+	stream, err := b.client.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: text("go")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	asked := false
+	for !asked && stream.Receive() {
+		asked = stream.Msg().GetEvent().GetPermissionRequest() != nil
+	}
+	if !asked {
+		t.Fatalf("the turn through B ended before its permission request: %v", stream.Err())
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Before the kill that startReplica's clean-up sends.
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+
+	// A new prompt through B, sent while A's lease lasts, is answered
+	// unavailable; so is the turn that A froze in.
+	fresh := make(chan error, 1)
+	go func() { fresh <- promptErr(b, id) }()
+	for stream.Receive() {
+	}
+	for what, err := range map[string]error{"the turn A froze in": stream.Err(), "a new prompt": <-fresh} {
+		if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "retry") {
+			t.Errorf("%s, through B: %v; want unavailable, saying to retry", what, err)
+		}
+	}
+	// B answers GetSession from the store meanwhile.
+	if got := snapshot(t, b, id); got.GetLastSeq() == 0 {
+		t.Errorf("GetSession through B: %v", got)
+	}
+
+	// Once A's lease lapses, B takes the session over: a retry goes
+	// through, with a new agent.
+	for {
+		events, err := turnThrough(b, b, id)
+		if err == nil {
+			if reason := events[len(events)-1].GetTurnEnded().GetStopReason(); reason != "end_turn" {
+				t.Fatalf("the turn through B after the take-over ended %q", reason)
+			}
+			break
+		}
+		if connect.CodeOf(err) != connect.CodeUnavailable || ctx.Err() != nil {
+			t.Fatalf("a retry through B: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -227,6 +227,9 @@ type serveConfig struct {
 	// store trust each other (package replica).
 	replicaSecretFile  string
 	insecureForwarding bool
+	// forwardTimeout bounds the wait for the replica a request is
+	// forwarded to.
+	forwardTimeout time.Duration
 }
 
 // listFlag collects a repeatable string flag.
@@ -293,6 +296,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.stderrBytes, "agent-stderr-bytes", agent.DefaultStderrBytes, "bytes of each agent's stderr logged a second, as --agent-stderr-lines (0: no limit)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "base URL other replicas reach this one at, for a shared store (default http://LISTEN when it names a host)")
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", session.DefaultLeaseTTL, "with a shared store: how long a dead replica keeps its sessions")
+	fs.DurationVar(&cfg.forwardTimeout, "forward-timeout", service.DefaultForwardTimeout, "with a shared store: how long a request forwarded to the replica that runs its session waits for it to connect, "+
+		"prove the replica secret and show a sign of life (then as long again for a probe), before it ends unavailable, saying to retry; a slow answer of a live replica is not cut")
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "also serve GET /metrics on this address (it is always on --listen)")
 	fs.IntVar(&cfg.sessionSeries, "session-metrics-max", metrics.DefaultMaxSessionSeries, "sessions that get per-session metric series at once; more are counted in the aggregates only (0: no per-session series)")
 	fs.StringVar(&cfg.authTokens, "auth-tokens", "", "file of TOKEN USER lines (tokens of 16 bytes or more), or sha256:HEX USER (HEX: the token's SHA-256); with it (or --oidc-issuer) every RPC needs Authorization: Bearer (re-read on change and on SIGHUP)")
@@ -464,6 +469,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.shutdownDrain < 0 {
 		return nil, fmt.Errorf("--shutdown-drain must not be negative, got %v", cfg.shutdownDrain)
 	}
+	if cfg.forwardTimeout <= 0 {
+		return nil, fmt.Errorf("--forward-timeout must be positive, got %v", cfg.forwardTimeout)
+	}
 	if cfg.leaseTTL < 300*time.Millisecond {
 		return nil, fmt.Errorf("--lease-ttl must be at least 300ms, got %v", cfg.leaseTTL)
 	}
@@ -538,6 +546,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		AuthFailureLimit:   cmp.Or(cfg.authFailureLimit, -1),
 		ReplicaSecret:      secret,
 		InsecureForwarding: cfg.insecureForwarding,
+		ForwardTimeout:     cfg.forwardTimeout,
 		RateLimit:          cfg.rateLimit,
 		RateBurst:          cfg.rateBurst,
 		MaxStreamsPerUser:  cmp.Or(cfg.maxUserStreams, -1),

@@ -55,6 +55,10 @@ type Config struct {
 	// InsecureForwarding lets a gateway with Auth forward requests without
 	// a ReplicaSecret: the explicit opt-out.
 	InsecureForwarding bool
+	// ForwardTimeout bounds the wait for the replica a request is
+	// forwarded to (service.WithForwardTimeout); zero is
+	// service.DefaultForwardTimeout.
+	ForwardTimeout time.Duration
 	// AuthFailureLimit is how many failed authentication attempts each
 	// client address may make a minute (auth.Throttle): zero is
 	// auth.DefaultFailureLimit, less than zero no limit.
@@ -125,7 +129,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("recovering sessions from the store: %w", err)
 	}
 	// A zero Heartbeat is service.DefaultHeartbeat.
-	svcOpts := []service.Option{service.WithMetrics(met), service.WithUser(auth.User), service.WithHeartbeat(cfg.Heartbeat)}
+	svcOpts := []service.Option{service.WithMetrics(met), service.WithUser(auth.User), service.WithHeartbeat(cfg.Heartbeat),
+		service.WithForwardTimeout(cfg.ForwardTimeout)}
 	if cfg.StreamWriteTimeout != 0 {
 		svcOpts = append(svcOpts, service.WithStreamWriteTimeout(cfg.StreamWriteTimeout))
 	}
