@@ -56,6 +56,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"negative retention", []string{"serve", "--max-events", "-1"}, "--max-events"},
 		{"negative byte retention", []string{"serve", "--max-event-bytes", "-1"}, "--max-event-bytes"},
 		{"short lease", []string{"serve", "--lease-ttl", "1ms"}, "--lease-ttl"},
+		{"zero forward timeout", []string{"serve", "--forward-timeout", "0s"}, "--forward-timeout"},
 		{"negative drain", []string{"serve", "--shutdown-drain", "-1s"}, "--shutdown-drain"},
 		{"negative stream write timeout", []string{"serve", "--stream-write-timeout", "-1s"}, "--stream-write-timeout"},
 		{"stray argument", []string{"serve", "extra"}, "no arguments"},
