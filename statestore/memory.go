@@ -25,6 +25,9 @@ type Memory struct {
 	mu       sync.RWMutex
 	sessions map[string]*memSession
 	order    []string
+	// ended holds the ids of the closed sessions, in the order they
+	// closed.
+	ended []string
 }
 
 type memSession struct {
@@ -107,6 +110,15 @@ func (m *Memory) SetState(_ context.Context, id string, state State, detail stri
 		return err
 	}
 	s.rec.State, s.rec.Detail, s.rec.StateChangedAt = state, detail, time.Now().UTC()
+	m.ended = slices.DeleteFunc(m.ended, func(e string) bool { return e == id })
+	if state != StateClosed {
+		return nil
+	}
+	m.ended = append(m.ended, id)
+	// Options.MaxEndedSessions: the first closed go, under the same lock.
+	for limit := m.opts.MaxEndedSessions; limit > 0 && len(m.ended) > limit; {
+		m.deleteLocked(m.ended[0], m.sessions[m.ended[0]])
+	}
 	return nil
 }
 
@@ -268,15 +280,16 @@ func (m *Memory) DeleteSession(_ context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	delete(m.sessions, id)
-	for i, o := range m.order {
-		if o == id {
-			m.order = append(m.order[:i], m.order[i+1:]...)
-			break
-		}
-	}
-	close(s.changed)
+	m.deleteLocked(id, s)
 	return nil
+}
+
+// deleteLocked removes session id, s. m.mu must be held.
+func (m *Memory) deleteLocked(id string, s *memSession) {
+	delete(m.sessions, id)
+	m.order = slices.DeleteFunc(m.order, func(o string) bool { return o == id })
+	m.ended = slices.DeleteFunc(m.ended, func(e string) bool { return e == id })
+	close(s.changed)
 }
 
 // Close implements Store.

@@ -42,6 +42,9 @@ const DefaultMaxEvents = 100000
 // DefaultMaxEventBytes is serve's default for Options.MaxEventBytes.
 const DefaultMaxEventBytes = 256 << 20
 
+// DefaultMaxEndedSessions is serve's default for Options.MaxEndedSessions.
+const DefaultMaxEndedSessions = 1000
+
 // Options are the settings every store takes.
 type Options struct {
 	// MaxEvents caps the events kept per session; the oldest are dropped
@@ -54,6 +57,13 @@ type Options struct {
 	// call holds all its content so far), so its bytes grow as the square
 	// of its length: MaxEvents alone does not bound them.
 	MaxEventBytes int64
+	// MaxEndedSessions caps the closed sessions kept. A SetState that
+	// closes a session past it deletes the sessions that closed first, in
+	// the same atomic step, so that no reader ever finds more than
+	// MaxEndedSessions closed sessions; the one it closes is kept. A
+	// session closed again counts as closed last; one that leaves the
+	// closed state no longer counts. Zero keeps them all.
+	MaxEndedSessions int
 }
 
 // Over reports whether a session's kept events, n of them holding bytes

@@ -133,7 +133,6 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 		TurnTimeout:       cfg.turnTimeout,
 		CancelGrace:       cfg.cancelGrace,
 		IdleTimeout:       cfg.idleTimeout,
-		MaxEndedSessions:  cfg.maxEnded,
 		MaxStoreBytes:     cfg.maxStoreBytes,
 		// The flags' zero is no bound, the options' a default.
 		MaxToolCalls:          noneIfZero(cfg.maxToolCalls),
@@ -288,7 +287,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.watchBufferBytes, "watch-buffer-bytes", session.DefaultWatchBufferBytes, "bytes of encoded events a stream may fall behind, per session, before it is cut off")
 	fs.IntVar(&cfg.maxEvents, "max-events", statestore.DefaultMaxEvents, "events kept per session; older ones are dropped and Watch starts with a snapshot (0: keep all)")
 	fs.Int64Var(&cfg.maxEventBytes, "max-event-bytes", statestore.DefaultMaxEventBytes, "bytes of events kept per session (their encodings); older ones are dropped as with --max-events, the newest always kept (0: no cap)")
-	fs.IntVar(&cfg.maxEnded, "max-ended-sessions", session.DefaultMaxEndedSessions, "closed sessions kept in the store; the oldest are deleted (0: keep all)")
+	fs.IntVar(&cfg.maxEnded, "max-ended-sessions", statestore.DefaultMaxEndedSessions, "closed sessions kept in the store; closing one past it deletes the first closed (0: keep all)")
 	fs.Int64Var(&cfg.maxStoreBytes, "max-store-bytes", session.DefaultMaxStoreBytes, "bytes of events and tool calls the store keeps in all; past it the closed sessions are deleted, the first closed first, but for the last (0: no bound)")
 	fs.IntVar(&cfg.maxToolCalls, "max-tool-calls", session.DefaultMaxToolCalls, "distinct tool calls per session; an agent's update that would add one more is kept as an unknown update, not merged (0: no limit)")
 	fs.IntVar(&cfg.maxPendingPerms, "max-pending-permissions", session.DefaultMaxPendingPermissions, "permission requests per session waiting for an answer; the agent's request past it is answered with an error (0: no limit)")
@@ -523,7 +522,9 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if err != nil {
 		return configError{err}
 	}
-	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{MaxEvents: cfg.maxEvents, MaxEventBytes: cfg.maxEventBytes}, RedisPrefix: cfg.redisPrefix})
+	store, err := storeurl.Open(ctx, cfg.store, storeurl.Options{Store: statestore.Options{
+		MaxEvents: cfg.maxEvents, MaxEventBytes: cfg.maxEventBytes, MaxEndedSessions: cfg.maxEnded,
+	}, RedisPrefix: cfg.redisPrefix})
 	if err != nil {
 		return err
 	}

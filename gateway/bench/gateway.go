@@ -101,7 +101,9 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintf(stderr, "bench gateway: --sandbox %q: want bwrap or none\n", *sandboxMode)
 		return 2
 	}
-	opts := storeurl.Options{Store: statestore.Options{MaxEvents: statestore.DefaultMaxEvents, MaxEventBytes: statestore.DefaultMaxEventBytes}, RedisPrefix: *prefix}
+	opts := storeurl.Options{Store: statestore.Options{
+		MaxEvents: statestore.DefaultMaxEvents, MaxEventBytes: statestore.DefaultMaxEventBytes, MaxEndedSessions: statestore.DefaultMaxEndedSessions,
+	}, RedisPrefix: *prefix}
 	store, err := storeurl.Open(ctx, *storeURL, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench gateway: store:", err)
@@ -114,16 +116,15 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 				agentName(1): agentCommand(self, *runID, 1),
 				agentName(2): agentCommand(self, *runID, 2),
 			},
-			Env:              agentEnv(),
-			Sandbox:          conf.sandbox,
-			Homes:            conf.homes,
-			Limits:           conf.limits,
-			Egress:           conf.egress,
-			EgressHelper:     conf.helper,
-			Store:            store,
-			Log:              slog.New(service.LogHandler(slog.NewJSONHandler(io.Discard, nil))),
-			IdleTimeout:      -1,
-			MaxEndedSessions: session.DefaultMaxEndedSessions,
+			Env:          agentEnv(),
+			Sandbox:      conf.sandbox,
+			Homes:        conf.homes,
+			Limits:       conf.limits,
+			Egress:       conf.egress,
+			EgressHelper: conf.helper,
+			Store:        store,
+			Log:          slog.New(service.LogHandler(slog.NewJSONHandler(io.Discard, nil))),
+			IdleTimeout:  -1,
 		},
 		Extra: map[string]http.Handler{
 			"GET /bench/memstats":      http.HandlerFunc(memstatsHandler),

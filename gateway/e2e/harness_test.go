@@ -102,7 +102,8 @@ type gatewayOpts struct {
 	maxAgentLine      int
 	// store is the gateway's store; nil means a new memory store.
 	store statestore.Store
-	// maxEnded caps the closed sessions kept.
+	// maxEnded caps the closed sessions kept by the memory store made
+	// when store is nil.
 	maxEnded int
 	// log receives the gateway's JSON logs; nil discards them.
 	log io.Writer
@@ -151,7 +152,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		o.env = []string{"PATH=" + os.Getenv("PATH")}
 	}
 	if o.store == nil {
-		o.store = statestore.NewMemory(statestore.Options{})
+		o.store = statestore.NewMemory(statestore.Options{MaxEndedSessions: o.maxEnded})
 	}
 	cfg := app.Config{
 		Session: session.Options{
@@ -165,7 +166,6 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 			AgentStopGrace:     500 * time.Millisecond,
 			IdleTimeout:        o.idleTimeout,
 			MaxAgentLine:       o.maxAgentLine,
-			MaxEndedSessions:   o.maxEnded,
 			MaxSessions:        o.maxSessions,
 			MaxSessionsPerUser: o.maxUserSessions,
 			Workspaces:         o.workspaces,

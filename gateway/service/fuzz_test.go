@@ -97,13 +97,12 @@ func startFuzzGateway(f *testing.F) *fuzzGateway {
 			"missing": {"/nonexistent/agent-binary"},
 		},
 		Env:               []string{"PATH=" + os.Getenv("PATH")},
-		Store:             statestore.NewMemory(statestore.Options{}),
+		Store:             statestore.NewMemory(statestore.Options{MaxEndedSessions: 8}),
 		Log:               slog.New(slog.DiscardHandler),
 		PermissionTimeout: time.Second,
 		AgentStartTimeout: 5 * time.Second,
 		AgentStopGrace:    100 * time.Millisecond,
 		IdleTimeout:       -1,
-		MaxEndedSessions:  8,
 	}})
 	if err != nil {
 		f.Fatal(err)

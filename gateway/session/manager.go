@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -68,9 +69,6 @@ const (
 	DefaultWatchBufferBytes  = 16 << 20
 	DefaultIdleTimeout       = 30 * time.Minute
 )
-
-// DefaultMaxEndedSessions is serve's default for Options.MaxEndedSessions.
-const DefaultMaxEndedSessions = 1000
 
 // DefaultMaxStoreBytes is serve's default for Options.MaxStoreBytes.
 const DefaultMaxStoreBytes = 1 << 30
@@ -151,18 +149,18 @@ type Options struct {
 	// error. Zero means DefaultMaxPendingPermissions; less than zero, no
 	// cap.
 	MaxPendingPermissions int
-	// MaxEndedSessions caps the closed sessions kept in the store; the
-	// oldest go first. Zero keeps them all; serve's default is
-	// DefaultMaxEndedSessions.
-	MaxEndedSessions int
 	// MaxStoreBytes bounds what the store keeps of the sessions' logs
 	// (statestore.Session.Bytes, summed over every session): while it
 	// holds more, the closed sessions are deleted, those that closed
 	// first first, but for the last one closed. Sessions that are not
 	// closed are never deleted: each is bounded by the store's own
 	// retention (statestore.Options.MaxEventBytes) and MaxToolCallBytes.
-	// The bound is checked when a session closes and every minute. Zero
-	// sets none; serve's default is DefaultMaxStoreBytes.
+	// The bound is checked every minute, and when a session closes while
+	// the last check found the store over it (or before the first check):
+	// a close does not add to the store, it only lets a session be
+	// deleted, so a close within the bound reads nothing. Zero sets none;
+	// serve's default is DefaultMaxStoreBytes. (The cap on the number of
+	// closed sessions is the store's: statestore.Options.MaxEndedSessions.)
 	MaxStoreBytes int64
 	// Replica is this gateway's advertised address (a base URL other
 	// replicas can call). It names the holder of the leases this gateway
@@ -248,6 +246,9 @@ type Manager struct {
 	// that the sessions not closed hold more than MaxStoreBytes.
 	pruning    sync.Mutex
 	overWarned time.Time
+	// storeWithin says that the last pruneEnded left the store within
+	// MaxStoreBytes: a close then has no reason to check again.
+	storeWithin atomic.Bool
 }
 
 // NewManager returns a Manager.

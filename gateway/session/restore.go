@@ -268,8 +268,10 @@ func (m *Manager) storeContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), m.opts.LeaseTTL/3)
 }
 
-// ended lets go of a closed session: it stays in the store (up to
-// MaxEndedSessions) and is read from there.
+// ended lets go of a closed session: it stays in the store (up to the
+// store's MaxEndedSessions, which the store's SetState applies) and is
+// read from there. It checks MaxStoreBytes unless the last check found
+// the store within it.
 func (m *Manager) ended(s *Session) {
 	ctx, cancel := m.storeContext()
 	defer cancel()
@@ -278,7 +280,9 @@ func (m *Manager) ended(s *Session) {
 	} else {
 		m.unregister(s)
 	}
-	m.pruneEnded(ctx)
+	if !m.storeWithin.Load() {
+		m.pruneEnded(ctx)
+	}
 }
 
 // forget drops a session this gateway no longer runs and its lease.
@@ -331,15 +335,16 @@ func (m *Manager) sweepOrphan(ctx context.Context, id string) {
 }
 
 // storePruneInterval is how often the store's bytes are checked against
-// MaxStoreBytes, besides when a session closes.
+// MaxStoreBytes, besides when a session closes while they were over it.
 const storePruneInterval = time.Minute
 
-// pruneEnded deletes the oldest closed sessions beyond MaxEndedSessions,
-// and more of them, but for the last closed, while the store holds more
-// than MaxStoreBytes.
+// pruneEnded deletes the closed sessions that closed first, but for the
+// last closed, while the store holds more than MaxStoreBytes. It reads
+// every record.
 func (m *Manager) pruneEnded(ctx context.Context) {
 	maxBytes := m.opts.MaxStoreBytes
-	if m.opts.MaxEndedSessions <= 0 && maxBytes <= 0 {
+	if maxBytes <= 0 {
+		m.storeWithin.Store(true)
 		return
 	}
 	m.pruning.Lock()
@@ -366,13 +371,8 @@ func (m *Manager) pruneEnded(ctx context.Context) {
 		return r.StateChangedAt
 	}
 	slices.SortStableFunc(ended, func(a, b *statestore.Session) int { return closedAt(a).Compare(closedAt(b)) })
-	over := 0 // beyond MaxEndedSessions
-	if m.opts.MaxEndedSessions > 0 {
-		over = max(0, len(ended)-m.opts.MaxEndedSessions)
-	}
 	for i, r := range ended {
-		tooLarge := maxBytes > 0 && total > maxBytes && i < len(ended)-1
-		if i >= over && !tooLarge {
+		if total <= maxBytes || i == len(ended)-1 {
 			break
 		}
 		if err := m.opts.Store.DeleteSession(ctx, r.ID); err != nil {
@@ -384,7 +384,8 @@ func (m *Manager) pruneEnded(ctx context.Context) {
 			m.unregister(s)
 		}
 	}
-	if maxBytes > 0 && total > maxBytes && time.Since(m.overWarned) > storePruneInterval {
+	m.storeWithin.Store(total <= maxBytes)
+	if total > maxBytes && time.Since(m.overWarned) > storePruneInterval {
 		m.overWarned = time.Now()
 		m.opts.Log.Warn("the store holds more than --max-store-bytes in sessions it may not delete (open ones, and the last closed)",
 			"bytes", total, "max", maxBytes)

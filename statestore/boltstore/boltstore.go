@@ -6,10 +6,13 @@
 //
 // The file holds these top-level buckets:
 //
-//	meta      "version" -> format version ("1"); other versions are refused
+//	meta      "version" -> format version ("1"); other versions are refused;
+//	          "ended" -> big-endian count of the entries in ended
 //	sessions  session id -> session record (JSON)
 //	order     big-endian creation counter -> session id, so ListSessions
 //	          returns the oldest session first
+//	ended     big-endian closing counter -> id of a closed session, the
+//	          first closed first; a closed session's record holds its key
 //	events    session id -> bucket: big-endian seq -> acpv2.SessionEvent
 //	calls     session id -> bucket: big-endian first-seen index -> acpv2.ToolCall
 //	callidx   session id -> bucket: tool call id -> big-endian first-seen index
@@ -40,6 +43,15 @@
 // writes anything and are handed back to the caller through a variable,
 // with the call returning nil, so they neither fail nor re-run the other
 // calls in the batch.
+//
+// # Closed sessions
+//
+// The SetState that closes a session enters it in ended and, past
+// Options.MaxEndedSessions, deletes the sessions that closed first, in
+// the same transaction: a lookup of the first key and a delete per
+// session, whatever the number of closed sessions. A file written before
+// ended was kept (or by such a gateway since) has its closed sessions
+// entered by Open, by when they closed.
 //
 // # Owners
 //
@@ -90,7 +102,9 @@ var (
 	bucketEvents   = []byte("events")
 	bucketCalls    = []byte("calls")
 	bucketCallIdx  = []byte("callidx")
+	bucketEnded    = []byte("ended")
 	keyVersion     = []byte("version")
+	keyEnded       = []byte("ended")
 )
 
 const (
@@ -164,6 +178,15 @@ func Open(path string, opts statestore.Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("statestore: bolt file %s: %w", path, err)
 	}
+	var gone []deleted
+	if err := db.Update(func(tx *bolt.Tx) (err error) {
+		gone, err = s.indexEnded(tx)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("statestore: bolt file %s: %w", path, err)
+	}
+	s.forgetDeleted(gone)
 	return s, nil
 }
 
@@ -188,7 +211,7 @@ func initialize(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	for _, name := range append([][]byte{bucketSessions, bucketOrder}, logBuckets...) {
+	for _, name := range append([][]byte{bucketSessions, bucketOrder, bucketEnded}, logBuckets...) {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
 		}
@@ -273,6 +296,9 @@ type record struct {
 	StateChangedAt time.Time `json:"state_changed_at,omitzero"`
 	// Order is the session's key in the order bucket.
 	Order uint64 `json:"order"`
+	// Ended is the closed session's key in the ended bucket, 0 for one
+	// not closed (or closed by a gateway that did not keep ended).
+	Ended uint64 `json:"ended,omitempty"`
 }
 
 func toRecord(s *statestore.Session, order uint64) *record {
@@ -509,11 +535,188 @@ func (s *Store) modify(op, id string, change func(r *record)) error {
 	})
 }
 
-// SetState implements statestore.Store.
+// SetState implements statestore.Store. A session that closes is entered
+// in ended, and the sessions that closed first are deleted past
+// MaxEndedSessions, in the same transaction.
 func (s *Store) SetState(_ context.Context, id string, state statestore.State, detail string) error {
-	return s.modify("set state of", id, func(r *record) {
+	var gone []deleted
+	err := s.update("set state of", id, func(tx *bolt.Tx) error {
+		gone = nil
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
 		r.State, r.Detail, r.StateChangedAt = string(state), detail, time.Now().UTC()
+		if err := leaveEnded(tx, r); err != nil {
+			return err
+		}
+		if state != statestore.StateClosed {
+			return putRecord(tx, r)
+		}
+		if err := enterEnded(tx, r); err != nil {
+			return err
+		}
+		if err := putRecord(tx, r); err != nil {
+			return err
+		}
+		gone, err = s.trimEnded(tx)
+		return err
 	})
+	if err == nil {
+		s.forgetDeleted(gone)
+	}
+	return err
+}
+
+// endedCount returns the number of entries in the ended bucket.
+func endedCount(tx *bolt.Tx) uint64 {
+	if v := tx.Bucket(bucketMeta).Get(keyEnded); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func setEndedCount(tx *bolt.Tx, n uint64) error {
+	return tx.Bucket(bucketMeta).Put(keyEnded, u64(n))
+}
+
+// enterEnded enters closed session r in ended, as the last closed; the
+// caller puts r.
+func enterEnded(tx *bolt.Tx, r *record) error {
+	ended := tx.Bucket(bucketEnded)
+	n, err := ended.NextSequence()
+	if err != nil {
+		return err
+	}
+	if err := ended.Put(u64(n), []byte(r.ID)); err != nil {
+		return err
+	}
+	r.Ended = n
+	return setEndedCount(tx, endedCount(tx)+1)
+}
+
+// leaveEnded removes r's entry in ended, if it has one; the caller puts r.
+func leaveEnded(tx *bolt.Tx, r *record) error {
+	if r.Ended == 0 {
+		return nil
+	}
+	ended := tx.Bucket(bucketEnded)
+	if v := ended.Get(u64(r.Ended)); string(v) == r.ID {
+		if err := ended.Delete(u64(r.Ended)); err != nil {
+			return err
+		}
+		if err := setEndedCount(tx, endedCount(tx)-1); err != nil {
+			return err
+		}
+	}
+	r.Ended = 0
+	return nil
+}
+
+// deleted is a session a transaction deleted, for forgetDeleted once it
+// committed.
+type deleted struct {
+	id, owner string
+	order     uint64
+}
+
+// forgetDeleted updates s.owners and wakes the waiters of the sessions a
+// committed transaction deleted.
+func (s *Store) forgetDeleted(gone []deleted) {
+	for _, d := range gone {
+		s.disowned(d.owner, d.id, d.order)
+		s.wake(d.id)
+	}
+}
+
+// trimEnded deletes the sessions that closed first while ended holds
+// more than MaxEndedSessions. An entry whose session is gone, or not the
+// closed session it named, is dropped on the way.
+func (s *Store) trimEnded(tx *bolt.Tx) ([]deleted, error) {
+	limit := s.opts.MaxEndedSessions
+	if limit <= 0 {
+		return nil, nil
+	}
+	var gone []deleted
+	ended := tx.Bucket(bucketEnded)
+	for n := endedCount(tx); n > uint64(limit); n-- {
+		k, v := ended.Cursor().First()
+		if k == nil {
+			return gone, setEndedCount(tx, 0)
+		}
+		id := string(v)
+		if err := ended.Delete(k); err != nil {
+			return nil, err
+		}
+		if err := setEndedCount(tx, n-1); err != nil {
+			return nil, err
+		}
+		r, err := getRecord(tx, id)
+		if err != nil || r.Ended != binary.BigEndian.Uint64(k) {
+			continue // gone, unreadable, or closed again since
+		}
+		if err := deleteSession(tx, r); err != nil {
+			return nil, err
+		}
+		gone = append(gone, deleted{id, r.Owner, r.Order})
+	}
+	return gone, nil
+}
+
+// indexEnded makes ended agree with the records, for Open: the closed
+// sessions not in it (closed by a gateway that did not keep it) are
+// entered, by when they closed (StateChangedAt, or CreatedAt for a record
+// without it), after those in it; entries that name no closed session
+// with their key are dropped; then it is trimmed to MaxEndedSessions.
+func (s *Store) indexEnded(tx *bolt.Tx) ([]deleted, error) {
+	sessions, ended := tx.Bucket(bucketSessions), tx.Bucket(bucketEnded)
+	var missing []*record
+	if err := sessions.ForEach(func(k, v []byte) error {
+		r, err := decodeRecord(string(k), v)
+		if err != nil || r.State != string(statestore.StateClosed) {
+			return nil
+		}
+		if r.Ended == 0 || string(ended.Get(u64(r.Ended))) != r.ID {
+			missing = append(missing, r)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var n uint64
+	c := ended.Cursor()
+	for k, v := c.First(); k != nil; {
+		r, err := getRecord(tx, string(v))
+		if err != nil || r.State != string(statestore.StateClosed) || r.Ended != binary.BigEndian.Uint64(k) {
+			at := bytes.Clone(k)
+			if err := c.Delete(); err != nil {
+				return nil, err
+			}
+			k, v = c.Seek(at) // the entry after the deleted one
+			continue
+		}
+		n++
+		k, v = c.Next()
+	}
+	if err := setEndedCount(tx, n); err != nil {
+		return nil, err
+	}
+	closedAt := func(r *record) time.Time {
+		if r.StateChangedAt.IsZero() {
+			return r.CreatedAt
+		}
+		return r.StateChangedAt
+	}
+	slices.SortStableFunc(missing, func(a, b *record) int { return closedAt(a).Compare(closedAt(b)) })
+	for _, r := range missing {
+		if err := enterEnded(tx, r); err != nil {
+			return nil, err
+		}
+		if err := putRecord(tx, r); err != nil {
+			return nil, err
+		}
+	}
+	return s.trimEnded(tx)
 }
 
 // SetAgentSession implements statestore.Store.
@@ -754,17 +957,16 @@ func (s *Store) DeleteSession(_ context.Context, id string) error {
 		if errors.Is(err, statestore.ErrNotFound) {
 			return err
 		}
-		// A corrupt record can be deleted too; as its order key is
-		// unknown, its order entry is looked up by id.
-		key := []byte(id)
 		owner, order = "", 0
 		if err == nil {
 			owner, order = r.Owner, r.Order
-			err = tx.Bucket(bucketOrder).Delete(u64(r.Order))
-		} else {
-			err = deleteOrderOf(tx, key)
+			return deleteSession(tx, r)
 		}
-		if err != nil {
+		// A corrupt record can be deleted too; as its order key is
+		// unknown, its order entry is looked up by id (its ended entry,
+		// if any, is dropped when met).
+		key := []byte(id)
+		if err := deleteOrderOf(tx, key); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bucketSessions).Delete(key); err != nil {
@@ -777,6 +979,22 @@ func (s *Store) DeleteSession(_ context.Context, id string) error {
 		s.wake(id)
 	}
 	return err
+}
+
+// deleteSession removes session r: its record, its entries in order and
+// ended, and its logs.
+func deleteSession(tx *bolt.Tx, r *record) error {
+	if err := leaveEnded(tx, r); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketOrder).Delete(u64(r.Order)); err != nil {
+		return err
+	}
+	key := []byte(r.ID)
+	if err := tx.Bucket(bucketSessions).Delete(key); err != nil {
+		return err
+	}
+	return deleteLogs(tx, key)
 }
 
 // deleteLogs removes the events and tool calls of session id.

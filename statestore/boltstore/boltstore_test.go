@@ -478,3 +478,82 @@ func TestEventBytesCountedForOldRecords(t *testing.T) {
 	storetest.AppendSized(t, s, "a", 11, 11)
 	storetest.CheckKept(t, s, "a", 6, 11, "five events' bytes kept")
 }
+
+// A file written by a gateway that did not keep the ended bucket holds
+// closed sessions in none: Open enters them, by when they closed (a
+// record without StateChangedAt by CreatedAt), and holds them to the cap
+// from then on, the first closed deleted first. Opened with a lower cap,
+// the file is trimmed to it.
+func TestEndedSessionsOfAnEarlierVersionAdopted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	old := openAt(t, path, statestore.Options{})
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, id := range []string{"a", "b", "c", "d", "e", "open"} {
+		rec := &statestore.Session{ID: id, Owner: "alice", State: statestore.StateReady, CreatedAt: base.Add(time.Duration(i) * time.Minute)}
+		if err := old.CreateSession(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"a", "b", "c", "e"} {
+		if err := old.SetState(ctx, id, statestore.StateClosed, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.Close()
+	// As the earlier version left them: closed c, a, e, and b before
+	// StateChangedAt was kept (it closes by its CreatedAt, first).
+	closedAt := map[string]time.Time{"c": base.Add(time.Hour), "a": base.Add(2 * time.Hour), "e": base.Add(3 * time.Hour)}
+	rawUpdate(t, path, func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketEnded); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketMeta).Delete(keyEnded); err != nil {
+			return err
+		}
+		for _, id := range []string{"a", "b", "c", "e"} {
+			r, err := getRecord(tx, id)
+			if err != nil {
+				return err
+			}
+			r.Ended, r.StateChangedAt = 0, closedAt[id]
+			if err := putRecord(tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	closed := func(s *Store) []string {
+		t.Helper()
+		list, err := s.ListSessions(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range list {
+			if r.State == statestore.StateClosed {
+				ids = append(ids, r.ID)
+			}
+		}
+		return ids
+	}
+	s := openAt(t, path, statestore.Options{MaxEndedSessions: 3})
+	if got := closed(s); !slices.Equal(got, []string{"a", "c", "e"}) {
+		t.Fatalf("closed sessions after the upgrade %v, want [a c e]", got)
+	}
+	if err := s.SetState(ctx, "d", statestore.StateClosed, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := closed(s); !slices.Equal(got, []string{"a", "d", "e"}) {
+		t.Fatalf("closed sessions after d closed %v, want [a d e]", got)
+	}
+	s.Close()
+	s = openAt(t, path, statestore.Options{MaxEndedSessions: 1})
+	if got := closed(s); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("closed sessions opened with a cap of 1: %v, want [d]", got)
+	}
+	if list, err := s.ListSessions(ctx, ""); err != nil || len(list) != 2 {
+		t.Fatalf("%d sessions kept, %v; want open and d", len(list), err)
+	}
+}

@@ -41,7 +41,7 @@ func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEv
 		return err
 	}
 	args := make([]any, 0, 4+len(events)+2*len(changed))
-	args = append(args, len(events), strconv.FormatUint(first, 10), s.maxEv, s.maxBytes)
+	args = append(args, len(events), strconv.FormatUint(first, 10), s.opts.MaxEvents, s.opts.MaxEventBytes)
 	for _, b := range wires {
 		args = append(args, b)
 	}

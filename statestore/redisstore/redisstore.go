@@ -9,6 +9,8 @@
 //	P + "created"               string: counter that numbers sessions in creation order
 //	P + "sessions"              sorted set: every session id, scored by its number
 //	P + "o:" + owner            sorted set: owner's session ids, scored likewise
+//	P + "ended"                 sorted set: the closed sessions' ids, scored by when
+//	                            they closed (microseconds, Redis's clock)
 //	P + "s:{" + id + "}:rec"    hash: the session record (fields id, owner, agent,
 //	                            cwd, state, detail, asid, pv, created, last, trimmed,
 //	                            changed, and bytes and cbytes, the lengths of the
@@ -22,7 +24,11 @@
 // Append is one Lua script, so a batch is stored whole or not at all and
 // a second writer is refused. Closing a session gives its keys a time to
 // live (Options.EndedTTL); the sorted sets drop the ids of sessions whose
-// keys expired when ListSessions next meets them.
+// keys expired when ListSessions next meets them. Closing a session also
+// enters it in the ended set and, past statestore.Options.MaxEndedSessions,
+// deletes the sessions that closed first, in the same script: its work
+// does not grow with the number of closed sessions. Sessions closed by a
+// gateway that did not keep the ended set are entered in it by Open.
 package redisstore
 
 import (
@@ -71,8 +77,7 @@ type Store struct {
 	rdb      *redis.Client // every command but WaitEvents' blocking reads
 	waits    *redis.Client // WaitEvents' blocking reads
 	prefix   string
-	maxEv    int
-	maxBytes int64
+	opts     statestore.Options
 	endedTTL time.Duration
 }
 
@@ -133,8 +138,7 @@ func open(ctx context.Context, rawURL string, opts Options, tweak func(*redis.Op
 		rdb:      redis.NewClient(ro),
 		waits:    redis.NewClient(&wo),
 		prefix:   opts.Prefix,
-		maxEv:    opts.MaxEvents,
-		maxBytes: opts.MaxEventBytes,
+		opts:     opts.Options,
 		endedTTL: opts.EndedTTL,
 	}
 	if s.prefix == "" {
@@ -146,6 +150,10 @@ func open(ctx context.Context, rawURL string, opts Options, tweak func(*redis.Op
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("redisstore: cannot reach Redis at %s: %w", shown, err)
+	}
+	if err := s.adoptEnded(ctx); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -206,6 +214,8 @@ func (k sessionKeys) data() []string { return []string{k.rec, k.ev, k.tc, k.tco}
 func (s *Store) counterKey() string { return s.prefix + "created" }
 
 func (s *Store) allKey() string { return s.prefix + "sessions" }
+
+func (s *Store) endedKey() string { return s.prefix + "ended" }
 
 func (s *Store) ownerKey(owner string) string { return s.prefix + "o:" + owner }
 

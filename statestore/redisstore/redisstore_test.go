@@ -117,7 +117,7 @@ func contractOpener(t *testing.T, opts statestore.Options) statestore.Store {
 // secondReplica opens another store on s's Redis and prefix.
 func secondReplica(t *testing.T, s statestore.Store) statestore.Store {
 	first := s.(*Store)
-	return openTest(t, Options{Options: statestore.Options{MaxEvents: first.maxEv, MaxEventBytes: first.maxBytes}, Prefix: first.prefix}, nil)
+	return openTest(t, Options{Options: first.opts, Prefix: first.prefix}, nil)
 }
 
 func TestContract(t *testing.T) { storetest.Run(t, contractOpener) }

@@ -8,16 +8,17 @@ import "github.com/redis/go-redis/v9"
 // that they never come out in exponent form.
 
 // createScript stores a new session record and lists it.
-// KEYS: rec, ev, tc, tco, created counter, index sets...
+// KEYS: rec, ev, tc, tco, created counter, ended set, index sets...
 // ARGV: id, then the record's fields and values.
 // Returns 0 when the session exists, 1 when created.
 var createScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 -- Whatever a former session of this id left must not show through.
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('ZREM', KEYS[6], ARGV[1])
 local n = redis.call('INCR', KEYS[5])
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-for k = 6, #KEYS do redis.call('ZADD', KEYS[k], n, ARGV[1]) end
+for k = 7, #KEYS do redis.call('ZADD', KEYS[k], n, ARGV[1]) end
 return 1
 `)
 
@@ -38,7 +39,7 @@ return 1
 `)
 
 // deleteScript removes a session's keys and its index entries.
-// KEYS: rec, ev, tc, tco, lease, index sets...
+// KEYS: rec, ev, tc, tco, lease, ended set, index sets...
 // ARGV: id.
 // Returns 0 when the session does not exist, 1 when deleted.
 var deleteScript = redis.NewScript(`
@@ -46,6 +47,97 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 for k = 6, #KEYS do redis.call('ZREM', KEYS[k], ARGV[1]) end
 return 1
+`)
+
+// trimEnded is the Lua that holds the ended set to its cap
+// (Options.MaxEndedSessions), for the scripts that add to it. It needs
+// locals ended (the set's key), all (the index of every session), prefix
+// (the store's) and max (the cap, 0 for none). It deletes the sessions
+// that closed first, with their index entries, a pop per session: the
+// work does not grow with the set. The sessions it deletes are named from
+// prefix, not passed in KEYS: Redis Cluster refuses that, but the store's
+// index sets already tie it to one Redis.
+//
+// A session whose keys expired (Options.EndedTTL) leaves its entry behind
+// until it is popped; as the entries expire in closing order, they are at
+// the low end, and up to two of them there are dropped at every call, so
+// that they do not pile up when nothing is popped (no cap).
+const trimEnded = `
+local function gone(id)
+  return redis.call('EXISTS', prefix .. 's:{' .. id .. '}:rec') == 0
+end
+for _ = 1, 2 do
+  local oldest = redis.call('ZRANGE', ended, 0, 0)[1]
+  if not oldest or not gone(oldest) then break end
+  redis.call('ZREM', ended, oldest)
+end
+local over = max > 0 and redis.call('ZCARD', ended) - max or 0
+if over > 0 then
+  local popped = redis.call('ZPOPMIN', ended, over)
+  for i = 1, #popped, 2 do
+    local id = popped[i]
+    local base = prefix .. 's:{' .. id .. '}:'
+    local rec = redis.call('HMGET', base .. 'rec', 'state', 'owner')
+    -- Only a closed session: an entry may outlive its session, whose id
+    -- may be taken again since.
+    if rec[1] == 'closed' then
+      -- UNLINK frees a long log in the background.
+      redis.call('UNLINK', base .. 'rec', base .. 'ev', base .. 'tc', base .. 'tco', base .. 'lease')
+      redis.call('ZREM', all, id)
+      if rec[2] and rec[2] ~= '' then redis.call('ZREM', prefix .. 'o:' .. rec[2], id) end
+    end
+  end
+end
+`
+
+// setStateScript sets a session's state fields, changes the time to live
+// of its keys as updateScript does, and keeps the ended set: a session
+// that closes goes in, scored past every other (in closing order, by
+// Redis's clock, even should it step back), and the set is trimmed to
+// the cap, in the same step; one that leaves the closed state goes out.
+// KEYS: rec, ev, tc, tco, ended set, all-sessions index.
+// ARGV: ttl, 1 when the session closes (else 0), MaxEndedSessions,
+// prefix, id, then fields and values.
+// Returns 0 when the session does not exist, 1 when updated.
+var setStateScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+local ttl = tonumber(ARGV[1])
+for k = 1, 4 do
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[k], ttl) elseif ttl < 0 then redis.call('PERSIST', KEYS[k]) end
+end
+local ended, all, max, prefix, id = KEYS[5], KEYS[6], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+if ARGV[2] ~= '1' then
+  redis.call('ZREM', ended, id)
+  return 1
+end
+local t = redis.call('TIME')
+local score = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local newest = redis.call('ZRANGE', ended, -1, -1, 'WITHSCORES')
+if newest[2] and tonumber(newest[2]) >= score then score = tonumber(newest[2]) + 1 end
+redis.call('ZADD', ended, score, id)
+` + trimEnded + `
+return 1
+`)
+
+// adoptScript adds to the ended set closed sessions that are not in it:
+// those a gateway closed before the set was kept. It checks again that
+// each is closed, so a session deleted or reopened since the caller
+// looked is not added, and trims the set to the cap as setStateScript
+// does.
+// KEYS: ended set, all-sessions index.
+// ARGV: MaxEndedSessions, prefix, then ids and their scores (closing time
+// in microseconds).
+var adoptScript = redis.NewScript(`
+local ended, all, max, prefix = KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2]
+for i = 3, #ARGV, 2 do
+  local id = ARGV[i]
+  if not redis.call('ZSCORE', ended, id) and redis.call('HGET', prefix .. 's:{' .. id .. '}:rec', 'state') == 'closed' then
+    redis.call('ZADD', ended, ARGV[i + 1], id)
+  end
+end
+` + trimEnded + `
+return 0
 `)
 
 // pruneScript drops index entries whose session record is gone (expired),

@@ -17,7 +17,7 @@ const listChunk = 256
 // CreateSession implements statestore.Store.
 func (s *Store) CreateSession(ctx context.Context, sess *statestore.Session) error {
 	k := s.keys(sess.ID)
-	keys := append(k.data(), s.counterKey())
+	keys := append(k.data(), s.counterKey(), s.endedKey())
 	keys = append(keys, s.indexKeys(sess.Owner)...)
 	args := append([]any{sess.ID}, recordFields(sess)...)
 	n, err := createScript.Run(ctx, s.rdb, keys, args...).Int()
@@ -104,16 +104,27 @@ func (s *Store) records(ctx context.Context, index string, ids []string) ([]*sta
 
 // SetState implements statestore.Store. Closing a session starts the time
 // to live of its keys (Options.EndedTTL); any other state makes them
-// permanent again.
+// permanent again. Closing one enters it in the ended set, and deletes
+// the sessions that closed first past MaxEndedSessions, in the same
+// script (setStateScript).
 func (s *Store) SetState(ctx context.Context, id string, state statestore.State, detail string) error {
-	ttl := int64(-1)
+	ttl, closing := int64(-1), 0
 	if state == statestore.StateClosed {
-		ttl = 0
+		ttl, closing = 0, 1
 		if s.endedTTL > 0 {
 			ttl = max(s.endedTTL.Milliseconds(), 1)
 		}
 	}
-	return s.update(ctx, id, ttl, fState, string(state), fDetail, detail, fChanged, time.Now().UTC().Format(time.RFC3339Nano))
+	keys := append(s.keys(id).data(), s.endedKey(), s.allKey())
+	n, err := setStateScript.Run(ctx, s.rdb, keys, ttl, closing, s.opts.MaxEndedSessions, s.prefix, id,
+		fState, string(state), fDetail, detail, fChanged, time.Now().UTC().Format(time.RFC3339Nano)).Int()
+	if err != nil {
+		return failed("update", id, err)
+	}
+	if n == 0 {
+		return notFound(id)
+	}
+	return nil
 }
 
 // SetAgentSession implements statestore.Store.
@@ -146,7 +157,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	}
 	// Should the session be replaced by one of another owner meanwhile,
 	// that owner's index keeps a stale entry, which ListSessions drops.
-	keys := append(k.data(), k.lease)
+	keys := append(k.data(), k.lease, s.endedKey())
 	keys = append(keys, s.indexKeys(owner)...)
 	n, err := deleteScript.Run(ctx, s.rdb, keys, id).Int()
 	if err != nil {
@@ -154,6 +165,44 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	}
 	if n == 0 {
 		return notFound(id)
+	}
+	return nil
+}
+
+// adoptChunk is how many closed sessions adoptEnded enters per script.
+const adoptChunk = 256
+
+// adoptEnded enters in the ended set the closed sessions that are not in
+// it, those closed by a gateway that did not keep it, scored by when they
+// closed (StateChangedAt, or CreatedAt for a record without it), and
+// trims the set to MaxEndedSessions. Open runs it, so that a store
+// written by an earlier version is held to the cap from then on; it reads
+// every record once. adoptScript checks again that each is closed.
+func (s *Store) adoptEnded(ctx context.Context) error {
+	recs, err := s.ListSessions(ctx, "")
+	if err != nil {
+		return fmt.Errorf("redisstore: adopting the closed sessions: %w", err)
+	}
+	var args []any
+	for _, r := range recs {
+		if r.State != statestore.StateClosed {
+			continue
+		}
+		at := r.StateChangedAt
+		if at.IsZero() {
+			at = r.CreatedAt
+		}
+		args = append(args, r.ID, at.UnixMicro())
+	}
+	// One run even with none, to trim a set kept under a larger cap.
+	for first := true; first || len(args) > 0; first = false {
+		chunk := args[:min(len(args), 2*adoptChunk)]
+		args = args[len(chunk):]
+		err := adoptScript.Run(ctx, s.rdb, []string{s.endedKey(), s.allKey()},
+			append([]any{s.opts.MaxEndedSessions, s.prefix}, chunk...)...).Err()
+		if err != nil {
+			return fmt.Errorf("redisstore: adopting the closed sessions: %w", err)
+		}
 	}
 	return nil
 }

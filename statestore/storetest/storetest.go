@@ -50,17 +50,27 @@ func Run(t *testing.T, open Opener) {
 	t.Run("Delete", func(t *testing.T) { testDelete(t, plain(t)) })
 	t.Run("DeepestEventsReadBack", func(t *testing.T) { testDeepestEvents(t, plain(t)) })
 	t.Run("Bytes", func(t *testing.T) { testBytes(t, open(t, statestore.Options{MaxEvents: 5})) })
+	ended := statestore.Options{MaxEndedSessions: endedCap}
+	t.Run("EndedSessionsCapped", func(t *testing.T) { testEndedCap(t, open(t, ended)) })
+	t.Run("EndedSessionsCappedConcurrently", func(t *testing.T) {
+		s := open(t, ended)
+		testEndedCapConcurrent(t, s, s)
+	})
 }
 
 // RunDurable checks that what a store holds survives a restart. reopen
-// closes s and returns a store opened on the same data.
+// closes s and returns a store opened on the same data, with the same
+// options.
 func RunDurable(t *testing.T, open Opener, reopen func(t *testing.T, s statestore.Store) statestore.Store) {
 	t.Run("SurvivesRestart", func(t *testing.T) { testRestart(t, open(t, statestore.Options{MaxEvents: 20}), reopen) })
+	t.Run("EndedSessionsCappedAfterRestart", func(t *testing.T) {
+		testEndedCapRestart(t, open(t, statestore.Options{MaxEndedSessions: endedCap}), reopen)
+	})
 }
 
 // RunShared checks a store that several replicas open at once. second
-// returns another store open on s's data at the same time, as a second
-// replica would hold.
+// returns another store open on s's data at the same time, with the same
+// options, as a second replica would hold.
 func RunShared(t *testing.T, open Opener, second func(t *testing.T, s statestore.Store) statestore.Store) {
 	t.Run("SharedLog", func(t *testing.T) {
 		a := open(t, statestore.Options{})
@@ -73,6 +83,10 @@ func RunShared(t *testing.T, open Opener, second func(t *testing.T, s statestore
 	t.Run("Leases", func(t *testing.T) {
 		a := open(t, statestore.Options{})
 		testLeases(t, a, second(t, a))
+	})
+	t.Run("EndedSessionsCappedAcrossReplicas", func(t *testing.T) {
+		a := open(t, statestore.Options{MaxEndedSessions: endedCap})
+		testEndedCapConcurrent(t, a, second(t, a))
 	})
 }
 
