@@ -120,20 +120,21 @@ func (e configError) Unwrap() error { return e.error }
 // for the replica reached at advertise.
 func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger, advertise string, c *confinement) session.Options {
 	return session.Options{
-		Sandbox:           c.sandbox,
-		Homes:             c.homes,
-		Limits:            c.limits,
-		Egress:            c.egress,
-		EgressHelper:      c.helper,
-		Agents:            cfg.agents,
-		Env:               agentEnv(cfg.envAllow),
-		Store:             store,
-		Log:               log,
-		PermissionTimeout: cfg.permissionTimeout,
-		TurnTimeout:       cfg.turnTimeout,
-		CancelGrace:       cfg.cancelGrace,
-		IdleTimeout:       cfg.idleTimeout,
-		MaxStoreBytes:     cfg.maxStoreBytes,
+		Sandbox:            c.sandbox,
+		Homes:              c.homes,
+		Limits:             c.limits,
+		Egress:             c.egress,
+		EgressHelper:       c.helper,
+		Agents:             cfg.agents,
+		Env:                agentEnv(cfg.envAllow),
+		Store:              store,
+		Log:                log,
+		PermissionTimeout:  cfg.permissionTimeout,
+		TurnTimeout:        cfg.turnTimeout,
+		CancelGrace:        cfg.cancelGrace,
+		StoreOutageTimeout: cfg.storeOutage,
+		IdleTimeout:        cfg.idleTimeout,
+		MaxStoreBytes:      cfg.maxStoreBytes,
 		// The flags' zero is no bound, the options' a default.
 		MaxToolCalls:          noneIfZero(cfg.maxToolCalls),
 		MaxPendingPermissions: noneIfZero(cfg.maxPendingPerms),
@@ -178,6 +179,7 @@ type serveConfig struct {
 	permissionTimeout time.Duration
 	turnTimeout       time.Duration
 	cancelGrace       time.Duration
+	storeOutage       time.Duration
 	idleTimeout       time.Duration
 	envAllow          listFlag
 	maxEvents         int
@@ -327,6 +329,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.streamWrite, "stream-write-timeout", service.DefaultStreamWriteTimeout, "end a Prompt or Watch stream whose client takes longer than this to accept a batch of messages (it resumes with Watch afterSeq; 0: never)")
 	fs.DurationVar(&cfg.turnTimeout, "turn-timeout", 0, "end a turn that runs longer than this: the agent gets session/cancel, and is stopped if it does not end the turn within --cancel-grace (0: no limit)")
 	fs.DurationVar(&cfg.cancelGrace, "cancel-grace", session.DefaultCancelGrace, "how long an agent has to end its turn after a Cancel (or --turn-timeout) before the gateway stops it; the turn then ends cancelled")
+	fs.DurationVar(&cfg.storeOutage, "store-outage-timeout", session.DefaultStoreOutageTimeout, "how long a session's events wait for a store that fails to take them (its agent's output is not read meanwhile, once 16 MiB wait) before the gateway gives up: the agent is stopped and the session's streams end unavailable, saying from which seq to resume")
 	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
 	fs.DurationVar(&cfg.shutdownDrain, "shutdown-drain", 0, "on SIGTERM or SIGINT, go on serving this long while not ready (/readyz 503, gRPC health NOT_SERVING), so that load balancers stop sending new clients, then shut down; a second signal shuts down at once (0: no drain)")
@@ -377,6 +380,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if cfg.turnTimeout < 0 || cfg.cancelGrace <= 0 {
 		return nil, errors.New("--turn-timeout must not be negative, and --cancel-grace must be positive")
+	}
+	if cfg.storeOutage <= 0 {
+		return nil, fmt.Errorf("--store-outage-timeout must be positive, got %v", cfg.storeOutage)
 	}
 	if cfg.permissionTimeout <= 0 {
 		return nil, fmt.Errorf("--permission-timeout must be positive, got %v", cfg.permissionTimeout)

@@ -81,6 +81,7 @@ type Metrics struct {
 
 	storeLatency *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
+	notStored    prometheus.Counter
 
 	seriesSkipped prometheus.Counter
 	seriesActive  prometheus.Gauge
@@ -156,6 +157,8 @@ func New(opts Options) *Metrics {
 			"Latency of state store operations, by operation.", []string{"operation"}, storeBuckets),
 		storeErrors: f.counter("store_errors_total",
 			"State store operations that failed, by operation.", []string{"operation"}),
+		notStored: f.counter("events_not_stored_total",
+			"Session events the store could not take before the gateway gave up on it (--store-outage-timeout): never sent to a client; their sessions were stopped.", nil).WithLabelValues(),
 
 		seriesSkipped: f.counter("session_series_skipped_total",
 			"Sessions that got no per-session series because the cap was reached or they are off.", nil).WithLabelValues(),
@@ -242,6 +245,10 @@ func (m *Metrics) StreamOpened(rpc string) (closed func()) {
 
 // EventsSent counts n events sent on a stream of rpc.
 func (m *Metrics) EventsSent(rpc string, n int) { m.eventsSent.WithLabelValues(rpc).Add(float64(n)) }
+
+// EventsNotStored counts n events given up on because the store could
+// not take them.
+func (m *Metrics) EventsNotStored(n int) { m.notStored.Add(float64(n)) }
 
 // CutOff counts a stream of rpc cut off for lagging.
 func (m *Metrics) CutOff(rpc string) { m.cutOff.WithLabelValues(rpc).Inc() }

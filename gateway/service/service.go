@@ -157,7 +157,8 @@ func toConnect(err error) error {
 		errors.Is(err, session.ErrAlreadyAnswered), errors.Is(err, session.ErrCannotReattach),
 		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved):
+	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
+		errors.Is(err, session.ErrStoreUnavailable):
 		code = connect.CodeUnavailable
 	case errors.Is(err, session.ErrLagging):
 		code = connect.CodeAborted

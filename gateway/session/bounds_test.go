@@ -76,8 +76,8 @@ func TestToolCallsPastTheCapAreRefused(t *testing.T) {
 	for i := range 5 {
 		ups = append(ups, agent.Update{Update: toolUpdate(fmt.Sprint("c", i), "completed")})
 	}
-	s.SessionUpdates(ups)
-	s.SessionUpdates([]agent.Update{
+	update(t, s, ups)
+	update(t, s, []agent.Update{
 		{Update: toolUpdate("c1", "failed")},
 		{Update: toolUpdate(strings.Repeat("x", maxToolCallID+1), "")},
 		{Update: toolUpdate("new\nline", "")},
@@ -123,9 +123,9 @@ func TestToolCallBytesAreBounded(t *testing.T) {
 			}
 		}
 	}
-	s.SessionUpdates([]agent.Update{bigUpdate("running", "in_progress", 2000)})
+	update(t, s, []agent.Update{bigUpdate("running", "in_progress", 2000)})
 	for i := range 30 {
-		s.SessionUpdates([]agent.Update{bigUpdate(fmt.Sprint("done", i), "completed", 1000)})
+		update(t, s, []agent.Update{bigUpdate(fmt.Sprint("done", i), "completed", 1000)})
 		check(fmt.Sprint("after call ", i))
 	}
 	snap := s.Snapshot().GetToolCalls()
@@ -138,7 +138,7 @@ func TestToolCallBytesAreBounded(t *testing.T) {
 	chunk := &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: &acpv2.ToolCallContentChunk{
 		ToolCallId: "running", Content: &acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Terminal{Terminal: &acpv2.Terminal{TerminalId: strings.Repeat("t", 1000)}}}}}}
 	for range 20 {
-		s.SessionUpdates([]agent.Update{{Update: chunk}})
+		update(t, s, []agent.Update{{Update: chunk}})
 		check("after a chunk")
 	}
 	got := kinds(t, st)
@@ -168,7 +168,7 @@ func TestSnapshotAtTheDefaultCapsFits(t *testing.T) {
 			up.Update.GetToolCallUpdate().Title = &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: long}}
 			ups = append(ups, up)
 		}
-		s.SessionUpdates(ups)
+		update(t, s, ups)
 	}
 	snap := s.Snapshot()
 	if n := len(snap.GetToolCalls()); n != DefaultMaxToolCalls {

@@ -162,6 +162,14 @@ type Options struct {
 	// serve's default is DefaultMaxStoreBytes. (The cap on the number of
 	// closed sessions is the store's: statestore.Options.MaxEndedSessions.)
 	MaxStoreBytes int64
+	// StoreOutageTimeout is how long a session's events wait, in its
+	// queue, for a store that fails to take them before the session gives
+	// up (writer.go); zero means DefaultStoreOutageTimeout.
+	StoreOutageTimeout time.Duration
+	// StoreBufferBytes bounds the encoded events a session holds that the
+	// store has not taken: past it the agent's output is not read until
+	// the store takes some. Zero means DefaultStoreBufferBytes.
+	StoreBufferBytes int
 	// Replica is this gateway's advertised address (a base URL other
 	// replicas can call). It names the holder of the leases this gateway
 	// takes when Store is shared (a statestore.Leaser).
@@ -276,6 +284,12 @@ func NewManager(opts Options) *Manager {
 	}
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	if opts.StoreOutageTimeout <= 0 {
+		opts.StoreOutageTimeout = DefaultStoreOutageTimeout
+	}
+	if opts.StoreBufferBytes <= 0 {
+		opts.StoreBufferBytes = DefaultStoreBufferBytes
 	}
 	opts.MaxToolCalls = orDefault(opts.MaxToolCalls, DefaultMaxToolCalls)
 	opts.MaxToolCallBytes = orDefault(opts.MaxToolCallBytes, DefaultMaxToolCallBytes)

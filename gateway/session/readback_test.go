@@ -136,7 +136,7 @@ func FuzzStoredEventsReadBack(f *testing.F) {
 		v := acpjson.Version(1 + ver%2)
 		st, s := storedSession(t, Options{}, v)
 		if up, ok := agentUpdate(data, v); ok {
-			s.SessionUpdates([]agent.Update{up})
+			update(t, s, []agent.Update{up})
 		}
 		askAndCancel(s, data)
 		checkReadBack(t, st, s)
@@ -154,7 +154,7 @@ func TestStoredEventsReadBack(t *testing.T) {
 			if !ok {
 				t.Fatalf("%.60s: not an update", seed)
 			}
-			s.SessionUpdates([]agent.Update{up})
+			update(t, s, []agent.Update{up})
 			askAndCancel(s, []byte(seed))
 			checkReadBack(t, st, s)
 		}

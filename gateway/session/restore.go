@@ -33,7 +33,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	for _, rec := range recs {
 		if live(rec.State) {
-			if err := m.markLost(ctx, rec); err != nil {
+			if err := m.markLost(ctx, rec, detailGatewayGone); err != nil {
 				return fmt.Errorf("session %s: %w", rec.ID, err)
 			}
 		}
@@ -45,23 +45,23 @@ func live(st statestore.State) bool {
 	return st == statestore.StateStarting || st == statestore.StateReady
 }
 
-// markLost records that the agent of a session no gateway runs is gone:
-// the event for watchers, then the state.
-func (m *Manager) markLost(ctx context.Context, rec *statestore.Session) error {
-	ev := stateEvent(statestore.StateAgentLost, detailGatewayGone)
+// markLost records that the agent of a session no gateway runs is gone,
+// and why: the event for watchers, then the state.
+func (m *Manager) markLost(ctx context.Context, rec *statestore.Session, detail string) error {
+	ev := stateEvent(statestore.StateAgentLost, detail)
 	ev.Seq, ev.Time = rec.LastSeq+1, timestamppb.Now()
 	if err := m.opts.Store.Append(ctx, rec.ID, []*acpv2.SessionEvent{ev}, nil, nil); err != nil {
 		return err
 	}
-	rec.LastSeq, rec.State, rec.Detail = ev.Seq, statestore.StateAgentLost, detailGatewayGone
-	return m.opts.Store.SetState(ctx, rec.ID, statestore.StateAgentLost, detailGatewayGone)
+	rec.LastSeq, rec.State, rec.Detail = ev.Seq, statestore.StateAgentLost, detail
+	return m.opts.Store.SetState(ctx, rec.ID, statestore.StateAgentLost, detail)
 }
 
 // restore builds the in-memory session of a stored record. Its agent is
 // gone: a session left live is marked lost first.
 func (m *Manager) restore(ctx context.Context, rec *statestore.Session) (*Session, error) {
 	if live(rec.State) {
-		if err := m.markLost(ctx, rec); err != nil {
+		if err := m.markLost(ctx, rec, detailGatewayGone); err != nil {
 			return nil, err
 		}
 	}
@@ -71,7 +71,7 @@ func (m *Manager) restore(ctx context.Context, rec *statestore.Session) (*Sessio
 	}
 	s := newSession(m, rec, m.opts.Agents[rec.Agent])
 	s.tools = merge.Restore(calls)
-	s.seq = asOf
+	s.seq, s.stored = asOf, asOf
 	s.detail = rec.Detail
 	s.agentSessionID = rec.AgentSessionID
 	s.version = acpjson.Version(rec.ProtocolVersion)
@@ -308,30 +308,44 @@ func (m *Manager) sweepOrphans(ctx context.Context) {
 	}
 }
 
-// sweepOrphan marks session id lost if no replica holds its lease. It runs
-// as a restore does (Get), one at a time with them: this replica's leases
-// are re-entrant, so a sweep running beside a restore of the same session
-// would take the lease too, mark the session lost a second time and then
-// release the lease the restore holds.
+// sweepOrphan marks session id lost if no replica holds its lease.
 func (m *Manager) sweepOrphan(ctx context.Context, id string) {
+	m.markOrphan(ctx, id, detailGatewayGone, "its replica stopped renewing its lease")
+}
+
+// markOrphan marks session id lost, with detail, if this gateway does not
+// run it and no replica holds its lease, and logs why. It runs as a
+// restore does (Get), one at a time with them: this replica's leases are
+// re-entrant, so a sweep running beside a restore of the same session
+// would take the lease too, mark the session lost a second time and then
+// release the lease the restore holds. It reports false when the store
+// failed, true when the session is marked or needs no marking.
+func (m *Manager) markOrphan(ctx context.Context, id, detail, why string) bool {
 	m.restoring.Lock()
 	defer m.restoring.Unlock()
 	if m.local(id) != nil {
-		return
+		return true
 	}
-	if err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL); err != nil {
-		return // held: its replica is alive
-	}
-	if fresh, err := m.opts.Store.GetSession(ctx, id); err == nil && live(fresh.State) {
-		if err := m.markLost(ctx, fresh); err != nil {
-			m.opts.Log.Error("store: marking a session lost", "session", id, "error", err)
-		} else {
-			m.opts.Log.Info("marked lost: its replica stopped renewing its lease", "session", id)
+	if m.leaser != nil {
+		if err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL); err != nil {
+			return errors.Is(err, statestore.ErrLeaseHeld) // held: its replica is alive
 		}
+		defer func() {
+			if err := m.leaser.ReleaseLease(ctx, id, m.opts.Replica); err != nil {
+				m.opts.Log.Warn("store: releasing a lease", "session", id, "error", err)
+			}
+		}()
 	}
-	if err := m.leaser.ReleaseLease(ctx, id, m.opts.Replica); err != nil {
-		m.opts.Log.Warn("store: releasing a lease", "session", id, "error", err)
+	fresh, err := m.opts.Store.GetSession(ctx, id)
+	if err != nil || !live(fresh.State) {
+		return err == nil || errors.Is(err, statestore.ErrNotFound)
 	}
+	if err := m.markLost(ctx, fresh, detail); err != nil {
+		m.opts.Log.Error("store: marking a session lost", "session", id, "error", err)
+		return false
+	}
+	m.opts.Log.Info("marked lost: "+why, "session", id)
+	return true
 }
 
 // storePruneInterval is how often the store's bytes are checked against

@@ -68,8 +68,18 @@ type Session struct {
 	turnCause  string
 	turnTimers []*time.Timer
 	tools      *merge.State
-	seq        uint64
-	subs       map[*Subscription]struct{}
+	// seq is the last event's seq, numbered; stored is the last the
+	// store took, which watchers get (writer.go). The queue holds the
+	// events between, unstored bytes of encodings, while writing says the
+	// writer runs; progress, when set, is closed as the queue shrinks.
+	// storeErr is set when the writer gave up on the store.
+	seq, stored uint64
+	queue       []pending
+	unstored    int
+	writing     bool
+	progress    chan struct{}
+	storeErr    error
+	subs        map[*Subscription]struct{}
 	// live holds the last live events for the subscriptions; nil while
 	// there is none.
 	live  *ring
@@ -358,8 +368,10 @@ func cancelled() *acpv2.PermissionOutcome {
 	return &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
 }
 
-// emitLocked numbers events, stores them with the tool calls they changed,
-// and then hands them to the watchers. s.mu must be held.
+// emitLocked numbers events and queues them for the store, with the tool
+// calls they changed; the watchers get them once stored (writer.go). It
+// fails only when the session no longer writes to its log. s.mu must be
+// held.
 func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
 	return s.emitBodiesLocked(events, nil, changed)
 }
@@ -373,6 +385,9 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, changed []*acpv2.ToolCall) error {
 	if s.moved {
 		return ErrMoved
+	}
+	if s.storeErr != nil {
+		return s.storeErr
 	}
 	now := timestamppb.Now()
 	wires := make([][]byte, len(events))
@@ -395,38 +410,17 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, 
 			s.marshalled++
 		}
 	}
-	ctx, cancel := s.m.storeContext()
-	defer cancel()
-	if err := s.m.opts.Store.Append(ctx, s.rec.ID, events, wires, changed); err != nil {
-		s.log.Error("store: appending events", "error", err)
-		if errors.Is(err, statestore.ErrSeqConflict) && s.m.leaser != nil {
-			// Another replica wrote to the log: it took the session over
-			// (this one missed its lease renewals). Step aside.
-			s.moved = true
-			s.m.wg.Add(1)
-			go func() {
-				defer s.m.wg.Done()
-				s.m.drop(s)
-			}()
-		}
-		return err
+	if len(events) == 0 {
+		return nil
 	}
 	s.seq += uint64(len(events))
-	s.met.Events(len(events))
-	if s.live != nil {
-		// The same work however many watch: each reads the ring.
-		s.live.publish(events, wires, s.needLocked)
-		if s.live.sweepDue() {
-			s.sweepLocked()
-		}
-	}
+	s.enqueueLocked(pending{events: events, wires: wires, changed: changed})
 	return nil
 }
 
-// SessionUpdates implements agent.Client. The updates' events are stored
-// with one Append, and each tool call they changed once, as it is after
-// the last of them.
-func (s *Session) SessionUpdates(updates []agent.Update) {
+// sessionUpdates queues the updates' events for the store at once, and
+// each tool call they changed once, as it is after the last of them.
+func (s *Session) sessionUpdates(updates []agent.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.loading {
@@ -502,6 +496,13 @@ func (s *Session) SessionUpdates(updates []agent.Update) {
 		}
 	}
 	_ = s.emitBodiesLocked(events, bodies, changed)
+}
+
+// SessionUpdates implements agent.Client: see sessionUpdates. The
+// agent's output is read on only once the store has room for more.
+func (s *Session) SessionUpdates(updates []agent.Update) {
+	s.sessionUpdates(updates)
+	s.waitRoom()
 }
 
 // toolCallID returns the id of the tool call u updates, if it updates one.
@@ -935,7 +936,7 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 		ToolCalls:   s.tools.Snapshot(),
 		Agent:       s.rec.Agent,
 		Cwd:         s.rec.Cwd,
-		LastSeq:     s.seq,
+		LastSeq:     s.stored,
 		CreatedAt:   timestamppb.New(s.rec.CreatedAt),
 		State:       string(s.state),
 		StateDetail: s.detail,
@@ -982,6 +983,19 @@ func (s *Session) shutdown() {
 // they get whatever the agent's end records first.
 func (s *Session) release(err error) {
 	s.endAgent()
+	// What the agent's end recorded, and all before, reaches the watchers
+	// first, unless the store is down.
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.releaseFlush())
+	if ferr := s.flush(ctx); errors.Is(ferr, context.DeadlineExceeded) {
+		s.mu.Lock()
+		if s.storeErr == nil {
+			s.storeErr = fmt.Errorf("%w: %d events after seq %d were not stored as the session ended", ErrStoreUnavailable, s.seq-s.stored, s.stored)
+			s.log.Error("store: events not stored as the session ended", "error", s.storeErr)
+			s.m.opts.Metrics.EventsNotStored(int(s.seq - s.stored))
+		}
+		s.mu.Unlock()
+	}
+	cancel()
 	s.mu.Lock()
 	for sub := range s.subs {
 		s.unsubscribeLocked(sub, err)

@@ -44,13 +44,13 @@ func (s *Session) subscribeLocked(afterSeq uint64) *Subscription {
 	if s.live == nil {
 		// Made with the first subscription: a session nobody watched
 		// needs no ring, and its past events are in the store.
-		s.live = newRing(s.m.opts.WatchBuffer, s.m.opts.WatchBufferBytes, s.seq)
+		s.live = newRing(s.m.opts.WatchBuffer, s.m.opts.WatchBufferBytes, s.stored)
 	}
 	sub := &Subscription{
 		s:        s,
 		live:     s.live,
 		next:     afterSeq + 1,
-		liveFrom: s.seq + 1,
+		liveFrom: s.stored + 1,
 		ended:    make(chan struct{}),
 	}
 	sub.need.Store(max(sub.next, sub.liveFrom))
@@ -67,7 +67,7 @@ func (s *Session) unsubscribeLocked(sub *Subscription, err error) {
 	delete(s.subs, sub)
 	s.met.Watchers(-1)
 	sub.endOnce.Do(func() {
-		sub.err, sub.endSeq = err, s.seq
+		sub.err, sub.endSeq = err, s.stored
 		close(sub.ended)
 	})
 	if len(s.subs) == 0 {
@@ -85,7 +85,7 @@ func (s *Session) sweepLocked() { s.live.sweep(s.needLocked()) }
 // needLocked returns the first seq a subscription has still to read from
 // the ring. s.mu must be held.
 func (s *Session) needLocked() uint64 {
-	need := s.seq + 1
+	need := s.stored + 1
 	for sub := range s.subs {
 		need = min(need, sub.need.Load())
 	}

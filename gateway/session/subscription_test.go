@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
@@ -32,17 +33,40 @@ func testSessionOf(t *testing.T, opts Options) *Session {
 	return newSession(m, rec, nil)
 }
 
+// emitText emits n text events one at a time, each stored and published
+// before the next.
 func emitText(t *testing.T, s *Session, n int) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i := 0; i < n; i++ {
 		ev := &acpv2.SessionEvent{Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
 			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: fmt.Sprint(i)}}}}}}
-		if err := s.emitLocked([]*acpv2.SessionEvent{ev}, nil); err != nil {
+		s.mu.Lock()
+		err := s.emitLocked([]*acpv2.SessionEvent{ev}, nil)
+		s.mu.Unlock()
+		if err != nil {
 			t.Fatal(err)
 		}
+		stored(t, s)
 	}
+}
+
+// stored waits until the events s has queued are in the store and
+// published to its watchers.
+func stored(t testing.TB, s *Session) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.flush(ctx); err != nil {
+		t.Fatalf("storing the session's events: %v", err)
+	}
+}
+
+// update hands s updates as its agent's reader does, and waits until
+// their events are stored.
+func update(t testing.TB, s *Session, ups []agent.Update) {
+	t.Helper()
+	s.SessionUpdates(ups)
+	stored(t, s)
 }
 
 func TestLaggingWatcherIsCutOffWithoutBlocking(t *testing.T) {
@@ -323,6 +347,7 @@ func TestFollowerNextBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stored(t, s)
 	emitText(t, s, 1)
 	r := <-got
 	if len(r.seqs) != 2 || r.seqs[0] != 8 || r.seqs[1] != 9 || !errors.Is(r.err, ErrClosed) || f.LastSeq() != 9 {

@@ -65,8 +65,8 @@ func TestReplicaStepsAsideWhenAnotherWroteTheLog(t *testing.T) {
 	s.mu.Lock()
 	err = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_TurnStarted{TurnStarted: &acpv2.TurnStarted{}}}}, nil)
 	s.mu.Unlock()
-	if !errors.Is(err, statestore.ErrSeqConflict) {
-		t.Fatalf("the stale replica's append: err = %v, want ErrSeqConflict", err)
+	if err != nil {
+		t.Fatalf("queueing an event: %v", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -83,16 +83,16 @@ func TestToolCallMetrics(t *testing.T) {
 	if a, b := s.Snapshot().GetToolCalls(), s.Snapshot().GetToolCalls(); len(a) != 2 || a[0] == b[0] {
 		t.Errorf("the restored session's tool calls are not compacted: %v", a)
 	}
-	s.SessionUpdates([]agent.Update{{Update: toolUpdate("running", "completed")}})
+	update(t, s, []agent.Update{{Update: toolUpdate("running", "completed")}})
 	check("the restored call finished", 1, 2, 0, 0)
-	s.SessionUpdates([]agent.Update{{Update: toolUpdate("new", "")}}) // pending, ACP's default
+	update(t, s, []agent.Update{{Update: toolUpdate("new", "")}}) // pending, ACP's default
 	check("a new call", 1, 2, 0, 1)
-	s.SessionUpdates([]agent.Update{{Update: toolUpdate("new", "in_progress")}})
-	s.SessionUpdates([]agent.Update{{Update: toolUpdate("new", "completed")}})
+	update(t, s, []agent.Update{{Update: toolUpdate("new", "in_progress")}})
+	update(t, s, []agent.Update{{Update: toolUpdate("new", "completed")}})
 	check("the new call finished", 2, 3, 0, 0)
-	s.SessionUpdates([]agent.Update{{Update: toolUpdate("new", "completed")}})
+	update(t, s, []agent.Update{{Update: toolUpdate("new", "completed")}})
 	check("the finished call updated again", 2, 3, 0, 0)
-	s.SessionUpdates([]agent.Update{{Update: toolUpdate("at-once", "failed")}})
+	update(t, s, []agent.Update{{Update: toolUpdate("at-once", "failed")}})
 	check("a call finished with its first update", 3, 3, 0, 0)
 	if got := metricValue(t, met, "acp_gateway_session_tool_calls", "failed"); got != 1 {
 		t.Errorf("failed calls: %v, want 1", got)
@@ -152,7 +152,7 @@ func TestMergedCallEventsComeEncoded(t *testing.T) {
 	ctx := context.Background()
 	st, s := encodedSession(t)
 	for _, status := range []string{"pending", "in_progress", "completed"} {
-		s.SessionUpdates([]agent.Update{{Update: toolUpdate("c", status)}})
+		update(t, s, []agent.Update{{Update: toolUpdate("c", status)}})
 	}
 	st.mu.Lock()
 	held := st.held
@@ -195,7 +195,7 @@ func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 	ctx := context.Background()
 	st, s := encodedSession(t)
 	chunk := &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{}}}
-	s.SessionUpdates([]agent.Update{
+	update(t, s, []agent.Update{
 		{Update: toolUpdate("a", "pending")},
 		{Update: toolUpdate("b", "pending")},
 		{Update: chunk},
@@ -254,7 +254,7 @@ func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 func TestFinishedCallsAreCompactedDuringATurn(t *testing.T) {
 	t.Parallel()
 	_, s := encodedSession(t)
-	s.SessionUpdates([]agent.Update{
+	update(t, s, []agent.Update{
 		{Update: toolUpdate("done", "in_progress")}, {Update: toolUpdate("done", "completed")},
 		{Update: toolUpdate("failed", "failed")},
 		{Update: toolUpdate("running", "in_progress")},
@@ -274,7 +274,7 @@ func TestFinishedCallsAreCompactedDuringATurn(t *testing.T) {
 		}
 	}
 	// An agent may still update a finished call.
-	s.SessionUpdates([]agent.Update{{Update: &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: &acpv2.ToolCallUpdate{
+	update(t, s, []agent.Update{{Update: &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: &acpv2.ToolCallUpdate{
 		ToolCallId: "done", Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "again"}}}}}}})
 	s.mu.Lock()
 	got := s.tools.Get("done")

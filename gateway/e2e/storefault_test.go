@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
+	"github.com/acp-gateway/acp-gateway/statestore/redisstore"
+)
+
+// This file stops the store under a running turn: a Redis of the test's
+// own, killed and started again.
+
+// openRedisAt opens a store on the Redis at url, closed when the test
+// ends.
+func openRedisAt(t *testing.T, url string) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.Open(context.Background(), url, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// floodAgent is an agent whose turn sends rounds of per numbered message
+// chunks ("rR-N"), a pause after each round: a turn long enough for the
+// store to fail under it.
+func floodAgent(t *testing.T, rounds, per int, pause time.Duration) []string {
+	var steps []agentsim.Step
+	for r := range rounds {
+		steps = append(steps,
+			agentsim.Step{Flood: &agentsim.Flood{Count: per, Update: json.RawMessage(
+				fmt.Sprintf(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"r%d-{{n}}"}}`, r))}},
+			agentsim.Step{Sleep: agentsim.Duration(pause)})
+	}
+	return agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{{Steps: steps}}})
+}
+
+// chunkTexts are the texts of the agent message chunks among events.
+func chunkTexts(events []*acpv2.SessionEvent) []string {
+	var texts []string
+	for _, ev := range events {
+		if c := ev.GetAgentMessageChunk(); c != nil {
+			texts = append(texts, c.GetContent().GetText().GetText())
+		}
+	}
+	return texts
+}
+
+// checkRounds fails the test unless texts are every message of
+// floodAgent(rounds, per), in order.
+func checkRounds(t *testing.T, what string, texts []string, rounds, per int) {
+	t.Helper()
+	if len(texts) != rounds*per {
+		t.Fatalf("%s: %d of the agent's %d messages", what, len(texts), rounds*per)
+	}
+	for i, got := range texts {
+		if want := fmt.Sprintf("r%d-%d", i/per, i%per+1); got != want {
+			t.Fatalf("%s: message %d is %q, want %q", what, i, got, want)
+		}
+	}
+}
+
+// Redis dies in the middle of a turn and comes back five seconds later
+// with its data. Nothing the agent sent is lost: the gateway holds what
+// the store could not take, tries again, and stops reading the agent
+// while it holds too much. The turn's stream shows every message, in
+// order, with no gap in the seqs, and so does a replay from the store.
+// (Before, the appends that failed were dropped: 768 of 20,000 updates
+// lost in a 20 s outage, with no gap in the seqs and no error.)
+func TestStoreOutageLosesNothing(t *testing.T) {
+	t.Parallel()
+	const rounds, per = 40, 100
+	rs := testutil.StartRedis(t)
+	g := startGateway(t, gatewayOpts{
+		agents: map[string][]string{"flood": floodAgent(t, rounds, per, 50*time.Millisecond)},
+		store:  openRedisAt(t, rs.URL()),
+		configure: func(c *app.Config) {
+			// Little room, so that the outage also stops the agent.
+			c.Session.StoreBufferBytes = 4 << 10
+		},
+	})
+	id := g.create(t, "flood")
+	var outage sync.Once
+	done := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	events, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, func(ev *acpv2.SessionEvent) {
+		if strings.HasPrefix(ev.GetAgentMessageChunk().GetContent().GetText().GetText(), "r2-") {
+			outage.Do(func() {
+				go func() {
+					defer close(done)
+					rs.Kill()
+					// Longer than an append waits (--lease-ttl/3), so
+					// that appends fail.
+					time.Sleep(5 * time.Second)
+					rs.Start()
+				}()
+			})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	testutil.CheckSeqs(t, events, events[0].GetSeq())
+	checkRounds(t, "the turn's stream", chunkTexts(events), rounds, per)
+	if r := events[len(events)-1].GetTurnEnded().GetStopReason(); r != "end_turn" {
+		t.Fatalf("the turn ended %q, want end_turn", r)
+	}
+	replayed := watchAll(t, g.connect, id, 0, int(events[len(events)-1].GetSeq()))
+	if !eventsEqual(replayed[len(replayed)-len(events):], events) {
+		t.Fatal("the replay from the store differs from the turn's stream")
+	}
+	if n := testutil.MetricSum(t, g.metrics.Registry(), "acp_gateway_store_errors_total", "operation=append"); n == 0 {
+		t.Fatal("no failed append counted")
+	}
+}
+
+// Redis stays down longer than --store-outage-timeout. The gateway gives
+// up on the session: the turn's stream ends unavailable, saying from
+// which seq to resume; the agent is stopped; the events not stored are
+// never shown; once Redis is back the session reads from the store as
+// what every client saw, marked as having lost its agent.
+func TestStoreOutagePastTheTimeoutEndsTheTurn(t *testing.T) {
+	t.Parallel()
+	rs := testutil.StartRedis(t)
+	g := startGateway(t, gatewayOpts{
+		agents: map[string][]string{"flood": floodAgent(t, 200, 10, 50*time.Millisecond)},
+		store:  openRedisAt(t, rs.URL()),
+		configure: func(c *app.Config) {
+			c.Session.StoreOutageTimeout = time.Second
+		},
+	})
+	id := g.create(t, "flood")
+	before := childProcesses()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var killed sync.Once
+	events, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, func(ev *acpv2.SessionEvent) {
+		if strings.HasPrefix(ev.GetAgentMessageChunk().GetContent().GetText().GetText(), "r2-") {
+			killed.Do(rs.Kill)
+		}
+	})
+	if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "resume with Watch afterSeq=") {
+		t.Fatalf("the turn's stream ended with %v, want unavailable saying where to resume", err)
+	}
+	testutil.CheckSeqs(t, events, events[0].GetSeq())
+	last := events[len(events)-1].GetSeq()
+	if want := fmt.Sprintf("afterSeq=%d ", last); !strings.Contains(err.Error(), want) {
+		t.Fatalf("the stream's error %q does not say %q, the last event it sent", err, want)
+	}
+	testutil.WaitFor(t, "the agent to be stopped", func() bool { return len(childProcesses()) <= len(before) })
+	if n := testutil.MetricSum(t, g.metrics.Registry(), "acp_gateway_events_not_stored_total"); n == 0 {
+		t.Fatal("the events not stored were not counted")
+	}
+
+	rs.Start()
+	// Read from the store: what the client saw, then the agent's loss.
+	replayed := watchAll(t, g.connect, id, 0, int(last)+1)
+	if !eventsEqual(replayed[last-uint64(len(events)):last], events) {
+		t.Fatal("the store holds other events than the stream showed")
+	}
+	if st := replayed[last].GetStateChanged().GetState(); st != "agent_lost" {
+		t.Fatalf("event after the last one shown: %v, want the agent's loss", replayed[last])
+	}
+	if st := snapshot(t, g, id).GetState(); st != "agent_lost" {
+		t.Fatalf("state %q after the outage, want agent_lost", st)
+	}
+}

@@ -1,0 +1,333 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/statestore"
+)
+
+// A session's events reach the store from a queue: they are numbered under
+// the session's lock and appended by the session's writer, a goroutine
+// that runs while the queue holds events, so that no store call is made
+// with the lock held and no read (GetSession, Watch, RespondPermission,
+// Cancel) waits on one. Watchers get an event once it is stored, in order:
+// what a client sees is in the store.
+//
+// An append that fails is tried again, the queue holding the events, until
+// it succeeds or the store has failed for StoreOutageTimeout. Meanwhile the
+// agent's output is not read once the queue holds StoreBufferBytes (the
+// agent then blocks on its pipe), rather than any of it being dropped. At
+// the timeout the session gives up: the events not stored are let go
+// (numbered, but never shown to anyone), the agent is stopped, the
+// watchers' streams end with ErrStoreUnavailable saying from which seq to
+// resume, and the session is dropped from memory, to be read again from
+// the store, which holds everything any client saw.
+
+// Defaults for the store queue's Options fields left zero.
+const (
+	DefaultStoreOutageTimeout = 2 * time.Minute
+	DefaultStoreBufferBytes   = 16 << 20
+)
+
+// ErrStoreUnavailable ends the streams of a session whose events the store
+// could not take for StoreOutageTimeout.
+var ErrStoreUnavailable = errors.New("the store could not take the session's events")
+
+// maxAppendEvents bounds the events of one append, so that a queue that
+// grew during an outage goes to the store in pieces of a bounded size.
+const maxAppendEvents = 4096
+
+// Retry pauses between failed appends: doubling from the first to the last.
+const (
+	firstRetry = 50 * time.Millisecond
+	lastRetry  = 2 * time.Second
+)
+
+// pending is events numbered and not stored yet, with their encodings and
+// the tool calls they changed.
+type pending struct {
+	events  []*acpv2.SessionEvent
+	wires   [][]byte
+	changed []*acpv2.ToolCall
+	bytes   int
+}
+
+// enqueueLocked queues events, numbered and encoded, for the writer, and
+// starts it if it is not running. s.mu must be held.
+func (s *Session) enqueueLocked(p pending) {
+	for _, w := range p.wires {
+		p.bytes += len(w)
+	}
+	s.queue = append(s.queue, p)
+	s.unstored += p.bytes
+	if !s.writing {
+		s.writing = true
+		s.m.wg.Add(1)
+		go s.write()
+	}
+}
+
+// takeLocked removes from the queue what the next append stores: the
+// first entries, up to maxAppendEvents events (one entry at least), with
+// the tool calls they changed as the last of them left each. s.mu must be
+// held.
+func (s *Session) takeLocked() pending {
+	p := s.queue[0]
+	n := 1
+	if len(s.queue) > 1 && len(p.events) < maxAppendEvents {
+		p = pending{
+			events:  append([]*acpv2.SessionEvent(nil), p.events...),
+			wires:   append([][]byte(nil), p.wires...),
+			changed: append([]*acpv2.ToolCall(nil), p.changed...),
+			bytes:   p.bytes,
+		}
+		for ; n < len(s.queue) && len(p.events)+len(s.queue[n].events) <= maxAppendEvents; n++ {
+			q := s.queue[n]
+			p.events = append(p.events, q.events...)
+			p.wires = append(p.wires, q.wires...)
+			for _, tc := range q.changed {
+				p.changed = replaceCall(p.changed, tc)
+			}
+			p.bytes += q.bytes
+		}
+	}
+	clear(s.queue[:n])
+	s.queue = s.queue[n:]
+	return p
+}
+
+// write is the session's writer: it appends the queued events in order
+// until the queue is empty, publishing each batch stored to the watchers.
+func (s *Session) write() {
+	defer s.m.wg.Done()
+	var (
+		p        pending
+		have     bool      // p holds events to store
+		failures int       // failed appends of p
+		since    time.Time // when the store first failed, with p
+	)
+	for {
+		s.mu.Lock()
+		if s.moved || s.storeErr != nil {
+			s.dropQueueLocked()
+			s.mu.Unlock()
+			return
+		}
+		if !have {
+			if len(s.queue) == 0 {
+				s.writing = false
+				s.progressLocked()
+				s.mu.Unlock()
+				return
+			}
+			p, have = s.takeLocked(), true
+		}
+		s.mu.Unlock()
+
+		err := s.append(p, failures > 0)
+		s.mu.Lock()
+		if err == nil {
+			s.storedLocked(p)
+			s.mu.Unlock()
+			have, failures, since = false, 0, time.Time{}
+			continue
+		}
+		if errors.Is(err, statestore.ErrSeqConflict) && s.m.leaser != nil {
+			// Another replica wrote to the log: it took the session over
+			// (this one missed its lease renewals). Step aside.
+			s.log.Error("store: another replica wrote to the session's log", "error", err)
+			s.moved = true
+			s.dropQueueLocked()
+			s.mu.Unlock()
+			s.m.drop(s)
+			return
+		}
+		failures++
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if failures == 1 {
+			s.log.Error("store: appending events; holding them and trying again", "events", len(p.events), "error", err)
+		}
+		if time.Since(since) >= s.m.opts.StoreOutageTimeout {
+			s.giveUpLocked(p, failures, since, err)
+			s.mu.Unlock()
+			s.m.abandon(s)
+			return
+		}
+		s.mu.Unlock()
+		time.Sleep(min(firstRetry<<min(failures-1, 10), lastRetry))
+	}
+}
+
+// append stores p. After a failed append of the same events (retry), an
+// append refused for its seq may have been stored all the same, the
+// failure being only the answer's: p is then found in the log.
+func (s *Session) append(p pending, retry bool) error {
+	ctx, cancel := s.m.storeContext()
+	defer cancel()
+	err := s.m.opts.Store.Append(ctx, s.rec.ID, p.events, p.wires, p.changed)
+	if err == nil || !retry || !errors.Is(err, statestore.ErrSeqConflict) {
+		return err
+	}
+	first := p.events[0].GetSeq()
+	got, rerr := s.m.opts.Store.Events(ctx, s.rec.ID, first-1, len(p.events))
+	if rerr == nil && len(got) == len(p.events) && proto.Equal(got[0], p.events[0]) &&
+		proto.Equal(got[len(got)-1], p.events[len(p.events)-1]) {
+		return nil
+	}
+	return err
+}
+
+// storedLocked hands the events of p, which the store took, to the
+// watchers. s.mu must be held.
+func (s *Session) storedLocked(p pending) {
+	s.stored = p.events[len(p.events)-1].GetSeq()
+	s.unstored -= p.bytes
+	s.met.Events(len(p.events))
+	if s.live != nil {
+		// The same work however many watch: each reads the ring.
+		s.live.publish(p.events, p.wires, s.needLocked)
+		if s.live.sweepDue() {
+			s.sweepLocked()
+		}
+	}
+	s.progressLocked()
+}
+
+// progressLocked wakes whoever waits for the queue to shrink. s.mu must be
+// held.
+func (s *Session) progressLocked() {
+	if s.progress != nil {
+		close(s.progress)
+		s.progress = nil
+	}
+}
+
+// dropQueueLocked lets go of the queued events: none was shown to anyone.
+// Their seqs are numbered again. s.mu must be held.
+func (s *Session) dropQueueLocked() {
+	clear(s.queue)
+	s.queue = nil
+	s.unstored = 0
+	s.seq = s.stored
+	s.writing = false
+	s.progressLocked()
+}
+
+// giveUpLocked ends the wait for a store that failed for the outage
+// timeout, with p (taken from the queue) not stored. s.mu must be held.
+func (s *Session) giveUpLocked(p pending, failures int, since time.Time, err error) {
+	lost := len(p.events)
+	for _, q := range s.queue {
+		lost += len(q.events)
+	}
+	s.storeErr = fmt.Errorf("%w for %v: its agent was stopped and %d events after seq %d were not stored; resume with Watch afterSeq=%d once the store is back",
+		ErrStoreUnavailable, time.Since(since).Round(time.Second), lost, s.stored, s.stored)
+	s.log.Error("store: giving up on the session's events", "failed_appends", failures, "last_error", err, "not_stored", lost, "stored_seq", s.stored)
+	s.m.opts.Metrics.EventsNotStored(lost)
+	s.dropQueueLocked()
+}
+
+// waitRoom returns once the session's events not stored fit in
+// StoreBufferBytes, or the session's writer gave up: the agent's reader
+// calls it, so that an agent whose output the store cannot take is not
+// read (it blocks on its pipe) rather than having its output dropped.
+func (s *Session) waitRoom() {
+	for {
+		s.mu.Lock()
+		if s.unstored <= s.m.opts.StoreBufferBytes || s.storeErr != nil || s.moved {
+			s.mu.Unlock()
+			return
+		}
+		if s.progress == nil {
+			s.progress = make(chan struct{})
+		}
+		ch := s.progress
+		s.mu.Unlock()
+		<-ch
+	}
+}
+
+// flush waits until the queued events are stored or the writer gave up,
+// or ctx ends.
+func (s *Session) flush(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if !s.writing {
+			err := s.storeErr
+			s.mu.Unlock()
+			return err
+		}
+		if s.progress == nil {
+			s.progress = make(chan struct{})
+		}
+		ch := s.progress
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// releaseFlush bounds the wait, as a session ends, for its events to be
+// stored before its watchers' streams end.
+func (m *Manager) releaseFlush() time.Duration {
+	return min(m.opts.StoreOutageTimeout, 5*time.Second)
+}
+
+// abandon lets go of a session whose writer gave up: its agent is stopped,
+// its watchers' streams end with the writer's error, and it is read from
+// the store when next asked for.
+func (m *Manager) abandon(s *Session) {
+	s.mu.Lock()
+	err := s.storeErr
+	s.mu.Unlock()
+	s.release(err)
+	ctx, cancel := m.storeContext()
+	defer cancel()
+	if m.leaser != nil {
+		m.forget(ctx, s)
+	} else {
+		m.unregister(s)
+	}
+	m.mu.Lock()
+	closed := m.closed
+	if !closed {
+		m.upkeep.Add(1)
+	}
+	m.mu.Unlock()
+	if closed {
+		return // the next start-up, or another replica, marks it lost
+	}
+	go m.markAbandoned(s.rec.ID, fmt.Sprintf("%v for %v: the agent was stopped", ErrStoreUnavailable, m.opts.StoreOutageTimeout))
+}
+
+// markAbandoned records in the store, once it takes it, that the agent of
+// an abandoned session is gone and why, so that it does not show ready.
+func (m *Manager) markAbandoned(id, detail string) {
+	defer m.upkeep.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ctx, cancel := m.storeContext()
+		done := m.markOrphan(ctx, id, detail, "its events could not be stored")
+		cancel()
+		if done {
+			return
+		}
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
