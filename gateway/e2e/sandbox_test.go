@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -478,4 +479,34 @@ func snapshotOf(t *testing.T, c acpv2connect.SessionServiceClient, id string) *a
 		t.Fatal(err)
 	}
 	return res.Msg.GetSession()
+}
+
+// TestAgentsThatCannotBeSandboxedLeakNothing: an agent whose sandbox
+// cannot be laid out (its user's HOME cannot be made) is not started, and
+// what was opened for it, its workspace's descriptor, is closed, not left
+// to the garbage collector. Not parallel: it counts this process's file
+// descriptors.
+func TestAgentsThatCannotBeSandboxedLeakNothing(t *testing.T) {
+	h := startHosted(t, true, limits.Limits{}, func(h *hosted) map[string]agentsim.Script {
+		return map[string]agentsim.Script{"ok": {Turns: []agentsim.Turn{shellTurn("echo ok")}}}
+	})
+	// A file holds the place of alice's agents' HOME.
+	if err := os.WriteFile(filepath.Join(h.homes.Dir(), "alice"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused := func() {
+		t.Helper()
+		_, err := h.alice.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "ok"}))
+		if err == nil || !strings.Contains(err.Error(), "home") {
+			t.Fatalf("CreateSession without a home for the agent: %v, want an error about its home", err)
+		}
+	}
+	refused() // opens the client's connections
+	// No collection closes a lost descriptor behind the test's back.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	before := openFDs(t)
+	for range 5 {
+		refused()
+	}
+	testutil.WaitFor(t, "the refused agents' descriptors to close", func() bool { return openFDs(t) <= before })
 }
