@@ -42,10 +42,7 @@ func listAs(t *testing.T, base, token string) connect.Code {
 
 func TestTokenFileIsReloadedWithoutARestart(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("tok-old-0123456789 alice\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeTemp(t, "tokens", "tok-old-0123456789 alice\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr, exited := startServe(t, ctx, "--auth-tokens", path, "--any-cwd")
@@ -83,10 +80,7 @@ func oidcIssuer(t *testing.T) (jwksPath string, sign func(map[string]any) string
 		t.Fatal(err)
 	}
 	jwks, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
-	jwksPath = filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(jwksPath, jwks, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	jwksPath = writeTemp(t, "jwks.json", string(jwks))
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "k1").WithType("JWT"))
 	if err != nil {
 		t.Fatal(err)
@@ -156,12 +150,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := filepath.Join(dir, "ws")
-	tokens, tokenFile, cwd := filepath.Join(dir, "tokens"), filepath.Join(dir, "token"), filepath.Join(ws, "bob", "work")
-	for path, data := range map[string]string{tokens: "tok-try-0123456789 bob\n", tokenFile: "tok-try-0123456789\n"} {
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tokens, tokenFile, cwd := writeTemp(t, "tokens", "tok-try-0123456789 bob\n"), writeTemp(t, "token", "tok-try-0123456789\n"), filepath.Join(ws, "bob", "work")
 	if err := os.MkdirAll(cwd, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -203,10 +192,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 // opt-out, is logged.
 func TestGuessesAreThrottledAndLogged(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("tok-alice-0123456789 alice\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeTemp(t, "tokens", "tok-alice-0123456789 alice\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr, logs, exited := serveLogs(t, ctx, "--auth-tokens", path, "--any-cwd")

@@ -25,7 +25,7 @@ func (cfg *serveConfig) checkBoundary() error {
 			return fmt.Errorf("--allowed-host: %v", err)
 		}
 	}
-	authn := cfg.authTokens != "" || cfg.oidc.Issuer != ""
+	authn := cfg.authConfigured()
 	switch {
 	case authn && cfg.insecureNoAuth:
 		return errors.New("--insecure-no-auth with --auth-tokens or --oidc-issuer: authentication is on; drop --insecure-no-auth")

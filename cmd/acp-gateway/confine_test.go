@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,10 +13,7 @@ import (
 func TestSandboxDefaultsToBwrapWithAuthentication(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("tok-alice-0123456789 alice\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens := writeTemp(t, "tokens", "tok-alice-0123456789 alice\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	addr, logs, exited := serveLogs(t, ctx, "--auth-tokens", tokens, "--workspace-root", filepath.Join(dir, "ws"),
 		"--sandbox-homes", filepath.Join(dir, "homes"), "--agent-memory", "1GiB", "--agent-pids", "100")

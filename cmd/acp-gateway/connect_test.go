@@ -6,8 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,14 +20,8 @@ import (
 
 func TestConnectBadFlagsExit2WithOneLine(t *testing.T) {
 	t.Parallel()
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	empty := filepath.Join(t.TempDir(), "empty")
-	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokenFile := writeTemp(t, "token", "tok\n")
+	empty := writeTemp(t, "empty", "\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -89,15 +81,8 @@ func TestConnectFlagsAfterTheURLAndTheTokenFromTheEnvironment(t *testing.T) {
 // with a token file and the built-in demo agent.
 func TestConnectPlaysTheDemoForAnEditor(t *testing.T) {
 	// Not parallel: it sets the command's stdin.
-	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("demo-token-0123456789 alice\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("demo-token-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens := writeTemp(t, "tokens", "demo-token-0123456789 alice\n")
+	tokenFile := writeTemp(t, "token", "demo-token-0123456789\n")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	addr, served := startServe(t, ctx, "--auth-tokens", tokens, "--any-cwd")

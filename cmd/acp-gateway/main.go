@@ -357,7 +357,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
 	cfg.confine.configPath = *configPath
-	if err := cfg.confine.checkConfine(cfg.authTokens != "" || cfg.oidc.Issuer != ""); err != nil {
+	if err := cfg.confine.checkConfine(cfg.authConfigured()); err != nil {
 		return nil, err
 	}
 	if err := cfg.checkBoundary(); err != nil {

@@ -183,10 +183,21 @@ func TestTryPlaysTheDemoTurn(t *testing.T) {
 	stopServe(t, cancel, exited)
 }
 
-// startServe runs `serve` on a loopback port until ctx ends. It returns the
-// address from the serve log line and a channel with serve's exit status.
-// startServe runs serve on a loopback port with a bolt store in a new
-// temporary directory, unless args name another store.
+// writeTemp writes content to the file name in a new directory of the
+// test's and returns its path.
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startServe runs `serve` on a loopback port until ctx ends, with a bolt
+// store in a new temporary directory unless args name another store. It
+// returns the address from the serve log line and a channel with serve's
+// exit status.
 func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-chan int) {
 	t.Helper()
 	pr, pw := io.Pipe()
@@ -337,18 +348,14 @@ func TestAgentBoundFlags(t *testing.T) {
 
 func TestConfigFileSetsWhatFlagsDoNot(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	conf := `listen: 127.0.0.1:9999
+	path := writeTemp(t, "gateway.yaml", `listen: 127.0.0.1:9999
 store: "memory:"
 max-sessions: 7
 agent:
   one: /bin/one --flag "a b"
   two: /bin/two
 cors-origin: [https://a.example, https://b.example]
-`
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	cfg, err := parseServe([]string{"--config", path, "--listen", "127.0.0.1:7777"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -369,19 +376,12 @@ cors-origin: [https://a.example, https://b.example]
 
 func TestBadConfigAndAuthFilesExit2(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	unknown := write("unknown.yaml", "listen: 127.0.0.1:0\nlsiten: x\n")
-	badValue := write("bad.yaml", "max-sessions: many\n")
-	notYAML := write("broken.yaml", "listen: [\n")
-	badTokens := write("tokens", "only-one-field\n")
-	shortToken := write("short-tokens", "# one too short\nlong-enough-0123456789 alice\nonly-one-f bob\n")
+	dir := t.TempDir() // holds nothing: its files are missing
+	unknown := writeTemp(t, "unknown.yaml", "listen: 127.0.0.1:0\nlsiten: x\n")
+	badValue := writeTemp(t, "bad.yaml", "max-sessions: many\n")
+	notYAML := writeTemp(t, "broken.yaml", "listen: [\n")
+	badTokens := writeTemp(t, "tokens", "only-one-field\n")
+	shortToken := writeTemp(t, "short-tokens", "# one too short\nlong-enough-0123456789 alice\nonly-one-f bob\n")
 	for _, tc := range []struct {
 		name string
 		args []string

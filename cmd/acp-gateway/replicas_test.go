@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,17 +15,6 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
-
-// writeTemp writes content to the file name in a new directory of the
-// test's and returns its path.
-func writeTemp(t *testing.T, name, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // With authentication, a redis:// store needs a replica secret, or the
 // explicit opt-out, and serve says so.

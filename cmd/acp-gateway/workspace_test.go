@@ -46,16 +46,11 @@ func TestAuthNeedsAWorkspaceRootOrAnyCwd(t *testing.T) {
 		}
 	}
 	// The config file sets them too.
-	conf := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(conf, []byte("auth-tokens: /etc/tokens\nworkspace-root: /srv/ws\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	conf := writeTemp(t, "gateway.yaml", "auth-tokens: /etc/tokens\nworkspace-root: /srv/ws\n")
 	if cfg, err := parseServe([]string{"--config", conf}, io.Discard); err != nil || cfg.workspaceRoot != "/srv/ws" {
 		t.Errorf("workspace-root from --config: %v", err)
 	}
-	if err := os.WriteFile(conf, []byte("auth-tokens: /etc/tokens\nany-cwd: true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	conf = writeTemp(t, "gateway.yaml", "auth-tokens: /etc/tokens\nany-cwd: true\n")
 	if cfg, err := parseServe([]string{"--config", conf}, io.Discard); err != nil || !cfg.anyCwd {
 		t.Errorf("any-cwd from --config: %v", err)
 	}
@@ -98,10 +93,7 @@ func TestServeConfinesUsersToTheWorkspaceRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, ws := filepath.Join(dir, "tokens"), filepath.Join(dir, "ws")
-	if err := os.WriteFile(tokens, []byte("tok-alice-0123456789 alice\ntok-bob-0123456789 bob\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, ws := writeTemp(t, "tokens", "tok-alice-0123456789 alice\ntok-bob-0123456789 bob\n"), filepath.Join(dir, "ws")
 	for _, d := range []string{filepath.Join(ws, "alice", "proj"), filepath.Join(ws, "bob", "proj")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
@@ -190,11 +182,7 @@ func TestServeWithoutAuthMakesWorkspacesForEmptyCwds(t *testing.T) {
 
 func TestServeWithAnyCwdWarns(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("tok-alice-0123456789 alice\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens := writeTemp(t, "tokens", "tok-alice-0123456789 alice\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	addr, logs, exited := serveLogs(t, ctx, "--auth-tokens", tokens, "--any-cwd")
 	defer stopServe(t, cancel, exited)

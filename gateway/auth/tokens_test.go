@@ -36,137 +36,34 @@ func rewrite(t *testing.T, path, content string) {
 	}
 }
 
+// A token of exactly MinTokenBytes, and one given by its digest.
+const (
+	short16 = "0123456789abcdef"
+	hashed  = "a-token-given-by-its-hash"
+)
+
+var hashedHex = func() string {
+	digest := sha256.Sum256([]byte(hashed))
+	return hex.EncodeToString(digest[:])
+}()
+
 func TestLoadTokens(t *testing.T) {
 	t.Parallel()
-	// A token of exactly MinTokenBytes, and the digest of one.
-	const (
-		short16 = "0123456789abcdef"
-		hashed  = "a-token-given-by-its-hash"
-	)
-	digest := sha256.Sum256([]byte(hashed))
-	hashedHex := hex.EncodeToString(digest[:])
-	tests := []struct {
-		name    string
-		content string
-		users   map[string]string // token -> user, for a good file
-		wantErr []string          // substrings of the error, after the path
-		secret  string            // must not appear in the error
+	for _, tt := range []struct {
+		name, content string
+		users         map[string]string // token -> user
 	}{
-		{
-			name:    "good",
-			content: "tok-alice-0123456789 alice\ntok-bob-0123456789 bob\ntok-alice2-0123456789 alice\n",
-			users:   map[string]string{"tok-alice-0123456789": "alice", "tok-bob-0123456789": "bob", "tok-alice2-0123456789": "alice"},
-		},
-		{
-			name:    "comments blanks and spacing",
-			content: "# the gateway's tokens\n\n   # indented comment\n\t tok-a-0123456789 \t alice  \r\n\ntok#b-0123456789 bob\n# trailing",
-			users:   map[string]string{"tok-a-0123456789": "alice", "tok#b-0123456789": "bob"},
-		},
-		{
-			name:    "no final newline",
-			content: "tok-a-0123456789 alice",
-			users:   map[string]string{"tok-a-0123456789": "alice"},
-		},
-		{
-			name:    "one field",
-			content: "tok-a-0123456789 alice\n# c\nlonely-secret\n",
-			wantErr: []string{":3:", "TOKEN USER", "got 1 fields"},
-			secret:  "lonely-secret",
-		},
-		{
-			name:    "three fields",
-			content: "\nthree-secret alice bob\n",
-			wantErr: []string{":2:", "got 3 fields"},
-			secret:  "three-secret",
-		},
-		{
-			name:    "inline comment is not a comment",
-			content: "tok-a-0123456789 alice # admin\n",
-			wantErr: []string{":1:", "got 4 fields"},
-			secret:  "tok-a-0123456789",
-		},
-		{
-			name:    "duplicate token",
-			content: "dup-secret-0123456789 alice\ntok-b-0123456789 bob\ndup-secret-0123456789 carol\n",
-			wantErr: []string{":3:", "duplicate token", "line 1"},
-			secret:  "dup-secret",
-		},
-		{
-			name:    "empty file",
-			content: "",
-			wantErr: []string{"no tokens"},
-		},
-		{
-			name:    "only comments",
-			content: "# tok-a alice\n\n",
-			wantErr: []string{"no tokens"},
-		},
-		{
-			name:    "the shortest token",
-			content: short16 + " alice\n",
-			users:   map[string]string{short16: "alice"},
-		},
-		{
-			name:    "a token one byte too short",
-			content: "tok-a-0123456789 alice\n" + short16[1:] + " bob\n",
-			wantErr: []string{":2:", "15 bytes", "at least 16", "openssl rand"},
-			secret:  short16[1:],
-		},
-		{
-			name:    "a one-character token",
-			content: "x alice\n",
-			wantErr: []string{":1:", "1 bytes", "at least 16"},
-		},
-		{
-			name:    "a token given by its hash",
-			content: "sha256:" + strings.ToUpper(hashedHex) + " alice\n",
-			users:   map[string]string{hashed: "alice"},
-		},
-		{
-			name:    "a hash too short",
-			content: "sha256:" + hashedHex[1:] + " alice\n",
-			wantErr: []string{":1:", "64 hex digits", "sha256sum", "got 63 characters"},
-			secret:  hashedHex[1:],
-		},
-		{
-			name:    "a hash that is not hex",
-			content: "\nsha256:" + hashedHex[:63] + "g alice\n",
-			wantErr: []string{":2:", "not a hex digit"},
-			secret:  hashedHex[:63],
-		},
-		{
-			name:    "a token listed both plain and hashed",
-			content: hashed + " alice\nsha256:" + hashedHex + " bob\n",
-			wantErr: []string{":2:", "duplicate token", "line 1"},
-			secret:  hashed,
-		},
-	}
-	for _, tt := range tests {
+		{"good", "tok-alice-0123456789 alice\ntok-bob-0123456789 bob\ntok-alice2-0123456789 alice\n",
+			map[string]string{"tok-alice-0123456789": "alice", "tok-bob-0123456789": "bob", "tok-alice2-0123456789": "alice"}},
+		{"comments blanks and spacing", "# the gateway's tokens\n\n   # indented comment\n\t tok-a-0123456789 \t alice  \r\n\ntok#b-0123456789 bob\n# trailing",
+			map[string]string{"tok-a-0123456789": "alice", "tok#b-0123456789": "bob"}},
+		{"no final newline", "tok-a-0123456789 alice", map[string]string{"tok-a-0123456789": "alice"}},
+		{"the shortest token", short16 + " alice\n", map[string]string{short16: "alice"}},
+		{"a token given by its hash", "sha256:" + strings.ToUpper(hashedHex) + " alice\n", map[string]string{hashed: "alice"}},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			path := writeFile(t, tt.content)
-			tokens, err := auth.LoadTokens(path)
-			if tt.wantErr != nil {
-				if err == nil {
-					t.Fatalf("LoadTokens succeeded, want an error containing %q", tt.wantErr)
-				}
-				msg := err.Error()
-				if !strings.Contains(msg, path) {
-					t.Errorf("error %q does not name the file %s", msg, path)
-				}
-				for _, want := range tt.wantErr {
-					if !strings.Contains(msg, want) {
-						t.Errorf("error %q does not contain %q", msg, want)
-					}
-				}
-				if tt.secret != "" && strings.Contains(msg, tt.secret) {
-					t.Errorf("error %q contains the token", msg)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			tokens, _ := loadTokens(t, tt.content)
 			if tokens.Len() != len(tt.users) {
 				t.Errorf("Len() = %d, want %d", tokens.Len(), len(tt.users))
 			}
@@ -175,6 +72,47 @@ func TestLoadTokens(t *testing.T) {
 				if err != nil || got != want {
 					t.Errorf("Authenticate(%q) = %q, %v; want %q", token, got, err, want)
 				}
+			}
+		})
+	}
+}
+
+// A bad file is refused with an error that names the file and the line,
+// and does not show the token.
+func TestLoadTokensRefusesBadFiles(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, content string
+		wantErr       []string // substrings of the error, after the path
+		secret        string   // must not appear in the error
+	}{
+		{"one field", "tok-a-0123456789 alice\n# c\nlonely-secret\n", []string{":3:", "TOKEN USER", "got 1 fields"}, "lonely-secret"},
+		{"three fields", "\nthree-secret alice bob\n", []string{":2:", "got 3 fields"}, "three-secret"},
+		{"inline comment is not a comment", "tok-a-0123456789 alice # admin\n", []string{":1:", "got 4 fields"}, "tok-a-0123456789"},
+		{"duplicate token", "dup-secret-0123456789 alice\ntok-b-0123456789 bob\ndup-secret-0123456789 carol\n", []string{":3:", "duplicate token", "line 1"}, "dup-secret"},
+		{"empty file", "", []string{"no tokens"}, ""},
+		{"only comments", "# tok-a alice\n\n", []string{"no tokens"}, ""},
+		{"a token one byte too short", "tok-a-0123456789 alice\n" + short16[1:] + " bob\n", []string{":2:", "15 bytes", "at least 16", "openssl rand"}, short16[1:]},
+		{"a one-character token", "x alice\n", []string{":1:", "1 bytes", "at least 16"}, ""},
+		{"a hash too short", "sha256:" + hashedHex[1:] + " alice\n", []string{":1:", "64 hex digits", "sha256sum", "got 63 characters"}, hashedHex[1:]},
+		{"a hash that is not hex", "\nsha256:" + hashedHex[:63] + "g alice\n", []string{":2:", "not a hex digit"}, hashedHex[:63]},
+		{"a token listed both plain and hashed", hashed + " alice\nsha256:" + hashedHex + " bob\n", []string{":2:", "duplicate token", "line 1"}, hashed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeFile(t, tt.content)
+			_, err := auth.LoadTokens(path)
+			if err == nil {
+				t.Fatalf("LoadTokens succeeded, want an error containing %q", tt.wantErr)
+			}
+			msg := err.Error()
+			for _, want := range append([]string{path}, tt.wantErr...) {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not contain %q", msg, want)
+				}
+			}
+			if tt.secret != "" && strings.Contains(msg, tt.secret) {
+				t.Errorf("error %q contains the token", msg)
 			}
 		})
 	}

@@ -277,38 +277,32 @@ func TestReportScaleSideBySide(t *testing.T) {
 		HeapPerSession: 40 << 10, CreateToFirstEvent: Latency{Samples: 100, P50: 200, P99: 500, Max: 520}}
 	bwrap := &ScaleResult{Sessions: 100, Concurrency: 32, UpdatesPerTurn: 10, Store: "bolt", Sandbox: "bwrap", Network: "proxy",
 		Limits: "memory 4 GiB (cgroup v2 /x)", CreateToFirstEvent: Latency{Samples: 100, P50: 230, P99: 610, Max: 700}}
-	rep := &Report{Scale: none, ScaleSandbox: bwrap}
-	rep.finish()
-	var b strings.Builder
-	rep.Write(&b)
-	for _, want := range []string{
+	written := func(rep *Report, wants ...string) string {
+		t.Helper()
+		rep.finish()
+		var b strings.Builder
+		rep.Write(&b)
+		for _, want := range wants {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("the report lacks %q:\n%s", want, b.String())
+			}
+		}
+		return b.String()
+	}
+	written(&Report{Scale: none, ScaleSandbox: bwrap},
 		"agents in bwrap sandboxes, network proxy, under memory 4 GiB (cgroup v2 /x)",
 		"                           unconfined (--sandbox none)   200.0   500.0",
 		"bwrap + limits (--sandbox bwrap --sandbox-network proxy)   230.0   610.0",
 		"the sandbox adds +30.0 ms at p50, +110.0 ms at p99",
-		"create to first event unconfined p50 200 / p99 500 ms, bwrap + limits p50 230 / p99 610 ms",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the report lacks %q:\n%s", want, b.String())
-		}
-	}
+		"create to first event unconfined p50 200 / p99 500 ms, bwrap + limits p50 230 / p99 610 ms")
 
-	rep = &Report{Scale: none, ScaleSandbox: &ScaleResult{Sessions: 100, Sandbox: "bwrap", Network: "host", Error: "bench gateway did not start: bubblewrap (bwrap) is not installed"}}
-	rep.finish()
-	b.Reset()
-	rep.Write(&b)
-	for _, want := range []string{
+	failed := written(&Report{Scale: none, ScaleSandbox: &ScaleResult{Sessions: 100, Sandbox: "bwrap", Network: "host", Error: "bench gateway did not start: bubblewrap (bwrap) is not installed"}},
 		"  error: bench gateway did not start: bubblewrap (bwrap) is not installed",
 		"bwrap + limits (--sandbox bwrap --sandbox-network host)  failed",
 		"  bwrap + limits (--sandbox bwrap --sandbox-network host): failed: bench gateway did not start: bubblewrap (bwrap) is not installed",
 		"create to first event unconfined p50 200 / p99 500 ms, bwrap + limits failed",
-		"40.0 KiB per idle session",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the report lacks %q:\n%s", want, b.String())
-		}
-	}
-	if strings.Contains(b.String(), "the sandbox adds") {
-		t.Errorf("a failed sandboxed run was compared:\n%s", b.String())
+		"40.0 KiB per idle session")
+	if strings.Contains(failed, "the sandbox adds") {
+		t.Errorf("a failed sandboxed run was compared:\n%s", failed)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,11 +140,12 @@ func said(events []*acpv2.SessionEvent) string {
 }
 
 // spyScripts are a user's agent that tries everything issue 18 lists
-// against the gateway and another user, each attack printing LEAK: when it
-// works, and bob's agent, recognisable by a marker in its command line.
-func spyScripts(marker, sleeper string) func(h *hosted) map[string]agentsim.Script {
+// against the gateway (the process gateway) and another user, each attack
+// printing LEAK: when it works, and bob's agent, recognisable by a marker
+// in its command line.
+func spyScripts(marker, sleeper string, gateway int) func(h *hosted) map[string]agentsim.Script {
 	return func(h *hosted) map[string]agentsim.Script {
-		gw := strconv.Itoa(os.Getpid())
+		gw := strconv.Itoa(gateway)
 		// A pattern for bob's marker that the spy's own command line,
 		// which holds the pattern, does not match.
 		pattern := "'" + marker[:len(marker)-1] + "[" + marker[len(marker)-1:] + "]'"
@@ -192,7 +195,7 @@ func sleepersLeft(arg string) []string {
 func TestSandboxedAgentReachesNothingOfTheGatewayOrOtherUsers(t *testing.T) {
 	marker := fmt.Sprintf("bob-marker-%d", time.Now().UnixNano())
 	sleeper := newSleeper()
-	h := startHosted(t, true, limits.Limits{Pids: 256}, spyScripts(marker, sleeper))
+	h := startHosted(t, true, limits.Limits{Pids: 256}, spyScripts(marker, sleeper, os.Getpid()))
 	oomBefore, err := os.ReadFile("/proc/self/oom_score_adj")
 	if err != nil {
 		t.Fatal(err)
@@ -238,29 +241,50 @@ func TestSandboxedAgentReachesNothingOfTheGatewayOrOtherUsers(t *testing.T) {
 // TestUnconfinedAgentReachesEverything is the control: the same agent
 // without the sandbox reaches what the test above says it must not, so
 // that test shows the sandbox at work, not an attack that fails anyway.
+//
+// The processes it attacks stand in for the gateway: a child of the test,
+// of the gateway's user as an unconfined agent's gateway is, so that the
+// attacks that work (its oom_score_adj raised, a signal) change it, not
+// the test's process, which the other tests go on in.
 func TestUnconfinedAgentReachesEverything(t *testing.T) {
 	marker := fmt.Sprintf("bob-marker-%d", time.Now().UnixNano())
 	sleeper := newSleeper()
-	h := startHosted(t, false, limits.Limits{}, spyScripts(marker, sleeper))
+	standIn := exec.Command("sleep", "600")
+	if err := standIn.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = standIn.Process.Kill()
+		_ = standIn.Wait()
+	})
+	// The child the spy leaves, which nothing confines, goes with the
+	// test, whether it passes or not.
+	t.Cleanup(func() {
+		for _, p := range sleepersLeft(sleeper) {
+			if pid, err := strconv.Atoi(p); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 	oomBefore, err := os.ReadFile("/proc/self/oom_score_adj")
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := startHosted(t, false, limits.Limits{}, spyScripts(marker, sleeper, standIn.Process.Pid))
 	bob := create(t, h.bob, "bob")
 	turn(t, h.bob, bob, nil)
 	spy := create(t, h.alice, "spy")
 	got := said(turn(t, h.alice, spy, nil))
-	// Undo what the spy did to this process, and the child it left.
-	_ = os.WriteFile("/proc/self/oom_score_adj", oomBefore, 0)
-	for _, p := range sleepersLeft(sleeper) {
-		if pid, err := strconv.Atoi(p); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	for _, leak := range []string{"tokens", "store", "environ", "cmdline", "signal-gateway", "see-bob", "bob-workspace"} {
-		if !strings.Contains(got, "LEAK:"+leak) {
+	for _, leak := range []string{"tokens", "store", "environ", "cmdline", "signal-gateway", "oom_score_adj", "see-bob", "bob-workspace"} {
+		if !strings.Contains(got, "LEAK:"+leak+"\n") {
 			t.Errorf("unconfined, the attack %s failed anyway:\n%s", leak, got)
 		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", standIn.Process.Pid)); err != nil || strings.TrimSpace(string(b)) != "1000" {
+		t.Errorf("the stand-in's oom_score_adj: %q, %v; want the spy's 1000", b, err)
+	}
+	if after, _ := os.ReadFile("/proc/self/oom_score_adj"); !bytes.Equal(after, oomBefore) {
+		t.Errorf("the test's own oom_score_adj changed: %q to %q", oomBefore, after)
 	}
 }
 
@@ -455,4 +479,34 @@ func snapshotOf(t *testing.T, c acpv2connect.SessionServiceClient, id string) *a
 		t.Fatal(err)
 	}
 	return res.Msg.GetSession()
+}
+
+// TestAgentsThatCannotBeSandboxedLeakNothing: an agent whose sandbox
+// cannot be laid out (its user's HOME cannot be made) is not started, and
+// what was opened for it, its workspace's descriptor, is closed, not left
+// to the garbage collector. Not parallel: it counts this process's file
+// descriptors.
+func TestAgentsThatCannotBeSandboxedLeakNothing(t *testing.T) {
+	h := startHosted(t, true, limits.Limits{}, func(h *hosted) map[string]agentsim.Script {
+		return map[string]agentsim.Script{"ok": {Turns: []agentsim.Turn{shellTurn("echo ok")}}}
+	})
+	// A file holds the place of alice's agents' HOME.
+	if err := os.WriteFile(filepath.Join(h.homes.Dir(), "alice"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused := func() {
+		t.Helper()
+		_, err := h.alice.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "ok"}))
+		if err == nil || !strings.Contains(err.Error(), "home") {
+			t.Fatalf("CreateSession without a home for the agent: %v, want an error about its home", err)
+		}
+	}
+	refused() // opens the client's connections
+	// No collection closes a lost descriptor behind the test's back.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	before := openFDs(t)
+	for range 5 {
+		refused()
+	}
+	testutil.WaitFor(t, "the refused agents' descriptors to close", func() bool { return openFDs(t) <= before })
 }

@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,38 +12,21 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
-
-// lockedBuffer is a log the proxy writes while a test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // serve serves p on loopback for the test, and returns its address and
 // log.
-func serve(t *testing.T, p *Policy) (string, *lockedBuffer) {
+func serve(t *testing.T, p *Policy) (string, *testutil.SyncBuffer) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &lockedBuffer{}
+	log := &testutil.SyncBuffer{}
 	x := p.Serve(l, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(x.Close)
 	return l.Addr().String(), log

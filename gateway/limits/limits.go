@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,6 +122,9 @@ type Controller struct {
 	v2 string
 	// v1 lists the v1 controllers used; empty where v2 is.
 	v1 []cgroup1.Name
+	// v1All are the host's v1 hierarchies, as Setup found them, and
+	// v1Use those of the controllers in v1.
+	v1All, v1Use []cgroup1.Subsystem
 	// swept counts the stale groups Setup removed.
 	swept int
 }
@@ -174,13 +178,9 @@ func (c *Controller) agentsDirs() []string {
 	if c.v2 != "" {
 		return []string{filepath.Join(c.mount, c.v2)}
 	}
-	all, err := cgroup1.Default()
-	if err != nil {
-		return nil
-	}
 	path := cgroup1.NestedPath(agentsDir)
 	var dirs []string
-	for _, s := range all {
+	for _, s := range c.v1All {
 		p, ok := s.(interface{ Path(string) string })
 		if !ok {
 			continue
@@ -276,7 +276,8 @@ func (c *Controller) sweptString() string {
 	return fmt.Sprintf("; removed %d stale agent groups", c.swept)
 }
 
-// setupV1 picks the v1 controllers the limits need. The pids controller is
+// setupV1 picks the v1 controllers the limits need, and finds their
+// hierarchies once for every group New makes. The pids controller is
 // always used: it lists the group's processes, to end them all.
 func (c *Controller) setupV1() error {
 	c.v1 = []cgroup1.Name{cgroup1.Pids}
@@ -285,6 +286,19 @@ func (c *Controller) setupV1() error {
 	}
 	if c.limits.CPU > 0 {
 		c.v1 = append(c.v1, cgroup1.Cpu)
+	}
+	all, err := cgroup1.Default()
+	if err != nil {
+		return err
+	}
+	c.v1All = all
+	for _, s := range all {
+		if slices.Contains(c.v1, s.Name()) {
+			c.v1Use = append(c.v1Use, s)
+		}
+	}
+	if len(c.v1Use) != len(c.v1) {
+		return fmt.Errorf("only %d of the controllers %v are mounted", len(c.v1Use), c.v1)
 	}
 	return nil
 }
@@ -387,21 +401,7 @@ func (c *Controller) New(name string) (*Group, error) {
 	if c.v2 != "" {
 		return g, c.newV2(g, name)
 	}
-	hierarchy := func() ([]cgroup1.Subsystem, error) {
-		all, err := cgroup1.Default()
-		if err != nil {
-			return nil, err
-		}
-		var use []cgroup1.Subsystem
-		for _, s := range all {
-			for _, n := range c.v1 {
-				if s.Name() == n {
-					use = append(use, s)
-				}
-			}
-		}
-		return use, nil
-	}
+	hierarchy := func() ([]cgroup1.Subsystem, error) { return c.v1Use, nil }
 	required := func(s cgroup1.Subsystem, _ cgroup1.Path, err error) error {
 		return fmt.Errorf("the %s controller: %w", s.Name(), err)
 	}
@@ -409,10 +409,6 @@ func (c *Controller) New(name string) (*Group, error) {
 		cgroup1.WithHierarchy(hierarchy), func(c *cgroup1.InitConfig) error { c.InitCheck = required; return nil })
 	if err != nil {
 		return nil, err
-	}
-	if got := len(cg.Subsystems()); got != len(c.v1) {
-		_ = cg.Delete()
-		return nil, fmt.Errorf("only %d of the controllers %v are mounted", got, c.v1)
 	}
 	g.v1 = cg
 	if c.limits.Memory > 0 {

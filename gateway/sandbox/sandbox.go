@@ -363,12 +363,3 @@ func under(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
-
-func underAny(path string, dirs []string) bool {
-	for _, d := range dirs {
-		if under(path, d) {
-			return true
-		}
-	}
-	return false
-}

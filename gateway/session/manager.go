@@ -624,10 +624,11 @@ func (m *Manager) Close() {
 }
 
 // agentConfig is the configuration of the agent of s: confined by the
-// Sandbox and under the Limits, where they are set.
-func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
+// Sandbox and under the Limits, where they are set. On error, what it
+// opened for the agent is closed.
+func (m *Manager) agentConfig(s *Session) (cfg agent.Config, err error) {
 	in, out := s.met.AgentIO()
-	cfg := agent.Config{
+	cfg = agent.Config{
 		Command:      s.command,
 		Dir:          s.rec.Cwd,
 		Env:          m.opts.Env,
@@ -647,6 +648,11 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 	}
 	cfg.Workspace = ws
 	cfg.Closers = append(cfg.Closers, ws)
+	defer func() {
+		if err != nil {
+			closeAll(cfg.Closers)
+		}
+	}()
 	if m.opts.Sandbox != nil {
 		if m.opts.Homes == nil {
 			return cfg, errors.New("the sandbox needs a directory for the users' homes")
@@ -668,7 +674,6 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		}
 		cfg.Command, cfg.Env, err = m.opts.Sandbox.Command(spec)
 		if err != nil {
-			closeAll(cfg.Closers)
 			return cfg, err
 		}
 	}
@@ -676,7 +681,6 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		// A name of its own for every agent the session starts.
 		g, err := m.opts.Limits.New(s.rec.ID + "-" + newID()[2:10])
 		if err != nil {
-			closeAll(cfg.Closers)
 			return cfg, fmt.Errorf("the agent's limits: %w", err)
 		}
 		cfg.Group = g
