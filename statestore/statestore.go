@@ -102,7 +102,8 @@ type Session struct {
 	Cwd   string
 	State State
 	// AgentSessionID is the agent's own ACP session id, used to re-attach
-	// with session/load or session/resume.
+	// with session/load or session/resume; empty when the agent offers
+	// neither, as there is nothing to re-attach to.
 	AgentSessionID string
 	// ProtocolVersion is the ACP version the agent negotiated.
 	ProtocolVersion int

@@ -47,6 +47,10 @@ type Session struct {
 	// moved is set when another replica took the session over: this one
 	// no longer writes to its log.
 	moved bool
+	// resumable is set when the agent's side of the session can be taken
+	// back by a new agent (session/resume or session/load); see
+	// keptSessionID.
+	resumable bool
 	// loading is set while the agent replays its conversation for
 	// session/load: the log holds those updates already.
 	loading bool
@@ -173,8 +177,9 @@ func (s *Session) ID() string { return s.rec.ID }
 // attach spawns the agent and authenticates with authMethod when one is
 // named. A new session gets session/new; a re-attach (after the agent was
 // lost) gets session/resume or session/load with the agent's session id,
-// whichever the agent offers, and fails with ErrCannotReattach when it
-// offers neither.
+// whichever the agent offers, and when it offers neither (or its session
+// id was not kept), session/new: a new agent session that does not know
+// the earlier turns, which the state's detail says.
 func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) error {
 	started := time.Now()
 	cfg, err := s.m.agentConfig(s)
@@ -213,21 +218,26 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	agentSID := s.agentSessionID
 	s.mu.Unlock()
 	var how string
+	caps := a.Capabilities()
 	switch {
-	case !reattach:
+	case !reattach || agentSID == "" || !caps.Resume && !caps.Load:
+		if reattach {
+			how = detailFreshSession
+		}
 		agentSID, err = a.NewSession(ctx, s.rec.Cwd)
+		if authErr(err) && reattach {
+			return fail(fmt.Errorf("%w: the agent requires authentication to start a new session", ErrCannotReattach))
+		}
 		if authErr(err) {
 			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethods()))
 		}
 		if err != nil {
 			return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
 		}
-	case agentSID == "":
-		return fail(fmt.Errorf("%w: the agent never created its side of the session", ErrCannotReattach))
-	case a.Capabilities().Resume:
+	case caps.Resume:
 		how = "re-attached with session/resume"
 		err = a.Resume(ctx, agentSID, s.rec.Cwd)
-	case a.Capabilities().Load:
+	default:
 		how = "re-attached with session/load"
 		// The agent replays the conversation, which the log holds already.
 		s.mu.Lock()
@@ -237,8 +247,6 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		s.mu.Lock()
 		s.loading = false
 		s.mu.Unlock()
-	default:
-		return fail(fmt.Errorf("%w: the agent offers neither session/load nor session/resume", ErrCannotReattach))
 	}
 	if err != nil {
 		if authErr(err) {
@@ -254,8 +262,9 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		return ErrClosed
 	}
 	s.agent, s.agentSessionID, s.version, s.authMethod = a, agentSID, a.Version(), authMethod
+	s.resumable = caps.Resume || caps.Load
 	s.mu.Unlock()
-	if err := s.m.opts.Store.SetAgentSession(ctx, s.rec.ID, agentSID, int(a.Version())); err != nil {
+	if err := s.m.opts.Store.SetAgentSession(ctx, s.rec.ID, keptSessionID(agentSID, caps), int(a.Version())); err != nil {
 		s.log.ErrorContext(ctx, "store: recording the agent session", "error", err)
 	}
 	s.mu.Lock()
@@ -359,8 +368,12 @@ func (s *Session) agentLostLocked(a *agent.Agent) {
 	}
 	if s.state != statestore.StateClosed && !s.moved {
 		s.log.Warn("agent lost", "reason", a.Err())
-		s.setStateLocked(statestore.StateAgentLost, a.Err().Error())
-		_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateAgentLost, a.Err().Error())}, nil)
+		detail := a.Err().Error()
+		if !s.resumable {
+			detail += detailFreshNext
+		}
+		s.setStateLocked(statestore.StateAgentLost, detail)
+		_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateAgentLost, detail)}, nil)
 	}
 }
 
@@ -940,6 +953,9 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 		CreatedAt:   timestamppb.New(s.rec.CreatedAt),
 		State:       string(s.state),
 		StateDetail: s.detail,
+
+		// The next agent cannot take back the lost one's session.
+		AgentContextLost: s.state == statestore.StateAgentLost && !s.resumable,
 	}
 }
 
@@ -973,8 +989,14 @@ func (s *Session) evict() {
 	s.release(ErrMoved)
 }
 
-// shutdown ends the agent for a gateway shutdown.
+// shutdown ends the agent for a gateway shutdown, and with it the running
+// turn, whose end says why.
 func (s *Session) shutdown() {
+	s.mu.Lock()
+	if s.turn && s.turnCause == "" {
+		s.turnCause = CauseGatewayShutdown
+	}
+	s.mu.Unlock()
 	s.release(ErrShutdown)
 	s.met.End()
 }

@@ -779,8 +779,12 @@ type TurnEnded struct {
 	// Set when the gateway ended the turn itself (the stop reason is then
 	// `cancelled`): `turn_timeout`, the turn ran past the gateway's
 	// --turn-timeout; `cancel_timeout`, the agent did not end its turn
-	// within the grace after session/cancel and was stopped. The session
-	// stays usable: the next Prompt starts a new agent where needed.
+	// within the grace after session/cancel and was stopped;
+	// `gateway_shutdown`, the gateway was shut down during the turn and
+	// stopped the agent; `gateway_lost`, the gateway that ran the turn
+	// stopped without ending it (killed, crashed, or its lease lapsed), and
+	// the gateway that next took up the session recorded the end. The
+	// session stays usable: the next Prompt starts a new agent where needed.
 	Cause         string `protobuf:"bytes,4,opt,name=cause,proto3" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -858,9 +862,18 @@ type SessionSnapshot struct {
 	// `starting`, `ready`, `agent_lost` or `closed`.
 	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
 	// Why the session is in its state, e.g. how its agent ended.
-	StateDetail   string `protobuf:"bytes,8,opt,name=state_detail,json=stateDetail,proto3" json:"state_detail,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateDetail string `protobuf:"bytes,8,opt,name=state_detail,json=stateDetail,proto3" json:"state_detail,omitempty"`
+	// Set while the session's agent is gone (state `agent_lost`) and cannot
+	// take back its side of the session, as after a gateway restart: the
+	// agent offers neither session/resume nor session/load (ACP v2
+	// `capabilities.session`, v1 `sessionCapabilities.resume` or
+	// `loadSession`). The next Prompt, SetMode or SetConfigOption starts a
+	// new agent session in this one, which does not know the earlier turns
+	// (the log keeps them, and goes on); a `stateChanged` `ready` event
+	// marks where the new agent session begins.
+	AgentContextLost bool `protobuf:"varint,9,opt,name=agent_context_lost,json=agentContextLost,proto3" json:"agent_context_lost,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SessionSnapshot) Reset() {
@@ -947,6 +960,13 @@ func (x *SessionSnapshot) GetStateDetail() string {
 		return x.StateDetail
 	}
 	return ""
+}
+
+func (x *SessionSnapshot) GetAgentContextLost() bool {
+	if x != nil {
+		return x.AgentContextLost
+	}
+	return false
 }
 
 // SessionSummary describes a session without its tool calls.
@@ -2136,7 +2156,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"stopReason\x12*\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x12.acp.v2.StopReasonR\x06reason\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x14\n" +
-	"\x05cause\x18\x04 \x01(\tR\x05cause\"\x98\x02\n" +
+	"\x05cause\x18\x04 \x01(\tR\x05cause\"\xc6\x02\n" +
 	"\x0fSessionSnapshot\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
@@ -2148,7 +2168,8 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12!\n" +
-	"\fstate_detail\x18\b \x01(\tR\vstateDetail\"\xe6\x01\n" +
+	"\fstate_detail\x18\b \x01(\tR\vstateDetail\x12,\n" +
+	"\x12agent_context_lost\x18\t \x01(\bR\x10agentContextLost\"\xe6\x01\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
