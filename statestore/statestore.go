@@ -28,6 +28,9 @@ var (
 	// ErrSeqConflict is returned by Append when the first event's seq is not
 	// the session's last seq plus one.
 	ErrSeqConflict = errors.New("statestore: event seq does not follow the log")
+	// ErrDataLost is returned by a Pinger's Ping when the store lost data
+	// it had taken: a Redis that restarted empty, or was flushed.
+	ErrDataLost = errors.New("statestore: the store lost data it had taken")
 	// ErrTrimmed is returned by Events when events after the given seq were
 	// dropped by retention; the session's tool calls still hold their state.
 	ErrTrimmed = errors.New("statestore: events were trimmed by retention")
@@ -164,9 +167,15 @@ type Store interface {
 }
 
 // Pinger is implemented by stores on the network: Ping says whether the
-// store answers now, for the gateway's readiness (/readyz).
+// store answers now, for the gateway's readiness (/readyz), and whether
+// it still holds what it took: when it lost its data, Ping fails with
+// ErrDataLost until AcceptLoss.
 type Pinger interface {
 	Ping(ctx context.Context) error
+	// AcceptLoss makes the store trust the data it holds now, after a
+	// loss Ping reported, once the caller let go of everything it held
+	// from before.
+	AcceptLoss(ctx context.Context) error
 }
 
 // Leaser is implemented by stores that several gateway replicas share. The

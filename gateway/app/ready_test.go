@@ -30,6 +30,8 @@ func (s *pingStore) Ping(context.Context) error {
 	return nil
 }
 
+func (s *pingStore) AcceptLoss(context.Context) error { return nil }
+
 // Readiness follows the store's pings, asking at most once a second.
 func TestReadinessAsksTheStoreOnceASecond(t *testing.T) {
 	t.Parallel()

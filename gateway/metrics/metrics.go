@@ -82,6 +82,7 @@ type Metrics struct {
 	storeLatency *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
 	notStored    prometheus.Counter
+	dataLost     prometheus.Counter
 
 	seriesSkipped prometheus.Counter
 	seriesActive  prometheus.Gauge
@@ -157,6 +158,8 @@ func New(opts Options) *Metrics {
 			"Latency of state store operations, by operation.", []string{"operation"}, storeBuckets),
 		storeErrors: f.counter("store_errors_total",
 			"State store operations that failed, by operation.", []string{"operation"}),
+		dataLost: f.counter("store_data_lost_total",
+			"Times the store was found to have lost data it had taken (a Redis that restarted without its data): every session of this gateway was stopped.", nil).WithLabelValues(),
 		notStored: f.counter("events_not_stored_total",
 			"Session events the store could not take before the gateway gave up on it (--store-outage-timeout): never sent to a client; their sessions were stopped.", nil).WithLabelValues(),
 
@@ -245,6 +248,9 @@ func (m *Metrics) StreamOpened(rpc string) (closed func()) {
 
 // EventsSent counts n events sent on a stream of rpc.
 func (m *Metrics) EventsSent(rpc string, n int) { m.eventsSent.WithLabelValues(rpc).Add(float64(n)) }
+
+// StoreDataLost counts a store found to have lost its data.
+func (m *Metrics) StoreDataLost() { m.dataLost.Inc() }
 
 // EventsNotStored counts n events given up on because the store could
 // not take them.

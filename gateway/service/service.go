@@ -160,6 +160,8 @@ func toConnect(err error) error {
 	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
 		errors.Is(err, session.ErrStoreUnavailable):
 		code = connect.CodeUnavailable
+	case errors.Is(err, session.ErrDataLost):
+		code = connect.CodeDataLoss
 	case errors.Is(err, session.ErrLagging):
 		code = connect.CodeAborted
 	case errors.Is(err, session.ErrLimit):

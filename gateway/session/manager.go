@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -236,6 +238,12 @@ type Manager struct {
 
 	// leaser is the store's lease API when the store is shared, else nil.
 	leaser statestore.Leaser
+	// pinger asks a store on the network whether it lost its data; nil
+	// for a local one.
+	pinger statestore.Pinger
+	// lost holds the sessions let go because the store lost their data
+	// (m.mu).
+	lost map[string]lostSession
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -297,8 +305,9 @@ func NewManager(opts Options) *Manager {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(metrics.Options{MaxSessionSeries: -1})
 	}
+	pinger, _ := opts.Store.(statestore.Pinger)
 	opts.Store = opts.Metrics.InstrumentStore(opts.Store)
-	m := &Manager{opts: opts, sessions: map[string]*Session{}, stop: make(chan struct{})}
+	m := &Manager{opts: opts, pinger: pinger, sessions: map[string]*Session{}, stop: make(chan struct{})}
 	if opts.MaxStoreBytes > 0 {
 		m.upkeep.Add(1)
 		go m.every(storePruneInterval, m.pruneEnded)
@@ -579,6 +588,11 @@ func (m *Manager) local(id string) *Session {
 // record returns the stored record of user's session id.
 func (m *Manager) record(ctx context.Context, user, id string) (*statestore.Session, error) {
 	rec, err := m.opts.Store.GetSession(ctx, id)
+	if errors.Is(err, statestore.ErrNotFound) {
+		if lost := m.lostErr(user, id); lost != nil {
+			return nil, lost
+		}
+	}
 	if errors.Is(err, statestore.ErrNotFound) || (err == nil && rec.Owner != user) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -590,15 +604,19 @@ func (m *Manager) List(ctx context.Context, user string) ([]*statestore.Session,
 	return m.opts.Store.ListSessions(ctx, user)
 }
 
+// running returns the sessions this gateway runs now.
+func (m *Manager) running() []*Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Values(m.sessions))
+}
+
 // Close ends every session's agent. Sessions stay readable.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
-	var all []*Session
-	for _, s := range m.sessions {
-		all = append(all, s)
-	}
 	m.mu.Unlock()
+	all := m.running()
 	var wg sync.WaitGroup
 	for _, s := range all {
 		wg.Add(1)

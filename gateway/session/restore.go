@@ -371,18 +371,13 @@ func (m *Manager) every(interval time.Duration, f func(ctx context.Context)) {
 // of sessions another replica took, and marks lost the sessions of
 // replicas that died.
 func (m *Manager) keepLeases(ctx context.Context) {
+	m.checkStore(ctx)
 	m.renewLeases(ctx)
 	m.sweepOrphans(ctx)
 }
 
 func (m *Manager) renewLeases(ctx context.Context) {
-	m.mu.Lock()
-	var all []*Session
-	for _, s := range m.sessions {
-		all = append(all, s)
-	}
-	m.mu.Unlock()
-	for _, s := range all {
+	for _, s := range m.running() {
 		s.mu.Lock()
 		closed := s.state == statestore.StateClosed
 		s.mu.Unlock()
@@ -421,13 +416,19 @@ func (m *Manager) storeContext() (context.Context, context.CancelFunc) {
 func (m *Manager) ended(s *Session) {
 	ctx, cancel := m.storeContext()
 	defer cancel()
+	m.letGo(ctx, s)
+	if !m.storeWithin.Load() {
+		m.pruneEnded(ctx)
+	}
+}
+
+// letGo drops a session this gateway no longer runs, and its lease if it
+// has one.
+func (m *Manager) letGo(ctx context.Context, s *Session) {
 	if m.leaser != nil {
 		m.forget(ctx, s)
 	} else {
 		m.unregister(s)
-	}
-	if !m.storeWithin.Load() {
-		m.pruneEnded(ctx)
 	}
 }
 

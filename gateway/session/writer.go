@@ -131,6 +131,10 @@ func (s *Session) write() {
 		s.mu.Unlock()
 
 		err := s.append(p, failures > 0)
+		var lost error
+		if err != nil {
+			lost = s.m.lostData(s, p, err)
+		}
 		s.mu.Lock()
 		if err == nil {
 			s.storedLocked(p)
@@ -138,7 +142,19 @@ func (s *Session) write() {
 			have, failures, since = false, 0, time.Time{}
 			continue
 		}
-		if errors.Is(err, statestore.ErrSeqConflict) && s.m.leaser != nil {
+		if lost != nil {
+			s.mu.Unlock()
+			s.lose(lost)
+			s.m.wg.Add(1)
+			go func() {
+				defer s.m.wg.Done()
+				ctx, cancel := s.m.storeContext()
+				defer cancel()
+				s.m.checkStore(ctx)
+			}()
+			return
+		}
+		if errors.Is(err, statestore.ErrSeqConflict) {
 			// Another replica wrote to the log: it took the session over
 			// (this one missed its lease renewals). Step aside.
 			s.log.Error("store: another replica wrote to the session's log", "error", err)
@@ -164,6 +180,27 @@ func (s *Session) write() {
 		s.mu.Unlock()
 		time.Sleep(min(firstRetry<<min(failures-1, 10), lastRetry))
 	}
+}
+
+// lostData says whether err, p's append's, shows that the store lost the
+// session's data: it no longer holds the session, or refused p's first
+// seq while its log ends before it (it went back; another replica that
+// took the session over would have made it longer). It returns the error
+// to end the session with, or nil.
+func (m *Manager) lostData(s *Session, p pending, err error) error {
+	switch {
+	case errors.Is(err, statestore.ErrNotFound):
+		return fmt.Errorf("%w: the store no longer holds the session (did Redis restart without its data?): its agent was stopped", ErrDataLost)
+	case !errors.Is(err, statestore.ErrSeqConflict):
+		return nil
+	}
+	ctx, cancel := m.storeContext()
+	defer cancel()
+	took := p.events[0].GetSeq() - 1
+	if rec, rerr := m.opts.Store.GetSession(ctx, s.rec.ID); rerr != nil || rec.LastSeq >= took {
+		return nil // moved on: taken over (or unknown: step aside all the same)
+	}
+	return fmt.Errorf("%w: the store's log of the session no longer reaches seq %d, which it took: its agent was stopped", ErrDataLost, took)
 }
 
 // append stores p. After a failed append of the same events (retry), an
@@ -294,11 +331,7 @@ func (m *Manager) abandon(s *Session) {
 	s.release(err)
 	ctx, cancel := m.storeContext()
 	defer cancel()
-	if m.leaser != nil {
-		m.forget(ctx, s)
-	} else {
-		m.unregister(s)
-	}
+	m.letGo(ctx, s)
 	m.mu.Lock()
 	closed := m.closed
 	if !closed {

@@ -6,6 +6,8 @@
 // written in braces, as a hash tag, so all of one session's keys fall in
 // the same slot:
 //
+//	P + "epoch"                 string: a random value set when the store is first
+//	                            opened; a Redis that lost its data lost it too
 //	P + "created"               string: counter that numbers sessions in creation order
 //	P + "sessions"              sorted set: every session id, scored by its number
 //	P + "o:" + owner            sorted set: owner's session ids, scored likewise
@@ -33,10 +35,12 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,6 +83,10 @@ type Store struct {
 	prefix   string
 	opts     statestore.Options
 	endedTTL time.Duration
+
+	// epoch is the value of the epoch key this store trusts.
+	mu    sync.Mutex
+	epoch string
 }
 
 var (
@@ -151,6 +159,10 @@ func open(ctx context.Context, rawURL string, opts Options, tweak func(*redis.Op
 		s.Close()
 		return nil, fmt.Errorf("redisstore: cannot reach Redis at %s: %w", shown, err)
 	}
+	if err := s.AcceptLoss(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.adoptEnded(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -184,11 +196,33 @@ func ParseURL(rawURL string) (shown string, opts *redis.Options, err error) {
 	return shown, opts, nil
 }
 
-// Ping implements statestore.Pinger: it sends Redis a PING.
+// Ping implements statestore.Pinger: it reads the epoch key, which fails
+// when Redis does not answer, and is gone or changed when Redis lost its
+// data (a restart without persistence, a FLUSHALL, an eviction).
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	got, err := s.rdb.Get(ctx, s.epochKey()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redisstore: Redis does not answer: %w", err)
 	}
+	s.mu.Lock()
+	want := s.epoch
+	s.mu.Unlock()
+	if got != want {
+		return fmt.Errorf("%w: Redis no longer holds the key %s this gateway set (it restarted without its data, or was flushed): the sessions it held may be gone", statestore.ErrDataLost, s.epochKey())
+	}
+	return nil
+}
+
+// AcceptLoss implements statestore.Pinger: it trusts the epoch Redis
+// holds now, setting one if it holds none.
+func (s *Store) AcceptLoss(ctx context.Context) error {
+	epoch, err := epochScript.Run(ctx, s.rdb, []string{s.epochKey()}, rand.Text()).Text()
+	if err != nil {
+		return fmt.Errorf("redisstore: reading the store's epoch: %w", err)
+	}
+	s.mu.Lock()
+	s.epoch = epoch
+	s.mu.Unlock()
 	return nil
 }
 
@@ -210,6 +244,8 @@ func (s *Store) keys(id string) sessionKeys {
 
 // data lists the keys that hold the session's data, the record first.
 func (k sessionKeys) data() []string { return []string{k.rec, k.ev, k.tc, k.tco} }
+
+func (s *Store) epochKey() string { return s.prefix + "epoch" }
 
 func (s *Store) counterKey() string { return s.prefix + "created" }
 

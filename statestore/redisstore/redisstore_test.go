@@ -639,3 +639,35 @@ func TestEventBytesCountedForOldRecords(t *testing.T) {
 		storetest.CheckKept(t, capped, "a", 6, uint64(n+1), fmt.Sprintf("%d old events: the newest %d kept", n, n-5))
 	}
 }
+
+// A Redis that lost its data (here, the store's keys deleted, as a
+// restart without persistence or a FLUSHALL leaves it) fails Ping with
+// ErrDataLost until the store accepts the loss.
+func TestPingNoticesALoss(t *testing.T) {
+	prefix := "acpgw-test-epoch-" + rand.Text() + ":"
+	t.Cleanup(func() { deleteKeys(t, prefix) })
+	s := openTest(t, Options{Prefix: prefix}, nil)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a store that lost nothing: %v", err)
+	}
+	deleteKeys(t, prefix)
+	if err := s.Ping(ctx); !errors.Is(err, statestore.ErrDataLost) {
+		t.Fatalf("Ping after the data was lost: %v, want ErrDataLost", err)
+	}
+	// Another store opened since trusts what it finds, and sets a new
+	// epoch, which does not make the first trust it.
+	other := openTest(t, Options{Prefix: prefix}, nil)
+	if err := other.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a store opened after the loss: %v", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, statestore.ErrDataLost) {
+		t.Fatalf("Ping after a new epoch was set: %v, want ErrDataLost", err)
+	}
+	if err := s.AcceptLoss(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after AcceptLoss: %v", err)
+	}
+}

@@ -7,6 +7,13 @@ import "github.com/redis/go-redis/v9"
 // Seqs are Lua numbers, exact up to 2^53, and are formatted with %d so
 // that they never come out in exponent form.
 
+// epochScript sets the store's epoch unless it has one, and returns it.
+// KEYS: the epoch key. ARGV: a new random epoch.
+var epochScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+`)
+
 // createScript stores a new session record and lists it.
 // KEYS: rec, ev, tc, tco, created counter, ended set, index sets...
 // ARGV: id, then the record's fields and values.
