@@ -243,3 +243,75 @@ func TestStoreThatLostItsDataIsNoticed(t *testing.T) {
 	})
 	turn(t, g.connect, g.create(t, "idle"), nil)
 }
+
+// startReplicaAt starts a gateway replica, without authentication, on the
+// Redis at url, with a short lease.
+func startReplicaAt(t *testing.T, url string, agents map[string][]string, leaseTTL time.Duration) *gateway {
+	t.Helper()
+	l := testutil.Listen(t)
+	return startGateway(t, gatewayOpts{
+		agents: agents, store: openRedisAt(t, url), listener: l,
+		configure: func(c *app.Config) {
+			c.Session.Replica = "http://" + l.Addr().String()
+			c.Session.LeaseTTL = leaseTTL
+		},
+	})
+}
+
+// Redis is down for three lease TTLs under a turn on replica a, and comes
+// back with its data, a's lease lapsed. Replica b, asked for the session
+// at once, does not take it over on the strength of the outage alone: a,
+// which rode the outage out holding the agent's events, renews its lease
+// and finishes the turn, losing nothing. (Before, b took the session
+// over, marking it lost, in 1 run of 4, and a's turn was aborted.)
+func TestLeasesRideOutAStoreOutage(t *testing.T) {
+	t.Parallel()
+	const rounds, per, ttl = 120, 10, 2 * time.Second
+	rs := testutil.StartRedis(t)
+	agents := map[string][]string{"flood": floodAgent(t, rounds, per, 50*time.Millisecond)}
+	a := startReplicaAt(t, rs.URL(), agents, ttl)
+	b := startReplicaAt(t, rs.URL(), agents, ttl)
+	id := a.create(t, "flood")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var outage sync.Once
+	asked := make(chan []connect.Code, 1)
+	events, err := testutil.Turn(ctx, a.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, func(ev *acpv2.SessionEvent) {
+		if !strings.HasPrefix(ev.GetAgentMessageChunk().GetContent().GetText().GetText(), "r2-") {
+			return
+		}
+		outage.Do(func() {
+			go func() {
+				rs.Kill()
+				time.Sleep(3 * ttl)
+				rs.Start()
+				// Ask b for the session while a's lease is lapsed: a
+				// request that needs its agent.
+				var codes []connect.Code
+				for range 10 {
+					_, err := b.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{
+						SessionId: id, RequestId: "none", OptionId: "x"}))
+					codes = append(codes, codeOf(err))
+					time.Sleep(100 * time.Millisecond)
+				}
+				asked <- codes
+			}()
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := <-asked
+	testutil.CheckSeqs(t, events, events[0].GetSeq())
+	checkRounds(t, "the turn's stream", chunkTexts(events), rounds, per)
+	for _, c := range codes {
+		// unavailable while the store is settling; then forwarded to a,
+		// which has no such request.
+		if c != connect.CodeUnavailable && c != connect.CodeNotFound {
+			t.Fatalf("b answered %v to a request for a's session after the outage", codes)
+		}
+	}
+	if st := snapshot(t, a, id).GetState(); st != "ready" {
+		t.Fatalf("state %q after the turn, want ready", st)
+	}
+}

@@ -38,6 +38,9 @@ func (m *Manager) checkStore(ctx context.Context) {
 		return
 	}
 	err := m.pinger.Ping(ctx)
+	if err != nil {
+		m.storeFailed()
+	}
 	if !errors.Is(err, statestore.ErrDataLost) {
 		return
 	}

@@ -52,6 +52,9 @@ var (
 	ErrMoved           = errors.New("the session moved to another gateway replica")
 	ErrLimit           = errors.New("limit reached")
 	ErrPermission      = errors.New("permission denied")
+	// ErrStoreRecovering refuses to take over a session just after a
+	// store outage, which its replica may be riding out.
+	ErrStoreRecovering = errors.New("the store was out of reach moments ago, and the replica that runs this session may still hold it: retry in a few seconds")
 )
 
 // RemoteError is returned for a session whose agent runs on another gateway
@@ -241,6 +244,9 @@ type Manager struct {
 	// pinger asks a store on the network whether it lost its data; nil
 	// for a local one.
 	pinger statestore.Pinger
+	// storeFailedAt is when a store call of the lease upkeep or of a
+	// takeover last failed (UnixNano; 0: never).
+	storeFailedAt atomic.Int64
 	// lost holds the sessions let go because the store lost their data
 	// (m.mu).
 	lost map[string]lostSession
@@ -497,7 +503,13 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 	}
 	rec, err := m.record(ctx, user, id)
 	if err != nil {
+		if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) {
+			m.storeFailed()
+		}
 		return nil, err
+	}
+	if m.leaser != nil && live(rec.State) && !m.storeSteady() {
+		return nil, ErrStoreRecovering
 	}
 	if m.leaser != nil {
 		err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL)

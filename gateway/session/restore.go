@@ -390,6 +390,7 @@ func (m *Manager) renewLeases(ctx context.Context) {
 			m.opts.Log.Warn("another replica took the session", "session", s.rec.ID, "error", err)
 			m.drop(s)
 		} else if err != nil {
+			m.storeFailed()
 			m.opts.Log.Error("store: renewing a lease", "session", s.rec.ID, "error", err)
 		}
 	}
@@ -401,6 +402,22 @@ func (m *Manager) drop(s *Session) {
 	ctx, cancel := m.storeContext()
 	defer cancel()
 	m.forget(ctx, s)
+}
+
+// A lease that lapsed while the store was out of reach says nothing of
+// its holder: it could not renew it, and may be running the session's
+// agent still, its events waiting for the store (writer.go). So a replica
+// takes a live session over, or marks it lost, only once the store has
+// answered it for a whole LeaseTTL since it last failed: by then a holder
+// that is alive has renewed its lease (every LeaseTTL/3).
+
+// storeFailed notes that a store call failed now.
+func (m *Manager) storeFailed() { m.storeFailedAt.Store(time.Now().UnixNano()) }
+
+// storeSteady says whether the store has not failed for LeaseTTL.
+func (m *Manager) storeSteady() bool {
+	at := m.storeFailedAt.Load()
+	return at == 0 || time.Since(time.Unix(0, at)) >= m.opts.LeaseTTL
 }
 
 // storeContext bounds a store call made while a session's lock is held,
@@ -443,8 +460,12 @@ func (m *Manager) forget(ctx context.Context, s *Session) {
 // sweepOrphans marks lost the live sessions no replica holds a lease on:
 // their replica died.
 func (m *Manager) sweepOrphans(ctx context.Context) {
+	if !m.storeSteady() {
+		return
+	}
 	recs, err := m.opts.Store.ListSessions(ctx, "")
 	if err != nil {
+		m.storeFailed()
 		m.opts.Log.Error("store: listing sessions", "error", err)
 		return
 	}
