@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -659,14 +658,7 @@ func TestFloodOfUpdatesArrivesWhole(t *testing.T) {
 // server's writes.
 func stalledClient(t *testing.T, g *gateway) acpv2connect.SessionServiceClient {
 	t.Helper()
-	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		return errors.Join(err, serr)
-	}}
-	tr := &http.Transport{DialContext: dialer.DialContext}
+	tr := &http.Transport{DialContext: testutil.StallingDialer().DialContext}
 	t.Cleanup(tr.CloseIdleConnections)
 	return acpv2connect.NewSessionServiceClient(&http.Client{Transport: tr}, g.base, connect.WithProtoJSON())
 }

@@ -12,13 +12,15 @@
 //
 // A Writer can also bound how long its writes may block (SetWriteTimeout):
 // a client that stops reading, but keeps its connection, would otherwise
-// hold the handler's goroutine in a write for good.
+// hold the handler's goroutine in a write for good. Another goroutine can
+// end a blocked write at once (Interrupt).
 package flush
 
 import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,7 +50,18 @@ type Writer struct {
 	// the deadlines.
 	timeout time.Duration
 	rc      *http.ResponseController
+	// mu orders the deadlines the handler sets with Interrupt's, which
+	// may come from another goroutine: once interrupted, the deadline
+	// stays in the past; once done, the response is no longer touched.
+	mu                sync.Mutex
+	interrupted, done bool
+	// calls counts the starts and the ends of the response's writes and
+	// flushes: it is odd while one is under way (Writing).
+	calls atomic.Uint64
 }
+
+// past is a write deadline that has passed.
+var past = time.Unix(1, 0)
 
 // SetWriteTimeout bounds how long the response's writes may block: each
 // batch (from Hold to Release) and each write or flush made while not
@@ -70,15 +83,45 @@ func (w *Writer) SetWriteTimeout(d time.Duration) {
 // a timeout.
 func (w *Writer) refresh() {
 	if w.timeout > 0 {
-		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+		w.setDeadline(time.Now().Add(w.timeout))
 	}
 }
 
 // clear removes the write deadline while nothing is being written.
 func (w *Writer) clear() {
 	if w.timeout > 0 {
-		_ = w.rc.SetWriteDeadline(time.Time{})
+		w.setDeadline(time.Time{})
 	}
+}
+
+// setDeadline sets the write deadline, unless the writes were interrupted.
+func (w *Writer) setDeadline(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.interrupted {
+		_ = w.rc.SetWriteDeadline(t)
+	}
+}
+
+// Interrupt makes the response's writes fail from now on: a write blocked
+// on a client that reads nothing returns at once with an error, and so
+// does every later one, the stream being broken (on HTTP/2 it is reset, on
+// HTTP/1.1 its connection is closed). Unlike the Writer's other methods it
+// may be called from any goroutine, also once the handler has returned
+// (it then does nothing). Where the response has no write deadlines (a
+// recorder in tests) it does nothing either. It does nothing on a nil
+// Writer.
+func (w *Writer) Interrupt() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done || w.interrupted {
+		return
+	}
+	w.interrupted = true
+	_ = w.rc.SetWriteDeadline(past)
 }
 
 // Write writes p, or while held, adds it to the bytes held back, which
@@ -86,7 +129,7 @@ func (w *Writer) clear() {
 func (w *Writer) Write(p []byte) (int, error) {
 	if !w.held {
 		w.refresh()
-		return w.ResponseWriter.Write(p)
+		return w.write(p)
 	}
 	if w.err != nil {
 		return 0, w.err
@@ -97,13 +140,41 @@ func (w *Writer) Write(p []byte) (int, error) {
 		}
 	}
 	if len(p) >= holdBytes {
-		return w.ResponseWriter.Write(p)
+		return w.write(p)
 	}
 	if w.buf == nil {
 		w.buf = buffers.Get().(*[]byte)
 	}
 	*w.buf = append(*w.buf, p...)
 	return len(p), nil
+}
+
+// write writes p to the response, counting its start and end.
+func (w *Writer) write(p []byte) (int, error) {
+	w.calls.Add(1)
+	defer w.calls.Add(1)
+	return w.ResponseWriter.Write(p)
+}
+
+// flush flushes the response, counting its start and end.
+func (w *Writer) flush() {
+	w.calls.Add(1)
+	defer w.calls.Add(1)
+	w.f.Flush()
+}
+
+// Writing names the write (or flush) of the response under way: 0 when
+// there is none, else a number no other write of the response has. The
+// same number seen for long says the write is blocked: the client takes
+// nothing. It may be called from any goroutine; it is 0 on a nil Writer.
+func (w *Writer) Writing() uint64 {
+	if w == nil {
+		return 0
+	}
+	if c := w.calls.Load(); c%2 == 1 {
+		return c
+	}
+	return 0
 }
 
 // writeHeld writes the bytes held back.
@@ -113,7 +184,7 @@ func (w *Writer) writeHeld() error {
 	}
 	b := w.buf
 	w.buf = nil
-	_, err := w.ResponseWriter.Write(*b)
+	_, err := w.write(*b)
 	*b = (*b)[:0]
 	buffers.Put(b)
 	if err != nil && w.err == nil {
@@ -130,7 +201,7 @@ func (w *Writer) Flush() {
 		return
 	}
 	w.refresh()
-	w.f.Flush()
+	w.flush()
 	w.clear()
 }
 
@@ -142,7 +213,9 @@ func (w *Writer) FlushError() error {
 		return w.err
 	}
 	w.refresh()
+	w.calls.Add(1)
 	err := w.rc.Flush()
+	w.calls.Add(1)
 	w.clear()
 	return err
 }
@@ -171,7 +244,7 @@ func (w *Writer) Release() error {
 	if w.pending {
 		w.pending = false
 		if err == nil {
-			w.f.Flush()
+			w.flush()
 		}
 	}
 	w.clear()
@@ -199,5 +272,8 @@ func Holdable(h http.Handler, match func(*http.Request) bool) http.Handler {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), key{}, w)))
 		// Nothing held is left behind by a handler that did not release.
 		_ = w.Release()
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
 	})
 }

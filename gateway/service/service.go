@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -348,6 +349,19 @@ func (w withoutMerged) NextBatch(ctx context.Context, dst []session.Event) (int,
 	}
 }
 
+func (w withoutMerged) OnStall(writing func() uint64, stall func()) {
+	onStall(w.Stream, writing, stall)
+}
+
+// onStall has stall called when sub, if it is a session's subscription,
+// was cut off for lagging while the write that writing names is stuck
+// (session.Subscription.OnStall).
+func onStall(sub session.Stream, writing func() uint64, stall func()) {
+	if st, ok := sub.(interface{ OnStall(func() uint64, func()) }); ok {
+		st.OnStall(writing, stall)
+	}
+}
+
 // batchSize is the most events a stream sends with one flush.
 const batchSize = 64
 
@@ -358,13 +372,22 @@ const batchSize = 64
 // It runs in the handler's goroutine alone: it waits for events, the
 // heartbeat or the client's end, then sends the events at hand as one
 // batch, holding the flushes connect does after each message until the
-// last one.
+// last one. A stream that falls the watch buffer behind is cut off even
+// while a write of it is blocked on a client that reads nothing: the
+// session says so (OnStall) and the write is interrupted.
 func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h header, send func(session.Event, *timestamppb.Timestamp) (bool, error)) error {
 	defer s.metrics.StreamOpened(rpc)()
 	// Tell buffering proxies (nginx) to pass the stream through.
 	h.Set("X-Accel-Buffering", "no")
 	fw := flush.From(ctx)
 	fw.SetWriteTimeout(s.writeTimeout)
+	stalled := new(atomic.Bool)
+	if fw != nil {
+		onStall(sub, fw.Writing, func() {
+			stalled.Store(true)
+			fw.Interrupt()
+		})
+	}
 	// Open the stream at once: response headers only reach the client with
 	// the first message, and a watched session may be idle for long.
 	if _, err := send(session.Event{}, timestamppb.Now()); err != nil {
@@ -377,7 +400,7 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 		// after the last message; it is set again when it passes, not for
 		// every batch.
 		wait, cancel := context.WithDeadline(ctx, last.Add(s.heartbeat))
-		done, err := s.sendEvents(wait, rpc, sub, fw, batch, send, &last)
+		done, err := s.sendEvents(wait, rpc, sub, fw, batch, send, &last, stalled)
 		cancel()
 		switch {
 		case done:
@@ -393,6 +416,9 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 		}
 		if now := time.Now(); now.Sub(last) >= s.heartbeat {
 			if _, err := send(session.Event{}, timestamppb.New(now)); err != nil {
+				if stalled.Load() { // interrupted as the last batch went
+					return s.cutOff(rpc, sub.LastSeq())
+				}
 				return err
 			}
 			last = now
@@ -402,9 +428,10 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 
 // sendEvents sends sub's events in batches until wait ends (done is then
 // false: time for a heartbeat, maybe) or the stream is done. It sets *last
-// to the time of each batch.
+// to the time of each batch. stalled says the writes were interrupted
+// because the stream was cut off for lagging.
 func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Stream, fw *flush.Writer, batch []session.Event,
-	send func(session.Event, *timestamppb.Timestamp) (bool, error), last *time.Time) (done bool, err error) {
+	send func(session.Event, *timestamppb.Timestamp) (bool, error), last *time.Time, stalled *atomic.Bool) (done bool, err error) {
 	for {
 		n, err := sub.NextBatch(wait, batch)
 		switch {
@@ -412,9 +439,7 @@ func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Strea
 			// An ending that raced with the deadline comes again.
 			return false, nil
 		case errors.Is(err, session.ErrLagging):
-			s.metrics.CutOff(rpc)
-			return true, connect.NewError(connect.CodeAborted, fmt.Errorf(
-				"this stream fell too far behind and was cut off; resume with Watch afterSeq=%d", sub.LastSeq()))
+			return true, s.cutOff(rpc, sub.LastSeq())
 		case errors.Is(err, session.ErrMoved):
 			return true, connect.NewError(connect.CodeUnavailable, fmt.Errorf(
 				"%w; resume with Watch afterSeq=%d", err, sub.LastSeq()))
@@ -423,12 +448,26 @@ func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Strea
 		}
 		sent, stop, err := sendBatch(fw, batch[:n], send)
 		s.metrics.EventsSent(rpc, sent)
+		before := batch[0].GetSeq() - 1
 		clear(batch[:n])
+		if err != nil && stalled.Load() {
+			// Cut off while blocked in this batch's writes, of which
+			// any part may have gone.
+			return true, s.cutOff(rpc, before)
+		}
 		if err != nil || stop {
 			return true, err
 		}
 		*last = time.Now()
 	}
+}
+
+// cutOff is the end of a stream that fell too far behind, which resumes
+// after seq.
+func (s *Service) cutOff(rpc string, seq uint64) error {
+	s.metrics.CutOff(rpc)
+	return connect.NewError(connect.CodeAborted, fmt.Errorf(
+		"this stream fell too far behind and was cut off; resume with Watch afterSeq=%d", seq))
 }
 
 // sendBatch sends events with their writes gathered and one flush, after

@@ -46,6 +46,10 @@ type ring struct {
 	maxEvents, maxBytes int
 	bytes               int
 	swept, sweptAt      uint64
+	// lapped is the last seq of the events publishing overwrote while a
+	// subscription still had to read them, since the last sweep (0:
+	// none): the next sweep cuts those subscriptions off.
+	lapped uint64
 }
 
 // newRing returns a ring of at most maxEvents events and maxBytes bytes
@@ -61,9 +65,10 @@ func newRing(maxEvents, maxBytes int, last uint64) *ring {
 
 // sweepDue says the ring took enough events since its last sweep to sweep
 // again: every 64 (a quarter of smaller rings), so that sweeping, which
-// looks at every subscription, costs little per event.
+// looks at every subscription, costs little per event; or that it lapped
+// a subscription, which the sweep cuts off at once.
 func (r *ring) sweepDue() bool {
-	return r.last.Load()-r.sweptAt >= uint64(min(64, max(1, len(*r.slots.Load())/4)))
+	return r.lapped != 0 || r.last.Load()-r.sweptAt >= uint64(min(64, max(1, len(*r.slots.Load())/4)))
 }
 
 // sweep lets go of the events before seq need, which no subscription
@@ -146,6 +151,11 @@ func (r *ring) makeRoom(k, incoming int, need func() uint64) {
 	}
 	if grown > n {
 		r.grow(grown)
+	}
+	if !fits(grown) {
+		// At its bounds: the events up to this seq are overwritten, and
+		// the subscriptions that still had to read one are lagging.
+		r.lapped = max(r.lapped, last+uint64(k)-uint64(grown))
 	}
 }
 

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -17,6 +18,10 @@ const replayPage = 256
 // A subscription that falls more than the watch buffer behind (its next
 // event has left the ring) is cut off with ErrLagging; the client resumes
 // from the last seq it saw.
+//
+// It is cut off when the ring laps it, whatever its reader is doing; a
+// reader stuck in a write to a client that stopped reading is told so by
+// OnStall.
 type Subscription struct {
 	s *Session
 	// live is the session's ring; events from seq liveFrom on are read
@@ -29,6 +34,15 @@ type Subscription struct {
 	// ring, for the session's sweeps.
 	need atomic.Uint64
 	page []*acpv2.SessionEvent
+
+	// Under s.mu: the ring lapped the subscription (it is ended, with
+	// ErrLagging, and no longer holds the ring's events back); OnStall's
+	// functions, the write the sweeps last saw under way, and the
+	// session's last seq when they first saw it.
+	cut          bool
+	writing      func() uint64
+	onStall      func()
+	write, since uint64
 
 	endOnce sync.Once
 	ended   chan struct{}
@@ -66,10 +80,7 @@ func (s *Session) unsubscribeLocked(sub *Subscription, err error) {
 	}
 	delete(s.subs, sub)
 	s.met.Watchers(-1)
-	sub.endOnce.Do(func() {
-		sub.err, sub.endSeq = err, s.stored
-		close(sub.ended)
-	})
+	sub.end(err, s.stored)
 	if len(s.subs) == 0 {
 		// The ring's events are let go; a subscription still reading to
 		// its end keeps the ring it has.
@@ -78,18 +89,83 @@ func (s *Session) unsubscribeLocked(sub *Subscription, err error) {
 	s.touchLocked()
 }
 
-// sweepLocked lets go of the ring's events that every subscription has
-// read. s.mu must be held.
-func (s *Session) sweepLocked() { s.live.sweep(s.needLocked()) }
+// end ends sub with err after the events up to seq endSeq.
+func (sub *Subscription) end(err error, endSeq uint64) {
+	sub.endOnce.Do(func() {
+		sub.err, sub.endSeq = err, endSeq
+		close(sub.ended)
+	})
+}
+
+// sweepLocked cuts off the subscriptions the ring lapped, tells those
+// cut off whose reader is stuck, and lets go of the ring's events that
+// every other subscription has read. s.mu must be held.
+//
+// A subscription the ring lapped is cut off at once rather than when its
+// reader next asks for events, which a reader blocked in a write to a
+// client that reads nothing would not do: it no longer holds the ring's
+// events back (each publish would sweep for it), and once one write of its
+// reader has been under way while the session published as many events as
+// the ring holds, OnStall's stall ends that write. A reader that is not
+// stuck gets ErrLagging from NextBatch as before.
+func (s *Session) sweepLocked() {
+	r := s.live
+	lapped := r.lapped
+	r.lapped = 0
+	need := s.stored + 1
+	for sub := range s.subs {
+		q := sub.need.Load()
+		if !sub.cut && q <= lapped {
+			sub.cut = true
+			sub.end(ErrLagging, s.stored)
+		}
+		if !sub.cut {
+			need = min(need, q)
+		}
+		if sub.onStall != nil {
+			s.watchLocked(sub)
+		}
+	}
+	r.sweep(need)
+}
+
+// watchLocked notes which write sub's reader is in, and when it is cut
+// off and the same write has been under way while the ring went by, calls
+// its stall. s.mu must be held.
+func (s *Session) watchLocked(sub *Subscription) {
+	if w := sub.writing(); w == 0 || w != sub.write {
+		sub.write, sub.since = w, s.stored
+	} else if sub.cut && s.stored-sub.since >= uint64(len(*s.live.slots.Load())) {
+		go sub.onStall()
+		sub.onStall = nil
+	}
+}
 
 // needLocked returns the first seq a subscription has still to read from
-// the ring. s.mu must be held.
+// the ring; those cut off need none. s.mu must be held.
 func (s *Session) needLocked() uint64 {
 	need := s.stored + 1
 	for sub := range s.subs {
-		need = min(need, sub.need.Load())
+		if !sub.cut {
+			need = min(need, sub.need.Load())
+		}
 	}
 	return need
+}
+
+// OnStall watches the writes of the subscription's caller: writing names
+// the write under way, 0 when there is none. If the subscription is cut
+// off for lagging while one write stays under way as the session
+// publishes as many events as the ring holds, the caller is stuck, in a
+// write to a client that stopped reading, and stall is called, once and in
+// a goroutine of its own, to end that write. A caller that is not stuck
+// gets ErrLagging from NextBatch. writing is called with the session's
+// lock held: it must be quick.
+func (sub *Subscription) OnStall(writing func() uint64, stall func()) {
+	sub.s.mu.Lock()
+	defer sub.s.mu.Unlock()
+	sub.writing, sub.onStall = writing, stall
+	sub.write, sub.since = writing(), sub.s.stored
 }
 
 // NextBatch fills dst with the next events, as many as are there (at least
@@ -103,6 +179,10 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 		return 0, nil
 	}
 	if sub.next < sub.liveFrom {
+		if sub.lappedBy() {
+			// The rest of the replay would end at the cut too.
+			return 0, sub.lagging()
+		}
 		if len(sub.page) == 0 {
 			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage)
 			if err != nil {
@@ -188,6 +268,16 @@ func replayed(dst []Event, events []*acpv2.SessionEvent) int {
 func storedEvent(ev *acpv2.SessionEvent) Event {
 	wire, _ := eventwire.Marshal(ev)
 	return Event{SessionEvent: ev, Wire: wire}
+}
+
+// lappedBy says the ring lapped sub: it ended with ErrLagging.
+func (sub *Subscription) lappedBy() bool {
+	select {
+	case <-sub.ended:
+		return errors.Is(sub.err, ErrLagging)
+	default:
+		return false
+	}
 }
 
 // lagging cuts off a subscription whose next event has left the ring.

@@ -496,3 +496,55 @@ func TestRingGrowsUnderItsReaders(t *testing.T) {
 		checkRun(t, r.seqs, 1)
 	}
 }
+
+// A subscription the ring laps is cut off at once, not when its reader
+// next asks: a reader stuck in one write (OnStall's writing names the
+// same one throughout) is told so once the ring has gone by during it; a
+// reader whose writes move on is not, and gets ErrLagging when it asks.
+func TestLappedSubscriptionIsCutOffWhileItsReaderIsStuck(t *testing.T) {
+	t.Parallel()
+	const buffer = 64
+	s := testSession(t, buffer)
+	dst := make([]Event, 8)
+	stuck, moving := s.Watch(0), s.Watch(0)
+	stalled := map[*Subscription]chan struct{}{stuck: make(chan struct{}), moving: make(chan struct{})}
+	writes := uint64(1)
+	for _, sub := range []*Subscription{stuck, moving} {
+		sub.OnStall(func() uint64 {
+			if sub == moving {
+				writes += 2 // called with s.mu held
+				return writes
+			}
+			return 7
+		}, func() { close(stalled[sub]) })
+	}
+	emitText(t, s, 8)
+	for _, sub := range []*Subscription{stuck, moving} {
+		checkRun(t, seqsOf(t, sub, dst, 8), 1)
+	}
+	// Both now hold their batch, writing; the ring laps them.
+	emitText(t, s, buffer+1)
+	for _, sub := range []*Subscription{stuck, moving} {
+		select {
+		case <-sub.ended:
+		default:
+			t.Fatal("a subscription the ring lapped is not cut off")
+		}
+	}
+	emitText(t, s, 2*buffer)
+	<-stalled[stuck]
+	select {
+	case <-stalled[moving]:
+		t.Fatal("a reader whose writes move on was told it is stuck")
+	default:
+	}
+	// The ring stayed within its bound.
+	if n := ringSize(s); n != buffer {
+		t.Fatalf("the ring has %d slots, want %d", n, buffer)
+	}
+	for _, sub := range []*Subscription{stuck, moving} {
+		if _, err := next(context.Background(), sub); !errors.Is(err, ErrLagging) || sub.LastSeq() != 8 {
+			t.Fatalf("after the cut: %v, LastSeq %d; want ErrLagging after 8", err, sub.LastSeq())
+		}
+	}
+}

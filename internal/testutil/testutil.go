@@ -18,9 +18,22 @@ import (
 	"os"
 	"reflect"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// StallingDialer dials connections whose receive buffer is tiny: a
+// stream its client does not read soon stalls the server's writes.
+func StallingDialer() *net.Dialer {
+	return &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+		return errors.Join(err, serr)
+	}}
+}
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use: a log sink or a
 // process's stderr that other goroutines write while the test reads it.
