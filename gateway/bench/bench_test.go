@@ -344,7 +344,7 @@ func TestBombThrottles(t *testing.T) {
 func TestBombsSummary(t *testing.T) {
 	t.Parallel()
 	window := func(get, turn float64, rss int64, bombs map[string]int) BombWindow {
-		w := BombWindow{GetSession: Latency{P50: get, P99: 10 * get}, Turn: Latency{P50: turn, P99: 10 * turn}, PeakRSS: rss, GatewayCPU: get}
+		w := BombWindow{GetSession: Latency{P50: get, P99: 10 * get}, Turn: Latency{P50: turn, P99: 10 * turn}, PeakRSS: rss, AddedRSS: rss - 28<<20, GatewayCPU: get}
 		if bombs != nil {
 			w.Bombs = &bombersResult{Refused: bombs, PerSecond: 100 * get}
 		}
@@ -360,8 +360,8 @@ func TestBombsSummary(t *testing.T) {
 	if r.Quiet.GetSessionP50 != 2 || r.Quiet.GetSessionP99 != 20 || r.Quiet.TurnP50 != 5 || r.Bombed.GetSessionP50 != 2.5 || r.Bombed.TurnP99 != 60 {
 		t.Errorf("medians: quiet %+v, bombed %+v", r.Quiet, r.Bombed)
 	}
-	if r.Quiet.PeakRSS != 31<<20 || r.Bombed.PeakRSS != 40<<20 {
-		t.Errorf("peak RSS %d quiet, %d bombed; want the highest of the rounds", r.Quiet.PeakRSS, r.Bombed.PeakRSS)
+	if r.Quiet.PeakRSS != 31<<20 || r.Bombed.PeakRSS != 40<<20 || r.Quiet.AddedRSS != 3<<20 || r.Bombed.AddedRSS != 12<<20 {
+		t.Errorf("peak RSS %d quiet, %d bombed, adding %d, %d; want the highest of the rounds", r.Quiet.PeakRSS, r.Bombed.PeakRSS, r.Quiet.AddedRSS, r.Bombed.AddedRSS)
 	}
 	// Medians of the rounds' ratios (1.5, 1, 1.25), not the ratio of the
 	// medians (2.5 / 2).
@@ -380,10 +380,10 @@ func TestBombsSummary(t *testing.T) {
 	rep.Write(&b)
 	for _, want := range []string{
 		"bombs, throttle off (--auth-failure-limit -1): 50 unauthenticated requests at once",
-		"without bombs              2.000  20.000        5.000  50.000  31.0 MiB            2.0        -                          -",
-		"with bombs              2.500  25.000        6.000  60.000  40.0 MiB            2.5      250  unauthenticated 220, ok 1",
+		"without bombs              2.000  20.000        5.000  50.000  31.0 MiB            3.0 MiB            2.0        -                          -",
+		"with bombs              2.500  25.000        6.000  60.000  40.0 MiB           12.0 MiB            2.5      250  unauthenticated 220, ok 1",
 		"with / without, p50: GetSession 1.25x (rounds 1.50x, 1.00x, 1.25x), Prompt turn 1.20x (rounds 1.00x, 1.50x, 1.20x)",
-		"(target <= 2x: met); peak RSS 31.0 MiB without, 40.0 MiB with",
+		"(target <= 2x: met); peak RSS 31.0 MiB without (a window added at most 3.0 MiB), 40.0 MiB with (12.0 MiB)",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, b.String())

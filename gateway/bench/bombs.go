@@ -124,10 +124,12 @@ type BombWindow struct {
 	// turn, from the call to the turn's end.
 	GetSession Latency `json:"getSessionMs"`
 	Turn       Latency `json:"turnMs"`
-	// PeakRSS is the gateway's peak resident set during the window;
+	// PeakRSS is the gateway's peak resident set during the window, and
+	// AddedRSS that less its resident set as the window started;
 	// GatewayCPU the gateway's CPU time over the window's, in percent of
 	// one CPU.
 	PeakRSS    int64   `json:"peakRssBytes"`
+	AddedRSS   int64   `json:"addedRssBytes"`
 	GatewayCPU float64 `json:"gatewayCpuPercent"`
 	Seconds    float64 `json:"seconds"`
 	// Bombs is what the bombers saw, in a bombed window.
@@ -141,6 +143,8 @@ type BombSummary struct {
 	TurnP50       float64 `json:"turnP50Ms"`
 	TurnP99       float64 `json:"turnP99Ms"`
 	PeakRSS       int64   `json:"peakRssBytes"`
+	// AddedRSS is the most a window added to the RSS it started with.
+	AddedRSS int64 `json:"addedRssBytes"`
 	// GatewayCPU is the median of the windows' GatewayCPU.
 	GatewayCPU float64 `json:"gatewayCpuPercent"`
 	// BombsPerSecond is the median over the bombed windows of the bombs
@@ -172,7 +176,10 @@ func runBombs(ctx context.Context, self []string, runID string, tr *transports, 
 		res.Error = err.Error()
 		return res
 	}
-	g, err := startGateway(ctx, self, runID, "memory:", "--tokens", tokens, "--auth-failure-limit", strconv.Itoa(res.AuthFailureLimit))
+	// Serve's default store: the memory store would keep every turn's
+	// events in the gateway's heap, which would grow round by round.
+	store := "bolt:" + filepath.Join(dir, "bombs-"+throttle+".db")
+	g, err := startGateway(ctx, self, runID, store, "--tokens", tokens, "--auth-failure-limit", strconv.Itoa(res.AuthFailureLimit))
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -184,16 +191,17 @@ func runBombs(ctx context.Context, self []string, runID string, tr *transports, 
 			res.Error = err.Error()
 		}
 	}()
-	c := bridge.NewClient(tr.h1, g.base, user, connect.WithCodec(skimCodec{}))
-	created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agentName(2), Cwd: cwd}))
-	if err != nil {
-		res.Error = "CreateSession: " + err.Error()
-		return res
+	u := &userCalls{c: bridge.NewClient(tr.h1, g.base, user, connect.WithCodec(skimCodec{})), cwd: cwd,
+		w: Workload{Updates: bombTurnUpdates, Payload: cfg.Payload}}
+	// The session GetSession reads has one turn, and keeps it.
+	if u.getID, err = u.session(ctx); err == nil {
+		_, err = promptTurn(ctx, u.c, u.getID, u.w, nil)
 	}
-	id := created.Msg.GetSessionId()
-	w := Workload{Updates: bombTurnUpdates, Payload: cfg.Payload}
 	// A few calls first, for what is made once (connections, pools).
-	if _, err := userWindow(ctx, c, id, w, min(cfg.BombSamples, 10)); err != nil {
+	if err == nil {
+		_, err = u.window(ctx, min(cfg.BombSamples, 10))
+	}
+	if err != nil {
 		res.Error = "warm-up: " + err.Error()
 		return res
 	}
@@ -201,11 +209,11 @@ func runBombs(ctx context.Context, self []string, runID string, tr *transports, 
 	bombers := bombersArgs{base: g.base, n: cfg.Bombs, token: wrong, from: bombersFrom, nice: cfg.BombersNice}
 	for round := range cfg.BombRounds {
 		var r BombRound
-		if r.Quiet, err = quietWindow(ctx, g, c, id, w, cfg.BombSamples); err != nil {
+		if r.Quiet, err = quietWindow(ctx, g, u, cfg.BombSamples); err != nil {
 			res.Error = fmt.Sprintf("round %d, quiet: %v", round+1, err)
 			break
 		}
-		if r.Bombed, err = bombedWindow(ctx, self, runID, g, c, id, w, cfg.BombSamples, bombers); err != nil {
+		if r.Bombed, err = bombedWindow(ctx, self, runID, g, u, cfg.BombSamples, bombers); err != nil {
 			res.Error = fmt.Sprintf("round %d, bombed: %v", round+1, err)
 			break
 		}
@@ -229,6 +237,7 @@ func (r *BombsResult) summarize() {
 		qg50, qg99, qt50, qt99 = append(qg50, q.GetSession.P50), append(qg99, q.GetSession.P99), append(qt50, q.Turn.P50), append(qt99, q.Turn.P99)
 		bg50, bg99, bt50, bt99 = append(bg50, b.GetSession.P50), append(bg99, b.GetSession.P99), append(bt50, b.Turn.P50), append(bt99, b.Turn.P99)
 		r.Quiet.PeakRSS, r.Bombed.PeakRSS = max(r.Quiet.PeakRSS, q.PeakRSS), max(r.Bombed.PeakRSS, b.PeakRSS)
+		r.Quiet.AddedRSS, r.Bombed.AddedRSS = max(r.Quiet.AddedRSS, q.AddedRSS), max(r.Bombed.AddedRSS, b.AddedRSS)
 		qcpu, bcpu = append(qcpu, q.GatewayCPU), append(bcpu, b.GatewayCPU)
 		if q.GetSession.P50 > 0 {
 			r.RoundGetP50Ratios = append(r.RoundGetP50Ratios, round3(b.GetSession.P50/q.GetSession.P50))
@@ -270,21 +279,51 @@ func randomToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// userWindow times n GetSession calls on session id, each followed by a
-// Prompt turn of w, through c, the user's client.
-func userWindow(ctx context.Context, c acpv2connect.SessionServiceClient, id string, w Workload, n int) (BombWindow, error) {
+// userCalls are the calls of the user the bombs phase times, through c:
+// GetSession of session getID, which does not change, and Prompt turns of
+// w, on a session of each window's own (in cwd), so that every window
+// starts from the same state.
+type userCalls struct {
+	c     acpv2connect.SessionServiceClient
+	getID string
+	cwd   string
+	w     Workload
+}
+
+// session creates a session of the user.
+func (u *userCalls) session(ctx context.Context) (string, error) {
+	created, err := u.c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agentName(2), Cwd: u.cwd}))
+	if err != nil {
+		return "", fmt.Errorf("CreateSession: %w", err)
+	}
+	return created.Msg.GetSessionId(), nil
+}
+
+// window times n GetSession calls, each followed by a Prompt turn on a
+// session created for the window (before the clock starts) and closed
+// after it.
+func (u *userCalls) window(ctx context.Context, n int) (BombWindow, error) {
 	var win BombWindow
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	id, err := u.session(ctx)
+	if err != nil {
+		return win, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = u.c.CloseSession(cctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id}))
+	}()
 	start := time.Now()
 	gets, turns := make([]int64, 0, n), make([]int64, 0, n)
 	for range n {
 		t0 := time.Now()
-		if _, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id})); err != nil {
+		if _, err := u.c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: u.getID})); err != nil {
 			return win, fmt.Errorf("GetSession: %w", err)
 		}
 		t1 := time.Now()
-		if _, err := promptTurn(ctx, c, id, w, nil); err != nil {
+		if _, err := promptTurn(ctx, u.c, id, u.w, nil); err != nil {
 			return win, err
 		}
 		gets, turns = append(gets, int64(t1.Sub(t0))), append(turns, int64(time.Since(t1)))
@@ -294,38 +333,47 @@ func userWindow(ctx context.Context, c acpv2connect.SessionServiceClient, id str
 	return win, nil
 }
 
-// quietWindow is userWindow with the gateway's peak RSS and CPU over it.
-func quietWindow(ctx context.Context, g *gatewayProc, c acpv2connect.SessionServiceClient, id string, w Workload, n int) (BombWindow, error) {
-	resetPeakRSS(g.pid)
+// quietWindow is a window of u's with the gateway's peak RSS and CPU
+// over it.
+func quietWindow(ctx context.Context, g *gatewayProc, u *userCalls, n int) (BombWindow, error) {
+	rss0 := startPeakRSS(g)
 	cpu0, _ := procCPU(g.pid)
-	win, err := userWindow(ctx, c, id, w, n)
-	win.gatewayUse(g, cpu0)
+	win, err := u.window(ctx, n)
+	win.gatewayUse(g, rss0, cpu0)
 	return win, err
 }
 
-// gatewayUse records the gateway's peak RSS, and its CPU since cpu0 over
-// the window's time.
-func (win *BombWindow) gatewayUse(g *gatewayProc, cpu0 time.Duration) {
+// startPeakRSS resets the gateway's peak RSS and returns its RSS.
+func startPeakRSS(g *gatewayProc) int64 {
+	resetPeakRSS(g.pid)
+	rss, _ := procStatus(g.pid, "VmRSS")
+	return rss
+}
+
+// gatewayUse records the gateway's peak RSS, and what it added to rss0,
+// and its CPU since cpu0 over the window's time.
+func (win *BombWindow) gatewayUse(g *gatewayProc, rss0 int64, cpu0 time.Duration) {
 	win.PeakRSS, _ = procStatus(g.pid, "VmHWM")
+	win.AddedRSS = max(win.PeakRSS-rss0, 0)
 	if cpu1, err := procCPU(g.pid); err == nil && win.Seconds > 0 {
 		win.GatewayCPU = round3(100 * (cpu1 - cpu0).Seconds() / win.Seconds)
 	}
 }
 
-// bombedWindow is userWindow while a bombers child sends bombs at the
+// bombedWindow is quietWindow while a bombers child sends bombs at the
 // gateway: the window starts once each bomber has had an answer, and the
 // bombers stop after it. The peak RSS is from before the bombers start to
 // after they stop.
-func bombedWindow(ctx context.Context, self []string, runID string, g *gatewayProc, c acpv2connect.SessionServiceClient, id string, w Workload, n int, b bombersArgs) (BombWindow, error) {
-	resetPeakRSS(g.pid)
+func bombedWindow(ctx context.Context, self []string, runID string, g *gatewayProc, u *userCalls, n int, b bombersArgs) (BombWindow, error) {
+	rss0 := startPeakRSS(g)
 	p, err := startBombers(ctx, self, runID, b)
 	if err != nil {
 		return BombWindow{}, err
 	}
 	cpu0, _ := procCPU(g.pid)
-	win, err := userWindow(ctx, c, id, w, n)
+	win, err := u.window(ctx, n)
 	got, stopErr := p.stop(ctx)
-	win.gatewayUse(g, cpu0)
+	win.gatewayUse(g, rss0, cpu0)
 	if err == nil {
 		err = stopErr
 	}
@@ -556,8 +604,9 @@ func (r *BombsResult) verdict() string {
 	if !r.Met() {
 		met = "NOT met"
 	}
-	return fmt.Sprintf("with %d bombs at once, another user's p50 is %.2fx (GetSession) and %.2fx (Prompt turn) its p50 without (target <= %.0fx: %s); peak RSS %s without, %s with",
-		r.Bombers, r.GetP50Ratio, r.TurnP50Ratio, bombTarget, met, fmtBytes(float64(r.Quiet.PeakRSS)), fmtBytes(float64(r.Bombed.PeakRSS)))
+	return fmt.Sprintf("with %d bombs at once, another user's p50 is %.2fx (GetSession) and %.2fx (Prompt turn) its p50 without (target <= %.0fx: %s); peak RSS %s without (a window added at most %s), %s with (%s)",
+		r.Bombers, r.GetP50Ratio, r.TurnP50Ratio, bombTarget, met, fmtBytes(float64(r.Quiet.PeakRSS)), fmtBytes(float64(r.Quiet.AddedRSS)),
+		fmtBytes(float64(r.Bombed.PeakRSS)), fmtBytes(float64(r.Bombed.AddedRSS)))
 }
 
 // write writes the bombs phase's results: each condition's medians side
@@ -565,7 +614,7 @@ func (r *BombsResult) verdict() string {
 func (r *BombsResult) write(w io.Writer) {
 	fmt.Fprintf(w, "\nbombs, throttle %s: %d unauthenticated requests at once (a wrong token; %s), each a %s gzip body inflating to %s, from %s at nice %d;\n",
 		r.throttleLabel(), r.Bombers, kindNames(), fmtBytes(float64(r.BombBytes)), fmtBytes(float64(r.InflatedBytes)), bombersFrom, r.BombersNice)
-	fmt.Fprintf(w, "another user's GetSession calls and %d-update Prompt turns (connect+proto, HTTP/1.1, from 127.0.0.1), %d of each per window; %d rounds of a window without bombs, then one with them; medians of rounds\n",
+	fmt.Fprintf(w, "another user's GetSession calls (of a one-turn session) and %d-update Prompt turns (on a session of each window's own), connect+proto over HTTP/1.1 from 127.0.0.1, %d of each per window; bolt store; %d rounds of a window without bombs, then one with them; medians of rounds\n",
 		r.TurnUpdates, r.Samples, len(r.Rounds))
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error: %s\n", firstLine(r.Error))
@@ -575,7 +624,7 @@ func (r *BombsResult) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  gateway RSS before the first round: %s\n\n", fmtBytes(float64(r.IdleRSS)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "window\tGetSession p50 ms\tp99 ms\tturn p50 ms\tp99 ms\tpeak RSS\tgateway CPU %\tbombs/s\tanswers to the bombs\t")
+	fmt.Fprintln(tw, "window\tGetSession p50 ms\tp99 ms\tturn p50 ms\tp99 ms\tpeak RSS\tadded in a window\tgateway CPU %\tbombs/s\tanswers to the bombs\t")
 	for _, row := range []struct {
 		name string
 		s    BombSummary
@@ -585,8 +634,8 @@ func (r *BombsResult) write(w io.Writer) {
 			rate = fmt.Sprintf("%.0f", row.s.BombsPerSecond)
 			answers = refusedText(row.s.Refused)
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.1f\t%s\t%s\t\n", row.name, row.s.GetSessionP50, row.s.GetSessionP99,
-			row.s.TurnP50, row.s.TurnP99, fmtBytes(float64(row.s.PeakRSS)), row.s.GatewayCPU, rate, answers)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.1f\t%s\t%s\t\n", row.name, row.s.GetSessionP50, row.s.GetSessionP99,
+			row.s.TurnP50, row.s.TurnP99, fmtBytes(float64(row.s.PeakRSS)), fmtBytes(float64(row.s.AddedRSS)), row.s.GatewayCPU, rate, answers)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  with / without, p50: GetSession %.2fx (rounds %s), Prompt turn %.2fx (rounds %s)\n",

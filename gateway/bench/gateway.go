@@ -59,6 +59,10 @@ func agentCommand(self []string, runID string, protocol int) []string {
 // saying why; before "addr" it then prints "confined LIMITS", how the
 // limits are enforced.
 //
+// With --tokens every call needs one of the file's tokens, as with serve's
+// --auth-tokens, refused ones counted by the throttle of
+// --auth-failure-limit; the agents still run in any directory.
+//
 // Besides the SessionService it serves GET /bench/memstats (after a GC)
 // and POST /bench/profile/start and /bench/profile/stop, which write
 // --cpuprofile, --memprofile and --mutexprofile.
