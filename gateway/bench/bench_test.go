@@ -352,9 +352,9 @@ func TestBombsSummary(t *testing.T) {
 	}
 	r := &BombsResult{Throttle: "off", AuthFailureLimit: -1, Bombers: 50, Rounds: []BombRound{
 		// A slow round (the second) slows both of its windows.
-		{Quiet: window(1, 4, 30<<20, nil), Bombed: window(1.5, 4, 40<<20, map[string]int{"unauthenticated": 100})},
-		{Quiet: window(4, 8, 31<<20, nil), Bombed: window(4, 12, 35<<20, map[string]int{"unauthenticated": 50, "ok": 1})},
-		{Quiet: window(2, 5, 29<<20, nil), Bombed: window(2.5, 6, 34<<20, map[string]int{"unauthenticated": 70})},
+		{Quiet: window(1, 4, 30<<20, nil), Control: window(1, 8, 30<<20, map[string]int{"unauthenticated": 9}), Bombed: window(1.5, 4, 40<<20, map[string]int{"unauthenticated": 100})},
+		{Quiet: window(4, 8, 31<<20, nil), Control: window(4, 8, 30<<20, map[string]int{"unauthenticated": 9}), Bombed: window(4, 12, 35<<20, map[string]int{"unauthenticated": 50, "ok": 1})},
+		{Quiet: window(2, 5, 29<<20, nil), Control: window(3, 5, 30<<20, map[string]int{"unauthenticated": 9}), Bombed: window(2.5, 6, 34<<20, map[string]int{"unauthenticated": 70})},
 	}}
 	r.summarize()
 	if r.Quiet.GetSessionP50 != 2 || r.Quiet.GetSessionP99 != 20 || r.Quiet.TurnP50 != 5 || r.Bombed.GetSessionP50 != 2.5 || r.Bombed.TurnP99 != 60 {
@@ -368,6 +368,9 @@ func TestBombsSummary(t *testing.T) {
 	if !slices.Equal(r.RoundGetP50Ratios, []float64{1.5, 1, 1.25}) || r.GetP50Ratio != 1.25 || r.TurnP50Ratio != 1.2 {
 		t.Errorf("ratios: GetSession %v (rounds %v), turn %v (rounds %v)", r.GetP50Ratio, r.RoundGetP50Ratios, r.TurnP50Ratio, r.RoundTurnP50Ratios)
 	}
+	if r.ControlGetP50Ratio != 1 || r.ControlTurnP50Ratio != 1 || r.Control.Refused["unauthenticated"] != 27 {
+		t.Errorf("control: %v, %v, %+v", r.ControlGetP50Ratio, r.ControlTurnP50Ratio, r.Control)
+	}
 	if r.Bombed.Refused["unauthenticated"] != 220 || r.Bombed.Refused["ok"] != 1 || r.Bombed.BombsPerSecond != 250 || r.Quiet.Refused != nil {
 		t.Errorf("bombs: quiet %+v, bombed %+v", r.Quiet, r.Bombed)
 	}
@@ -380,9 +383,11 @@ func TestBombsSummary(t *testing.T) {
 	rep.Write(&b)
 	for _, want := range []string{
 		"bombs, throttle off (--auth-failure-limit -1): 50 unauthenticated requests at once",
-		"without bombs              2.000  20.000        5.000  50.000  31.0 MiB            3.0 MiB            2.0        -                          -",
-		"with bombs              2.500  25.000        6.000  60.000  40.0 MiB           12.0 MiB            2.5      250  unauthenticated 220, ok 1",
-		"with / without, p50: GetSession 1.25x (rounds 1.50x, 1.00x, 1.25x), Prompt turn 1.20x (rounds 1.00x, 1.50x, 1.20x)",
+		"                           without bombs              2.000  20.000        5.000  50.000  31.0 MiB            3.0 MiB            2.0        -                          -",
+		"bombs at a server of their own (control)              3.000  30.000        8.000  80.000  30.0 MiB            2.0 MiB            3.0      300         unauthenticated 27",
+		"                    bombs at the gateway              2.500  25.000        6.000  60.000  40.0 MiB           12.0 MiB            2.5      250  unauthenticated 220, ok 1",
+		"control / without, p50: GetSession 1.00x, Prompt turn 1.00x",
+		"at the gateway / without, p50: GetSession 1.25x (rounds 1.50x, 1.00x, 1.25x), Prompt turn 1.20x (rounds 1.00x, 1.50x, 1.20x)",
 		"(target <= 2x: met); peak RSS 31.0 MiB without (a window added at most 3.0 MiB), 40.0 MiB with (12.0 MiB)",
 	} {
 		if !strings.Contains(b.String(), want) {

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -95,10 +96,15 @@ type BombsResult struct {
 	// Rounds are the windows in the order they ran: each round a quiet
 	// window, then a bombed one.
 	Rounds []BombRound `json:"rounds"`
-	// Quiet and Bombed sum up each condition's windows: medians over the
-	// rounds of each latency figure, the highest peak RSS.
-	Quiet  BombSummary `json:"quiet"`
-	Bombed BombSummary `json:"bombed"`
+	// Quiet, Control and Bombed sum up each condition's windows: medians
+	// over the rounds of each latency figure, the highest peak RSS. In a
+	// control window the same bombers bomb a server of their own (auth's
+	// refusal of unauthenticated requests, over the same tokens and
+	// throttle, in front of nothing), at their priority: what the attack
+	// costs the user through this host's CPUs, without the gateway.
+	Quiet   BombSummary `json:"quiet"`
+	Control BombSummary `json:"control"`
+	Bombed  BombSummary `json:"bombed"`
 	// GetP50Ratio and TurnP50Ratio are the medians over the rounds of the
 	// bombed window's p50 over the quiet window's of the same round
 	// (RoundGetP50Ratios, RoundTurnP50Ratios).
@@ -106,16 +112,22 @@ type BombsResult struct {
 	TurnP50Ratio       float64   `json:"turnP50Ratio"`
 	RoundGetP50Ratios  []float64 `json:"roundGetSessionP50Ratios,omitempty"`
 	RoundTurnP50Ratios []float64 `json:"roundTurnP50Ratios,omitempty"`
+	// ControlGetP50Ratio and ControlTurnP50Ratio are the same of the
+	// control windows over the quiet ones.
+	ControlGetP50Ratio  float64 `json:"controlGetSessionP50Ratio"`
+	ControlTurnP50Ratio float64 `json:"controlTurnP50Ratio"`
 	// Leftover counts the gateway's child processes alive after it shut
 	// down (its own count).
 	Leftover int    `json:"leftoverChildren"`
 	Error    string `json:"error,omitempty"`
 }
 
-// BombRound is one quiet window and the bombed window after it.
+// BombRound is one quiet window, the control window after it and the
+// bombed window after that.
 type BombRound struct {
-	Quiet  BombWindow `json:"quiet"`
-	Bombed BombWindow `json:"bombed"`
+	Quiet   BombWindow `json:"quiet"`
+	Control BombWindow `json:"control"`
+	Bombed  BombWindow `json:"bombed"`
 }
 
 // BombWindow is the user's calls during one window.
@@ -213,14 +225,21 @@ func runBombs(ctx context.Context, self []string, runID string, tr *transports, 
 			res.Error = fmt.Sprintf("round %d, quiet: %v", round+1, err)
 			break
 		}
+		control := bombers
+		control.tokens, control.limit = tokens, res.AuthFailureLimit
+		if r.Control, err = bombedWindow(ctx, self, runID, g, u, cfg.BombSamples, control); err != nil {
+			res.Error = fmt.Sprintf("round %d, control: %v", round+1, err)
+			break
+		}
 		if r.Bombed, err = bombedWindow(ctx, self, runID, g, u, cfg.BombSamples, bombers); err != nil {
 			res.Error = fmt.Sprintf("round %d, bombed: %v", round+1, err)
 			break
 		}
 		res.BombBytes = r.Bombed.Bombs.BombBytes
 		res.Rounds = append(res.Rounds, r)
-		say("bombs (throttle %s): round %d of %d: GetSession p50 %.3f ms quiet, %.3f ms bombed (%.0f bombs/s), peak RSS %s, %s",
-			throttle, round+1, cfg.BombRounds, r.Quiet.GetSession.P50, r.Bombed.GetSession.P50, r.Bombed.Bombs.PerSecond,
+		say("bombs (throttle %s): round %d of %d: p50 GetSession %.3f / %.3f / %.3f ms, Prompt turn %.3f / %.3f / %.3f ms quiet / control / bombed (%.0f bombs/s), peak RSS %s, %s",
+			throttle, round+1, cfg.BombRounds, r.Quiet.GetSession.P50, r.Control.GetSession.P50, r.Bombed.GetSession.P50,
+			r.Quiet.Turn.P50, r.Control.Turn.P50, r.Bombed.Turn.P50, r.Bombed.Bombs.PerSecond,
 			fmtBytes(float64(r.Quiet.PeakRSS)), fmtBytes(float64(r.Bombed.PeakRSS)))
 	}
 	res.summarize()
@@ -229,47 +248,69 @@ func runBombs(ctx context.Context, self []string, runID string, tr *transports, 
 
 // summarize fills the summaries and ratios from the rounds.
 func (r *BombsResult) summarize() {
-	var qg50, qg99, qt50, qt99, bg50, bg99, bt50, bt99, rates, qcpu, bcpu []float64
-	r.Quiet, r.Bombed = BombSummary{}, BombSummary{}
-	r.RoundGetP50Ratios, r.RoundTurnP50Ratios = nil, nil
+	var quiet, control, bombed []BombWindow
 	for _, rd := range r.Rounds {
-		q, b := rd.Quiet, rd.Bombed
-		qg50, qg99, qt50, qt99 = append(qg50, q.GetSession.P50), append(qg99, q.GetSession.P99), append(qt50, q.Turn.P50), append(qt99, q.Turn.P99)
-		bg50, bg99, bt50, bt99 = append(bg50, b.GetSession.P50), append(bg99, b.GetSession.P99), append(bt50, b.Turn.P50), append(bt99, b.Turn.P99)
-		r.Quiet.PeakRSS, r.Bombed.PeakRSS = max(r.Quiet.PeakRSS, q.PeakRSS), max(r.Bombed.PeakRSS, b.PeakRSS)
-		r.Quiet.AddedRSS, r.Bombed.AddedRSS = max(r.Quiet.AddedRSS, q.AddedRSS), max(r.Bombed.AddedRSS, b.AddedRSS)
-		qcpu, bcpu = append(qcpu, q.GatewayCPU), append(bcpu, b.GatewayCPU)
-		if q.GetSession.P50 > 0 {
-			r.RoundGetP50Ratios = append(r.RoundGetP50Ratios, round3(b.GetSession.P50/q.GetSession.P50))
+		quiet, control, bombed = append(quiet, rd.Quiet), append(control, rd.Control), append(bombed, rd.Bombed)
+	}
+	r.Quiet, r.Control, r.Bombed = summarizeWindows(quiet), summarizeWindows(control), summarizeWindows(bombed)
+	r.RoundGetP50Ratios, r.RoundTurnP50Ratios = p50Ratios(bombed, quiet, func(w BombWindow) float64 { return w.GetSession.P50 }),
+		p50Ratios(bombed, quiet, func(w BombWindow) float64 { return w.Turn.P50 })
+	r.GetP50Ratio, r.TurnP50Ratio = median0(r.RoundGetP50Ratios), median0(r.RoundTurnP50Ratios)
+	r.ControlGetP50Ratio = median0(p50Ratios(control, quiet, func(w BombWindow) float64 { return w.GetSession.P50 }))
+	r.ControlTurnP50Ratio = median0(p50Ratios(control, quiet, func(w BombWindow) float64 { return w.Turn.P50 }))
+}
+
+// summarizeWindows sums up the windows of one condition.
+func summarizeWindows(ws []BombWindow) BombSummary {
+	var s BombSummary
+	if len(ws) == 0 {
+		return s
+	}
+	figure := func(f func(BombWindow) float64) float64 {
+		vs := make([]float64, len(ws))
+		for i, w := range ws {
+			vs[i] = f(w)
 		}
-		if q.Turn.P50 > 0 {
-			r.RoundTurnP50Ratios = append(r.RoundTurnP50Ratios, round3(b.Turn.P50/q.Turn.P50))
-		}
-		if s := b.Bombs; s != nil {
-			rates = append(rates, s.PerSecond)
-			if r.Bombed.Refused == nil {
-				r.Bombed.Refused = map[string]int{}
+		return median(vs)
+	}
+	s.GetSessionP50, s.GetSessionP99 = figure(func(w BombWindow) float64 { return w.GetSession.P50 }), figure(func(w BombWindow) float64 { return w.GetSession.P99 })
+	s.TurnP50, s.TurnP99 = figure(func(w BombWindow) float64 { return w.Turn.P50 }), figure(func(w BombWindow) float64 { return w.Turn.P99 })
+	s.GatewayCPU = figure(func(w BombWindow) float64 { return w.GatewayCPU })
+	var rates []float64
+	for _, w := range ws {
+		s.PeakRSS, s.AddedRSS = max(s.PeakRSS, w.PeakRSS), max(s.AddedRSS, w.AddedRSS)
+		if b := w.Bombs; b != nil {
+			rates = append(rates, b.PerSecond)
+			if s.Refused == nil {
+				s.Refused = map[string]int{}
 			}
-			for code, n := range s.Refused {
-				r.Bombed.Refused[code] += n
+			for code, n := range b.Refused {
+				s.Refused[code] += n
 			}
 		}
 	}
-	if len(r.Rounds) == 0 {
-		return
+	s.BombsPerSecond = median0(rates)
+	return s
+}
+
+// p50Ratios are f of each window of num over f of the window of den of the
+// same round, where that is not 0.
+func p50Ratios(num, den []BombWindow, f func(BombWindow) float64) []float64 {
+	var out []float64
+	for i := range min(len(num), len(den)) {
+		if d := f(den[i]); d > 0 {
+			out = append(out, round3(f(num[i])/d))
+		}
 	}
-	r.Quiet.GetSessionP50, r.Quiet.GetSessionP99, r.Quiet.TurnP50, r.Quiet.TurnP99 = median(qg50), median(qg99), median(qt50), median(qt99)
-	r.Bombed.GetSessionP50, r.Bombed.GetSessionP99, r.Bombed.TurnP50, r.Bombed.TurnP99 = median(bg50), median(bg99), median(bt50), median(bt99)
-	r.Quiet.GatewayCPU, r.Bombed.GatewayCPU = median(qcpu), median(bcpu)
-	if len(rates) > 0 {
-		r.Bombed.BombsPerSecond = median(rates)
+	return out
+}
+
+// median0 is the median of vs, or 0 for none.
+func median0(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
 	}
-	if len(r.RoundGetP50Ratios) > 0 {
-		r.GetP50Ratio = median(r.RoundGetP50Ratios)
-	}
-	if len(r.RoundTurnP50Ratios) > 0 {
-		r.TurnP50Ratio = median(r.RoundTurnP50Ratios)
-	}
+	return median(vs)
 }
 
 // randomToken returns a token of 32 hex digits.
@@ -389,9 +430,12 @@ func bombedWindow(ctx context.Context, self []string, runID string, g *gatewayPr
 
 // bombersArgs are the flags of a bombers child: n bombers at the gateway at
 // base, sending token, from the source address from, at CPU priority nice.
+// With tokens, the child bombs a server of its own instead, which refuses
+// what those tokens do not authenticate, under a throttle of limit (a
+// control window).
 type bombersArgs struct {
-	base, token, from string
-	n, nice           int
+	base, token, from, tokens string
+	n, nice, limit            int
 }
 
 // bombersResult is what a bombers child reports once stopped.
@@ -429,8 +473,19 @@ func serveBombers(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	from := fs.String("from", "", "source address of the bombs' connections (empty: any)")
 	nice := fs.Int("nice", 0, "CPU priority (nice value) to run at")
 	mib := fs.Int("mib", bombMiB, "MiB a bomb inflates to (a multiple of 16)")
+	tokens := fs.String("serve-tokens", "", "bomb a server of this child's own instead of --base, which refuses, as the gateway does before reading a body, what this file of TOKEN USER lines does not authenticate")
+	limit := fs.Int("auth-failure-limit", 0, "with --serve-tokens: its throttle, as the gateway's flag")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *tokens != "" {
+		b, stop, err := serveRefusals(*tokens, *limit)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench bombers:", err)
+			return 1
+		}
+		defer stop()
+		*base = b
 	}
 	if *base == "" || *n < 1 || *n > 1000 || *mib < 16 {
 		fmt.Fprintln(stderr, "bench bombers: --base, --n (1 to 1000) and --mib (at least 16) are required")
@@ -459,6 +514,32 @@ func serveBombers(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return 1
 	}
 	return 0
+}
+
+// serveRefusals serves, on 127.0.0.1, auth.Middleware over the tokens of
+// file, with a throttle of limit as the gateway's, in front of nothing:
+// what the gateway runs before it reads a body. It returns the server's
+// base URL and what stops it.
+func serveRefusals(file string, limit int) (string, func(), error) {
+	tokens, err := auth.LoadTokens(file)
+	if err != nil {
+		return "", nil, err
+	}
+	var opts []auth.InterceptorOption
+	if limit >= 0 {
+		opts = append(opts, auth.WithThrottle(auth.NewThrottle(cmp.Or(limit, auth.DefaultFailureLimit), slog.New(slog.DiscardHandler))))
+	}
+	nothing := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "not served", http.StatusNotImplemented) })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: auth.Middleware(tokens, nothing, nil, opts...), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
 // bomb runs n bombers at the gateway at base until stop ends (or ctx
@@ -571,7 +652,7 @@ type bombersProc struct{ *child }
 // bombers has had an answer.
 func startBombers(ctx context.Context, self []string, runID string, b bombersArgs) (*bombersProc, error) {
 	c, err := startChild(self, "bombers", runID, true, "--base", b.base, "--n", strconv.Itoa(b.n),
-		"--token", b.token, "--from", b.from, "--nice", strconv.Itoa(b.nice))
+		"--token", b.token, "--from", b.from, "--nice", strconv.Itoa(b.nice), "--serve-tokens", b.tokens, "--auth-failure-limit", strconv.Itoa(b.limit))
 	if err != nil {
 		return nil, err
 	}
@@ -614,7 +695,7 @@ func (r *BombsResult) verdict() string {
 func (r *BombsResult) write(w io.Writer) {
 	fmt.Fprintf(w, "\nbombs, throttle %s: %d unauthenticated requests at once (a wrong token; %s), each a %s gzip body inflating to %s, from %s at nice %d;\n",
 		r.throttleLabel(), r.Bombers, kindNames(), fmtBytes(float64(r.BombBytes)), fmtBytes(float64(r.InflatedBytes)), bombersFrom, r.BombersNice)
-	fmt.Fprintf(w, "another user's GetSession calls (of a one-turn session) and %d-update Prompt turns (on a session of each window's own), connect+proto over HTTP/1.1 from 127.0.0.1, %d of each per window; bolt store; %d rounds of a window without bombs, then one with them; medians of rounds\n",
+	fmt.Fprintf(w, "another user's GetSession calls (of a one-turn session) and %d-update Prompt turns (on a session of each window's own), connect+proto over HTTP/1.1 from 127.0.0.1, %d of each per window; bolt store; %d rounds of a window without bombs, one with them at a server of the bombers' own (control), one with them at the gateway; medians of rounds\n",
 		r.TurnUpdates, r.Samples, len(r.Rounds))
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error: %s\n", firstLine(r.Error))
@@ -628,7 +709,7 @@ func (r *BombsResult) write(w io.Writer) {
 	for _, row := range []struct {
 		name string
 		s    BombSummary
-	}{{"without bombs", r.Quiet}, {"with bombs", r.Bombed}} {
+	}{{"without bombs", r.Quiet}, {"bombs at a server of their own (control)", r.Control}, {"bombs at the gateway", r.Bombed}} {
 		rate, answers := "-", "-"
 		if row.s.Refused != nil {
 			rate = fmt.Sprintf("%.0f", row.s.BombsPerSecond)
@@ -638,8 +719,10 @@ func (r *BombsResult) write(w io.Writer) {
 			row.s.TurnP50, row.s.TurnP99, fmtBytes(float64(row.s.PeakRSS)), fmtBytes(float64(row.s.AddedRSS)), row.s.GatewayCPU, rate, answers)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "  with / without, p50: GetSession %.2fx (rounds %s), Prompt turn %.2fx (rounds %s)\n",
+	fmt.Fprintf(w, "  at the gateway / without, p50: GetSession %.2fx (rounds %s), Prompt turn %.2fx (rounds %s)\n",
 		r.GetP50Ratio, joinRatios(r.RoundGetP50Ratios), r.TurnP50Ratio, joinRatios(r.RoundTurnP50Ratios))
+	fmt.Fprintf(w, "  control / without, p50: GetSession %.2fx, Prompt turn %.2fx (the same bombs at another process of this host)\n",
+		r.ControlGetP50Ratio, r.ControlTurnP50Ratio)
 	fmt.Fprintf(w, "  %s\n", r.verdict())
 }
 
