@@ -83,16 +83,16 @@ func TestBenchQuickReport(t *testing.T) {
 			Bombers          int    `json:"bombers"`
 			BombBytes        int    `json:"bombBytes"`
 			Rounds           []struct {
-				Quiet, Bombed struct {
+				Quiet, Control, Bombed struct {
 					GetSession struct {
 						Samples int `json:"samples"`
 					} `json:"getSessionMs"`
 					PeakRSS int64 `json:"peakRssBytes"`
 				}
 			} `json:"rounds"`
-			Bombed struct {
+			Control, Bombed struct {
 				Refused map[string]int `json:"refused"`
-			} `json:"bombed"`
+			}
 			GetP50Ratio float64 `json:"getSessionP50Ratio"`
 			Leftover    int     `json:"leftoverChildren"`
 			Error       string  `json:"error"`
@@ -180,6 +180,7 @@ func TestBenchQuickReport(t *testing.T) {
 		case b.Error != "" || b.Leftover != 0 || b.Bombers != 50 || b.BombBytes < 1<<20-64<<10 || b.BombBytes > 1<<20:
 			t.Errorf("bombs (throttle %s): %+v", b.Throttle, b)
 		case len(b.Rounds) != 1 || b.Rounds[0].Quiet.GetSession.Samples != 3 || b.Rounds[0].Bombed.GetSession.Samples != 3 ||
+			b.Rounds[0].Control.GetSession.Samples != 3 || b.Control.Refused["unauthenticated"] == 0 ||
 			b.Rounds[0].Quiet.PeakRSS <= 0 || b.GetP50Ratio <= 0:
 			t.Errorf("bombs (throttle %s): rounds %+v, ratio %v", b.Throttle, b.Rounds, b.GetP50Ratio)
 		case refused["ok"] != 0:
