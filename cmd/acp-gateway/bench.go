@@ -27,7 +27,8 @@ func init() {
 const benchUsage = `usage: acp-gateway bench [--quick] [--json FILE] [flags]
 
 Measures the gateway against a plain pipe and websocketd on one synthetic
-agent workload, then fan-out to many watchers and many sessions. Flags:
+agent workload, then fan-out to many watchers, many sessions, and another
+user's latency under unauthenticated gzip bombs. Flags:
 `
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -58,6 +59,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	scaleStore := fs.String("scale-store", full.ScaleStore, "store of the scale phase: bolt (serve's default) or memory (event logs in the gateway's heap)")
 	scaleSandbox := fs.String("scale-sandbox", full.ScaleSandbox, "agents of the scale phase: none (unconfined), bwrap (each in a bubblewrap sandbox under the default --agent-* limits, as serve with authentication runs them) or both, for their create-to-first-event latency side by side")
 	scaleNetwork := fs.String("scale-network", full.ScaleNetwork, "network of the scale phase's sandboxed agents, as serve's --sandbox-network: proxy (serve's default: a network of their own, out only through the egress proxy) or host")
+	bombs := fs.Int("bombs", full.Bombs, "unauthenticated gzip bombs (a wrong token, 1 MiB inflating to 1 GiB) in flight at once in the bombs phase, while another user's calls are timed (0: skip)")
+	bombRounds := fs.Int("bomb-rounds", full.BombRounds, "rounds of the bombs phase, each a window without bombs then one with them (quick: 2)")
+	bombSamples := fs.Int("bomb-samples", full.BombSamples, "the other user's GetSession calls and Prompt turns per window of the bombs phase (quick: 30)")
+	bombThrottle := fs.String("bomb-throttle", full.BombThrottle, "the bombs phase gateway's --auth-failure-limit: off (-1: every bomb reaches the token check), default, or both, one run after the other")
+	bombersNice := fs.Int("bombers-nice", full.BombersNice, "CPU priority of the bombs phase's bombers: 19 (the lowest) stands in for clients on other machines; 0 lets them take the gateway's CPU share too")
 	redisURL := fs.String("redis", full.Redis, "Redis for the Redis store path (a random key prefix, deleted afterwards)")
 	websocketd := fs.String("websocketd", "", "websocketd binary (default: websocketd in PATH)")
 	cpuprofile := fs.String("cpuprofile", "", "write the gateway process's CPU profile during --profile-path to this file")
@@ -91,6 +97,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	pick("sessions", &cfg.Sessions, *sessions)
 	pick("scale-updates", &cfg.ScaleUpdates, *scaleUpdates)
 	pick("scale-concurrency", &cfg.ScaleConcurrency, *scaleConc)
+	pick("bombs", &cfg.Bombs, *bombs)
+	pick("bomb-rounds", &cfg.BombRounds, *bombRounds)
+	pick("bomb-samples", &cfg.BombSamples, *bombSamples)
+	pick("bombers-nice", &cfg.BombersNice, *bombersNice)
+	cfg.BombThrottle = *bombThrottle
 	cfg.ScaleStore, cfg.ScaleSandbox, cfg.ScaleNetwork = *scaleStore, *scaleSandbox, *scaleNetwork
 	if set["rate"] {
 		cfg.Rate = *rate

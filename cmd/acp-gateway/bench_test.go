@@ -22,7 +22,8 @@ func TestBenchQuickReport(t *testing.T) {
 	jsonFile := filepath.Join(t.TempDir(), "bench.json")
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"bench", "--quick", "--rounds", "2", "--updates", "40", "--paced-updates", "20", "--rate", "2000",
-		"--fanout", "1,3", "--fanout-updates", "20", "--sessions", "3", "--scale-updates", "3", "--json", jsonFile}, &stdout, &stderr)
+		"--fanout", "1,3", "--fanout-updates", "20", "--sessions", "3", "--scale-updates", "3",
+		"--bomb-rounds", "1", "--bomb-samples", "3", "--json", jsonFile}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -76,8 +77,28 @@ func TestBenchQuickReport(t *testing.T) {
 		} `json:"fanout"`
 		Scale        *scaleJSON `json:"scale"`
 		ScaleSandbox *scaleJSON `json:"scaleSandbox"`
-		Leftover     int        `json:"leftoverProcesses"`
-		Headline     string     `json:"headline"`
+		Bombs        []struct {
+			Throttle         string `json:"throttle"`
+			AuthFailureLimit int    `json:"authFailureLimit"`
+			Bombers          int    `json:"bombers"`
+			BombBytes        int    `json:"bombBytes"`
+			Rounds           []struct {
+				Quiet, Control, Bombed struct {
+					GetSession struct {
+						Samples int `json:"samples"`
+					} `json:"getSessionMs"`
+					PeakRSS int64 `json:"peakRssBytes"`
+				}
+			} `json:"rounds"`
+			Control, Bombed struct {
+				Refused map[string]int `json:"refused"`
+			}
+			GetP50Ratio float64 `json:"getSessionP50Ratio"`
+			Leftover    int     `json:"leftoverChildren"`
+			Error       string  `json:"error"`
+		} `json:"bombs"`
+		Leftover int    `json:"leftoverProcesses"`
+		Headline string `json:"headline"`
 	}
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatalf("the JSON does not parse: %v\n%s", err, raw)
@@ -146,6 +167,33 @@ func TestBenchQuickReport(t *testing.T) {
 			t.Errorf("the report does not mention %q:\n%s", want, stdout.String())
 		}
 	}
+	// The bombs phase ran with the throttle off, where every bomb is
+	// refused as unauthenticated, then at its default, where most are
+	// refused as throttled; none is let in.
+	if len(rep.Bombs) != 2 || rep.Bombs[0].Throttle != "off" || rep.Bombs[0].AuthFailureLimit != -1 ||
+		rep.Bombs[1].Throttle != "default" || rep.Bombs[1].AuthFailureLimit != 10 {
+		t.Fatalf("bombs %+v", rep.Bombs)
+	}
+	for _, b := range rep.Bombs {
+		refused := b.Bombed.Refused
+		switch {
+		case b.Error != "" || b.Leftover != 0 || b.Bombers != 50 || b.BombBytes < 1<<20-64<<10 || b.BombBytes > 1<<20:
+			t.Errorf("bombs (throttle %s): %+v", b.Throttle, b)
+		case len(b.Rounds) != 1 || b.Rounds[0].Quiet.GetSession.Samples != 3 || b.Rounds[0].Bombed.GetSession.Samples != 3 ||
+			b.Rounds[0].Control.GetSession.Samples != 3 || b.Control.Refused["unauthenticated"] == 0 ||
+			b.Rounds[0].Quiet.PeakRSS <= 0 || b.GetP50Ratio <= 0:
+			t.Errorf("bombs (throttle %s): rounds %+v, ratio %v", b.Throttle, b.Rounds, b.GetP50Ratio)
+		case refused["ok"] != 0:
+			t.Errorf("bombs (throttle %s): %d bombs were let in", b.Throttle, refused["ok"])
+		case b.Throttle == "off" && (refused["unauthenticated"] == 0 || len(refused) != 1):
+			t.Errorf("bombs (throttle off): answered %v", refused)
+		case b.Throttle == "default" && refused["resource_exhausted"] == 0:
+			t.Errorf("bombs (throttle default): answered %v, none throttled", refused)
+		}
+	}
+	if !strings.Contains(stdout.String(), "bombs, throttle default (--auth-failure-limit 10): 50 unauthenticated requests at once") {
+		t.Errorf("the report does not show the bombs phase:\n%s", stdout.String())
+	}
 	if rep.Leftover != 0 {
 		t.Errorf("%d processes of the run outlived it", rep.Leftover)
 	}
@@ -175,6 +223,8 @@ func TestBenchBadFlagsExit2(t *testing.T) {
 		{"bench", "--scale-network", "none"},
 		{"bench", "--paths", "pigeon"},
 		{"bench", "--fanout", "x"},
+		{"bench", "--bomb-throttle", "sometimes"},
+		{"bench", "--bombers-nice", "20"},
 		{"bench", "extra"},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -191,7 +241,7 @@ func TestBenchWritesProfiles(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{}
 	args := []string{"bench", "--quick", "--rounds", "1", "--paths", "proto", "--updates", "40", "--paced-updates", "20",
-		"--rate", "2000", "--fanout", "", "--sessions", "0", "--profile-path", "proto"}
+		"--rate", "2000", "--fanout", "", "--sessions", "0", "--bombs", "0", "--profile-path", "proto"}
 	for _, kind := range []string{"cpuprofile", "memprofile", "mutexprofile"} {
 		files[kind] = filepath.Join(dir, kind+".pb.gz")
 		args = append(args, "--"+kind, files[kind])

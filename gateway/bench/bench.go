@@ -76,6 +76,20 @@ type Config struct {
 	// namespace of its own, out only through the egress proxy) or "host".
 	ScaleSandbox string `json:"scaleSandbox"`
 	ScaleNetwork string `json:"scaleNetwork"`
+	// Bombs is how many unauthenticated gzip bombs the bombs phase keeps
+	// in flight at once (0 skips it); BombRounds its rounds, each a window
+	// without bombs and one with them; BombSamples the user's GetSession
+	// calls and Prompt turns per window; BombThrottle the gateway's
+	// --auth-failure-limit: "off" (-1: every bomb reaches the token
+	// check), "default", or "both", one run after the other.
+	Bombs        int    `json:"bombs"`
+	BombRounds   int    `json:"bombRounds"`
+	BombSamples  int    `json:"bombSamples"`
+	BombThrottle string `json:"bombThrottle"`
+	// BombersNice is the bombers' CPU priority: 19, the lowest, has them
+	// stand in for clients on other machines, as the fan-out's watchers
+	// do; 0 has them take the gateway's and the user's CPU share too.
+	BombersNice int `json:"bombersNice"`
 	// Redis is the Redis store's URL; a random key prefix is used and its
 	// keys deleted afterwards.
 	Redis string `json:"redis"`
@@ -99,6 +113,7 @@ func Defaults(quick bool) Config {
 		Updates: 100000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
 		Paths: PathKeys, Rounds: 3, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 10000,
 		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt", ScaleSandbox: ScaleSandboxBoth, ScaleNetwork: "proxy",
+		Bombs: 50, BombRounds: 5, BombSamples: 200, BombThrottle: BombThrottleBoth, BombersNice: watchersNice,
 		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
 	}
 	if quick {
@@ -106,6 +121,7 @@ func Defaults(quick bool) Config {
 		c.Rounds = 1
 		c.Updates, c.PacedUpdates, c.FanoutUpdates = 4000, 2000, 300
 		c.Sessions, c.ScaleUpdates = 100, 10
+		c.BombRounds, c.BombSamples = 2, 30
 		c.Timeout = 2 * time.Minute
 	}
 	return c
@@ -147,6 +163,18 @@ func (c *Config) Check() error {
 	if c.ScaleNetwork != "proxy" && c.ScaleNetwork != "host" {
 		return fmt.Errorf("--scale-network: %q (want proxy or host)", c.ScaleNetwork)
 	}
+	if c.Bombs < 0 || c.Bombs > 1000 {
+		return fmt.Errorf("--bombs: %d (want 0 to 1000)", c.Bombs)
+	}
+	if c.BombRounds < 1 || c.BombRounds > 20 || c.BombSamples < 1 || c.BombSamples > 10000 {
+		return fmt.Errorf("--bomb-rounds %d, --bomb-samples %d: want 1 to 20 rounds and 1 to 10000 samples", c.BombRounds, c.BombSamples)
+	}
+	if c.BombersNice < 0 || c.BombersNice > 19 {
+		return fmt.Errorf("--bombers-nice: %d (want 0 to 19)", c.BombersNice)
+	}
+	if !slices.Contains(BombThrottles, c.BombThrottle) {
+		return fmt.Errorf("--bomb-throttle: %q (want %s)", c.BombThrottle, strings.Join(BombThrottles, ", "))
+	}
 	if c.Sessions > 10000 {
 		return fmt.Errorf("--sessions: %d (at most 10000)", c.Sessions)
 	}
@@ -160,8 +188,9 @@ func (c *Config) Check() error {
 }
 
 // Child modes, run as `acp-gateway bench MODE`: the synthetic agent, the
-// measured gateway, the pipe reader, the fan-out watchers.
-var childModes = []string{"agent", "gateway", "pipe", "watchers"}
+// measured gateway, the pipe reader, the fan-out watchers, the bombs
+// phase's bombers.
+var childModes = []string{"agent", "gateway", "pipe", "watchers", "bombers"}
 
 // IsChild reports whether mode is a child mode of the bench.
 func IsChild(mode string) bool { return slices.Contains(childModes, mode) }
@@ -197,6 +226,8 @@ func Child(ctx context.Context, mode string, args []string, stdin io.Reader, std
 		return servePipe(ctx, args, stdout, stderr)
 	case "watchers":
 		return serveWatchers(ctx, args, stdout, stderr)
+	case "bombers":
+		return serveBombers(ctx, args, stdin, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "bench: unknown child mode %q\n", mode)
 	return 2
@@ -412,6 +443,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			} else {
 				rep.Scale = &s
 			}
+		}
+	}
+	if cfg.Bombs > 0 {
+		for _, throttle := range cfg.bombThrottles() {
+			if ctx.Err() != nil {
+				break
+			}
+			say("bombs (throttle %s): %d unauthenticated gzip bombs at once, %d rounds of %d calls without and with them", throttle, cfg.Bombs, cfg.BombRounds, cfg.BombSamples)
+			b := runBombs(ctx, self, runID, tr, &cfg, cwd, tmp, throttle, say)
+			if b.Error != "" {
+				say("bombs (throttle %s): failed: %s", throttle, firstLine(b.Error))
+			} else {
+				say("bombs (throttle %s): %s", throttle, b.verdict())
+			}
+			rep.Bombs = append(rep.Bombs, b)
 		}
 	}
 	// Everything this run started is gone, or is ended now.

@@ -123,16 +123,21 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*Config){
-		"bad protocol": func(c *Config) { c.Mix = []int{3} },
-		"no protocol":  func(c *Config) { c.Mix = nil },
-		"bad path":     func(c *Config) { c.Paths = []string{"carrier-pigeon"} },
-		"zero fanout":  func(c *Config) { c.Fanout = []int{0} },
-		"bad profile":  func(c *Config) { c.ProfilePath = "everything" },
-		"no timeout":   func(c *Config) { c.Timeout = 0 },
-		"no rounds":    func(c *Config) { c.Rounds = 0 },
-		"bad sandbox":  func(c *Config) { c.ScaleSandbox = "gvisor" },
-		"no sandbox":   func(c *Config) { c.ScaleSandbox = "" },
-		"bad network":  func(c *Config) { c.ScaleNetwork = "none" },
+		"bad protocol":  func(c *Config) { c.Mix = []int{3} },
+		"no protocol":   func(c *Config) { c.Mix = nil },
+		"bad path":      func(c *Config) { c.Paths = []string{"carrier-pigeon"} },
+		"zero fanout":   func(c *Config) { c.Fanout = []int{0} },
+		"bad profile":   func(c *Config) { c.ProfilePath = "everything" },
+		"no timeout":    func(c *Config) { c.Timeout = 0 },
+		"no rounds":     func(c *Config) { c.Rounds = 0 },
+		"bad sandbox":   func(c *Config) { c.ScaleSandbox = "gvisor" },
+		"no sandbox":    func(c *Config) { c.ScaleSandbox = "" },
+		"bad network":   func(c *Config) { c.ScaleNetwork = "none" },
+		"bad bombs":     func(c *Config) { c.Bombs = -1 },
+		"no bomb round": func(c *Config) { c.BombRounds = 0 },
+		"no samples":    func(c *Config) { c.BombSamples = 0 },
+		"bad throttle":  func(c *Config) { c.BombThrottle = "sometimes" },
+		"bad nice":      func(c *Config) { c.BombersNice = 20 },
 	} {
 		c := Defaults(true)
 		mut(&c)
@@ -304,5 +309,99 @@ func TestReportScaleSideBySide(t *testing.T) {
 		"40.0 KiB per idle session")
 	if strings.Contains(failed, "the sandbox adds") {
 		t.Errorf("a failed sandboxed run was compared:\n%s", failed)
+	}
+}
+
+// The bombs phase runs with the throttle off, then at its default, or as
+// asked.
+func TestBombThrottles(t *testing.T) {
+	t.Parallel()
+	for throttle, want := range map[string][]string{"both": {"off", "default"}, "off": {"off"}, "default": {"default"}} {
+		c := Defaults(true)
+		c.BombThrottle = throttle
+		if err := c.Check(); err != nil {
+			t.Errorf("--bomb-throttle %s: %v", throttle, err)
+		}
+		if got := c.bombThrottles(); !slices.Equal(got, want) {
+			t.Errorf("--bomb-throttle %s runs %q, want %q", throttle, got, want)
+		}
+	}
+	if d := Defaults(false); d.Bombs != 50 || d.BombThrottle != "both" || d.BombersNice != 19 {
+		t.Errorf("defaults: %d bombs, throttle %q, nice %d; want 50, both, 19", d.Bombs, d.BombThrottle, d.BombersNice)
+	}
+}
+
+// The bombs phase reports, per condition, the medians of its rounds'
+// figures and the highest peak RSS, and as its ratio the median of the
+// rounds' own ratios; the verdict holds the 2x target, in the report and
+// in the headline.
+func TestBombsSummary(t *testing.T) {
+	t.Parallel()
+	window := func(get, turn float64, rss int64, bombs map[string]int) BombWindow {
+		w := BombWindow{GetSession: Latency{P50: get, P99: 10 * get}, Turn: Latency{P50: turn, P99: 10 * turn}, PeakRSS: rss, AddedRSS: rss - 28<<20, GatewayCPU: get}
+		if bombs != nil {
+			w.Bombs = &bombersResult{Refused: bombs, PerSecond: 100 * get}
+		}
+		return w
+	}
+	r := &BombsResult{Throttle: "off", AuthFailureLimit: -1, Bombers: 50, Rounds: []BombRound{
+		// A slow round (the second) slows both of its windows.
+		{Quiet: window(1, 4, 30<<20, nil), Control: window(1, 8, 30<<20, map[string]int{"unauthenticated": 9}), Bombed: window(1.5, 4, 40<<20, map[string]int{"unauthenticated": 100})},
+		{Quiet: window(4, 8, 31<<20, nil), Control: window(4, 8, 30<<20, map[string]int{"unauthenticated": 9}), Bombed: window(4, 12, 35<<20, map[string]int{"unauthenticated": 50, "ok": 1})},
+		{Quiet: window(2, 5, 29<<20, nil), Control: window(3, 5, 30<<20, map[string]int{"unauthenticated": 9}), Bombed: window(2.5, 6, 34<<20, map[string]int{"unauthenticated": 70})},
+	}}
+	r.summarize()
+	if r.Quiet.GetSessionP50 != 2 || r.Quiet.GetSessionP99 != 20 || r.Quiet.TurnP50 != 5 || r.Bombed.GetSessionP50 != 2.5 || r.Bombed.TurnP99 != 60 {
+		t.Errorf("medians: quiet %+v, bombed %+v", r.Quiet, r.Bombed)
+	}
+	if r.Quiet.PeakRSS != 31<<20 || r.Bombed.PeakRSS != 40<<20 || r.Quiet.AddedRSS != 3<<20 || r.Bombed.AddedRSS != 12<<20 {
+		t.Errorf("peak RSS %d quiet, %d bombed, adding %d, %d; want the highest of the rounds", r.Quiet.PeakRSS, r.Bombed.PeakRSS, r.Quiet.AddedRSS, r.Bombed.AddedRSS)
+	}
+	// Medians of the rounds' ratios (1.5, 1, 1.25), not the ratio of the
+	// medians (2.5 / 2).
+	if !slices.Equal(r.RoundGetP50Ratios, []float64{1.5, 1, 1.25}) || r.GetP50Ratio != 1.25 || r.TurnP50Ratio != 1.2 {
+		t.Errorf("ratios: GetSession %v (rounds %v), turn %v (rounds %v)", r.GetP50Ratio, r.RoundGetP50Ratios, r.TurnP50Ratio, r.RoundTurnP50Ratios)
+	}
+	if r.ControlGetP50Ratio != 1 || r.ControlTurnP50Ratio != 1 || r.Control.Refused["unauthenticated"] != 27 {
+		t.Errorf("control: %v, %v, %+v", r.ControlGetP50Ratio, r.ControlTurnP50Ratio, r.Control)
+	}
+	if r.Bombed.Refused["unauthenticated"] != 220 || r.Bombed.Refused["ok"] != 1 || r.Bombed.BombsPerSecond != 250 || r.Quiet.Refused != nil {
+		t.Errorf("bombs: quiet %+v, bombed %+v", r.Quiet, r.Bombed)
+	}
+	if !r.Met() {
+		t.Error("1.25x and 1.2x do not meet the 2x target")
+	}
+	rep := &Report{Bombs: []BombsResult{*r}}
+	rep.finish()
+	var b strings.Builder
+	rep.Write(&b)
+	for _, want := range []string{
+		"bombs, throttle off (--auth-failure-limit -1): 50 unauthenticated requests at once",
+		"                           without bombs              2.000  20.000        5.000  50.000  31.0 MiB            3.0 MiB            2.0        -                          -",
+		"bombs at a server of their own (control)              3.000  30.000        8.000  80.000  30.0 MiB            2.0 MiB            3.0      300         unauthenticated 27",
+		"                    bombs at the gateway              2.500  25.000        6.000  60.000  40.0 MiB           12.0 MiB            2.5      250  unauthenticated 220, ok 1",
+		"control / without, p50: GetSession 1.00x, Prompt turn 1.00x",
+		"at the gateway / without, p50: GetSession 1.25x (rounds 1.50x, 1.00x, 1.25x), Prompt turn 1.20x (rounds 1.00x, 1.50x, 1.20x)",
+		"(target <= 2x: met); peak RSS 31.0 MiB without (a window added at most 3.0 MiB), 40.0 MiB with (12.0 MiB)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, b.String())
+		}
+	}
+	if want := "50 bombs (throttle off): another user's p50 1.25x GetSession, 1.20x Prompt turn (target <= 2x: met)"; !strings.Contains(rep.Headline, want) {
+		t.Errorf("headline %q lacks %q", rep.Headline, want)
+	}
+
+	// Over the target, or failed, it says so.
+	r.Rounds[0].Bombed.GetSession.P50, r.Rounds[2].Bombed.GetSession.P50 = 3, 5
+	r.summarize()
+	if r.Met() || !strings.Contains(r.verdict(), "NOT met") {
+		t.Errorf("%v x is within the target: %s", r.GetP50Ratio, r.verdict())
+	}
+	r.Error = "bombers did not start"
+	rep = &Report{Bombs: []BombsResult{*r}}
+	rep.finish()
+	if !strings.Contains(rep.Headline, "bombs (throttle off) failed") {
+		t.Errorf("headline %q does not say the bombs phase failed", rep.Headline)
 	}
 }

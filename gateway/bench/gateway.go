@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/app"
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
 	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/gateway/limits"
 	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
@@ -59,6 +59,10 @@ func agentCommand(self []string, runID string, protocol int) []string {
 // saying why; before "addr" it then prints "confined LIMITS", how the
 // limits are enforced.
 //
+// With --tokens every call needs one of the file's tokens, as with serve's
+// --auth-tokens, refused ones counted by the throttle of
+// --auth-failure-limit; the agents still run in any directory.
+//
 // Besides the SessionService it serves GET /bench/memstats (after a GC)
 // and POST /bench/profile/start and /bench/profile/stop, which write
 // --cpuprofile, --memprofile and --mutexprofile.
@@ -74,8 +78,19 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	sandboxMode := fs.String("sandbox", sandbox.ModeNone, "none, or bwrap: each agent in a bubblewrap sandbox under the default limits, as an authenticated serve runs it")
 	homes := fs.String("sandbox-homes", "", "with --sandbox bwrap: the directory of the agents' homes")
 	network := fs.String("sandbox-network", "proxy", "with --sandbox bwrap: proxy (a network of the agent's own, out only through the egress proxy) or host")
+	tokens := fs.String("tokens", "", "file of TOKEN USER lines: every call needs one of the tokens, as with serve's --auth-tokens (the agents still run in any directory)")
+	failureLimit := fs.Int("auth-failure-limit", 0, "with --tokens: failed authentication attempts a client address may make a minute, as serve's flag (0: the default, -1: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	var authn auth.Authenticator
+	if *tokens != "" {
+		t, err := auth.LoadTokens(*tokens)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench gateway:", err)
+			return 1
+		}
+		authn = t
 	}
 	self, err := selfCommand()
 	if err != nil {
@@ -126,6 +141,9 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			Log:          slog.New(service.LogHandler(slog.NewJSONHandler(io.Discard, nil))),
 			IdleTimeout:  -1,
 		},
+		Auth:             authn,
+		AnyCwd:           authn != nil,
+		AuthFailureLimit: *failureLimit,
 		Extra: map[string]http.Handler{
 			"GET /bench/memstats":      http.HandlerFunc(memstatsHandler),
 			"POST /bench/profile/{op}": prof,
@@ -348,12 +366,9 @@ func (p *profiler) stop() error {
 
 // gatewayProc is a running bench gateway child, seen from the bench.
 type gatewayProc struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    *bufio.Reader
-	stderr *lockedBuffer
-	pid    int
-	base   string
+	*child
+	pid  int
+	base string
 	// confined is how its agents' limits are enforced (its "confined"
 	// line), under --sandbox bwrap; empty otherwise.
 	confined string
@@ -362,23 +377,11 @@ type gatewayProc struct {
 // startGateway starts a bench gateway child with store; extra are more
 // flags for it.
 func startGateway(ctx context.Context, self []string, runID, store string, extra ...string) (*gatewayProc, error) {
-	args := append(append([]string{}, self[1:]...), "gateway", "--run", runID, "--store", store)
-	args = append(args, extra...)
-	cmd := exec.Command(self[0], args...)
-	stdin, err := cmd.StdinPipe()
+	c, err := startChild(self, "gateway", runID, false, append([]string{"--store", store}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	g := &gatewayProc{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), stderr: &lockedBuffer{}}
-	cmd.Stderr = g.stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	g.pid = cmd.Process.Pid
+	g := &gatewayProc{child: c, pid: c.cmd.Process.Pid}
 	deadline := time.Now().Add(30 * time.Second)
 	line, err := lineWithin(ctx, g.out, time.Until(deadline))
 	if c, ok := strings.CutPrefix(strings.TrimSpace(line), "confined "); ok && err == nil {
@@ -425,11 +428,6 @@ func lineWithin(ctx context.Context, r *bufio.Reader, d time.Duration) (string, 
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
-}
-
-func (g *gatewayProc) kill() {
-	_ = g.cmd.Process.Kill()
-	_ = g.cmd.Wait()
 }
 
 // stop shuts the gateway down and returns how many of its children

@@ -1,9 +1,14 @@
 package bench
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -113,4 +118,67 @@ func runProcesses(runID string) []int {
 		}
 	}
 	return out
+}
+
+// child is a running child process of the bench: this executable in one
+// of its child modes, its stdin a pipe, its stdout read line by line, its
+// stderr kept.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	stderr *lockedBuffer
+	// group: the child leads a process group of its own, which kill
+	// ends whole.
+	group bool
+}
+
+// startChild starts self in child mode with runID and args; group puts
+// it in a process group of its own.
+func startChild(self []string, mode, runID string, group bool, args ...string) (*child, error) {
+	argv := append(append(append([]string{}, self[1:]...), mode, "--run", runID), args...)
+	cmd := exec.Command(self[0], argv...)
+	if group {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), stderr: &lockedBuffer{}, group: group}
+	cmd.Stderr = c.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// kill ends the child (its process group, with group) and reaps it.
+func (c *child) kill() {
+	if c.group {
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+	} else {
+		_ = c.cmd.Process.Kill()
+	}
+	_ = c.cmd.Wait()
+}
+
+// result reads the child's last word, a line of JSON, into v, waiting at
+// most d (or until ctx ends, when it kills the child), and reaps it. name
+// names the child in errors.
+func (c *child) result(ctx context.Context, d time.Duration, name string, v any) error {
+	line, err := lineWithin(ctx, c.out, d)
+	if err != nil && line == "" {
+		c.kill()
+		return fmt.Errorf("%s: %v %s", name, err, strings.TrimSpace(c.stderr.String()))
+	}
+	waitErr := c.cmd.Wait()
+	if err := json.Unmarshal([]byte(line), v); err != nil {
+		return fmt.Errorf("%s: %v (exit: %v) %s", name, err, waitErr, strings.TrimSpace(c.stderr.String()))
+	}
+	return nil
 }

@@ -26,6 +26,9 @@ type Report struct {
 	// limits (Config.ScaleSandbox picks which run).
 	Scale        *ScaleResult `json:"scale,omitempty"`
 	ScaleSandbox *ScaleResult `json:"scaleSandbox,omitempty"`
+	// Bombs are the bombs phase's runs, one per throttle setting
+	// (Config.BombThrottle).
+	Bombs []BombsResult `json:"bombs,omitempty"`
 	// Leftover counts processes of this run (agents, readers, gateways)
 	// still alive at the end; they were killed.
 	Leftover int     `json:"leftoverProcesses"`
@@ -290,6 +293,18 @@ func (r *Report) finish() {
 	if len(firsts) > 0 {
 		parts = append(parts, "create to first event "+strings.Join(firsts, ", "))
 	}
+	for _, b := range r.Bombs {
+		if b.Error != "" {
+			parts = append(parts, fmt.Sprintf("bombs (throttle %s) failed", b.Throttle))
+			continue
+		}
+		met := "met"
+		if !b.Met() {
+			met = "NOT met"
+		}
+		parts = append(parts, fmt.Sprintf("%d bombs (throttle %s): another user's p50 %.2fx GetSession, %.2fx Prompt turn (target <= %.0fx: %s)",
+			b.Bombers, b.Throttle, b.GetP50Ratio, b.TurnP50Ratio, bombTarget, met))
+	}
 	if len(parts) == 0 {
 		parts = append(parts, "no gateway path measured")
 	}
@@ -400,6 +415,9 @@ func (r *Report) Write(w io.Writer) {
 		if a.Samples > 0 && b.Samples > 0 {
 			fmt.Fprintf(w, "  the sandbox adds %+.1f ms at p50, %+.1f ms at p99\n", b.P50-a.P50, b.P99-a.P99)
 		}
+	}
+	for i := range r.Bombs {
+		r.Bombs[i].write(w)
 	}
 	fmt.Fprintf(w, "\nprocesses of this run left at the end: %d; took %.1fs\n", r.Leftover, r.Seconds)
 	fmt.Fprintln(w, r.Headline)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,28 +205,16 @@ func watch(ctx context.Context, base, id string, n, updates int, ready func()) w
 }
 
 // watchersProc is a running watchers child.
-type watchersProc struct {
-	cmd    *exec.Cmd
-	out    *bufio.Reader
-	stderr *lockedBuffer
-}
+type watchersProc struct{ *child }
 
 // startWatchers starts a watchers child of n streams on session id of the
 // gateway at base, and returns once all are open.
 func startWatchers(ctx context.Context, self []string, runID, base, id string, n, updates int) (*watchersProc, error) {
-	args := append(append([]string{}, self[1:]...), "watchers", "--run", runID,
-		"--base", base, "--session", id, "--n", strconv.Itoa(n), "--updates", strconv.Itoa(updates))
-	cmd := exec.Command(self[0], args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
+	c, err := startChild(self, "watchers", runID, true, "--base", base, "--session", id, "--n", strconv.Itoa(n), "--updates", strconv.Itoa(updates))
 	if err != nil {
 		return nil, err
 	}
-	p := &watchersProc{cmd: cmd, out: bufio.NewReader(stdout), stderr: &lockedBuffer{}}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
+	p := &watchersProc{c}
 	line, err := lineWithin(ctx, p.out, 2*time.Minute)
 	if strings.TrimSpace(line) == "ready" {
 		return p, nil
@@ -248,21 +234,7 @@ func startWatchers(ctx context.Context, self []string, runID, base, id string, n
 // wait returns the child's result once its streams saw the turn end, or
 // kills it when ctx ends first (or the result takes five minutes).
 func (p *watchersProc) wait(ctx context.Context) (watchersResult, error) {
-	line, err := lineWithin(ctx, p.out, 5*time.Minute)
-	if err != nil && line == "" {
-		p.kill()
-		return watchersResult{}, fmt.Errorf("watchers: %v %s", err, strings.TrimSpace(p.stderr.String()))
-	}
-	waitErr := p.cmd.Wait()
 	var res watchersResult
-	if err := json.Unmarshal([]byte(line), &res); err != nil {
-		return res, fmt.Errorf("watchers: %v (exit: %v) %s", err, waitErr, strings.TrimSpace(p.stderr.String()))
-	}
-	return res, nil
-}
-
-// kill ends the child and its process group.
-func (p *watchersProc) kill() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	_ = p.cmd.Wait()
+	err := p.result(ctx, 5*time.Minute, "watchers", &res)
+	return res, err
 }

@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acp-gateway/acp-gateway/internal/gzipbomb"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
@@ -25,34 +26,11 @@ func heapAllocated() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// bombRequest is a request carrying a compressed body in one of the
-// protocols' ways, and how the gateway's refusal of it reads.
-type bombRequest struct {
-	name, method, contentType string
-	header                    map[string]string
-	enveloped                 bool
-	h2c                       bool
-	// refused reports whether the response is an unauthenticated error.
-	refused func(res *http.Response, body []byte) bool
-}
-
-var bombRequests = []bombRequest{
-	{name: "Connect unary", method: "CreateSession", contentType: "application/proto",
-		header: map[string]string{"Content-Encoding": "gzip", "Connect-Protocol-Version": "1"},
-		refused: func(res *http.Response, body []byte) bool {
-			return res.StatusCode == http.StatusUnauthorized && bytes.Contains(body, []byte(`"code":"unauthenticated"`))
-		}},
-	{name: "gRPC unary", method: "GetSession", contentType: "application/grpc", h2c: true, enveloped: true,
-		header: map[string]string{"Grpc-Encoding": "gzip", "Te": "trailers"},
-		refused: func(res *http.Response, _ []byte) bool {
-			return res.Trailer.Get("Grpc-Status") == "16" || res.Header.Get("Grpc-Status") == "16"
-		}},
-	{name: "Connect stream", method: "Prompt", contentType: "application/connect+proto", enveloped: true,
-		header: map[string]string{"Connect-Content-Encoding": "gzip"},
-		refused: func(res *http.Response, body []byte) bool {
-			return res.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"code":"unauthenticated"`))
-		}},
-}
+// refusedStatus is the HTTP status of the gateway's refusal of each kind
+// of bomb (gzipbomb.Kinds, by name): a Connect unary call's error has its
+// own; gRPC and Connect streams answer 200 and say so in the trailers or
+// the end-of-stream message.
+var refusedStatus = map[string]int{"Connect unary": http.StatusUnauthorized, "gRPC unary": http.StatusOK, "Connect stream": http.StatusOK}
 
 // TestUnauthenticatedBombsAreNotRead sends, without a token, 50 requests
 // at once whose bodies inflate to 1 GiB each, over Connect, gRPC and a
@@ -77,24 +55,13 @@ func TestUnauthenticatedBombsAreNotRead(t *testing.T) {
 	h2c := &http.Transport{Protocols: h2}
 	t.Cleanup(h1.CloseIdleConnections)
 	t.Cleanup(h2c.CloseIdleConnections)
-	send := func(r bombRequest, token string) error {
-		body := bomb
-		if r.enveloped {
-			body = enveloped
-		}
-		req, err := http.NewRequest(http.MethodPost, g.base+"/acp.v2.SessionService/"+r.method, bytes.NewReader(body))
+	send := func(k gzipbomb.Kind, token string) error {
+		req, err := k.NewRequest(context.Background(), g.base, bomb, enveloped, token)
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Content-Type", r.contentType)
-		for k, v := range r.header {
-			req.Header.Set(k, v)
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
 		tr := h1
-		if r.h2c {
+		if k.H2C {
 			tr = h2c
 		}
 		res, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
@@ -106,16 +73,16 @@ func TestUnauthenticatedBombsAreNotRead(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !r.refused(res, b) {
+		if res.StatusCode != refusedStatus[k.Name] || gzipbomb.Refusal(res, b) != "unauthenticated" {
 			return fmt.Errorf("%s, grpc-status %q %q, %.200s: not refused as unauthenticated",
 				res.Status, res.Header.Get("Grpc-Status"), res.Trailer.Get("Grpc-Status"), b)
 		}
 		return nil
 	}
 	// One of each first, for what is made once (connections, pools).
-	for _, r := range bombRequests {
-		if err := send(r, "tok-wrong"); err != nil {
-			t.Fatalf("%s: %v", r.name, err)
+	for _, k := range gzipbomb.Kinds {
+		if err := send(k, "tok-wrong"); err != nil {
+			t.Fatalf("%s: %v", k.Name, err)
 		}
 	}
 	before := heapAllocated()
@@ -127,9 +94,9 @@ func TestUnauthenticatedBombsAreNotRead(t *testing.T) {
 			if i%2 == 0 {
 				token = "tok-wrong"
 			}
-			r := bombRequests[i%len(bombRequests)]
-			if err := send(r, token); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", r.name, err)
+			k := gzipbomb.Kinds[i%len(gzipbomb.Kinds)]
+			if err := send(k, token); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", k.Name, err)
 			}
 		})
 	}

@@ -7,7 +7,6 @@ package testutil
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -21,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acp-gateway/acp-gateway/internal/gzipbomb"
 )
 
 // StallingDialer dials connections whose receive buffer is tiny: a
@@ -111,30 +112,14 @@ func ServeOn(t testing.TB, l net.Listener, serve func(net.Listener) error, shutd
 
 // Envelope frames one message of a Connect or gRPC stream: a flags byte,
 // the length (4 bytes, big-endian), the message.
-func Envelope(flags byte, msg []byte) []byte {
-	b := make([]byte, 5, 5+len(msg))
-	b[0] = flags
-	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
-	return append(b, msg...)
-}
+func Envelope(flags byte, msg []byte) []byte { return gzipbomb.Envelope(flags, msg) }
 
 // GzipZeros is a gzip stream of mib MiB of zeros (a multiple of 16),
-// about a thousandth of that in size: one 16 MiB member, repeated (gzip
-// readers read every member of a stream). Inflated, it is a gzip bomb.
+// about a thousandth of that in size (see gzipbomb.Zeros). Inflated, it
+// is a gzip bomb.
 func GzipZeros(t testing.TB, mib int) []byte {
 	t.Helper()
-	var member bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&member, gzip.BestCompression)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := zw.Write(make([]byte, 16<<20)); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return bytes.Repeat(member.Bytes(), mib/16)
+	return gzipbomb.Zeros(mib)
 }
 
 // ReadEnvelope reads one message of a Connect or gRPC stream from r: its
