@@ -1,6 +1,9 @@
 package auth
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetOnWatching makes t's Watch call f once it has registered for SIGHUP, so
 // that a test knows when sending SIGHUP is safe. Call it before Watch.
@@ -49,3 +52,9 @@ func Start(t *Throttle, addr string) (end func(failed bool)) {
 
 // CountsAsGuess reports whether the throttle counts a failure with err.
 func CountsAsGuess(err error) bool { return countsAsGuess(err) }
+
+// SetHold makes t hold refusals back with hold rather than by sleeping.
+func SetHold(t *Throttle, hold func(ctx context.Context, d time.Duration)) { t.hold = hold }
+
+// MaxHeld is how many refusals are held back at once.
+const MaxHeld = maxHeld

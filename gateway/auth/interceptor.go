@@ -91,7 +91,7 @@ func (i *interceptor) authenticate(ctx context.Context, h, response http.Header,
 // NewInterceptor answers, in the request's protocol (Connect, gRPC or
 // gRPC-Web): unauthenticated, with `WWW-Authenticate: Bearer` in the
 // response headers (or resource_exhausted, from an address the throttle
-// of opts holds back); refused, when not nil, is told of it first. next
+// of opts holds back, after a pause: see refusalHold); refused, when not nil, is told of it first. next
 // runs with the user in the request's context, where NewInterceptor finds
 // it and authenticates no more. Give both the same options, so that both
 // count failures in one throttle.
@@ -104,6 +104,9 @@ func Middleware(a Authenticator, next http.Handler, refused func(*http.Request, 
 		if cerr != nil {
 			if refused != nil {
 				refused(r, cerr)
+			}
+			if i.throttle != nil && cerr.Code() == connect.CodeResourceExhausted {
+				i.throttle.holdBack(r.Context())
 			}
 			_ = errorWriter.Write(w, r, cerr)
 			return

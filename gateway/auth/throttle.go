@@ -2,6 +2,7 @@ package auth
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"log/slog"
 	"net/netip"
@@ -17,6 +18,18 @@ const DefaultFailureLimit = 10
 // maxThrottled bounds how many buckets (client addresses, and IPv6 /48s) a
 // Throttle tracks at once.
 const maxThrottled = 10000
+
+// A refusal of an address the throttle holds back is itself held back
+// for refusalHold before it is answered, up to maxHeld refusals at once:
+// a client that sends refused requests as fast as it can (50 at a time,
+// each with a 1 MiB gzip bomb, made a thousand a second) then gets one
+// answer per connection a second, rather than the gateway spending its
+// CPU on refusals while its users wait. Past maxHeld the refusal goes at
+// once, so that held refusals never hold more than that many connections.
+const (
+	refusalHold = time.Second
+	maxHeld     = 256
+)
 
 // siteFactor is how many times the attempts of one address an IPv6 /48,
 // the block a site usually has, may make in all.
@@ -62,6 +75,10 @@ type Throttle struct {
 	// is when its use was last logged.
 	overflow       *bucket
 	overflowLogged time.Time
+
+	// held has a token for each refusal being held back; hold waits.
+	held chan struct{}
+	hold func(ctx context.Context, d time.Duration)
 }
 
 // bucket is the attempts of one address (or IPv6 /48).
@@ -89,7 +106,30 @@ func NewThrottle(limit int, log *slog.Logger) *Throttle {
 	}
 	l := float64(max(limit, 1))
 	return &Throttle{limit: l, log: log, now: time.Now, addrs: map[string]*bucket{}, max: maxThrottled,
-		overflow: &bucket{key: overflowKey, limit: l, tokens: l}}
+		overflow: &bucket{key: overflowKey, limit: l, tokens: l},
+		held:     make(chan struct{}, maxHeld), hold: sleep}
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// holdBack holds back the refusal of a call the throttle refused (see
+// refusalHold), unless maxHeld are held already.
+func (t *Throttle) holdBack(ctx context.Context) {
+	select {
+	case t.held <- struct{}{}:
+	default:
+		return
+	}
+	defer func() { <-t.held }()
+	t.hold(ctx, refusalHold)
 }
 
 // throttleKey is a bucket a peer address counts against, and how many

@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,5 +371,62 @@ func TestThrottleConcurrentGuesses(t *testing.T) {
 	}
 	if tried != 5 {
 		t.Errorf("%d concurrent guesses let through, want 5", tried)
+	}
+}
+
+// A refusal of an address the throttle holds back is itself held back
+// (a client that sends refused requests as fast as it can, gzip bombs
+// say, then costs the gateway little), up to auth.MaxHeld at once, past
+// which refusals go at once; a 401 is never held. (50 concurrent bombers
+// made a thousand refused requests a second, and another user's turns
+// took 2.35x their time.)
+func TestThrottledRefusalsAreHeldBack(t *testing.T) {
+	t.Parallel()
+	tokens, _ := loadTokens(t, "static-token-0123456789 alice\n")
+	throttle := auth.NewThrottle(1, slog.New(slog.DiscardHandler))
+	release := make(chan struct{})
+	var holds atomic.Int32
+	auth.SetHold(throttle, func(ctx context.Context, d time.Duration) {
+		if d < time.Second {
+			t.Errorf("a refusal held back %v, want a second", d)
+		}
+		holds.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+	h := auth.Middleware(tokens, http.NotFoundHandler(), nil, auth.WithThrottle(throttle))
+	call := func() int {
+		req := httptest.NewRequest(http.MethodPost, "/acp.v2.SessionService/ListSessions", nil)
+		req.RemoteAddr = "192.0.2.7:1234"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer wrong-token-0123456789")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := call(); code != http.StatusUnauthorized {
+		t.Fatalf("first guess: HTTP %d, want 401", code)
+	}
+	if n := holds.Load(); n != 0 {
+		t.Fatalf("a 401 was held back (%d holds)", n)
+	}
+	codes := make(chan int, auth.MaxHeld)
+	for range auth.MaxHeld {
+		go func() { codes <- call() }()
+	}
+	testutil.WaitFor(t, "every throttled refusal to be held", func() bool { return holds.Load() == auth.MaxHeld })
+	if code := call(); code != http.StatusTooManyRequests {
+		t.Fatalf("a refusal past the held ones: HTTP %d, want 429", code)
+	}
+	if n := holds.Load(); n != auth.MaxHeld {
+		t.Fatalf("%d refusals held, want %d: the one past them waited too", n, auth.MaxHeld)
+	}
+	close(release)
+	for range auth.MaxHeld {
+		if code := <-codes; code != http.StatusTooManyRequests {
+			t.Fatalf("a held refusal: HTTP %d, want 429", code)
+		}
 	}
 }
