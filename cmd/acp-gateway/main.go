@@ -34,6 +34,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/workspace"
 	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/redisstore"
 	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
 )
 
@@ -495,6 +496,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	defer l.Close()
 	log := slog.New(service.LogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.logLevel})))
+	redisstore.SetLog(log)
 	if os.Getpid() == 1 {
 		// A container's init, as the image runs it: what agents leave
 		// behind becomes the gateway's to reap, through the shutdown too.

@@ -34,11 +34,14 @@ import (
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/redisstore"
 )
 
 func TestMain(m *testing.M) {
 	agentsim.ServeIfCommanded()
 	egress.ListenIfCommanded()
+	// The fault tests stop Redis: its client's complaints are expected.
+	redisstore.SetLog(slog.New(slog.DiscardHandler))
 	code := m.Run()
 	if code == 0 {
 		if left := childProcesses(); len(left) > 0 {
