@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +21,76 @@ import (
 
 func TestMain(m *testing.M) {
 	agentsim.ServeIfCommanded()
+	runGatewayIfCommanded()
 	os.Exit(m.Run())
+}
+
+// gatewayEnv makes this test binary a stand-in gateway: it starts an agent
+// that ignores the end of its input and its signals, writes the agent's
+// pid, and waits to be killed.
+const gatewayEnv = "ACP_GATEWAY_TEST_STAND_IN_GATEWAY"
+
+func runGatewayIfCommanded() {
+	if os.Getenv(gatewayEnv) == "" {
+		return
+	}
+	cmd, err := agentsim.Command(agentsim.Script{IgnoreEOF: true})
+	if err == nil {
+		var a *Agent
+		if a, err = Start(context.Background(), Config{Command: cmd, Dir: os.TempDir(), Client: &recorder{}, StartTimeout: 30 * time.Second}); err == nil {
+			fmt.Println(a.cmd.Process.Pid)
+			select {}
+		}
+	}
+	fmt.Fprintln(os.Stderr, "stand-in gateway:", err)
+	os.Exit(1)
+}
+
+// An agent that ignores the end of its input and SIGTERM dies with its
+// gateway when the gateway is killed outright (SIGKILL, a crash), rather
+// than living on beside the agent a takeover starts: the parent-death
+// signal. (One such agent, with its tool child, outlived a SIGKILLed
+// replica.)
+func TestAgentDiesWithItsGateway(t *testing.T) {
+	t.Parallel()
+	gw := exec.Command(os.Args[0], "-test.run=^$")
+	gw.Env = append(os.Environ(), gatewayEnv+"=1")
+	out, err := gw.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Stderr = os.Stderr
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	pid, perr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		_ = gw.Process.Kill()
+		_ = gw.Wait()
+		t.Fatalf("the stand-in gateway's agent pid: %q, %v, %v", line, err, perr)
+	}
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+	if err := gw.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = gw.Wait()
+	alive := func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// The state follows the command's closing parenthesis.
+		st := string(b[strings.LastIndexByte(string(b), ')')+2:])
+		return !strings.HasPrefix(st, "Z") && !strings.HasPrefix(st, "X")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent (pid %d) outlived its killed gateway", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // startAgent runs a scripted agent (this test binary, re-executed).

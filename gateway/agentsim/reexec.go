@@ -38,7 +38,14 @@ func ServeIfCommanded() {
 	}
 	// The gateway closing the pipe is how a run ends, not an error.
 	signal.Ignore(syscall.SIGPIPE)
-	if err := Serve(context.Background(), os.Stdin, os.Stdout, s, os.Stderr); err != nil {
+	if s.IgnoreEOF {
+		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
+	}
+	err := Serve(context.Background(), os.Stdin, os.Stdout, s, os.Stderr)
+	if s.IgnoreEOF {
+		select {} // until SIGKILL
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "agentsim:", err)
 		os.Exit(1)
 	}

@@ -53,6 +53,10 @@ type Script struct {
 	// "_meta: " and the session/prompt request's _meta as JSON ("null"
 	// when it has none), so tests can see what the gateway passed on.
 	EchoMeta bool `json:"echoMeta,omitempty"`
+	// IgnoreEOF keeps the agent's process alive once its input closes,
+	// ignoring SIGTERM, SIGHUP and SIGINT too, as a stuck agent would:
+	// only SIGKILL ends it.
+	IgnoreEOF bool `json:"ignoreEOF,omitempty"`
 }
 
 // Turn is what the agent does for one session/prompt.
