@@ -106,7 +106,7 @@ func (sub *Subscription) end(err error, endSeq uint64) {
 // client that reads nothing would not do: it no longer holds the ring's
 // events back (each publish would sweep for it), and once one write of its
 // reader has been under way while the session published as many events as
-// the ring holds, OnStall's stall ends that write. A reader that is not
+// the ring holds (minStall at the least), OnStall's stall ends that write. A reader that is not
 // stuck gets ErrLagging from NextBatch as before.
 func (s *Session) sweepLocked() {
 	r := s.live
@@ -129,13 +129,19 @@ func (s *Session) sweepLocked() {
 	r.sweep(need)
 }
 
+// minStall is the fewest events a cut-off subscription's write must stay
+// under way for before it is ended as stuck, however small the ring: a
+// small ring is lapped in a few events, which a client that reads, on a
+// busy host, can take to accept one write.
+const minStall = 1024
+
 // watchLocked notes which write sub's reader is in, and when it is cut
 // off and the same write has been under way while the ring went by, calls
 // its stall. s.mu must be held.
 func (s *Session) watchLocked(sub *Subscription) {
 	if w := sub.writing(); w == 0 || w != sub.write {
 		sub.write, sub.since = w, s.stored
-	} else if sub.cut && s.stored-sub.since >= uint64(len(*s.live.slots.Load())) {
+	} else if sub.cut && s.stored-sub.since >= uint64(max(len(*s.live.slots.Load()), minStall)) {
 		go sub.onStall()
 		sub.onStall = nil
 	}
@@ -156,9 +162,9 @@ func (s *Session) needLocked() uint64 {
 // OnStall watches the writes of the subscription's caller: writing names
 // the write under way, 0 when there is none. If the subscription is cut
 // off for lagging while one write stays under way as the session
-// publishes as many events as the ring holds, the caller is stuck, in a
-// write to a client that stopped reading, and stall is called, once and in
-// a goroutine of its own, to end that write. A caller that is not stuck
+// publishes as many events as the ring holds (minStall at the least), the
+// caller is stuck, in a write to a client that stopped reading, and stall
+// is called, once and in a goroutine of its own, to end that write. A caller that is not stuck
 // gets ErrLagging from NextBatch. writing is called with the session's
 // lock held: it must be quick.
 func (sub *Subscription) OnStall(writing func() uint64, stall func()) {

@@ -499,7 +499,8 @@ func TestRingGrowsUnderItsReaders(t *testing.T) {
 
 // A subscription the ring laps is cut off at once, not when its reader
 // next asks: a reader stuck in one write (OnStall's writing names the
-// same one throughout) is told so once the ring has gone by during it; a
+// same one throughout) is told so once the ring, and minStall events at
+// the least, have gone by during it; a
 // reader whose writes move on is not, and gets ErrLagging when it asks.
 func TestLappedSubscriptionIsCutOffWhileItsReaderIsStuck(t *testing.T) {
 	t.Parallel()
@@ -531,7 +532,9 @@ func TestLappedSubscriptionIsCutOffWhileItsReaderIsStuck(t *testing.T) {
 			t.Fatal("a subscription the ring lapped is not cut off")
 		}
 	}
-	emitText(t, s, 2*buffer)
+	// A write under way while minStall events (more than the ring)
+	// went by is stuck.
+	emitText(t, s, minStall+buffer)
 	<-stalled[stuck]
 	select {
 	case <-stalled[moving]:
