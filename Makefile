@@ -26,7 +26,7 @@ run: ## Run the gateway on 127.0.0.1:8080
 	$(GO) run ./cmd/acp-gateway serve
 
 .PHONY: ci
-ci: deps lint checkgenerate checkgenerate-ts checkconsole test fuzz benchcheck ## Everything CI runs, on a fresh machine
+ci: deps lint breaking checkgenerate checkgenerate-ts checkconsole test fuzz benchcheck ## Everything CI runs, on a fresh machine
 	@echo "ci: all checks passed"
 
 .PHONY: deps
@@ -43,6 +43,14 @@ lint: ## gofmt, go vet and buf lint
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(BUF) lint
+
+.PHONY: breaking
+breaking: ## Fail when proto/ breaks the wire or JSON encoding of the main branch (buf breaking)
+	@# A clone checked out on another branch has main only as origin/main.
+	@against='.git#branch=main'; \
+	if ! git rev-parse -q --verify refs/heads/main >/dev/null; then against='.git#ref=origin/main'; fi; \
+	echo "$(BUF) breaking --against '$$against'"; \
+	$(BUF) breaking --against "$$against"
 
 .PHONY: generate
 generate: ## Regenerate gen/ from proto/

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
@@ -22,7 +23,8 @@ import (
 func TestMain(m *testing.M) {
 	agentsim.ServeIfCommanded()
 	runGatewayIfCommanded()
-	os.Exit(m.Run())
+	// The readers, waiters and pumps an agent starts must end with it.
+	goleak.VerifyTestMain(m)
 }
 
 // gatewayEnv makes this test binary a stand-in gateway: it starts an agent

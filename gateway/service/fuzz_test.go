@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -31,7 +32,8 @@ import (
 
 func TestMain(m *testing.M) {
 	agentsim.ServeIfCommanded()
-	os.Exit(m.Run())
+	// Streams, pumps and the sessions behind them must end with each test.
+	goleak.VerifyTestMain(m)
 }
 
 // procedure is one RPC the fuzzer calls.
