@@ -39,7 +39,7 @@ func TestEventEncodingKeepsEveryField(t *testing.T) {
 		}
 		got := &acpv2.SessionEvent{}
 		if err := proto.Unmarshal(wire, got); err != nil || !proto.Equal(got, ev) {
-			t.Fatalf("the event's encoding loses %v of %v (%v)", protofill.Lost(ev, got), ev, err)
+			t.Fatalf("eventwire.WithBodyIn (internal/eventwire/eventwire.go, head) loses %v of %v (%v): encode the field there", protofill.Lost(ev, got), ev, err)
 		}
 	}
 }

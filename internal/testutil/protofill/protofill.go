@@ -20,8 +20,9 @@ import (
 // of every message reachable from it to a value other than its default:
 // one with every field set (the first case of each oneof), and for each
 // field one with only that field set, to each of the values its type has
-// here in turn: each variant of a message, a list of one such element, a
-// map of one such entry, and for a field with presence its zero value too.
+// here in turn, and one with every field but that one set. The values:
+// each variant of a message, a list of one such element, a map of one
+// such entry, and for a field with presence its zero value too.
 // A message type met again inside itself (google.protobuf.Value) is empty
 // there. The messages share nothing.
 func Variants(m proto.Message) []proto.Message {
@@ -54,6 +55,13 @@ func variants(md protoreflect.MessageDescriptor, mt protoreflect.MessageType, st
 			m.Set(fd, v)
 			out = append(out, m)
 		}
+	}
+	// And all but one field each, for an encoder whose shortcut one field
+	// turns off (a heartbeat in a stream message).
+	for i := range fields.Len() {
+		m := proto.Clone(all.Interface()).ProtoReflect()
+		m.Clear(fields.Get(i))
+		out = append(out, m)
 	}
 	// Make each variant its own: the values above were made once per
 	// field and set in both all and one other message.
