@@ -37,6 +37,10 @@ func (m *Manager) checkStore(ctx context.Context) {
 	if m.pinger == nil {
 		return
 	}
+	// One check at a time: one that pinged before another trusted the
+	// store again would let go of sessions made since, in the new store.
+	m.checking.Lock()
+	defer m.checking.Unlock()
 	err := m.pinger.Ping(ctx)
 	if err != nil {
 		m.storeFailed()
@@ -46,17 +50,32 @@ func (m *Manager) checkStore(ctx context.Context) {
 	}
 	m.opts.Log.Error("store: it lost its data; stopping every session's agent", "error", err)
 	m.opts.Metrics.StoreDataLost()
-	for _, s := range m.running() {
-		s.lose(fmt.Errorf("%w (did Redis restart without its data?): its agent was stopped", ErrDataLost))
+	lostErr := fmt.Errorf("%w (did Redis restart without its data?): its agent was stopped", ErrDataLost)
+	all := m.running()
+	// Marked at once, so that nothing more is written for them, then
+	// trusted again, then let go: stopping agents takes its time.
+	for _, s := range all {
+		s.markLost(lostErr)
 	}
-	// Nothing from before is held any more: trust what the store holds.
-	if err := m.pinger.AcceptLoss(ctx); err != nil {
+	actx, cancel := m.storeContext()
+	defer cancel()
+	if err := m.pinger.AcceptLoss(actx); err != nil {
 		m.opts.Log.Error("store: trusting it again after a loss", "error", err)
+	}
+	for _, s := range all {
+		s.letLostGo()
 	}
 }
 
 // lose lets go of s, whose data the store lost, with err.
 func (s *Session) lose(err error) {
+	s.markLost(err)
+	s.letLostGo()
+}
+
+// markLost records that the store lost s's data, with err: nothing more
+// is written for it, and its owner is told so from now on.
+func (s *Session) markLost(err error) {
 	s.mu.Lock()
 	if s.storeErr == nil {
 		s.storeErr = err
@@ -65,6 +84,14 @@ func (s *Session) lose(err error) {
 	s.dropQueueLocked()
 	s.mu.Unlock()
 	s.m.remember(s, err)
+}
+
+// letLostGo stops the agent of s, marked lost, ends its streams and lets
+// go of it.
+func (s *Session) letLostGo() {
+	s.mu.Lock()
+	err := s.storeErr
+	s.mu.Unlock()
 	s.release(err)
 	ctx, cancel := s.m.storeContext()
 	defer cancel()
@@ -79,7 +106,7 @@ func (m *Manager) remember(s *Session, err error) {
 		m.lost = map[string]lostSession{}
 	}
 	if len(m.lost) >= maxLost {
-		for id := range m.lost { // any one: they are all as old as the loss
+		for id := range m.lost { // any one
 			delete(m.lost, id)
 			break
 		}

@@ -244,6 +244,13 @@ type Manager struct {
 	// pinger asks a store on the network whether it lost its data; nil
 	// for a local one.
 	pinger statestore.Pinger
+	// writers counts the sessions' store writers (writer.go), which
+	// writersMu and writersClosed stop from starting once Close waits for
+	// them; checking serialises checkStore.
+	writers       sync.WaitGroup
+	writersMu     sync.Mutex
+	writersClosed bool
+	checking      sync.Mutex
 	// storeFailedAt is when a store call of the lease upkeep or of a
 	// takeover last failed (UnixNano; 0: never).
 	storeFailedAt atomic.Int64
@@ -503,7 +510,7 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 	}
 	rec, err := m.record(ctx, user, id)
 	if err != nil {
-		if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) {
+		if ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDataLost) {
 			m.storeFailed()
 		}
 		return nil, err
@@ -599,12 +606,12 @@ func (m *Manager) local(id string) *Session {
 
 // record returns the stored record of user's session id.
 func (m *Manager) record(ctx context.Context, user, id string) (*statestore.Session, error) {
-	rec, err := m.opts.Store.GetSession(ctx, id)
-	if errors.Is(err, statestore.ErrNotFound) {
-		if lost := m.lostErr(user, id); lost != nil {
-			return nil, lost
-		}
+	if lost := m.lostErr(user, id); lost != nil {
+		// Whatever the store holds of it now: its log went back, or is
+		// gone.
+		return nil, lost
 	}
+	rec, err := m.opts.Store.GetSession(ctx, id)
 	if errors.Is(err, statestore.ErrNotFound) || (err == nil && rec.Owner != user) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -639,6 +646,11 @@ func (m *Manager) Close() {
 	}
 	wg.Wait()
 	m.wg.Wait()
+	// What is queued is stored (or given up on); no writer starts after.
+	m.writersMu.Lock()
+	m.writersClosed = true
+	m.writersMu.Unlock()
+	m.writers.Wait()
 	m.stopOnce.Do(func() { close(m.stop) })
 	m.upkeep.Wait()
 	if m.leaser != nil {

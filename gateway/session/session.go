@@ -426,6 +426,9 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, 
 	if len(events) == 0 {
 		return nil
 	}
+	if !s.writing && !s.m.addWriter() {
+		return ErrShutdown // after the manager closed: nothing is stored
+	}
 	s.seq += uint64(len(events))
 	s.enqueueLocked(pending{events: events, wires: wires, changed: changed})
 	return nil
@@ -931,9 +934,16 @@ func (s *Session) Watch(afterSeq uint64) *Subscription {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub := s.subscribeLocked(afterSeq)
-	if s.state == statestore.StateClosed {
+	switch {
+	case s.state == statestore.StateClosed:
 		// Nothing more will come: the stored events, then the end.
 		s.unsubscribeLocked(sub, ErrClosed)
+		return sub
+	case s.moved:
+		s.unsubscribeLocked(sub, ErrMoved)
+		return sub
+	case s.storeErr != nil:
+		s.unsubscribeLocked(sub, s.storeErr)
 		return sub
 	}
 	s.stopIdleLocked()
@@ -949,7 +959,7 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 		ToolCalls:   s.tools.Snapshot(),
 		Agent:       s.rec.Agent,
 		Cwd:         s.rec.Cwd,
-		LastSeq:     s.stored,
+		LastSeq:     s.seq, // what the tool calls reflect; a Watch after it waits for the store
 		CreatedAt:   timestamppb.New(s.rec.CreatedAt),
 		State:       string(s.state),
 		StateDetail: s.detail,
@@ -1019,6 +1029,11 @@ func (s *Session) release(err error) {
 	}
 	cancel()
 	s.mu.Lock()
+	if s.storeErr != nil && !errors.Is(err, ErrDataLost) {
+		// What was not stored was not delivered either: the streams say
+		// so, rather than ending as if whole.
+		err = s.storeErr
+	}
 	for sub := range s.subs {
 		s.unsubscribeLocked(sub, err)
 	}

@@ -68,9 +68,19 @@ func (s *Session) enqueueLocked(p pending) {
 	s.unstored += p.bytes
 	if !s.writing {
 		s.writing = true
-		s.m.wg.Add(1)
 		go s.write()
 	}
+}
+
+// addWriter counts a writer about to start, unless the manager is closed.
+func (m *Manager) addWriter() bool {
+	m.writersMu.Lock()
+	defer m.writersMu.Unlock()
+	if m.writersClosed {
+		return false
+	}
+	m.writers.Add(1)
+	return true
 }
 
 // takeLocked removes from the queue what the next append stores: the
@@ -105,7 +115,7 @@ func (s *Session) takeLocked() pending {
 // write is the session's writer: it appends the queued events in order
 // until the queue is empty, publishing each batch stored to the watchers.
 func (s *Session) write() {
-	defer s.m.wg.Done()
+	defer s.m.writers.Done()
 	var (
 		p        pending
 		have     bool      // p holds events to store
@@ -145,9 +155,9 @@ func (s *Session) write() {
 		if lost != nil {
 			s.mu.Unlock()
 			s.lose(lost)
-			s.m.wg.Add(1)
+			s.m.writers.Add(1) // this writer is counted still
 			go func() {
-				defer s.m.wg.Done()
+				defer s.m.writers.Done()
 				ctx, cancel := s.m.storeContext()
 				defer cancel()
 				s.m.checkStore(ctx)
@@ -215,7 +225,10 @@ func (s *Session) append(p pending, retry bool) error {
 	}
 	first := p.events[0].GetSeq()
 	got, rerr := s.m.opts.Store.Events(ctx, s.rec.ID, first-1, len(p.events))
-	if rerr == nil && len(got) == len(p.events) && proto.Equal(got[0], p.events[0]) &&
+	if rerr != nil {
+		return rerr // not known either way: tried again
+	}
+	if len(got) == len(p.events) && proto.Equal(got[0], p.events[0]) &&
 		proto.Equal(got[len(got)-1], p.events[len(p.events)-1]) {
 		return nil
 	}
