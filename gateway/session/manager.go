@@ -515,9 +515,6 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 		}
 		return nil, err
 	}
-	if m.leaser != nil && live(rec.State) && !m.storeSteady() {
-		return nil, ErrStoreRecovering
-	}
 	if m.leaser != nil {
 		err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL)
 		if errors.Is(err, statestore.ErrLeaseHeld) {
@@ -528,6 +525,15 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		if rec.State != statestore.StateClosed && !m.storeSteady() {
+			// The lease lapsed while the store was out of reach: its
+			// holder may be riding the outage out, and renews it first.
+			// (Its stored state may lag too: any session not closed.)
+			if err := m.leaser.ReleaseLease(ctx, id, m.opts.Replica); err != nil {
+				m.opts.Log.Warn("store: releasing a lease", "session", id, "error", err)
+			}
+			return nil, ErrStoreRecovering
 		}
 		// Holding the lease, read what the last owner left.
 		if rec, err = m.opts.Store.GetSession(ctx, id); err != nil {
