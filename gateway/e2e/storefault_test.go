@@ -59,6 +59,18 @@ func chunkTexts(events []*acpv2.SessionEvent) []string {
 	return texts
 }
 
+// atRound returns an event callback for testutil.Turn that calls f, once,
+// at the first message of round r of floodAgent.
+func atRound(r int, f func()) func(*acpv2.SessionEvent) {
+	var once sync.Once
+	prefix := fmt.Sprintf("r%d-", r)
+	return func(ev *acpv2.SessionEvent) {
+		if strings.HasPrefix(ev.GetAgentMessageChunk().GetContent().GetText().GetText(), prefix) {
+			once.Do(f)
+		}
+	}
+}
+
 // checkRounds fails the test unless texts are every message of
 // floodAgent(rounds, per), in order.
 func checkRounds(t *testing.T, what string, texts []string, rounds, per int) {
@@ -93,24 +105,19 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 		},
 	})
 	id := g.create(t, "flood")
-	var outage sync.Once
 	done := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	events, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, func(ev *acpv2.SessionEvent) {
-		if strings.HasPrefix(ev.GetAgentMessageChunk().GetContent().GetText().GetText(), "r2-") {
-			outage.Do(func() {
-				go func() {
-					defer close(done)
-					rs.Kill()
-					// Longer than an append waits (--lease-ttl/3), so
-					// that appends fail.
-					time.Sleep(5 * time.Second)
-					rs.Start()
-				}()
-			})
-		}
-	})
+	events, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, atRound(2, func() {
+		go func() {
+			defer close(done)
+			rs.Kill()
+			// Longer than an append waits (--lease-ttl/3), so that
+			// appends fail.
+			time.Sleep(5 * time.Second)
+			rs.Start()
+		}()
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,12 +155,7 @@ func TestStoreOutagePastTheTimeoutEndsTheTurn(t *testing.T) {
 	before := childProcesses()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var killed sync.Once
-	events, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, func(ev *acpv2.SessionEvent) {
-		if strings.HasPrefix(ev.GetAgentMessageChunk().GetContent().GetText().GetText(), "r2-") {
-			killed.Do(rs.Kill)
-		}
-	})
+	events, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, atRound(2, rs.Kill))
 	if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "resume with Watch afterSeq=") {
 		t.Fatalf("the turn's stream ended with %v, want unavailable saying where to resume", err)
 	}
@@ -205,16 +207,11 @@ func TestStoreThatLostItsDataIsNoticed(t *testing.T) {
 	before := childProcesses()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var restarted sync.Once
-	_, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: busy, Prompt: textPrompt("go")}, func(ev *acpv2.SessionEvent) {
-		if strings.HasPrefix(ev.GetAgentMessageChunk().GetContent().GetText().GetText(), "r2-") {
-			restarted.Do(func() {
-				rs.Kill()
-				rs.Wipe()
-				rs.Start()
-			})
-		}
-	})
+	_, err := testutil.Turn(ctx, g.connect, &acpv2.PromptRequest{SessionId: busy, Prompt: textPrompt("go")}, atRound(2, func() {
+		rs.Kill()
+		rs.Wipe()
+		rs.Start()
+	}))
 	if codeOf(err) != connect.CodeDataLoss {
 		t.Fatalf("the turn's stream ended with %v, want data_loss", err)
 	}
@@ -274,30 +271,24 @@ func TestLeasesRideOutAStoreOutage(t *testing.T) {
 	id := a.create(t, "flood")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var outage sync.Once
 	asked := make(chan []connect.Code, 1)
-	events, err := testutil.Turn(ctx, a.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, func(ev *acpv2.SessionEvent) {
-		if !strings.HasPrefix(ev.GetAgentMessageChunk().GetContent().GetText().GetText(), "r2-") {
-			return
-		}
-		outage.Do(func() {
-			go func() {
-				rs.Kill()
-				time.Sleep(3 * ttl)
-				rs.Start()
-				// Ask b for the session while a's lease is lapsed: a
-				// request that needs its agent.
-				var codes []connect.Code
-				for range 10 {
-					_, err := b.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{
-						SessionId: id, RequestId: "none", OptionId: "x"}))
-					codes = append(codes, codeOf(err))
-					time.Sleep(100 * time.Millisecond)
-				}
-				asked <- codes
-			}()
-		})
-	})
+	events, err := testutil.Turn(ctx, a.connect, &acpv2.PromptRequest{SessionId: id, Prompt: textPrompt("go")}, atRound(2, func() {
+		go func() {
+			rs.Kill()
+			time.Sleep(3 * ttl)
+			rs.Start()
+			// Ask b for the session while a's lease is lapsed: a request
+			// that needs its agent.
+			var codes []connect.Code
+			for range 10 {
+				_, err := b.connect.RespondPermission(ctx, connect.NewRequest(&acpv2.RespondPermissionRequest{
+					SessionId: id, RequestId: "none", OptionId: "x"}))
+				codes = append(codes, codeOf(err))
+				time.Sleep(100 * time.Millisecond)
+			}
+			asked <- codes
+		}()
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

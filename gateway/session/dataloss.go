@@ -63,14 +63,14 @@ func (m *Manager) checkStore(ctx context.Context) {
 		m.opts.Log.Error("store: trusting it again after a loss", "error", err)
 	}
 	for _, s := range all {
-		s.letLostGo()
+		s.leave()
 	}
 }
 
 // lose lets go of s, whose data the store lost, with err.
 func (s *Session) lose(err error) {
 	s.markLost(err)
-	s.letLostGo()
+	s.leave()
 }
 
 // markLost records that the store lost s's data, with err: nothing more
@@ -86,9 +86,9 @@ func (s *Session) markLost(err error) {
 	s.m.remember(s, err)
 }
 
-// letLostGo stops the agent of s, marked lost, ends its streams and lets
-// go of it.
-func (s *Session) letLostGo() {
+// leave stops the agent of s, whose store failed it (storeErr), ends its
+// streams with that error and lets go of it.
+func (s *Session) leave() {
 	s.mu.Lock()
 	err := s.storeErr
 	s.mu.Unlock()

@@ -338,13 +338,7 @@ func (m *Manager) releaseFlush() time.Duration {
 // its watchers' streams end with the writer's error, and it is read from
 // the store when next asked for.
 func (m *Manager) abandon(s *Session) {
-	s.mu.Lock()
-	err := s.storeErr
-	s.mu.Unlock()
-	s.release(err)
-	ctx, cancel := m.storeContext()
-	defer cancel()
-	m.letGo(ctx, s)
+	s.leave()
 	m.mu.Lock()
 	closed := m.closed
 	if !closed {
