@@ -515,6 +515,17 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 		}
 		return nil, err
 	}
+	if m.leaser != nil && rec.State != statestore.StateClosed && !m.storeSteady() {
+		// The store failed within a lease TTL: a lapsed lease says nothing
+		// of its holder, which may be riding the outage out and renews it
+		// first. A live one is forwarded to; none is taken meanwhile (even
+		// for a moment, which would make the holder step aside). Any
+		// session not closed: its stored state may lag.
+		if holder, herr := m.leaser.LeaseHolder(ctx, id); herr == nil && holder != "" && holder != m.opts.Replica {
+			return nil, &RemoteError{Holder: holder}
+		}
+		return nil, ErrStoreRecovering
+	}
 	if m.leaser != nil {
 		err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL)
 		if errors.Is(err, statestore.ErrLeaseHeld) {
@@ -525,15 +536,6 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 		}
 		if err != nil {
 			return nil, err
-		}
-		if rec.State != statestore.StateClosed && !m.storeSteady() {
-			// The lease lapsed while the store was out of reach: its
-			// holder may be riding the outage out, and renews it first.
-			// (Its stored state may lag too: any session not closed.)
-			if err := m.leaser.ReleaseLease(ctx, id, m.opts.Replica); err != nil {
-				m.opts.Log.Warn("store: releasing a lease", "session", id, "error", err)
-			}
-			return nil, ErrStoreRecovering
 		}
 		// Holding the lease, read what the last owner left.
 		if rec, err = m.opts.Store.GetSession(ctx, id); err != nil {
