@@ -17,6 +17,7 @@ func BenchmarkStart(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(c.Close)
 	for _, limited := range []bool{false, true} {
 		name := "alone"
 		if limited {

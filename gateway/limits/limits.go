@@ -5,7 +5,9 @@
 //
 // It works without root, from a cgroup subtree delegated to the gateway's
 // user (systemd's Delegate=yes, or a container's own writable cgroup):
-// every agent's group is made below the gateway's own.
+// every agent's group is made below the gateway's own, in a directory of
+// the gateway's, which the next gateway to start empties, with every
+// process in it, should the gateway die.
 package limits
 
 import (
@@ -127,6 +129,13 @@ type Controller struct {
 	v1All, v1Use []cgroup1.Subsystem
 	// swept counts the stale groups Setup removed.
 	swept int
+	// instance names this gateway's directory in the agents' directory,
+	// which holds its agents' groups, and lock holds its lock (see
+	// instancePrefix); empty and nil without a cgroup.
+	instance string
+	lock     *os.File
+	// reaped lists what Setup killed in dead gateways' directories.
+	reaped []Reaped
 }
 
 // ErrCgroup is wrapped by the error of a host where no cgroup of the
@@ -140,6 +149,14 @@ var probes atomic.Int64
 // enforces it. Resource limits (open files, file size) need nothing; the
 // others need a cgroup the gateway may make groups in: where there is
 // none, the error (wrapping ErrCgroup) names the fix.
+//
+// With a cgroup, Setup kills every process that gateways that are gone
+// (this one's earlier runs, or a replica beside it that died) left in
+// their directories of the agents' directory, SIGKILLed agents' detached
+// children included, and removes those (see [Controller.Reaped]); then it
+// makes the gateway's own directory and holds its lock until
+// [Controller.Close] or the gateway's end. No running gateway's agent is
+// touched.
 func Setup(l Limits) (*Controller, error) {
 	c := &Controller{limits: l, mount: v2Mount}
 	if !l.needsCgroup() {
@@ -160,13 +177,18 @@ func Setup(l Limits) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v): run the gateway with a cgroup subtree of its own (systemd: Delegate=yes; a container: a writable cgroup), or set --agent-memory, --agent-pids and --agent-cpu to 0 to run agents without them", ErrCgroup, err)
 	}
-	c.swept = c.sweep(time.Now().Add(-staleAge))
-	// A group made and removed proves the setup.
-	g, err := c.New(fmt.Sprintf("probe-%d-%d", os.Getpid(), probes.Add(1)))
+	c.reaped = c.reap()
+	c.swept += c.sweep(time.Now().Add(-staleAge))
+	err = c.claim()
 	if err == nil {
-		err = g.close()
+		// A group made and removed proves the setup.
+		var g *Group
+		if g, err = c.New(fmt.Sprintf("probe-%d-%d", os.Getpid(), probes.Add(1))); err == nil {
+			err = g.close()
+		}
 	}
 	if err != nil {
+		c.Close()
 		return nil, fmt.Errorf("%w (%v): run the gateway with a cgroup subtree of its own (systemd: Delegate=yes; a container: a writable cgroup), or set --agent-memory, --agent-pids and --agent-cpu to 0 to run agents without them", ErrCgroup, err)
 	}
 	return c, nil
@@ -174,34 +196,35 @@ func Setup(l Limits) (*Controller, error) {
 
 // agentsDirs lists the directories that hold the agents' groups: one in
 // the unified hierarchy, or one in each v1 hierarchy.
-func (c *Controller) agentsDirs() []string {
+func (c *Controller) agentsDirs() []string { return c.dirsIn(c.v1All) }
+
+// dirsIn lists the agents' directories in the unified hierarchy, or in
+// the v1 hierarchies given.
+func (c *Controller) dirsIn(hierarchies []cgroup1.Subsystem) []string {
 	if c.v2 != "" {
 		return []string{filepath.Join(c.mount, c.v2)}
 	}
-	path := cgroup1.NestedPath(agentsDir)
 	var dirs []string
-	for _, s := range c.v1All {
-		p, ok := s.(interface{ Path(string) string })
-		if !ok {
-			continue
-		}
-		if rel, err := path(s.Name()); err == nil {
-			dirs = append(dirs, p.Path(rel))
+	for _, s := range hierarchies {
+		if dir, ok := v1AgentsDir(s); ok {
+			dirs = append(dirs, dir)
 		}
 	}
 	return dirs
 }
 
-// sweep removes the groups of agents that gateways left behind (killed
-// before they could remove them, with SIGKILL, say), and returns how many
-// it removed. It looks in every hierarchy, those of controllers this
-// gateway does not use included: another configuration may have used them.
+// sweep removes the groups that gateways of earlier versions, which made
+// their agents' groups right in the agents' directory and locked nothing,
+// left behind (killed before they could remove them, with SIGKILL, say),
+// and returns how many it removed. (The directories of the gateways that
+// lock theirs are reap's.) It looks in every hierarchy, those of
+// controllers this gateway does not use included: another configuration
+// may have used them.
 //
-// Gateways on one host share the agents' directories (a container's v1
-// hierarchies often are the host's), and none can tell whether another
-// that made a group still runs: process ids do not compare across PID
-// namespaces, and names say nothing of liveness. So sweep kills nothing,
-// and removes only a group that no running gateway needs:
+// Such a group says nothing of whether the gateway that made it still
+// runs (process ids do not compare across PID namespaces, and names say
+// nothing of liveness), so sweep kills nothing, and removes only a group
+// that no running gateway needs:
 //   - one without processes: rmdir fails on any other, whoever owns it;
 //   - one without groups below it: an agent may have made those, and be
 //     about to use the empty ones;
@@ -220,7 +243,7 @@ func (c *Controller) sweep(before time.Time) int {
 			continue
 		}
 		for _, e := range entries {
-			if !e.IsDir() {
+			if !e.IsDir() || strings.HasPrefix(e.Name(), instancePrefix) {
 				continue
 			}
 			group := filepath.Join(dir, e.Name())
@@ -260,13 +283,13 @@ func (c *Controller) Describe() string {
 	case !c.limits.needsCgroup():
 		return c.limits.String() + " (resource limits)"
 	case c.v2 != "":
-		return c.limits.String() + " (cgroup v2 " + c.v2 + c.sweptString() + ")"
+		return c.limits.String() + " (cgroup v2 " + filepath.Join(c.v2, c.instance) + c.sweptString() + ")"
 	}
 	names := make([]string, len(c.v1))
 	for i, n := range c.v1 {
 		names[i] = string(n)
 	}
-	return c.limits.String() + " (cgroup v1 " + strings.Join(names, ",") + c.sweptString() + ")"
+	return c.limits.String() + " (cgroup v1 " + strings.Join(names, ",") + " " + filepath.Join(agentsDir, c.instance) + c.sweptString() + ")"
 }
 
 func (c *Controller) sweptString() string {
@@ -405,14 +428,14 @@ func (c *Controller) New(name string) (*Group, error) {
 	required := func(s cgroup1.Subsystem, _ cgroup1.Path, err error) error {
 		return fmt.Errorf("the %s controller: %w", s.Name(), err)
 	}
-	cg, err := cgroup1.New(cgroup1.NestedPath(filepath.Join(agentsDir, name)), c.v1Resources(),
+	cg, err := cgroup1.New(cgroup1.NestedPath(filepath.Join(agentsDir, c.instance, name)), c.v1Resources(),
 		cgroup1.WithHierarchy(hierarchy), func(c *cgroup1.InitConfig) error { c.InitCheck = required; return nil })
 	if err != nil {
 		return nil, err
 	}
 	g.v1 = cg
 	if c.limits.Memory > 0 {
-		path := cgroup1.NestedPath(filepath.Join(agentsDir, name))
+		path := cgroup1.NestedPath(filepath.Join(agentsDir, c.instance, name))
 		for _, s := range cg.Subsystems() {
 			if p, ok := s.(interface{ Path(string) string }); ok && s.Name() == cgroup1.Memory {
 				if rel, err := path(cgroup1.Memory); err == nil {
@@ -435,11 +458,12 @@ func (c *Controller) New(name string) (*Group, error) {
 
 // newV2 makes g's group, name, in the unified hierarchy.
 func (c *Controller) newV2(g *Group, name string) error {
-	m, err := cgroup2.NewManager(c.mount, filepath.Join(c.v2, name), c.v2Resources())
+	group := filepath.Join(c.v2, c.instance, name)
+	m, err := cgroup2.NewManager(c.mount, group, c.v2Resources())
 	if err != nil {
 		return err
 	}
-	g.v2, g.dir = m, filepath.Join(c.mount, c.v2, name)
+	g.v2, g.dir = m, filepath.Join(c.mount, group)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +19,16 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
+
+// setup is Setup, the Controller closed when the test ends.
+func setup(t *testing.T, l Limits) (*Controller, error) {
+	t.Helper()
+	c, err := Setup(l)
+	if err == nil {
+		t.Cleanup(c.Close)
+	}
+	return c, err
+}
 
 // start runs script with /bin/sh -c, in a new session of its own, placed in
 // a new group of c before it runs anything (it waits on its stdin for the
@@ -72,7 +83,7 @@ func (o *output) String() string {
 }
 
 func TestPidsLimitBoundsTheTree(t *testing.T) {
-	c, err := Setup(Limits{Pids: 16})
+	c, err := setup(t, Limits{Pids: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +113,7 @@ func TestPidsLimitBoundsTheTree(t *testing.T) {
 }
 
 func TestMemoryLimitKillsTheWholeGroup(t *testing.T) {
-	c, err := Setup(Limits{Memory: 32 << 20})
+	c, err := setup(t, Limits{Memory: 32 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +136,7 @@ func TestMemoryLimitKillsTheWholeGroup(t *testing.T) {
 }
 
 func TestCloseKillsProcessesThatLeftTheSession(t *testing.T) {
-	c, err := Setup(Limits{Pids: 64})
+	c, err := setup(t, Limits{Pids: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +157,7 @@ func TestCloseKillsProcessesThatLeftTheSession(t *testing.T) {
 }
 
 func TestResourceLimitsNeedNoCgroup(t *testing.T) {
-	c, err := Setup(Limits{NoFile: 64, FileSize: 1 << 20})
+	c, err := setup(t, Limits{NoFile: 64, FileSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +189,7 @@ func TestDescribeAndResources(t *testing.T) {
 // empty, have no groups below them, and were made over staleAge ago: a
 // group a running gateway just made, or one with processes, stays.
 func TestSetupSweepsOnlyStaleEmptyGroups(t *testing.T) {
-	c, err := Setup(Limits{Pids: 64})
+	c, err := setup(t, Limits{Pids: 64})
 	if err != nil {
 		t.Skip(err)
 	}
@@ -222,8 +233,11 @@ func TestSetupSweepsOnlyStaleEmptyGroups(t *testing.T) {
 			want{mk(dir, prefix+"new", time.Time{}), true},
 			want{nested, true})
 	}
-	// A group with a process in it, as old.
-	busy, err := c.New(prefix + "busy")
+	// A group with a process in it, as old, of a gateway of an earlier
+	// version (right in the agents' directory).
+	legacy := *c
+	legacy.instance = ""
+	busy, err := legacy.New(prefix + "busy")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +256,12 @@ func TestSetupSweepsOnlyStaleEmptyGroups(t *testing.T) {
 		pids, err := busy.pids()
 		return err == nil && len(pids) > 0
 	})
+	// This gateway's own directory, as old, is not sweep's.
+	own := filepath.Join(c.primaryDir(), c.instance)
+	if err := os.Chtimes(own, old, old); err != nil {
+		t.Fatal(err)
+	}
+	wants = append(wants, want{own, true})
 	// (The gateways or tests running beside this one may sweep too.)
 	c.sweep(time.Now().Add(-staleAge))
 	for _, w := range wants {
@@ -361,7 +381,7 @@ func removeTree(dir string) {
 // its agent had gone) is not taken for one whose agent ran out of memory,
 // though v1 signals its OOM event then, and Close does not fail on it.
 func TestARemovedGroupIsNoOOM(t *testing.T) {
-	c, err := Setup(Limits{Memory: 32 << 20})
+	c, err := setup(t, Limits{Memory: 32 << 20})
 	if err != nil {
 		t.Skip(err)
 	}
@@ -371,7 +391,7 @@ func TestARemovedGroupIsNoOOM(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range c.agentsDirs() {
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(filepath.Join(dir, c.instance, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			t.Fatal(err)
 		}
 	}
@@ -381,5 +401,132 @@ func TestARemovedGroupIsNoOOM(t *testing.T) {
 	}
 	if err := g.close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// alive reports whether process pid runs (is neither gone nor a zombie).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command's closing parenthesis.
+	st := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	return !strings.HasPrefix(st, "Z") && !strings.HasPrefix(st, "X")
+}
+
+// die drops c's lock without removing its directory, as the kernel does
+// when the gateway is killed.
+func die(c *Controller) {
+	_ = c.lock.Close()
+	c.lock = nil
+}
+
+// setupWithGroup sets up a Controller with a pids limit, and makes a
+// group, agent, in it.
+func setupWithGroup(t *testing.T) (*Controller, *Group) {
+	t.Helper()
+	c, err := setup(t, Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.New("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, g
+}
+
+// A gateway that dies leaves its agents' trees, the children that left
+// the agent's session and ignore SIGTERM and SIGHUP included: the next
+// gateway to start kills them and removes the dead gateway's directory,
+// and leaves alone the agent of a gateway that runs beside it.
+func TestSetupKillsWhatADeadGatewayLeft(t *testing.T) {
+	dead, g := setupWithGroup(t)
+	_, out := startIn(t, g, `setsid sh -c 'trap "" TERM HUP; sleep 600 & echo $!' </dev/null`)
+	var detached int
+	testutil.WaitFor(t, "the detached child starts", func() bool {
+		var err error
+		detached, err = strconv.Atoi(strings.TrimSpace(out.String()))
+		return err == nil
+	})
+	t.Cleanup(func() { _ = syscall.Kill(detached, syscall.SIGKILL) })
+	live, lg := setupWithGroup(t)
+	t.Cleanup(lg.Close)
+	liveCmd, _ := startIn(t, lg, "sleep 600")
+	testutil.WaitFor(t, "the live gateway's agent is in its group", func() bool {
+		pids, err := lg.pids()
+		return err == nil && len(pids) > 0
+	})
+
+	die(dead)
+	c, err := setup(t, Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alive(detached) {
+		t.Errorf("the dead gateway's agent's detached child (pid %d) outlived Setup", detached)
+	}
+	for _, dir := range c.agentsDirs() {
+		if _, err := os.Stat(filepath.Join(dir, dead.instance)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the dead gateway's directory is left in %s: %v", dir, err)
+		}
+	}
+	// (A gateway or test starting beside this one may have reaped it.)
+	for _, r := range c.Reaped() {
+		if r.Group == filepath.Join(c.primaryDir(), dead.instance) && (r.Killed < 1 || r.Err != nil) {
+			t.Errorf("Reaped %+v, want 1 or more killed, no error", r)
+		}
+	}
+	if !alive(liveCmd.Process.Pid) {
+		t.Error("the live gateway's agent was killed")
+	}
+	if _, err := os.Stat(filepath.Join(live.primaryDir(), live.instance, "agent")); err != nil {
+		t.Errorf("the live gateway's agent's group: %v", err)
+	}
+}
+
+// A directory whose lock is free is reaped only where a process is left
+// in it, or where it is older than staleAge: a newer empty one may be a
+// starting gateway's, not yet locked. A running gateway's stays, however
+// old.
+func TestReapLeavesNewAndRunningGateways(t *testing.T) {
+	c, err := setup(t, Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * staleAge)
+	mk := func(name string, age time.Time) string {
+		t.Helper()
+		p := filepath.Join(c.primaryDir(), fmt.Sprintf("%stest-%d-%s", instancePrefix, os.Getpid(), name))
+		if err := os.MkdirAll(filepath.Join(p, heldGroup), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = removeGroups(p) })
+		if !age.IsZero() {
+			if err := os.Chtimes(p, age, age); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	young, stale := mk("young", time.Time{}), mk("stale", old)
+	running, err := setup(t, Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(running.primaryDir(), running.instance)
+	if err := os.Chtimes(own, old, old); err != nil {
+		t.Fatal(err)
+	}
+	c.reap()
+	for _, w := range []struct {
+		path string
+		kept bool
+	}{{young, true}, {stale, false}, {own, true}} {
+		_, err := os.Stat(w.path)
+		if kept := err == nil; kept != w.kept {
+			t.Errorf("%s: kept %v, want %v", w.path, kept, w.kept)
+		}
 	}
 }
