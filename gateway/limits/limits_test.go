@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
@@ -404,17 +405,6 @@ func TestARemovedGroupIsNoOOM(t *testing.T) {
 	}
 }
 
-// alive reports whether process pid runs (is neither gone nor a zombie).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command's closing parenthesis.
-	st := string(b[strings.LastIndexByte(string(b), ')')+2:])
-	return !strings.HasPrefix(st, "Z") && !strings.HasPrefix(st, "X")
-}
-
 // die drops c's lock without removing its directory, as the kernel does
 // when the gateway is killed.
 func die(c *Controller) {
@@ -464,7 +454,7 @@ func TestSetupKillsWhatADeadGatewayLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if alive(detached) {
+	if procfs.Alive(detached) {
 		t.Errorf("the dead gateway's agent's detached child (pid %d) outlived Setup", detached)
 	}
 	for _, dir := range c.agentsDirs() {
@@ -478,7 +468,7 @@ func TestSetupKillsWhatADeadGatewayLeft(t *testing.T) {
 			t.Errorf("Reaped %+v, want 1 or more killed, no error", r)
 		}
 	}
-	if !alive(liveCmd.Process.Pid) {
+	if !procfs.Alive(liveCmd.Process.Pid) {
 		t.Error("the live gateway's agent was killed")
 	}
 	if _, err := os.Stat(filepath.Join(live.primaryDir(), live.instance, "agent")); err != nil {
