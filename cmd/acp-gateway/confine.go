@@ -178,6 +178,13 @@ func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []s
 	}
 	lim.Log = log
 	c.limits = lim
+	for _, r := range lim.Reaped() {
+		args := []any{"cgroup", r.Group, "killed", r.Killed}
+		if r.Err != nil {
+			args = append(args, "error", r.Err.Error())
+		}
+		log.Warn("killed the processes a gateway that is gone left in its agents' cgroups", args...)
+	}
 	network := "host"
 	if c.egress != nil {
 		network = "proxy"

@@ -511,6 +511,8 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	if err != nil {
 		return configError{err}
 	}
+	// After the agents end (the manager is closed by a later defer).
+	defer confined.limits.Close()
 	tracing, err := telemetry.New(ctx, telemetry.Endpoint(cfg.otlpEndpoint))
 	if err != nil {
 		return configError{err}
