@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +21,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/limits"
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -27,25 +33,116 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// gatewayEnv makes this test binary a stand-in gateway: it starts an agent
-// that ignores the end of its input and its signals, writes the agent's
-// pid, and waits to be killed.
+// gatewayEnv makes this test binary a stand-in gateway (see
+// runGatewayIfCommanded), in the mode it is set to.
 const gatewayEnv = "ACP_GATEWAY_TEST_STAND_IN_GATEWAY"
 
+// detachedEnv names the file where the agent of a stand-in gateway in
+// mode "limits" has its detached child write its pid.
+const detachedEnv = "ACP_GATEWAY_TEST_DETACHED_PID_FILE"
+
+// runGatewayIfCommanded makes this process a stand-in gateway when
+// gatewayEnv is set, and never returns then. In mode "agent" it starts an
+// agent that ignores the end of its input and its signals, writes the
+// agent's pid, and waits to be killed. In mode "limits" it first waits for
+// a line on its stdin (to be put in a cgroup), sets up per-agent limits,
+// starts the same agent in a group of them, which first starts a detached
+// child, and writes the agent's pid. In mode "reap" it waits for its line,
+// sets up the limits, writes each group it reaped ("reaped GROUP
+// KILLED"), and exits.
 func runGatewayIfCommanded() {
-	if os.Getenv(gatewayEnv) == "" {
+	mode := os.Getenv(gatewayEnv)
+	if mode == "" {
 		return
 	}
-	cmd, err := agentsim.Command(agentsim.Script{IgnoreEOF: true})
-	if err == nil {
-		var a *Agent
-		if a, err = Start(context.Background(), Config{Command: cmd, Dir: os.TempDir(), Client: &recorder{}, StartTimeout: 30 * time.Second}); err == nil {
-			fmt.Println(a.cmd.Process.Pid)
-			select {}
-		}
-	}
+	err := runGateway(mode)
 	fmt.Fprintln(os.Stderr, "stand-in gateway:", err)
 	os.Exit(1)
+}
+
+func runGateway(mode string) error {
+	script, cfg := agentsim.Script{IgnoreEOF: true}, Config{Dir: os.TempDir(), Client: &recorder{}, StartTimeout: 30 * time.Second}
+	if mode == "limits" || mode == "reap" {
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return err
+		}
+		c, err := limits.Setup(limits.Limits{Pids: 64})
+		if err != nil {
+			return err
+		}
+		if mode == "reap" {
+			for _, r := range c.Reaped() {
+				fmt.Println("reaped", r.Group, r.Killed, r.Err)
+			}
+			c.Close()
+			os.Exit(0)
+		}
+		g, err := c.New("stand-in")
+		if err != nil {
+			return err
+		}
+		cfg.Group = g
+		// A child that leaves the agent's session and process group (a
+		// tool's daemon), and ignores the signals a hang-up sends.
+		script.Startup = []agentsim.Step{{Shell: fmt.Sprintf(`setsid sh -c 'trap "" TERM HUP; sleep 600 & echo $! > %s' </dev/null >/dev/null 2>&1 &`, os.Getenv(detachedEnv))}}
+	}
+	var err error
+	if cfg.Command, err = agentsim.Command(script); err != nil {
+		return err
+	}
+	a, err := Start(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Println(a.cmd.Process.Pid)
+	select {}
+}
+
+// standIn starts this test binary, exe, as a stand-in gateway in mode,
+// with env added to its environment, as the user of cred (nil: this
+// process's), placed in the cgroup whose process list is procs (where it
+// is not empty) before it does anything. It returns the process and its
+// output; the process is killed when the test ends.
+func standIn(t *testing.T, exe, mode string, env []string, cred *syscall.Credential, procs string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	gw := exec.Command(exe, "-test.run=^$")
+	gw.Env = append(append(os.Environ(), gatewayEnv+"="+mode), env...)
+	gw.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	gw.Stderr = os.Stderr
+	in, err := gw.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := gw.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Process.Kill(); _ = gw.Wait() })
+	if procs != "" {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(gw.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	return gw, bufio.NewReader(out)
+}
+
+// readPid reads the pid a stand-in gateway writes, and kills that process
+// when the test ends.
+func readPid(t *testing.T, out *bufio.Reader) int {
+	t.Helper()
+	line, err := out.ReadString('\n')
+	pid, perr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		t.Fatalf("the stand-in gateway's agent pid: %q, %v, %v", line, err, perr)
+	}
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+	return pid
 }
 
 // An agent that ignores the end of its input and SIGTERM dies with its
@@ -55,44 +152,156 @@ func runGatewayIfCommanded() {
 // replica.)
 func TestAgentDiesWithItsGateway(t *testing.T) {
 	t.Parallel()
-	gw := exec.Command(os.Args[0], "-test.run=^$")
-	gw.Env = append(os.Environ(), gatewayEnv+"=1")
-	out, err := gw.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw.Stderr = os.Stderr
-	if err := gw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	pid, perr := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil || perr != nil {
-		_ = gw.Process.Kill()
-		_ = gw.Wait()
-		t.Fatalf("the stand-in gateway's agent pid: %q, %v, %v", line, err, perr)
-	}
-	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+	gw, out := standIn(t, os.Args[0], "agent", nil, nil, "")
+	pid := readPid(t, out)
 	if err := gw.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = gw.Wait()
-	alive := func() bool {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return false
-		}
-		// The state follows the command's closing parenthesis.
-		st := string(b[strings.LastIndexByte(string(b), ')')+2:])
-		return !strings.HasPrefix(st, "Z") && !strings.HasPrefix(st, "X")
-	}
 	deadline := time.Now().Add(10 * time.Second)
-	for alive() {
+	for procfs.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the agent (pid %d) outlived its killed gateway", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// With per-agent limits and no sandbox, what an agent started and
+// detached (its own session, a double fork, SIGTERM and SIGHUP ignored)
+// outlives its SIGKILLed gateway, but not the next gateway's start, which
+// kills it; the agent of a gateway running beside them, with the same
+// parent cgroup, and its detached child, live on. Where the test runs as
+// root, the gateways run as nobody in a cgroup subtree delegated to them,
+// as production runs them.
+func TestDetachedChildDiesAtTheNextGatewaysStart(t *testing.T) {
+	t.Parallel()
+	exe, cred, procs := delegatedCgroup(t)
+	// Where nobody can write (t.TempDir's parent is private).
+	pidFiles, err := os.MkdirTemp("", "agent-test-pids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(pidFiles) })
+	if err := os.Chmod(pidFiles, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	limited := func(name string) (*exec.Cmd, int, int) {
+		t.Helper()
+		file := filepath.Join(pidFiles, name)
+		gw, out := standIn(t, exe, "limits", []string{detachedEnv + "=" + file}, cred, procs)
+		agent := readPid(t, out)
+		var detached int
+		testutil.WaitFor(t, "the "+name+" agent's detached child to start", func() bool {
+			b, err := os.ReadFile(file)
+			if err != nil || !strings.HasSuffix(string(b), "\n") {
+				return false
+			}
+			detached, err = strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil
+		})
+		t.Cleanup(func() { _ = unix.Kill(detached, unix.SIGKILL) })
+		return gw, agent, detached
+	}
+	gw, agent, detached := limited("dead")
+	_, siblingAgent, siblingDetached := limited("sibling")
+
+	if err := gw.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = gw.Wait()
+	testutil.WaitFor(t, "the agent to die with its gateway", func() bool { return !procfs.Alive(agent) })
+	if !procfs.Alive(detached) {
+		t.Fatal("the detached child died with its gateway: nothing left to test")
+	}
+	reaper, out := standIn(t, exe, "reap", nil, cred, procs)
+	var reaped []string
+	for line, err := out.ReadString('\n'); err == nil; line, err = out.ReadString('\n') {
+		reaped = append(reaped, strings.TrimSpace(line))
+	}
+	if err := reaper.Wait(); err != nil {
+		t.Fatalf("the reaping gateway: %v", err)
+	}
+	// (A gateway or test starting beside this one may have reaped it.)
+	testutil.WaitFor(t, "the detached child to be killed", func() bool { return !procfs.Alive(detached) })
+	t.Logf("reaped: %q", reaped)
+	if !procfs.Alive(siblingAgent) || !procfs.Alive(siblingDetached) {
+		t.Errorf("the running sibling's agent (alive %v) or its detached child (alive %v) was killed", procfs.Alive(siblingAgent), procfs.Alive(siblingDetached))
+	}
+}
+
+// delegatedCgroup returns the test binary to run stand-in gateways with,
+// the user to run them as and the process list of the cgroup to put them
+// in. Run as root on a host with a v1 pids hierarchy, it is a copy of the
+// binary that nobody may run, nobody, and a new pids group owned by nobody
+// (what systemd's Delegate=yes gives a service's user); otherwise this
+// binary, this user and no group.
+func delegatedCgroup(t *testing.T) (exe string, cred *syscall.Credential, procs string) {
+	t.Helper()
+	const nobody = 65534
+	var own string
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if f := strings.SplitN(strings.TrimSpace(line), ":", 3); len(f) == 3 && f[1] == "pids" {
+				own = f[2]
+			}
+		}
+	}
+	if os.Geteuid() != 0 || own == "" {
+		return os.Args[0], nil, ""
+	}
+	dir := filepath.Join("/sys/fs/cgroup/pids", own, fmt.Sprintf("agent-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeCgroupTree(t, dir) })
+	for _, f := range []string{"", "cgroup.procs", "tasks"} {
+		if err := os.Chown(filepath.Join(dir, f), nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin, err := os.MkdirTemp("", "agent-test-bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(bin) })
+	exe = filepath.Join(bin, "agent.test")
+	src, err := os.ReadFile(os.Args[0])
+	if err == nil {
+		err = os.WriteFile(exe, src, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(bin, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe, &syscall.Credential{Uid: nobody, Gid: nobody}, filepath.Join(dir, "cgroup.procs")
+}
+
+// removeCgroupTree kills every process in the group at dir and the groups
+// below it, and removes them.
+func removeCgroupTree(t *testing.T, dir string) {
+	testutil.WaitFor(t, "the test's cgroups to be removed", func() bool {
+		var dirs []string
+		_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			b, _ := os.ReadFile(filepath.Join(dirs[i], "cgroup.procs"))
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = unix.Kill(pid, unix.SIGKILL)
+				}
+			}
+			_ = unix.Rmdir(dirs[i])
+		}
+		_, err := os.Stat(dir)
+		return errors.Is(err, fs.ErrNotExist)
+	})
 }
 
 // startAgent runs a scripted agent (this test binary, re-executed).
