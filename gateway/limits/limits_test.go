@@ -520,3 +520,36 @@ func TestReapLeavesNewAndRunningGateways(t *testing.T) {
 		}
 	}
 }
+
+// On cgroup v2 too, a dead gateway's detached processes are killed and its
+// directory removed.
+func TestV2ReapKillsWhatADeadGatewayLeft(t *testing.T) {
+	dead := unifiedTest(t)
+	if err := dead.claim(); err != nil {
+		t.Fatal(err)
+	}
+	g := &Group{log: slog.Default()}
+	if err := dead.newV2(g, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	_, out := startIn(t, g, `setsid sh -c 'trap "" TERM HUP; sleep 600 & echo $!' </dev/null`)
+	testutil.WaitFor(t, "the detached child to start", func() bool { return strings.HasSuffix(out.String(), "\n") })
+	detached, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(detached, syscall.SIGKILL) })
+	die(dead)
+	c := &Controller{mount: dead.mount, v2: dead.v2}
+	reaped := c.reap()
+	if procfs.Alive(detached) {
+		t.Errorf("the detached child (pid %d) outlived the reap", detached)
+	}
+	want := filepath.Join(dead.primaryDir(), dead.instance)
+	if len(reaped) != 1 || reaped[0].Group != want || reaped[0].Killed != 1 || reaped[0].Err != nil {
+		t.Errorf("reaped %+v, want %s with 1 killed", reaped, want)
+	}
+	if _, err := os.Stat(want); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the dead gateway's directory: %v", err)
+	}
+}
