@@ -37,6 +37,9 @@ var (
 	// ErrLeaseHeld is returned by AcquireLease when another holder's lease
 	// on the session is live.
 	ErrLeaseHeld = errors.New("statestore: another replica holds the session")
+	// ErrInvalid is returned by Append for events it can never store (an
+	// event that does not encode): trying again cannot help.
+	ErrInvalid = errors.New("statestore: the events cannot be stored")
 )
 
 // DefaultMaxEvents is serve's default for Options.MaxEvents.
@@ -224,7 +227,7 @@ func eventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal
 		marshal = proto.Marshal
 	}
 	if wires != nil && len(wires) != len(events) {
-		return nil, fmt.Errorf("statestore: append to %s: %d encodings for %d events", id, len(wires), len(events))
+		return nil, fmt.Errorf("%w: append to %s: %d encodings for %d events", ErrInvalid, id, len(wires), len(events))
 	}
 	out := make([][]byte, len(events))
 	for i, ev := range events {
@@ -234,7 +237,7 @@ func eventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal
 		}
 		b, err := marshal(ev)
 		if err != nil {
-			return nil, fmt.Errorf("statestore: encoding event %d of %s: %w", ev.GetSeq(), id, err)
+			return nil, fmt.Errorf("%w: encoding event %d of %s: %w", ErrInvalid, ev.GetSeq(), id, err)
 		}
 		out[i] = b
 	}
@@ -265,7 +268,7 @@ func callWires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed 
 		if out[i] == nil {
 			b, err := marshal(tc)
 			if err != nil {
-				return nil, fmt.Errorf("statestore: encoding tool call %q of %s: %w", tc.GetToolCallId(), id, err)
+				return nil, fmt.Errorf("%w: encoding tool call %q of %s: %w", ErrInvalid, tc.GetToolCallId(), id, err)
 			}
 			out[i] = b
 		}

@@ -81,7 +81,8 @@ func (s *Session) markLost(err error) {
 		s.storeErr = err
 		s.log.Error("store: the session's data is lost", "error", err, "stored_seq", s.stored)
 	}
-	s.dropQueueLocked()
+	s.stopWritingLocked()
+	s.dropQueueLocked(pending{}, false)
 	s.mu.Unlock()
 	s.m.remember(s, err)
 }

@@ -82,6 +82,7 @@ type Session struct {
 	unstored    int
 	writing     bool
 	progress    chan struct{}
+	halted      chan struct{} // closed to stop the writer (writer.go)
 	storeErr    error
 	subs        map[*Subscription]struct{}
 	// live holds the last live events for the subscriptions; nil while
@@ -332,6 +333,13 @@ func (s *Session) setStateLocked(state statestore.State, detail string) {
 		detail = strings.ToValidUTF8(detail[:maxDetail], "") + "…"
 	}
 	s.state, s.detail = state, detail
+	if s.startWriterLocked() {
+		// After the events before it, from the writer: no store call is
+		// made with the lock held.
+		s.enqueueLocked(pending{state: &stateChange{state, detail}})
+		return
+	}
+	// The manager is closed (a shutdown): no writer starts any more.
 	ctx, cancel := s.m.storeContext()
 	defer cancel()
 	if err := s.m.opts.Store.SetState(ctx, s.rec.ID, state, detail); err != nil {
@@ -417,16 +425,19 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, 
 			}
 		}
 		if !ok {
-			// Left nil when it does not marshal: the store's Append then
+			// Left nil when it does not marshal (proto.Marshal returns
+			// what it encoded all the same): the store's Append then
 			// says why.
-			wires[i], _ = proto.Marshal(ev)
+			if b, err := proto.Marshal(ev); err == nil {
+				wires[i] = b
+			}
 			s.marshalled++
 		}
 	}
 	if len(events) == 0 {
 		return nil
 	}
-	if !s.writing && !s.m.addWriter() {
+	if !s.startWriterLocked() {
 		return ErrShutdown // after the manager closed: nothing is stored
 	}
 	s.seq += uint64(len(events))
@@ -981,8 +992,10 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	s.endAgent()
 	s.mu.Lock()
-	s.setStateLocked(statestore.StateClosed, "closed by the client")
+	// The closed event is stored before the state that says the session
+	// is closed: a reader of a closed session reads it from the store.
 	_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateClosed, "closed by the client")}, nil)
+	s.setStateLocked(statestore.StateClosed, "closed by the client")
 	s.mu.Unlock()
 	s.release(ErrClosed)
 	s.m.ended(s)
@@ -995,6 +1008,7 @@ func (s *Session) Close() error {
 func (s *Session) evict() {
 	s.mu.Lock()
 	s.moved = true
+	s.stopWritingLocked()
 	s.mu.Unlock()
 	s.release(ErrMoved)
 }
@@ -1023,7 +1037,7 @@ func (s *Session) release(err error) {
 		if s.storeErr == nil {
 			s.storeErr = fmt.Errorf("%w: %d events after seq %d were not stored as the session ended", ErrStoreUnavailable, s.seq-s.stored, s.stored)
 			s.log.Error("store: events not stored as the session ended", "error", s.storeErr)
-			s.m.opts.Metrics.EventsNotStored(int(s.seq - s.stored))
+			s.stopWritingLocked() // its writer counts what it lets go
 		}
 		s.mu.Unlock()
 	}

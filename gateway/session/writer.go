@@ -20,7 +20,9 @@ import (
 // what a client sees is in the store.
 //
 // An append that fails is tried again, the queue holding the events, until
-// it succeeds or the store has failed for StoreOutageTimeout. Meanwhile the
+// it succeeds or the store has failed for StoreOutageTimeout (an append
+// the store refuses as statestore.ErrInvalid, which no retry can mend,
+// gives up at once). Meanwhile the
 // agent's output is not read once the queue holds StoreBufferBytes (the
 // agent then blocks on its pipe), rather than any of it being dropped. At
 // the timeout the session gives up: the events not stored are let go
@@ -49,17 +51,32 @@ const (
 	lastRetry  = 2 * time.Second
 )
 
-// pending is events numbered and not stored yet, with their encodings and
-// the tool calls they changed.
+// pending is an entry of the queue: events numbered and not stored yet,
+// with their encodings and the tool calls they changed; or a change of the
+// session's state, alone, recorded after the events queued before it.
 type pending struct {
 	events  []*acpv2.SessionEvent
 	wires   [][]byte
 	changed []*acpv2.ToolCall
 	bytes   int
+	state   *stateChange
 }
 
-// enqueueLocked queues events, numbered and encoded, for the writer, and
-// starts it if it is not running. s.mu must be held.
+// stateChange is a session state to record in the store.
+type stateChange struct {
+	state  statestore.State
+	detail string
+}
+
+// startWriterLocked makes sure the session's writer runs, or will once
+// something is queued, and reports false when none can start: the manager
+// is closed. s.mu must be held.
+func (s *Session) startWriterLocked() bool {
+	return s.writing || s.m.addWriter()
+}
+
+// enqueueLocked queues p for the writer, and starts it if it is not
+// running; startWriterLocked must have said it can. s.mu must be held.
 func (s *Session) enqueueLocked(p pending) {
 	for _, w := range p.wires {
 		p.bytes += len(w)
@@ -83,21 +100,22 @@ func (m *Manager) addWriter() bool {
 	return true
 }
 
-// takeLocked removes from the queue what the next append stores: the
-// first entries, up to maxAppendEvents events (one entry at least), with
-// the tool calls they changed as the last of them left each. s.mu must be
+// takeLocked removes from the queue what the next store call stores: a
+// state change, or the first entries of events up to the next state
+// change and up to maxAppendEvents events (one entry at least), with the
+// tool calls they changed as the last of them left each. s.mu must be
 // held.
 func (s *Session) takeLocked() pending {
 	p := s.queue[0]
 	n := 1
-	if len(s.queue) > 1 && len(p.events) < maxAppendEvents {
+	if p.state == nil && len(s.queue) > 1 && len(p.events) < maxAppendEvents {
 		p = pending{
 			events:  append([]*acpv2.SessionEvent(nil), p.events...),
 			wires:   append([][]byte(nil), p.wires...),
 			changed: append([]*acpv2.ToolCall(nil), p.changed...),
 			bytes:   p.bytes,
 		}
-		for ; n < len(s.queue) && len(p.events)+len(s.queue[n].events) <= maxAppendEvents; n++ {
+		for ; n < len(s.queue) && s.queue[n].state == nil && len(p.events)+len(s.queue[n].events) <= maxAppendEvents; n++ {
 			q := s.queue[n]
 			p.events = append(p.events, q.events...)
 			p.wires = append(p.wires, q.wires...)
@@ -112,20 +130,21 @@ func (s *Session) takeLocked() pending {
 	return p
 }
 
-// write is the session's writer: it appends the queued events in order
-// until the queue is empty, publishing each batch stored to the watchers.
+// write is the session's writer: it stores the queued entries in order
+// until the queue is empty, publishing each batch of events stored to the
+// watchers.
 func (s *Session) write() {
 	defer s.m.writers.Done()
 	var (
 		p        pending
-		have     bool      // p holds events to store
-		failures int       // failed appends of p
+		have     bool      // p holds what to store
+		failures int       // failed store calls of p
 		since    time.Time // when the store first failed, with p
 	)
 	for {
 		s.mu.Lock()
 		if s.moved || s.storeErr != nil {
-			s.dropQueueLocked()
+			s.dropQueueLocked(p, have)
 			s.mu.Unlock()
 			return
 		}
@@ -140,7 +159,7 @@ func (s *Session) write() {
 		}
 		s.mu.Unlock()
 
-		err := s.append(p, failures > 0)
+		err := s.store(p, failures > 0)
 		var lost error
 		if err != nil {
 			lost = s.m.lostData(s, p, err)
@@ -153,6 +172,7 @@ func (s *Session) write() {
 			continue
 		}
 		if lost != nil {
+			s.dropQueueLocked(p, true)
 			s.mu.Unlock()
 			s.lose(lost)
 			s.m.writers.Add(1) // this writer is counted still
@@ -169,7 +189,7 @@ func (s *Session) write() {
 			// (this one missed its lease renewals). Step aside.
 			s.log.Error("store: another replica wrote to the session's log", "error", err)
 			s.moved = true
-			s.dropQueueLocked()
+			s.dropQueueLocked(p, true)
 			s.mu.Unlock()
 			s.m.drop(s)
 			return
@@ -179,16 +199,63 @@ func (s *Session) write() {
 			since = time.Now()
 		}
 		if failures == 1 {
-			s.log.Error("store: appending events; holding them and trying again", "events", len(p.events), "error", err)
+			s.log.Error("store: "+p.what()+"; holding it and trying again", "events", len(p.events), "error", err)
 		}
-		if time.Since(since) >= s.m.opts.StoreOutageTimeout {
+		if errors.Is(err, statestore.ErrInvalid) || time.Since(since) >= s.m.opts.StoreOutageTimeout {
 			s.giveUpLocked(p, failures, since, err)
 			s.mu.Unlock()
 			s.m.abandon(s)
 			return
 		}
+		halt := s.haltLocked()
 		s.mu.Unlock()
-		time.Sleep(min(firstRetry<<min(failures-1, 10), lastRetry))
+		pause := time.NewTimer(min(firstRetry<<min(failures-1, 10), lastRetry))
+		select {
+		case <-pause.C:
+		case <-halt: // moved or failed: let go at once
+			pause.Stop()
+		}
+	}
+}
+
+// what says what storing p does, for the log.
+func (p pending) what() string {
+	if p.state != nil {
+		return "recording the session state"
+	}
+	return "appending events"
+}
+
+// store stores p: its events, or its state change.
+func (s *Session) store(p pending, retry bool) error {
+	if p.state == nil {
+		return s.append(p, retry)
+	}
+	ctx, cancel := s.m.storeContext()
+	defer cancel()
+	return s.m.opts.Store.SetState(ctx, s.rec.ID, p.state.state, p.state.detail)
+}
+
+// haltLocked returns a channel closed once the writer is to stop: the
+// session moved or its store failed it. s.mu must be held.
+func (s *Session) haltLocked() <-chan struct{} {
+	if s.halted == nil {
+		s.halted = make(chan struct{})
+	}
+	return s.halted
+}
+
+// stopWritingLocked wakes a writer waiting to try the store again, so that
+// it sees that it is to stop (s.moved or s.storeErr, set by the caller).
+// s.mu must be held.
+func (s *Session) stopWritingLocked() {
+	if s.halted == nil {
+		s.halted = make(chan struct{})
+	}
+	select {
+	case <-s.halted:
+	default:
+		close(s.halted)
 	}
 }
 
@@ -238,6 +305,10 @@ func (s *Session) append(p pending, retry bool) error {
 // storedLocked hands the events of p, which the store took, to the
 // watchers. s.mu must be held.
 func (s *Session) storedLocked(p pending) {
+	if p.state != nil {
+		s.progressLocked()
+		return
+	}
 	s.stored = p.events[len(p.events)-1].GetSeq()
 	s.unstored -= p.bytes
 	s.met.Events(len(p.events))
@@ -260,9 +331,21 @@ func (s *Session) progressLocked() {
 	}
 }
 
-// dropQueueLocked lets go of the queued events: none was shown to anyone.
-// Their seqs are numbered again. s.mu must be held.
-func (s *Session) dropQueueLocked() {
+// dropQueueLocked lets go of the queued events, and of p taken from the
+// queue if held: none was shown to anyone. They are counted as not
+// stored, and their seqs are numbered again. s.mu must be held.
+func (s *Session) dropQueueLocked(p pending, held bool) {
+	n := 0
+	if held {
+		n = len(p.events)
+	}
+	for _, q := range s.queue {
+		n += len(q.events)
+	}
+	if n > 0 {
+		s.m.opts.Metrics.EventsNotStored(n)
+		s.log.Warn("store: events let go without being stored", "events", n, "stored_seq", s.stored)
+	}
 	clear(s.queue)
 	s.queue = nil
 	s.unstored = 0
@@ -272,17 +355,23 @@ func (s *Session) dropQueueLocked() {
 }
 
 // giveUpLocked ends the wait for a store that failed for the outage
-// timeout, with p (taken from the queue) not stored. s.mu must be held.
+// timeout, or refused p as ErrInvalid, with p (taken from the queue) not
+// stored. s.mu must be held.
 func (s *Session) giveUpLocked(p pending, failures int, since time.Time, err error) {
 	lost := len(p.events)
 	for _, q := range s.queue {
 		lost += len(q.events)
 	}
-	s.storeErr = fmt.Errorf("%w for %v: its agent was stopped and %d events after seq %d were not stored; resume with Watch afterSeq=%d once the store is back",
-		ErrStoreUnavailable, time.Since(since).Round(time.Second), lost, s.stored, s.stored)
+	s.stopWritingLocked()
+	if errors.Is(err, statestore.ErrInvalid) {
+		// Not an outage: the store refused what it can never take.
+		s.storeErr = fmt.Errorf("%w: its agent was stopped and %d events after seq %d were not stored", err, lost, s.stored)
+	} else {
+		s.storeErr = fmt.Errorf("%w for %v: its agent was stopped and %d events after seq %d were not stored; resume with Watch afterSeq=%d once the store is back",
+			ErrStoreUnavailable, time.Since(since).Round(time.Second), lost, s.stored, s.stored)
+	}
 	s.log.Error("store: giving up on the session's events", "failed_appends", failures, "last_error", err, "not_stored", lost, "stored_seq", s.stored)
-	s.m.opts.Metrics.EventsNotStored(lost)
-	s.dropQueueLocked()
+	s.dropQueueLocked(p, true)
 }
 
 // waitRoom returns once the session's events not stored fit in
