@@ -82,8 +82,8 @@ screenshots: ## Rewrite docs/screenshots/console-*.png from the browser test
 	$(GO) test -count=1 -run '^TestBrowser$$' ./gateway/console -update-screenshots
 
 .PHONY: bench-cmd
-bench-cmd: ## Run acp-gateway bench --quick (writes bench.json)
-	$(GO) run ./cmd/acp-gateway bench --quick --json bench.json
+bench-cmd: ## Run acp-gateway-bench --quick (writes bench.json)
+	$(GO) run ./cmd/acp-gateway-bench --quick --json bench.json
 
 .PHONY: checkdeploy
 checkdeploy: ## Check deploy/: Dockerfile, Kubernetes overlays, Prometheus rules, Grafana dashboard
