@@ -34,14 +34,16 @@ deps: ## Install and start what the tests need
 	./scripts/deps.sh
 
 .PHONY: test
-test: ## Run every test with the race detector
+test: ## Run every test with the race detector (deploy/ is a module of its own)
 	$(GO) test -race -count=1 ./...
+	$(GO) -C deploy test -race -count=1 ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet and buf lint
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C deploy vet ./...
 	$(BUF) lint
 
 .PHONY: breaking
@@ -82,12 +84,12 @@ screenshots: ## Rewrite docs/screenshots/console-*.png from the browser test
 	$(GO) test -count=1 -run '^TestBrowser$$' ./gateway/console -update-screenshots
 
 .PHONY: bench-cmd
-bench-cmd: ## Run acp-gateway bench --quick (writes bench.json)
-	$(GO) run ./cmd/acp-gateway bench --quick --json bench.json
+bench-cmd: ## Run acp-gateway-bench --quick (writes bench.json)
+	$(GO) run ./cmd/acp-gateway-bench --quick --json bench.json
 
 .PHONY: checkdeploy
 checkdeploy: ## Check deploy/: Dockerfile, Kubernetes overlays, Prometheus rules, Grafana dashboard
-	$(GO) test -count=1 ./deploy
+	$(GO) -C deploy test -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target briefly (FUZZTIME, default 50000x: runs, not seconds)

@@ -53,7 +53,7 @@ if ! command -v promtool >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 
-# websocketd, the stdio-to-WebSocket bridge acp-gateway bench compares with.
+# websocketd, the stdio-to-WebSocket bridge acp-gateway-bench compares with.
 if ! command -v websocketd >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq websocketd >/dev/null
 fi

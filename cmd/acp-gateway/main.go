@@ -43,7 +43,6 @@ const usage = `usage:
   acp-gateway try [--url URL] [--agent NAME] [--cwd DIR] [--token TOKEN | --token-file FILE]   (run one turn and print its events)
   acp-gateway connect URL --agent NAME [--token TOKEN | --token-file FILE] [--cwd DIR]   (an editor's ACP agent, run on the gateway at URL)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
-  acp-gateway bench [--quick] [--json FILE] [flags]   (measure the gateway against a pipe and websocketd)
   acp-gateway version   (this build's version, revision and Go release)
 
 Run 'acp-gateway serve --help' for every serve flag.
@@ -60,6 +59,10 @@ func main() {
 
 // exitUsage is the exit status for bad flags or configuration.
 const exitUsage = 2
+
+// benchMoved is what `acp-gateway bench` says: the bench is a command of
+// its own, which this binary does not carry.
+const benchMoved = "acp-gateway bench: the bench is its own command now, with the same flags: acp-gateway-bench (go run ./cmd/acp-gateway-bench)"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -89,7 +92,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "connect":
 		return connectCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "bench":
-		return benchCmd(ctx, args[1:], stdout, stderr)
+		// The bench left this binary; the command it was says where it went.
+		fmt.Fprintln(stderr, benchMoved)
+		return exitUsage
 	case "demo-agent":
 		if err := agentsim.Serve(ctx, os.Stdin, stdout, agentsim.Demo(), stderr); err != nil {
 			fmt.Fprintf(stderr, "acp-gateway demo-agent: %v\n", err)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -81,6 +82,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"try with a relative cwd", []string{"try", "--cwd", "work"}, "--cwd must be an absolute path"},
 		{"try with two tokens", []string{"try", "--token", "a", "--token-file", "f"}, "at most one of --token and --token-file"},
 		{"try with an argument", []string{"try", "extra"}, "takes no arguments"},
+		{"bench, which left the binary", []string{"bench", "--quick"}, "its own command now, with the same flags: acp-gateway-bench"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,6 +96,25 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 				t.Fatalf("first stderr line %q does not name %q", first, tc.want)
 			}
 		})
+	}
+}
+
+// The bench is a command of its own: this binary links none of it (nor
+// the deploy tests' libraries, which live in deploy's own module).
+func TestBinaryCarriesNoBench(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 || !slices.Contains(deps, "github.com/acp-gateway/acp-gateway/gateway/app") {
+		t.Fatalf("go list -deps listed %d packages, not the binary's: %q", len(deps), deps)
+	}
+	for _, d := range deps {
+		if strings.HasPrefix(d, "github.com/acp-gateway/acp-gateway/internal/bench") || strings.HasPrefix(d, "github.com/acp-gateway/acp-gateway/gateway/bench") {
+			t.Errorf("the binary links %s", d)
+		}
 	}
 }
 
