@@ -67,9 +67,11 @@ type Client interface {
 	SessionUpdates(updates []Update)
 	// RequestPermission receives the params of a session/request_permission
 	// request. The agent gets the outcome sent on the returned channel, or
-	// cancelled when the channel is closed without a value. An error is
+	// cancelled when the channel is closed without a value. withdraw is
+	// called if the agent withdraws the request ($/cancel_request) before
+	// that: the Client then answers it cancelled, at once. An error is
 	// returned to the agent as the request's error.
-	RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, error)
+	RequestPermission(params json.RawMessage) (outcome <-chan *acpv2.PermissionOutcome, withdraw func(), err error)
 }
 
 // Config describes an agent to run.
@@ -184,6 +186,12 @@ type Agent struct {
 	updates *updateQueue
 	fs      *fileServer
 	out     *os.File // read end of the agent's stdout
+	// callID numbers the gateway's requests to the agent (jsonrpc2's own
+	// numbering is not exposed, and $/cancel_request needs the id).
+	callID atomic.Uint64
+	// asked holds, by request id, how to withdraw each permission request
+	// of the agent's that waits for its answer (jsonrpc2.ID: func()).
+	asked sync.Map
 
 	// version is the negotiated acpjson.Version, set once initialize is
 	// answered; the read loop decodes updates with it.
@@ -614,15 +622,20 @@ func (a *Agent) call(ctx context.Context, method string, params, result any) err
 // callSent is call, running sent (when set) once the request is written to
 // the agent and before its answer is awaited.
 func (a *Agent) callSent(ctx context.Context, method string, params, result any, sent func()) error {
+	caller := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(a.ended, cancel)()
-	w, err := a.conn.DispatchCall(ctx, method, params)
+	id := jsonrpc2.ID{Num: a.callID.Add(1)}
+	w, err := a.conn.DispatchCall(ctx, method, params, jsonrpc2.PickID(id))
 	if err == nil {
 		if sent != nil {
 			sent()
 		}
 		err = w.Wait(ctx, result)
+		if caller.Err() != nil && a.ended.Err() == nil && method != "session/prompt" {
+			a.withdraw(id)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, jsonrpc2.ErrClosed) {
@@ -644,6 +657,17 @@ func (a *Agent) callSent(ctx context.Context, method string, params, result any,
 		}
 	}
 	return err
+}
+
+// withdraw tells the agent that the gateway no longer waits for the answer
+// to its request id, whose caller went away ($/cancel_request). A turn is
+// cancelled with session/cancel instead, as ACP orders. The write is made
+// apart from the caller: an agent that does not read its input would block
+// it until the agent ends.
+func (a *Agent) withdraw(id jsonrpc2.ID) {
+	go func() {
+		_ = a.conn.Notify(context.Background(), "$/cancel_request", map[string]any{"requestId": id})
+	}()
 }
 
 // CodeAuthRequired is the JSON-RPC error code with which an ACP agent
@@ -831,12 +855,14 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 		a.cfg.Client.SessionUpdates([]Update{{AgentSessionID: p.SessionID, Update: u, Err: err}})
 		return nil, nil
 	case "session/request_permission":
-		ch, err := a.cfg.Client.RequestPermission(params)
+		ch, withdraw, err := a.cfg.Client.RequestPermission(params)
 		if err != nil {
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
 		}
 		id := req.ID
+		a.asked.Store(id, withdraw)
 		go func() {
+			defer a.asked.Delete(id)
 			outcome, ok := <-ch
 			if !ok || outcome == nil {
 				outcome = &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
@@ -845,6 +871,20 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			_ = conn.Reply(context.Background(), id, &res)
 		}()
 		return deferred{}, nil
+	case "$/cancel_request":
+		// The agent withdraws a request of its own: only a permission
+		// request waits for an answer here.
+		var p struct {
+			RequestID *jsonrpc2.ID `json:"requestId"`
+		}
+		if err := json.Unmarshal(params, &p); err != nil || p.RequestID == nil {
+			a.cfg.Log.Warn("agent sent a malformed $/cancel_request", "error", err)
+			return nil, nil
+		}
+		if withdraw, ok := a.asked.Load(*p.RequestID); ok {
+			withdraw.(func())()
+		}
+		return nil, nil
 	case "fs/read_text_file":
 		return a.fs.read(params)
 	case "fs/write_text_file":

@@ -188,7 +188,7 @@ func TestPendingPermissionsAreCapped(t *testing.T) {
 	_, s := storedSession(t, Options{MaxPendingPermissions: 2}, acpjson.V2)
 	params := []byte(`{"toolCall":{"toolCallId":"c"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}`)
 	ask := func() error {
-		_, err := s.RequestPermission(params)
+		_, _, err := s.RequestPermission(params)
 		return err
 	}
 	if err := errors.Join(ask(), ask()); err != nil {
@@ -350,4 +350,40 @@ func sessionIDs(recs []*statestore.Session) string {
 		ids = append(ids, r.ID)
 	}
 	return strings.Join(ids, " ")
+}
+
+// A permission request its agent withdrew ($/cancel_request) is resolved
+// for every client, cancelled, by a permissionResolved that says so; an
+// answer after it is refused. It stayed live until the turn ended, so that
+// a user could approve what nobody waited for.
+func TestWithdrawnPermissionIsResolvedForEveryClient(t *testing.T) {
+	t.Parallel()
+	st, s := storedSession(t, Options{}, acpjson.V2)
+	params := []byte(`{"toolCall":{"toolCallId":"c"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}`)
+	outcome, withdraw, err := s.RequestPermission(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withdraw()
+	if o := <-outcome; !o.GetCancelled() {
+		t.Fatalf("the agent got %v, want cancelled", o)
+	}
+	if err := s.RespondPermission("perm-1", "ok", false); !errors.Is(err, ErrAlreadyAnswered) {
+		t.Fatalf("an answer to a withdrawn request: %v, want ErrAlreadyAnswered", err)
+	}
+	withdraw() // once resolved, again: nothing
+	stored(t, s)
+	events, err := st.Events(context.Background(), s.rec.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resolved []*acpv2.PermissionResolved
+	for _, ev := range events {
+		if r := ev.GetPermissionResolved(); r != nil {
+			resolved = append(resolved, r)
+		}
+	}
+	if len(resolved) != 1 || resolved[0].GetRequestId() != "perm-1" || !resolved[0].GetOutcome().GetCancelled() || resolved[0].GetCause() != CauseWithdrawn {
+		t.Fatalf("resolutions in the log = %v, want one, perm-1 cancelled, cause withdrawn", resolved)
+	}
 }

@@ -99,7 +99,7 @@ func checkReadBack(t *testing.T, st statestore.Store, s *Session) {
 // askAndCancel makes params the agent's permission request, and when
 // the session takes it, cancels it.
 func askAndCancel(s *Session, params []byte) {
-	if _, err := s.RequestPermission(params); err != nil {
+	if _, _, err := s.RequestPermission(params); err != nil {
 		return
 	}
 	s.mu.Lock()

@@ -609,20 +609,27 @@ func replaceCall(calls []*acpv2.ToolCall, tc *acpv2.ToolCall) []*acpv2.ToolCall 
 	return append(calls, tc)
 }
 
+// Why a permission request ended cancelled without a client's choice
+// (PermissionResolved.cause).
+const (
+	CauseWithdrawn = "withdrawn"
+	CauseTimedOut  = "timed_out"
+)
+
 // RequestPermission implements agent.Client.
-func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, error) {
+func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if limit := s.m.opts.MaxPendingPermissions; limit > 0 && s.pending >= limit {
 		if s.refusedPerms++; s.refusedPerms == 1 {
 			s.log.Warn("permission request refused: too many are waiting for an answer (further refusals are not logged)", "pending", s.pending, "limit", limit)
 		}
-		return nil, fmt.Errorf("%d permission requests of this session are waiting for an answer, the gateway's limit (--max-pending-permissions): wait for one to be answered", s.pending)
+		return nil, nil, fmt.Errorf("%d permission requests of this session are waiting for an answer, the gateway's limit (--max-pending-permissions): wait for one to be answered", s.pending)
 	}
 	req, err := acpjson.DecodePermissionRequest(params, s.version)
 	if err != nil {
 		s.log.Warn("agent sent a malformed permission request", "error", err)
-		return nil, err
+		return nil, nil, err
 	}
 	// Named after the seq of its event: unique in the session for good,
 	// across restarts and replicas.
@@ -641,7 +648,7 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: req}}}, nil); err != nil {
 		delete(s.perms, id)
 		s.pending--
-		return nil, errors.New("the gateway could not store the request")
+		return nil, nil, errors.New("the gateway could not store the request")
 	}
 	p.timer = time.AfterFunc(s.m.opts.PermissionTimeout, func() {
 		s.mu.Lock()
@@ -649,10 +656,18 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 		if !p.resolved {
 			s.log.Info("permission request timed out", "request", id)
 			p.timedOut = true
-			s.resolveLocked(id, cancelled())
+			s.resolveCauseLocked(id, cancelled(), CauseTimedOut)
 		}
 	})
-	return p.reply, nil
+	withdraw := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !p.resolved {
+			s.log.Info("the agent withdrew its permission request", "request", id)
+			s.resolveCauseLocked(id, cancelled(), CauseWithdrawn)
+		}
+	}
+	return p.reply, withdraw, nil
 }
 
 // outcomeLabel names outcome for the metrics: the chosen option's kind,
@@ -673,6 +688,12 @@ func (p *permission) outcomeLabel(outcome *acpv2.PermissionOutcome) string {
 
 // resolveLocked answers permission request id. s.mu must be held.
 func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome) {
+	s.resolveCauseLocked(id, outcome, "")
+}
+
+// resolveCauseLocked answers permission request id, ended by cause (see
+// CauseWithdrawn) when not empty. s.mu must be held.
+func (s *Session) resolveCauseLocked(id string, outcome *acpv2.PermissionOutcome, cause string) {
 	p := s.perms[id]
 	if p == nil || p.resolved {
 		return
@@ -691,7 +712,7 @@ func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome) {
 		s.answered = slices.Delete(s.answered, 0, 1)
 	}
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionResolved{
-		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome}}}}, nil)
+		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome, Cause: cause}}}}, nil)
 	p.reply <- outcome
 	close(p.reply)
 }

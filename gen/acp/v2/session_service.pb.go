@@ -669,9 +669,14 @@ func (x *PermissionRequest) GetMeta() *structpb.Struct {
 
 // PermissionResolved says how a permission request ended.
 type PermissionResolved struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Outcome       *PermissionOutcome     `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Outcome   *PermissionOutcome     `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// Why a request was cancelled without a client's choice, where the
+	// gateway knows it: `withdrawn`, the agent cancelled its own request
+	// (`$/cancel_request`); `timed_out`, no client answered within the
+	// gateway's --permission-timeout. Empty otherwise.
+	Cause         string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -718,6 +723,13 @@ func (x *PermissionResolved) GetOutcome() *PermissionOutcome {
 		return x.Outcome
 	}
 	return nil
+}
+
+func (x *PermissionResolved) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
 }
 
 // TurnStarted records the prompt that began a turn.
@@ -2144,11 +2156,12 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\apreview\x18\x03 \x01(\v2\x10.acp.v2.ToolCallR\apreview\x122\n" +
 	"\aoptions\x18\x04 \x03(\v2\x18.acp.v2.PermissionOptionR\aoptions\x12\x14\n" +
 	"\x05title\x18\x05 \x01(\tR\x05title\x12+\n" +
-	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"h\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"~\n" +
 	"\x12PermissionResolved\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
-	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\";\n" +
+	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\x12\x14\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\";\n" +
 	"\vTurnStarted\x12,\n" +
 	"\x06prompt\x18\x01 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"\x84\x01\n" +
 	"\tTurnEnded\x12\x1f\n" +
