@@ -455,7 +455,9 @@ func TestGatewayWithdrawsARequestItNoLongerWaitsFor(t *testing.T) {
 	p := newPipeAgent(t, &recorder{}, DefaultMaxLine, acpjson.V2)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.call(ctx, "session/set_mode", map[string]any{"sessionId": "s", "modeId": "plan"}, nil) }()
+	go func() {
+		done <- p.call(ctx, "session/set_mode", map[string]any{"sessionId": "s", "modeId": "plan"}, nil)
+	}()
 	req := p.next(t)
 	if req["method"] != "session/set_mode" {
 		t.Fatalf("the gateway wrote %v, want session/set_mode", req)
