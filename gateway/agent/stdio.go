@@ -36,6 +36,9 @@ type lineStream struct {
 	// onEnd, if set, is called once, in the read loop, with the error that
 	// ends reading.
 	onEnd func(error)
+	// gate, if set, is called in the read loop before each line is read:
+	// it may wait, and the agent's output is not read meanwhile.
+	gate func()
 	// directLines counts the lines direct took, for the tests.
 	directLines atomic.Uint64
 
@@ -84,6 +87,9 @@ func (s *lineStream) ReadObject(v any) error {
 func (s *lineStream) readLine() ([]byte, error) {
 	if s.end != nil {
 		return nil, s.end
+	}
+	if s.gate != nil {
+		s.gate()
 	}
 	line, err := s.r.readLine(s.max)
 	if err != nil {

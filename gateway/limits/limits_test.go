@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -439,7 +438,7 @@ func TestFreezeStopsTheWholeGroupUntilThaw(t *testing.T) {
 				}
 			} else {
 				for _, p := range pids {
-					testutil.WaitFor(t, fmt.Sprintf("process %d (%s, state %s) to stop", p, procfs.Cmdline(p), procState(p)), func() bool { return stopped(p) })
+					testutil.WaitFor(t, fmt.Sprintf("process %d (%s, state %s) to stop", p, procfs.Cmdline(p), procState(p)), func() bool { return testutil.Stopped(p) })
 				}
 			}
 			b, _ := os.ReadFile(ticks)
@@ -491,23 +490,4 @@ func procState(pid int) string {
 		return ""
 	}
 	return string(b[i+2 : i+3])
-}
-
-// stopped reports whether process pid runs no more: it is stopped, or a
-// zombie (a child that exited as its parent stopped), or has a SIGSTOP
-// pending, to be taken before it runs anything of its own (a shell
-// waiting in vfork for a child stopped before it ran its program sleeps
-// uninterruptibly so).
-func stopped(pid int) bool {
-	if s := procState(pid); s == "T" || s == "Z" || s == "" {
-		return true
-	}
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
-			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && mask&(1<<(syscall.SIGSTOP-1)) != 0
-		}
-	}
-	return false
 }
