@@ -113,6 +113,12 @@ type Config struct {
 	// Closers are closed once the agent has ended (or Start failed): what
 	// serves this agent alone, such as its egress proxy.
 	Closers []io.Closer
+	// Fence, when set, is called with the agent as soon as its process
+	// runs (before initialize), and in the read loop before each line of
+	// its output is handled: it may [Agent.Freeze] the agent, and the
+	// line then waits until the agent is thawed or ends. It is called for
+	// every line, so it must be quick when it does nothing.
+	Fence func(*Agent)
 	// Workspace, when set, is Dir, opened (O_PATH) and checked by the
 	// caller: the files the agent reads and writes through the gateway
 	// are found from it rather than from Dir's path, and the agent's
@@ -133,6 +139,14 @@ type Group interface {
 	OOMKilled() bool
 	// Close ends every process in the group and releases it.
 	Close()
+}
+
+// Freezer is a Group that can stop its processes and let them run again,
+// such as a *limits.Group. Where its Freeze fails (a group without a
+// cgroup), the agent's processes are stopped with signals instead.
+type Freezer interface {
+	Freeze() error
+	Thaw() error
 }
 
 // WorkspaceFD is the descriptor at which an agent's process inherits
@@ -210,6 +224,14 @@ type Agent struct {
 	// call at once, signal the process group and release what the agent
 	// holds only once; a second Close waits for the first.
 	closeOnce sync.Once
+
+	// freezeMu serialises Freeze, Thaw and Kill. frozen is set while the
+	// agent is frozen (the read loop holds), thawed is closed when it is
+	// thawed, and byGroup says that its Group froze it (not signals).
+	freezeMu sync.Mutex
+	frozen   atomic.Bool
+	thawed   chan struct{}
+	byGroup  bool
 
 	endMu  sync.Mutex
 	err    error  // why the agent ended; nil while it runs
@@ -335,6 +357,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{})}
 	a.ended, a.setEnded = context.WithCancel(context.Background())
 	a.cfg.Log.Info("agent started", "pid", cmd.Process.Pid)
+	if cfg.Fence != nil {
+		cfg.Fence(a)
+	}
 
 	go func() {
 		defer errR.Close()
@@ -355,7 +380,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		a.finish(fmt.Errorf("%w: %s", ErrExited, how), reason)
 	}()
 
-	var out io.Reader = outR
+	var out io.Reader = holdingReader{a}
 	var in io.WriteCloser = stdin
 	if cfg.BytesIn != nil {
 		out = countingReader{out, cfg.BytesIn}
@@ -384,6 +409,7 @@ func (a *Agent) connect(out io.Reader, in io.WriteCloser, onEnd func(error)) {
 	a.stream = newLineStream(out, in, a.cfg.MaxLine, a.updateLine)
 	a.stream.settle = a.updates.drain
 	a.stream.onEnd = onEnd
+	a.stream.gate = a.gate
 	// jsonrpc2's own logging is silenced: the package logs what matters.
 	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a},
 		jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
@@ -743,6 +769,10 @@ func (a *Agent) Cancel(ctx context.Context, sessionID string) error {
 func (a *Agent) Close() {
 	a.closeOnce.Do(func() {
 		a.closing.Store(true)
+		if a.Frozen() {
+			// A frozen agent cannot end on its own, and must not run again.
+			a.Kill()
+		}
 		_ = a.conn.Close() // closes the agent's stdin
 		pgid := a.cmd.Process.Pid
 		select {

@@ -42,6 +42,9 @@ type lineStream struct {
 	// onEnd, if set, is called once, in the read loop, with the error that
 	// ends reading.
 	onEnd func(error)
+	// gate, if set, is called in the read loop before each line is read:
+	// it may wait, and the agent's output is not read meanwhile.
+	gate func()
 	// directLines counts the lines direct took, for the tests.
 	directLines atomic.Uint64
 
@@ -129,6 +132,9 @@ func isBatch(line []byte) bool {
 func (s *lineStream) readLine() ([]byte, error) {
 	if s.end != nil {
 		return nil, s.end
+	}
+	if s.gate != nil {
+		s.gate()
 	}
 	line, err := s.r.readLine(s.max)
 	if err != nil {

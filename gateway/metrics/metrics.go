@@ -82,6 +82,7 @@ type Metrics struct {
 	storeLatency *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
 	notStored    prometheus.Counter
+	fenced       *prometheus.CounterVec
 	dataLost     prometheus.Counter
 
 	seriesSkipped prometheus.Counter
@@ -162,6 +163,10 @@ func New(opts Options) *Metrics {
 			"Times the store was found to have lost data it had taken (a Redis that restarted without its data): every session of this gateway was stopped.", nil).WithLabelValues(),
 		notStored: f.counter("events_not_stored_total",
 			"Session events the store could not take before the gateway gave up on it (--store-outage-timeout): never sent to a client; their sessions were stopped.", nil).WithLabelValues(),
+		fenced: f.counter("agents_fenced_total",
+			"Agents fenced for their session's lease, by action: freeze (the lease's renewal was overdue), "+
+				"thaw (renewed, the session still this gateway's), kill (another replica holds the lease or wrote the log, or the agent could not be frozen).",
+			[]string{"action"}),
 
 		seriesSkipped: f.counter("session_series_skipped_total",
 			"Sessions that got no per-session series because the cap was reached or they are off.", nil).WithLabelValues(),
@@ -255,6 +260,10 @@ func (m *Metrics) StoreDataLost() { m.dataLost.Inc() }
 // EventsNotStored counts n events given up on because the store could
 // not take them.
 func (m *Metrics) EventsNotStored(n int) { m.notStored.Add(float64(n)) }
+
+// AgentFenced counts an agent fenced for its session's lease: action is
+// freeze, thaw or kill.
+func (m *Metrics) AgentFenced(action string) { m.fenced.WithLabelValues(action).Inc() }
 
 // CutOff counts a stream of rpc cut off for lagging.
 func (m *Metrics) CutOff(rpc string) { m.cutOff.WithLabelValues(rpc).Inc() }

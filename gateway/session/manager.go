@@ -382,6 +382,7 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		undo()
 		return nil, err
 	}
+	leased := time.Now()
 	if m.leaser != nil {
 		if err := m.leaser.AcquireLease(ctx, rec.ID, m.opts.Replica, m.opts.LeaseTTL); err != nil {
 			m.discard(rec.ID)
@@ -390,6 +391,9 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		}
 	}
 	s := newSession(m, rec, command)
+	if m.leaser != nil {
+		s.leaseHeld(leased)
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -526,6 +530,7 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 		}
 		return nil, ErrStoreRecovering
 	}
+	leased := time.Now()
 	if m.leaser != nil {
 		err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL)
 		if errors.Is(err, statestore.ErrLeaseHeld) {
@@ -559,6 +564,9 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, ErrShutdown
+	}
+	if m.leaser != nil {
+		s.leaseHeld(leased)
 	}
 	m.registerLocked(s)
 	return s, nil
@@ -594,6 +602,7 @@ func (m *Manager) unregister(s *Session) {
 		delete(m.sessions, s.rec.ID)
 	}
 	m.mu.Unlock()
+	s.stopFence()
 	s.met.End()
 }
 
@@ -689,6 +698,7 @@ func (m *Manager) agentConfig(s *Session) (cfg agent.Config, err error) {
 		MaxLine:      m.opts.MaxAgentLine,
 		StderrLines:  m.opts.AgentStderrLines,
 		StderrBytes:  m.opts.AgentStderrBytes,
+		Fence:        s.fenceAgent,
 		BytesIn:      in,
 		BytesOut:     out,
 	}

@@ -106,6 +106,9 @@ type Session struct {
 	// has not finished, for the metrics' durations.
 	toolStarted map[string]time.Time
 	turnStart   time.Time
+	// fence freezes the agent when the session's lease may lapse
+	// (fence.go).
+	fence fence
 }
 
 // maxAnswered bounds the answered permission requests a session keeps,
@@ -306,6 +309,9 @@ func (s *Session) reattach(ctx context.Context) error {
 	case len(s.command) == 0:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: agent %q is not configured on this gateway", ErrCannotReattach, s.rec.Agent)
+	case s.fenced():
+		s.mu.Unlock()
+		return ErrStoreRecovering // no new agent while the lease may lapse
 	}
 	s.attaching = true
 	authMethod := s.authMethod
