@@ -348,7 +348,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}()
 
 	var out io.Reader = outR
-	var in io.WriteCloser = stdin
+	in := stdin
 	if cfg.BytesIn != nil {
 		out = countingReader{out, cfg.BytesIn}
 	}
