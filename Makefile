@@ -41,6 +41,10 @@ deps: ## Install and start what the tests need
 test: ## Run every test with the race detector
 	$(GO) test -race -count=1 ./...
 
+.PHONY: test-short
+test-short: ## The fast tier: the tests that need nothing but Go (go test -short)
+	$(GO) test -short ./...
+
 .PHONY: lint
 lint: ## gofmt, golangci-lint (.golangci.yml, go vet among its linters) and buf lint
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \

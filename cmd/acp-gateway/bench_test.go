@@ -10,12 +10,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // TestBenchQuickReport runs the bench on a tiny workload through every path
 // (websocketd and Redis when this machine has them) and checks the shape of
 // the report and of its JSON. It asserts no timing.
 func TestBenchQuickReport(t *testing.T) {
+	testutil.Slow(t)
 	// The bench's helpers are this test binary: under the race detector
 	// each would pause a second as it exits.
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
