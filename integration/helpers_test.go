@@ -61,6 +61,7 @@ var workDir = sync.OnceValues(func() (string, error) {
 var workDirPath string
 
 func TestMain(m *testing.M) {
+	testutil.SlowPackage("the integration tests build the binary and run it with Node, the SDKs' agents, grpcurl and Redis")
 	// The gateways' default directories (the workspace root of sessions
 	// created without a cwd) go to the work directory, not to the home of
 	// whoever runs the tests.

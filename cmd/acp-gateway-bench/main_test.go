@@ -13,6 +13,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/internal/bench"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // TestMain serves the bench's helpers as main does: the bench runs them
@@ -30,6 +31,7 @@ func TestMain(m *testing.M) {
 // (websocketd and Redis when this machine has them) and checks the shape of
 // the report and of its JSON. It asserts no timing.
 func TestBenchQuickReport(t *testing.T) {
+	testutil.Slow(t)
 	// The bench's helpers are this test binary: under the race detector
 	// each would pause a second as it exits.
 	t.Setenv("GORACE", "atexit_sleep_ms=0")

@@ -221,6 +221,7 @@ func writeTemp(t *testing.T, name, content string) string {
 // exit status.
 func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-chan int) {
 	t.Helper()
+	serveNeeds(t, args)
 	pr, pw := io.Pipe()
 	exited := make(chan int, 1)
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--store", "bolt:" + filepath.Join(t.TempDir(), "s.db")}, args...)
@@ -238,6 +239,27 @@ func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-ch
 	}
 	go io.Copy(io.Discard, io.MultiReader(dec.Buffered(), pr))
 	return line.Addr, exited
+}
+
+// serveNeeds skips the test in short mode when `serve` with args needs
+// more than Go: a Redis store, or bubblewrap, which authentication
+// sandboxes agents with unless --sandbox says otherwise.
+func serveNeeds(t *testing.T, args []string) {
+	t.Helper()
+	sandbox, auth := false, false
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "redis://"):
+			testutil.Needs(t, "redis")
+		case a == "--sandbox" || strings.HasPrefix(a, "--sandbox="):
+			sandbox = true
+		case strings.HasPrefix(a, "--auth-tokens"), strings.HasPrefix(a, "--oidc-issuer"):
+			auth = true
+		}
+	}
+	if auth && !sandbox {
+		testutil.Needs(t, "bwrap")
+	}
 }
 
 // stopServe ends a serve startServe started, by cancelling its context,

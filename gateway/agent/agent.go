@@ -381,7 +381,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}()
 
 	var out io.Reader = holdingReader{a}
-	var in io.WriteCloser = stdin
+	in := stdin
 	if cfg.BytesIn != nil {
 		out = countingReader{out, cfg.BytesIn}
 	}

@@ -302,7 +302,7 @@ func TestLineLimit(t *testing.T) {
 	// Lines longer than the read buffer, under the limit.
 	long := `{"jsonrpc":"2.0","id":1,"result":"` + strings.Repeat("x", 3*lineBuffer) + `"}`
 	s = newLineStream(strings.NewReader(long+"\n"+msg+"\n"+long), nil, 4*lineBuffer, nil)
-	if n, err := read(s); n != 3 || err != io.EOF {
+	if n, err := read(s); n != 3 || !errors.Is(err, io.EOF) {
 		t.Fatalf("%d messages, then %v; want 3, then EOF", n, err)
 	}
 

@@ -144,8 +144,7 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 		rerr = &jsonrpc2.Error{Code: codeInternal, Message: "acp-gateway: the Prompt stream ended before the turn did"}
 	}
 	if acked {
-		b.endTurn(s, &acpv2.TurnEnded{Error: rerr.Message}, true)
-		return nil, errReplied
+		return b.endTurn(s, &acpv2.TurnEnded{Error: rerr.Message}, true)
 	}
 	return nil, rerr
 }

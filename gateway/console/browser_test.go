@@ -45,6 +45,7 @@ const repoRoot = "../.."
 // a real gateway (memory store, the demo agent, token auth) with the console
 // mounted at "/" exactly as the binary mounts it.
 func TestBrowser(t *testing.T) {
+	testutil.Needs(t, "node and chromium")
 	node, chromium := browserTools(t)
 	token := "console-test-token"
 	g := startGateway(t, token)

@@ -130,7 +130,7 @@ func TestWireTakesTheUpdatesParts(t *testing.T) {
 	for round := range 5 {
 		s := merge.New()
 		u := &acpv2.ToolCallUpdate{ToolCallId: "c", RawInput: valueVal(raw)}
-		tc, uw, wire := applyWire(t, s, u)
+		_, uw, wire := applyWire(t, s, u)
 		inUpdate := messageOf(fieldRecords(t, messageOf(fieldRecords(t, uw, 7)[0]), 2)[0])
 		if got := messageOf(fieldRecords(t, wire, 7)[0]); !bytes.Equal(got, inUpdate) {
 			t.Fatalf("round %d: rawInput encoded again, not taken from the update", round)
@@ -143,7 +143,8 @@ func TestWireTakesTheUpdatesParts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc, err = s.ApplyChunk(c); err != nil {
+		tc, err := s.ApplyChunk(c)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if wire, err = s.Wire(tc, merge.ChunkParts(c, cw)); err != nil {

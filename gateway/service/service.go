@@ -437,7 +437,8 @@ func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Strea
 		switch {
 		case err != nil && wait.Err() != nil:
 			// An ending that raced with the deadline comes again.
-			return false, nil
+			return false, nil //nolint:nilerr // the next call sees the ending again, with no deadline to race
+
 		case errors.Is(err, session.ErrLagging):
 			return true, s.cutOff(rpc, sub.LastSeq())
 		case errors.Is(err, session.ErrMoved):
