@@ -511,7 +511,7 @@ func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[ac
 	}
 	return onSession(ctx, s, req, m.GetSessionId(), acpv2connect.SessionServiceClient.RespondPermission,
 		func(sess *session.Session) (*acpv2.RespondPermissionResponse, error) {
-			return &acpv2.RespondPermissionResponse{}, sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled())
+			return &acpv2.RespondPermissionResponse{}, sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled(), s.user(ctx))
 		})
 }
 

@@ -105,7 +105,7 @@ func askAndCancel(s *Session, params []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id := range s.perms {
-		s.resolveLocked(id, cancelled())
+		s.resolveLocked(id, cancelled(), AnsweredByCancel)
 	}
 }
 

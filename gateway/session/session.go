@@ -378,7 +378,7 @@ func (s *Session) agentLostLocked(a *agent.Agent) {
 	<-a.Done()
 	s.met.AgentExited(a.Reason())
 	for id := range s.perms {
-		s.resolveLocked(id, cancelled())
+		s.resolveLocked(id, cancelled(), AnsweredByCancel)
 	}
 	if s.state != statestore.StateClosed && !s.moved {
 		s.log.Warn("agent lost", "reason", a.Err())
@@ -615,11 +615,15 @@ func replaceCall(calls []*acpv2.ToolCall, tc *acpv2.ToolCall) []*acpv2.ToolCall 
 	return append(calls, tc)
 }
 
-// Why a permission request ended cancelled without a client's choice
-// (PermissionResolved.cause).
+// Who answered a permission request other than a user
+// (PermissionResolved.answered_by).
 const (
-	CauseWithdrawn = "withdrawn"
-	CauseTimedOut  = "timed_out"
+	AnsweredByAgent   = "agent"   // the agent withdrew it
+	AnsweredByTimeout = "timeout" // PermissionTimeout passed
+	AnsweredByCancel  = "cancel"  // its turn was cancelled or ended first
+	// AnsweredByUser stands for the user who answered when there is no
+	// authentication.
+	AnsweredByUser = "user"
 )
 
 // RequestPermission implements agent.Client.
@@ -662,7 +666,7 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 		if !p.resolved {
 			s.log.Info("permission request timed out", "request", id)
 			p.timedOut = true
-			s.resolveCauseLocked(id, cancelled(), CauseTimedOut)
+			s.resolveLocked(id, cancelled(), AnsweredByTimeout)
 		}
 	})
 	withdraw := func() {
@@ -670,7 +674,7 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 		defer s.mu.Unlock()
 		if !p.resolved {
 			s.log.Info("the agent withdrew its permission request", "request", id)
-			s.resolveCauseLocked(id, cancelled(), CauseWithdrawn)
+			s.resolveLocked(id, cancelled(), AnsweredByAgent)
 		}
 	}
 	return p.reply, withdraw, nil
@@ -692,14 +696,9 @@ func (p *permission) outcomeLabel(outcome *acpv2.PermissionOutcome) string {
 	return "cancelled"
 }
 
-// resolveLocked answers permission request id. s.mu must be held.
-func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome) {
-	s.resolveCauseLocked(id, outcome, "")
-}
-
-// resolveCauseLocked answers permission request id, ended by cause (see
-// CauseWithdrawn) when not empty. s.mu must be held.
-func (s *Session) resolveCauseLocked(id string, outcome *acpv2.PermissionOutcome, cause string) {
+// resolveLocked answers permission request id with outcome, as by (a
+// user, or AnsweredByAgent...). s.mu must be held.
+func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome, by string) {
 	p := s.perms[id]
 	if p == nil || p.resolved {
 		return
@@ -718,14 +717,17 @@ func (s *Session) resolveCauseLocked(id string, outcome *acpv2.PermissionOutcome
 		s.answered = slices.Delete(s.answered, 0, 1)
 	}
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionResolved{
-		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome, Cause: cause}}}}, nil)
+		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome, AnsweredBy: by}}}}, nil)
 	p.reply <- outcome
 	close(p.reply)
 }
 
 // RespondPermission answers permission request id with optionID, or
-// cancels it.
-func (s *Session) RespondPermission(id, optionID string, cancel bool) error {
+// cancels it, as user ("" without authentication).
+func (s *Session) RespondPermission(id, optionID string, cancel bool, user string) error {
+	if user == "" {
+		user = AnsweredByUser
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.perms[id]
@@ -736,13 +738,13 @@ func (s *Session) RespondPermission(id, optionID string, cancel bool) error {
 		return fmt.Errorf("%w: %s", ErrAlreadyAnswered, id)
 	}
 	if cancel {
-		s.resolveLocked(id, cancelled())
+		s.resolveLocked(id, cancelled(), user)
 		return nil
 	}
 	if !slices.ContainsFunc(p.options, func(o *acpv2.PermissionOption) bool { return o.GetOptionId() == optionID }) {
 		return fmt.Errorf("%w: option %q is not one the request offers", ErrInvalid, optionID)
 	}
-	s.resolveLocked(id, &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: optionID}})
+	s.resolveLocked(id, &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: optionID}}, user)
 	return nil
 }
 
@@ -813,7 +815,7 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 	cause := s.turnCause
 	// A permission request cannot outlive its turn.
 	for id := range s.perms {
-		s.resolveLocked(id, cancelled())
+		s.resolveLocked(id, cancelled(), AnsweredByCancel)
 	}
 	if a.Err() != nil {
 		// Record the loss before the turn's end, so that a client reacting
@@ -885,7 +887,7 @@ func (s *Session) cancelLocked(cause string) <-chan struct{} {
 	written := make(chan struct{})
 	if a == nil { // the turn is ending with the agent
 		for id := range s.perms {
-			s.resolveLocked(id, cancelled())
+			s.resolveLocked(id, cancelled(), AnsweredByCancel)
 		}
 		close(written)
 		return written
@@ -914,7 +916,7 @@ func (s *Session) cancelLocked(cause string) <-chan struct{} {
 		defer s.mu.Unlock()
 		if running() {
 			for id := range s.perms {
-				s.resolveLocked(id, cancelled())
+				s.resolveLocked(id, cancelled(), AnsweredByCancel)
 			}
 		}
 	}()

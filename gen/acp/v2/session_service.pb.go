@@ -672,11 +672,12 @@ type PermissionResolved struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Outcome   *PermissionOutcome     `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	// Why a request was cancelled without a client's choice, where the
-	// gateway knows it: `withdrawn`, the agent cancelled its own request
-	// (`$/cancel_request`); `timed_out`, no client answered within the
-	// gateway's --permission-timeout. Empty otherwise.
-	Cause         string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	// Who answered: the user who chose (their name under authentication,
+	// `user` without it), or, for a request cancelled without a client's
+	// choice, `agent` (the agent withdrew it with `$/cancel_request`),
+	// `timeout` (no client answered within --permission-timeout) or `cancel`
+	// (its turn was cancelled or ended, or its agent was lost first).
+	AnsweredBy    string `protobuf:"bytes,3,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -725,9 +726,9 @@ func (x *PermissionResolved) GetOutcome() *PermissionOutcome {
 	return nil
 }
 
-func (x *PermissionResolved) GetCause() string {
+func (x *PermissionResolved) GetAnsweredBy() string {
 	if x != nil {
-		return x.Cause
+		return x.AnsweredBy
 	}
 	return ""
 }
@@ -2156,12 +2157,13 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\apreview\x18\x03 \x01(\v2\x10.acp.v2.ToolCallR\apreview\x122\n" +
 	"\aoptions\x18\x04 \x03(\v2\x18.acp.v2.PermissionOptionR\aoptions\x12\x14\n" +
 	"\x05title\x18\x05 \x01(\tR\x05title\x12+\n" +
-	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"~\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"\x89\x01\n" +
 	"\x12PermissionResolved\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
-	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\x12\x14\n" +
-	"\x05cause\x18\x03 \x01(\tR\x05cause\";\n" +
+	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\x12\x1f\n" +
+	"\vanswered_by\x18\x03 \x01(\tR\n" +
+	"answeredBy\";\n" +
 	"\vTurnStarted\x12,\n" +
 	"\x06prompt\x18\x01 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"\x84\x01\n" +
 	"\tTurnEnded\x12\x1f\n" +
