@@ -37,10 +37,12 @@ type Script struct {
 	// ConfigOptions is the configOptions array that answers
 	// session/set_config_option; empty means [].
 	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
-	// AuthMethods are the advertised authentication method ids. When it is
-	// not empty, session/new and session/load fail with the JSON-RPC error
-	// code -32000 (authentication required) until authenticate succeeded
-	// with one of them.
+	// AuthMethods are the advertised authentication method ids (ACP v1
+	// `id`; v2 `methodId`, of type `agent`). When it is not empty,
+	// session/new and session/load fail with the JSON-RPC error code
+	// -32000 (authentication required) until authentication succeeded
+	// with one of them: authenticate in v1, auth/login in v2, each
+	// unknown in the other version.
 	AuthMethods []string `json:"authMethods,omitempty"`
 	// Startup is played when initialize arrives, before it is answered
 	// (garbage, a stderr line, a slow start, an exit, a hang).

@@ -158,7 +158,12 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 	switch req.Method {
 	case "initialize":
 		a.spawn(func() { a.initialize(conn, req) })
-	case "authenticate":
+	case "authenticate", "auth/login":
+		// v1 authenticate, v2 auth/login: each only in its version.
+		if (req.Method == "auth/login") != (a.protocolVersion() >= 2) {
+			a.methodNotFound(conn, req)
+			return
+		}
 		a.authenticate(conn, req)
 	case "session/new":
 		a.newSession(conn, req)
@@ -199,7 +204,11 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	pv := a.protocolVersion()
 	methods := make([]authMethod, 0, len(a.script.AuthMethods))
 	for _, m := range a.script.AuthMethods {
-		methods = append(methods, authMethod{ID: m, Name: m})
+		if pv >= 2 {
+			methods = append(methods, authMethod{MethodID: m, Name: m, Type: "agent"})
+		} else {
+			methods = append(methods, authMethod{ID: m, Name: m})
+		}
 	}
 	res := initializeResult{
 		ProtocolVersion: pv,
@@ -209,6 +218,9 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		},
 		AuthMethods: methods,
 		AgentInfo:   implementation{Name: "agentsim", Title: "acp-gateway simulated agent", Version: "1"},
+	}
+	if pv >= 2 {
+		res.Info = &res.AgentInfo
 	}
 	if a.script.Resume {
 		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: &struct{}{}}
@@ -531,6 +543,8 @@ type initializeResult struct {
 	Capabilities *v2Capabilities `json:"capabilities,omitempty"`
 	AuthMethods  []authMethod    `json:"authMethods"`
 	AgentInfo    implementation  `json:"agentInfo"`
+	// Info is the ACP v2 name of agentInfo.
+	Info *implementation `json:"info,omitempty"`
 }
 
 type agentCapabilities struct {
@@ -553,9 +567,13 @@ type promptCapabilities struct {
 	EmbeddedContext bool `json:"embeddedContext"`
 }
 
+// authMethod is an ACP v1 (id) or v2 (methodId, type) authentication
+// method.
 type authMethod struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	ID       string `json:"id,omitempty"`
+	MethodID string `json:"methodId,omitempty"`
+	Name     string `json:"name"`
+	Type     string `json:"type,omitempty"`
 }
 
 type implementation struct {

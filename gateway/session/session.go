@@ -207,11 +207,8 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		return err
 	}
 	if authMethod != "" {
-		if !slices.Contains(a.AuthMethods(), authMethod) {
-			return fail(fmt.Errorf("%w: the agent offers no authentication method %q (it offers %v)", ErrInvalid, authMethod, a.AuthMethods()))
-		}
-		if err := a.Authenticate(ctx, authMethod); err != nil {
-			return fail(fmt.Errorf("%w: authenticate: %v", ErrAgentGone, err))
+		if err := authenticate(ctx, a, authMethod); err != nil {
+			return fail(err)
 		}
 	}
 	authErr := func(err error) bool {
@@ -233,7 +230,7 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 			return fail(fmt.Errorf("%w: the agent requires authentication to start a new session", ErrCannotReattach))
 		}
 		if authErr(err) {
-			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethods()))
+			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethodIDs()))
 		}
 		if err != nil {
 			return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
