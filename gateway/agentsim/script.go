@@ -44,6 +44,12 @@ type Script struct {
 	// with one of them: authenticate in v1, auth/login in v2, each
 	// unknown in the other version.
 	AuthMethods []string `json:"authMethods,omitempty"`
+	// PromptCapabilities are advertised at initialize: in ACP v1 as
+	// agentCapabilities.promptCapabilities, in v2 as objects in
+	// capabilities.session.prompt (which makes capabilities.session an
+	// object, as Resume does). The agent takes any prompt whatever it
+	// advertised.
+	PromptCapabilities PromptCapabilities `json:"promptCapabilities,omitzero"`
 	// Startup is played when initialize arrives, before it is answered
 	// (garbage, a stderr line, a slow start, an exit, a hang).
 	Startup []Step `json:"startup,omitempty"`
@@ -59,6 +65,14 @@ type Script struct {
 	// ignoring SIGTERM, SIGHUP and SIGINT too, as a stuck agent would:
 	// only SIGKILL ends it.
 	IgnoreEOF bool `json:"ignoreEOF,omitempty"`
+}
+
+// PromptCapabilities say which content blocks beyond text and resource
+// links an agent takes in a prompt.
+type PromptCapabilities struct {
+	Image           bool `json:"image"`
+	Audio           bool `json:"audio"`
+	EmbeddedContext bool `json:"embeddedContext"`
 }
 
 // Turn is what the agent does for one session/prompt.

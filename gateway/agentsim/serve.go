@@ -214,7 +214,7 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		ProtocolVersion: pv,
 		AgentCapabilities: agentCapabilities{
 			LoadSession:        a.script.LoadSession,
-			PromptCapabilities: promptCapabilities{},
+			PromptCapabilities: a.script.PromptCapabilities,
 		},
 		AuthMethods: methods,
 		AgentInfo:   implementation{Name: "agentsim", Title: "acp-gateway simulated agent", Version: "1"},
@@ -224,7 +224,13 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	}
 	if a.script.Resume {
 		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: &struct{}{}}
-		res.Capabilities = &v2Capabilities{Session: &struct{}{}}
+		res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{}}
+	}
+	if pc := a.script.PromptCapabilities; pc != (PromptCapabilities{}) {
+		if res.Capabilities == nil {
+			res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{}}
+		}
+		res.Capabilities.Session.Prompt = &v2PromptCapabilities{Image: offer(pc.Image), Audio: offer(pc.Audio), EmbeddedContext: offer(pc.EmbeddedContext)}
 	}
 	a.reply(conn, req, res)
 }
@@ -549,7 +555,7 @@ type initializeResult struct {
 
 type agentCapabilities struct {
 	LoadSession         bool                 `json:"loadSession"`
-	PromptCapabilities  promptCapabilities   `json:"promptCapabilities"`
+	PromptCapabilities  PromptCapabilities   `json:"promptCapabilities"`
 	SessionCapabilities *sessionCapabilities `json:"sessionCapabilities,omitempty"`
 }
 
@@ -558,13 +564,26 @@ type sessionCapabilities struct {
 }
 
 type v2Capabilities struct {
-	Session *struct{} `json:"session,omitempty"`
+	Session *v2SessionCapabilities `json:"session,omitempty"`
 }
 
-type promptCapabilities struct {
-	Image           bool `json:"image"`
-	Audio           bool `json:"audio"`
-	EmbeddedContext bool `json:"embeddedContext"`
+type v2SessionCapabilities struct {
+	Prompt *v2PromptCapabilities `json:"prompt,omitempty"`
+}
+
+// v2PromptCapabilities offers each kind of content with an object.
+type v2PromptCapabilities struct {
+	Image           *struct{} `json:"image,omitempty"`
+	Audio           *struct{} `json:"audio,omitempty"`
+	EmbeddedContext *struct{} `json:"embeddedContext,omitempty"`
+}
+
+// offer is a v2 capability's value: {} when on, omitted when off.
+func offer(on bool) *struct{} {
+	if on {
+		return &struct{}{}
+	}
+	return nil
 }
 
 // authMethod is an ACP v1 (id) or v2 (methodId, type) authentication
