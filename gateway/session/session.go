@@ -764,6 +764,9 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 	case s.agent == nil:
 		return nil, fmt.Errorf("%w (%s)", ErrAgentGone, s.detail)
 	}
+	if err := checkPrompt(s.agent.Profile().Prompt, prompt); err != nil {
+		return nil, err
+	}
 	sub := s.subscribeLocked(s.seq)
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_TurnStarted{
 		TurnStarted: &acpv2.TurnStarted{Prompt: prompt}}}}, nil); err != nil {
