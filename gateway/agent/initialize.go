@@ -8,7 +8,12 @@ import (
 	"slices"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 )
+
+// clientVersion is the version the gateway gives agents in initialize's
+// clientInfo (v2 info): its build's (buildinfo).
+var clientVersion = buildinfo.Get().Version
 
 // Profile is what an agent said of itself in its answer to initialize,
 // read the same way whichever ACP version it negotiated.
@@ -159,9 +164,9 @@ func (a *Agent) initialize(ctx context.Context) error {
 			"fs":       map[string]any{"readTextFile": true, "writeTextFile": true},
 			"terminal": false,
 		},
-		"clientInfo": map[string]any{"name": "acp-gateway", "version": "dev"},
+		"clientInfo": map[string]any{"name": "acp-gateway", "version": clientVersion},
 		// v2 names.
-		"info":         map[string]any{"name": "acp-gateway", "version": "dev"},
+		"info":         map[string]any{"name": "acp-gateway", "version": clientVersion},
 		"capabilities": map[string]any{},
 	}
 	var res initializeResult

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"testing"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -100,5 +101,27 @@ func TestAuthenticateUsesTheNegotiatedVersionsMethod(t *testing.T) {
 		if _, err := a.NewSession(ctx, t.TempDir()); err != nil {
 			t.Fatalf("v%d: session/new after authentication: %v", v, err)
 		}
+	}
+}
+
+// TestInitializeTellsTheGatewaysVersion: initialize's clientInfo (v2
+// info) carries the gateway's build version. Not parallel: it sets the
+// version, which the parallel tests read only after it.
+func TestInitializeTellsTheGatewaysVersion(t *testing.T) {
+	defer func(v string) { clientVersion = v }(clientVersion)
+	clientVersion = "v1.2.3-test"
+	p := newPipeAgent(t, &recorder{}, DefaultMaxLine, acpjson.V1)
+	done := make(chan error, 1)
+	go func() { done <- p.initialize(context.Background()) }()
+	req := p.next(t)
+	params, _ := req["params"].(map[string]any)
+	for _, field := range []string{"clientInfo", "info"} {
+		if info, _ := params[field].(map[string]any); info["name"] != "acp-gateway" || info["version"] != "v1.2.3-test" {
+			t.Errorf("initialize's %s is %v, want the gateway's name and version", field, params[field])
+		}
+	}
+	p.send(t, `{"jsonrpc":"2.0","id":`+strconv.Itoa(int(req["id"].(float64)))+`,"result":{"protocolVersion":1}}`+"\n")
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
