@@ -50,6 +50,10 @@ type Script struct {
 	// object, as Resume does). The agent takes any prompt whatever it
 	// advertised.
 	PromptCapabilities PromptCapabilities `json:"promptCapabilities,omitzero"`
+	// NewSessionError, when set, answers every session/new (after any
+	// authentication it needs) with this JSON-RPC error, as an agent
+	// that refuses to make a session does.
+	NewSessionError *RPCError `json:"newSessionError,omitempty"`
 	// Startup is played when initialize arrives, before it is answered
 	// (garbage, a stderr line, a slow start, an exit, a hang).
 	Startup []Step `json:"startup,omitempty"`
@@ -65,6 +69,12 @@ type Script struct {
 	// ignoring SIGTERM, SIGHUP and SIGINT too, as a stuck agent would:
 	// only SIGKILL ends it.
 	IgnoreEOF bool `json:"ignoreEOF,omitempty"`
+}
+
+// RPCError is a JSON-RPC error the agent answers with.
+type RPCError struct {
+	Code    int64  `json:"code"`
+	Message string `json:"message"`
 }
 
 // PromptCapabilities say which content blocks beyond text and resource

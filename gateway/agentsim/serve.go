@@ -271,6 +271,10 @@ func (a *agent) newSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		a.replyError(conn, req, e)
 		return
 	}
+	if e := a.script.NewSessionError; e != nil {
+		a.replyError(conn, req, &jsonrpc2.Error{Code: e.Code, Message: e.Message})
+		return
+	}
 	var p struct {
 		Cwd string `json:"cwd"`
 	}

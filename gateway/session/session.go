@@ -233,7 +233,8 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethodIDs()))
 		}
 		if err != nil {
-			return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
+			// What the agent said, where it answered: not a lost agent.
+			return fail(agentCallErr("session/new", err))
 		}
 	case caps.Resume:
 		how = "re-attached with session/resume"
