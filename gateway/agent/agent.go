@@ -209,9 +209,9 @@ type Agent struct {
 
 	// version is the negotiated acpjson.Version, set once initialize is
 	// answered; the read loop decodes updates with it.
-	version     atomic.Int64
-	authMethods []string
-	caps        Capabilities
+	version atomic.Int64
+	// profile is what the agent said of itself at initialize.
+	profile Profile
 
 	exited chan struct{} // closed when the process is reaped
 	// ended is cancelled when the agent has ended, see finish; calls to
@@ -524,74 +524,6 @@ func (a *Agent) Err() error {
 // Version is the ACP version the agent negotiated.
 func (a *Agent) Version() acpjson.Version { return acpjson.Version(a.version.Load()) }
 
-// AuthMethods lists the ids of the authentication methods the agent offers.
-func (a *Agent) AuthMethods() []string { return a.authMethods }
-
-func (a *Agent) initialize(ctx context.Context) error {
-	params := map[string]any{
-		"protocolVersion": clientProtocolVersion,
-		// v1 names.
-		"clientCapabilities": map[string]any{
-			"fs":       map[string]any{"readTextFile": true, "writeTextFile": true},
-			"terminal": false,
-		},
-		"clientInfo": map[string]any{"name": "acp-gateway", "version": "dev"},
-		// v2 names.
-		"info":         map[string]any{"name": "acp-gateway", "version": "dev"},
-		"capabilities": map[string]any{},
-	}
-	var res struct {
-		ProtocolVersion int `json:"protocolVersion"`
-		AuthMethods     []struct {
-			ID string `json:"id"`
-		} `json:"authMethods"`
-		// v1
-		AgentCapabilities struct {
-			LoadSession         bool `json:"loadSession"`
-			SessionCapabilities struct {
-				Resume json.RawMessage `json:"resume"`
-			} `json:"sessionCapabilities"`
-		} `json:"agentCapabilities"`
-		// v2
-		Capabilities struct {
-			Session json.RawMessage `json:"session"`
-		} `json:"capabilities"`
-	}
-	if err := a.call(ctx, "initialize", params, &res); err != nil {
-		return fmt.Errorf("agent: initialize: %w", err)
-	}
-	switch res.ProtocolVersion {
-	case 1, 2:
-		a.version.Store(int64(res.ProtocolVersion))
-	default:
-		return fmt.Errorf("agent: initialize: unsupported protocol version %d (the gateway speaks 1 and 2)", res.ProtocolVersion)
-	}
-	for _, m := range res.AuthMethods {
-		a.authMethods = append(a.authMethods, m.ID)
-	}
-	// An object (even {}) offers the capability; omitted or null does not.
-	offered := func(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '{' }
-	if a.Version() == acpjson.V1 {
-		a.caps.Load = res.AgentCapabilities.LoadSession
-		a.caps.Resume = offered(res.AgentCapabilities.SessionCapabilities.Resume)
-	} else {
-		// In v2 session/resume is one of the baseline session methods.
-		a.caps.Resume = offered(res.Capabilities.Session)
-	}
-	return nil
-}
-
-// Capabilities are the optional agent methods the gateway uses.
-type Capabilities struct {
-	// Load: session/load (ACP v1 agentCapabilities.loadSession).
-	Load bool
-	// Resume: session/resume (v1 sessionCapabilities.resume, v2 baseline).
-	Resume bool
-}
-
-// Capabilities returns what the agent offered at initialize.
-func (a *Agent) Capabilities() Capabilities { return a.caps }
-
 // Resume re-attaches to the agent's session id with session/resume, which
 // does not replay the conversation.
 func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) error {
@@ -709,11 +641,6 @@ type RPCError struct {
 
 func (e *RPCError) Error() string {
 	return fmt.Sprintf("agent answered %s with error %d: %s", e.Method, e.Code, e.Message)
-}
-
-// Authenticate runs the agent's authentication method id.
-func (a *Agent) Authenticate(ctx context.Context, method string) error {
-	return a.call(ctx, "authenticate", map[string]any{"methodId": method}, nil)
 }
 
 // NewSession creates a session at the agent and returns its id.

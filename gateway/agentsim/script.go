@@ -37,11 +37,23 @@ type Script struct {
 	// ConfigOptions is the configOptions array that answers
 	// session/set_config_option; empty means [].
 	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
-	// AuthMethods are the advertised authentication method ids. When it is
-	// not empty, session/new and session/load fail with the JSON-RPC error
-	// code -32000 (authentication required) until authenticate succeeded
-	// with one of them.
+	// AuthMethods are the advertised authentication method ids (ACP v1
+	// `id`; v2 `methodId`, of type `agent`). When it is not empty,
+	// session/new and session/load fail with the JSON-RPC error code
+	// -32000 (authentication required) until authentication succeeded
+	// with one of them: authenticate in v1, auth/login in v2, each
+	// unknown in the other version.
 	AuthMethods []string `json:"authMethods,omitempty"`
+	// PromptCapabilities are advertised at initialize: in ACP v1 as
+	// agentCapabilities.promptCapabilities, in v2 as objects in
+	// capabilities.session.prompt (which makes capabilities.session an
+	// object, as Resume does). The agent takes any prompt whatever it
+	// advertised.
+	PromptCapabilities PromptCapabilities `json:"promptCapabilities,omitzero"`
+	// NewSessionError, when set, answers every session/new (after any
+	// authentication it needs) with this JSON-RPC error, as an agent
+	// that refuses to make a session does.
+	NewSessionError *RPCError `json:"newSessionError,omitempty"`
 	// Startup is played when initialize arrives, before it is answered
 	// (garbage, a stderr line, a slow start, an exit, a hang).
 	Startup []Step `json:"startup,omitempty"`
@@ -57,6 +69,20 @@ type Script struct {
 	// ignoring SIGTERM, SIGHUP and SIGINT too, as a stuck agent would:
 	// only SIGKILL ends it.
 	IgnoreEOF bool `json:"ignoreEOF,omitempty"`
+}
+
+// RPCError is a JSON-RPC error the agent answers with.
+type RPCError struct {
+	Code    int64  `json:"code"`
+	Message string `json:"message"`
+}
+
+// PromptCapabilities say which content blocks beyond text and resource
+// links an agent takes in a prompt.
+type PromptCapabilities struct {
+	Image           bool `json:"image"`
+	Audio           bool `json:"audio"`
+	EmbeddedContext bool `json:"embeddedContext"`
 }
 
 // Turn is what the agent does for one session/prompt.

@@ -207,11 +207,8 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		return err
 	}
 	if authMethod != "" {
-		if !slices.Contains(a.AuthMethods(), authMethod) {
-			return fail(fmt.Errorf("%w: the agent offers no authentication method %q (it offers %v)", ErrInvalid, authMethod, a.AuthMethods()))
-		}
-		if err := a.Authenticate(ctx, authMethod); err != nil {
-			return fail(fmt.Errorf("%w: authenticate: %v", ErrAgentGone, err))
+		if err := authenticate(ctx, a, authMethod); err != nil {
+			return fail(err)
 		}
 	}
 	authErr := func(err error) bool {
@@ -233,10 +230,11 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 			return fail(fmt.Errorf("%w: the agent requires authentication to start a new session", ErrCannotReattach))
 		}
 		if authErr(err) {
-			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethods()))
+			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethodIDs()))
 		}
 		if err != nil {
-			return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
+			// What the agent said, where it answered: not a lost agent.
+			return fail(agentCallErr("session/new", err))
 		}
 	case caps.Resume:
 		how = "re-attached with session/resume"
@@ -766,6 +764,9 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 		return nil, ErrBusy
 	case s.agent == nil:
 		return nil, fmt.Errorf("%w (%s)", ErrAgentGone, s.detail)
+	}
+	if err := checkPrompt(s.agent.Profile().Prompt, prompt); err != nil {
+		return nil, err
 	}
 	sub := s.subscribeLocked(s.seq)
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_TurnStarted{

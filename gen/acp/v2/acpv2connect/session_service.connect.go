@@ -59,6 +59,9 @@ const (
 	// SessionServiceSetConfigOptionProcedure is the fully-qualified name of the SessionService's
 	// SetConfigOption RPC.
 	SessionServiceSetConfigOptionProcedure = "/acp.v2.SessionService/SetConfigOption"
+	// SessionServiceListAgentsProcedure is the fully-qualified name of the SessionService's ListAgents
+	// RPC.
+	SessionServiceListAgentsProcedure = "/acp.v2.SessionService/ListAgents"
 )
 
 // SessionServiceClient is a client for the acp.v2.SessionService service.
@@ -84,6 +87,9 @@ type SessionServiceClient interface {
 	// SetConfigOption sets one session configuration option (ACP
 	// `session/set_config_option`) and returns all of them.
 	SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error)
+	// ListAgents lists the agents the caller may start, with what each said
+	// of itself at `initialize`.
+	ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error)
 }
 
 // NewSessionServiceClient constructs a client for the acp.v2.SessionService service. By default, it
@@ -157,6 +163,12 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("SetConfigOption")),
 			connect.WithClientOptions(opts...),
 		),
+		listAgents: connect.NewClient[v2.ListAgentsRequest, v2.ListAgentsResponse](
+			httpClient,
+			baseURL+SessionServiceListAgentsProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("ListAgents")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -172,6 +184,7 @@ type sessionServiceClient struct {
 	closeSession      *connect.Client[v2.CloseSessionRequest, v2.CloseSessionResponse]
 	setMode           *connect.Client[v2.SetModeRequest, v2.SetModeResponse]
 	setConfigOption   *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
+	listAgents        *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -224,6 +237,11 @@ func (c *sessionServiceClient) SetConfigOption(ctx context.Context, req *connect
 	return c.setConfigOption.CallUnary(ctx, req)
 }
 
+// ListAgents calls acp.v2.SessionService.ListAgents.
+func (c *sessionServiceClient) ListAgents(ctx context.Context, req *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error) {
+	return c.listAgents.CallUnary(ctx, req)
+}
+
 // SessionServiceHandler is an implementation of the acp.v2.SessionService service.
 type SessionServiceHandler interface {
 	// CreateSession starts an agent for a new session.
@@ -247,6 +265,9 @@ type SessionServiceHandler interface {
 	// SetConfigOption sets one session configuration option (ACP
 	// `session/set_config_option`) and returns all of them.
 	SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error)
+	// ListAgents lists the agents the caller may start, with what each said
+	// of itself at `initialize`.
+	ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error)
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -316,6 +337,12 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("SetConfigOption")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServiceListAgentsHandler := connect.NewUnaryHandler(
+		SessionServiceListAgentsProcedure,
+		svc.ListAgents,
+		connect.WithSchema(sessionServiceMethods.ByName("ListAgents")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/acp.v2.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceCreateSessionProcedure:
@@ -338,6 +365,8 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceSetModeHandler.ServeHTTP(w, r)
 		case SessionServiceSetConfigOptionProcedure:
 			sessionServiceSetConfigOptionHandler.ServeHTTP(w, r)
+		case SessionServiceListAgentsProcedure:
+			sessionServiceListAgentsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -385,4 +414,8 @@ func (UnimplementedSessionServiceHandler) SetMode(context.Context, *connect.Requ
 
 func (UnimplementedSessionServiceHandler) SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.SetConfigOption is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.ListAgents is not implemented"))
 }
