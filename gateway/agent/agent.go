@@ -690,6 +690,16 @@ func (a *Agent) Cancel(ctx context.Context, sessionID string) error {
 	return a.conn.Notify(ctx, "session/cancel", map[string]any{"sessionId": sessionID})
 }
 
+// CloseSession asks the agent to end its session sessionID and free what
+// it holds for it (session/close), when the agent offers that; it returns
+// ErrUnsupported otherwise.
+func (a *Agent) CloseSession(ctx context.Context, sessionID string) error {
+	if !a.Capabilities().Close {
+		return ErrUnsupported
+	}
+	return a.call(ctx, "session/close", map[string]any{"sessionId": sessionID}, nil)
+}
+
 // Close ends the agent: it closes stdin, then after StopGrace sends SIGTERM
 // to the process group, then after StopGrace again SIGKILL, and waits until
 // the process is reaped. Whatever else is left in the group is killed.

@@ -80,6 +80,8 @@ type Capabilities struct {
 	Load bool
 	// Resume: session/resume (v1 sessionCapabilities.resume, v2 baseline).
 	Resume bool
+	// Close: session/close (v1 sessionCapabilities.close, v2 baseline).
+	Close bool
 }
 
 // Profile returns what the agent said of itself at initialize.
@@ -208,6 +210,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		prompt, session = res.AgentCapabilities.PromptCapabilities, res.AgentCapabilities.SessionCapabilities
 		p.Capabilities.Load = res.AgentCapabilities.LoadSession
 		p.Capabilities.Resume = offered(session["resume"])
+		p.Capabilities.Close = offered(session["close"])
 		if p.Capabilities.Load {
 			p.Session = append(p.Session, "load")
 		}
@@ -216,6 +219,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		// the gateway takes it that an agent offering session
 		// capabilities at all keeps its sessions.
 		p.Capabilities.Resume = offered(res.Capabilities.Session)
+		p.Capabilities.Close = p.Capabilities.Resume
 		if p.Capabilities.Resume {
 			_ = json.Unmarshal(res.Capabilities.Session, &session)
 			var sub map[string]json.RawMessage

@@ -34,6 +34,14 @@ type Script struct {
 	// agentCapabilities.sessionCapabilities.resume, v2 capabilities.session)
 	// and serves it. Without it session/resume is an unknown method.
 	Resume bool `json:"resume,omitempty"`
+	// Close advertises session/close (ACP v1
+	// agentCapabilities.sessionCapabilities.close; in v2 a baseline
+	// method of capabilities.session) and serves it: the session's turns
+	// are cancelled, and the session id is appended, with a newline, to
+	// ClosedFile when it is set. Without it session/close is an unknown
+	// method.
+	Close      bool   `json:"close,omitempty"`
+	ClosedFile string `json:"closedFile,omitempty"`
 	// ConfigOptions is the configOptions array that answers
 	// session/set_config_option; empty means [].
 	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`

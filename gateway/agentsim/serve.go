@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -184,6 +185,12 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 	case "session/cancel":
 		a.cancel(req)
 		a.reply(conn, req, nil)
+	case "session/close":
+		if !a.script.Close {
+			a.methodNotFound(conn, req)
+			return
+		}
+		a.closeSession(conn, req)
 	case "session/set_mode":
 		a.setMode(conn, req)
 	case "session/set_config_option":
@@ -222,8 +229,8 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if pv >= 2 {
 		res.Info = &res.AgentInfo
 	}
-	if a.script.Resume {
-		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: &struct{}{}}
+	if a.script.Resume || a.script.Close {
+		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close)}
 		res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{}}
 	}
 	if pc := a.script.PromptCapabilities; pc != (PromptCapabilities{}) {
@@ -456,6 +463,31 @@ func (a *agent) protocolVersion() int {
 	return a.script.ProtocolVersion
 }
 
+// closeSession serves session/close: the session's turns are cancelled,
+// and its id noted in ClosedFile.
+func (a *agent) closeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	if e := decodeParams(req, &p); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	a.cancel(req)
+	if f := a.script.ClosedFile; f != "" {
+		out, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err == nil {
+			_, err = fmt.Fprintln(out, p.SessionID)
+			err = errors.Join(err, out.Close())
+		}
+		if err != nil {
+			a.replyError(conn, req, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: err.Error()})
+			return
+		}
+	}
+	a.reply(conn, req, struct{}{})
+}
+
 func (a *agent) cancel(req *jsonrpc2.Request) {
 	var p struct {
 		SessionID string `json:"sessionId"`
@@ -565,6 +597,7 @@ type agentCapabilities struct {
 
 type sessionCapabilities struct {
 	Resume *struct{} `json:"resume,omitempty"`
+	Close  *struct{} `json:"close,omitempty"`
 }
 
 type v2Capabilities struct {

@@ -1010,8 +1010,13 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 	}
 }
 
-// Close ends the session and its agent. Watchers' streams end, after the
-// closed event.
+// agentCloseTimeout bounds the wait for an agent's answer to
+// session/close as its session is closed.
+const agentCloseTimeout = 5 * time.Second
+
+// Close ends the session and its agent, which is first asked to close
+// its session when it offers session/close. Watchers' streams end, after
+// the closed event.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.state == statestore.StateClosed {
@@ -1019,7 +1024,18 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.state = statestore.StateClosed
+	a, agentSID := s.agent, s.agentSessionID
 	s.mu.Unlock()
+	if a != nil && a.Capabilities().Close {
+		// The agent frees what it holds for the session (its history
+		// among it) before it is stopped. Only here: an agent stopped
+		// for idleness or a shutdown keeps its session, to resume it.
+		ctx, cancel := context.WithTimeout(context.Background(), agentCloseTimeout)
+		if err := a.CloseSession(ctx, agentSID); err != nil {
+			s.log.Warn("the agent did not close its session", "error", err)
+		}
+		cancel()
+	}
 	s.endAgent()
 	s.mu.Lock()
 	// The closed event is stored before the state that says the session
