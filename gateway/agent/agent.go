@@ -700,6 +700,16 @@ func (a *Agent) CloseSession(ctx context.Context, sessionID string) error {
 	return a.call(ctx, "session/close", map[string]any{"sessionId": sessionID}, nil)
 }
 
+// DeleteSession asks the agent to delete its history of session sessionID
+// (session/delete), when the agent offers that; it returns ErrUnsupported
+// otherwise.
+func (a *Agent) DeleteSession(ctx context.Context, sessionID string) error {
+	if !a.Capabilities().Delete {
+		return ErrUnsupported
+	}
+	return a.call(ctx, "session/delete", map[string]any{"sessionId": sessionID}, nil)
+}
+
 // Close ends the agent: it closes stdin, then after StopGrace sends SIGTERM
 // to the process group, then after StopGrace again SIGKILL, and waits until
 // the process is reaped. Whatever else is left in the group is killed.

@@ -82,6 +82,9 @@ type Capabilities struct {
 	Resume bool
 	// Close: session/close (v1 sessionCapabilities.close, v2 baseline).
 	Close bool
+	// Delete: session/delete (v1 sessionCapabilities.delete, v2
+	// capabilities.session.delete).
+	Delete bool
 }
 
 // Profile returns what the agent said of itself at initialize.
@@ -230,6 +233,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 			delete(session, "mcp")
 		}
 	}
+	p.Capabilities.Delete = offered(session["delete"])
 	p.Prompt = PromptCapabilities{Image: offered(prompt["image"]), Audio: offered(prompt["audio"]), EmbeddedContext: offered(prompt["embeddedContext"])}
 	for name, raw := range session {
 		if name != "_meta" && offered(raw) {

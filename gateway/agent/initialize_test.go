@@ -59,7 +59,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			},
 			Prompt:       PromptCapabilities{Image: true},
 			Session:      []string{"delete"},
-			Capabilities: Capabilities{Resume: true, Close: true},
+			Capabilities: Capabilities{Resume: true, Close: true, Delete: true},
 		},
 	}, {
 		name:    "v2 with nothing",

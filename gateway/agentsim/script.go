@@ -37,11 +37,15 @@ type Script struct {
 	// Close advertises session/close (ACP v1
 	// agentCapabilities.sessionCapabilities.close; in v2 a baseline
 	// method of capabilities.session) and serves it: the session's turns
-	// are cancelled, and the session id is appended, with a newline, to
-	// ClosedFile when it is set. Without it session/close is an unknown
-	// method.
-	Close      bool   `json:"close,omitempty"`
-	ClosedFile string `json:"closedFile,omitempty"`
+	// are cancelled. Without it session/close is an unknown method.
+	Close bool `json:"close,omitempty"`
+	// Delete advertises session/delete (v1 sessionCapabilities.delete, v2
+	// capabilities.session.delete) and serves it. Without it
+	// session/delete is an unknown method.
+	Delete bool `json:"delete,omitempty"`
+	// SessionsFile, when set, gets a line "close ID" or "delete ID"
+	// appended for each session/close and session/delete served.
+	SessionsFile string `json:"sessionsFile,omitempty"`
 	// ConfigOptions is the configOptions array that answers
 	// session/set_config_option; empty means [].
 	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`

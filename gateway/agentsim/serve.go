@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -185,12 +186,12 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 	case "session/cancel":
 		a.cancel(req)
 		a.reply(conn, req, nil)
-	case "session/close":
-		if !a.script.Close {
+	case "session/close", "session/delete":
+		if !map[string]bool{"session/close": a.script.Close, "session/delete": a.script.Delete}[req.Method] {
 			a.methodNotFound(conn, req)
 			return
 		}
-		a.closeSession(conn, req)
+		a.endSession(conn, req)
 	case "session/set_mode":
 		a.setMode(conn, req)
 	case "session/set_config_option":
@@ -229,9 +230,9 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if pv >= 2 {
 		res.Info = &res.AgentInfo
 	}
-	if a.script.Resume || a.script.Close {
-		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close)}
-		res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{}}
+	if a.script.Resume || a.script.Close || a.script.Delete {
+		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close), Delete: offer(a.script.Delete)}
+		res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{Delete: offer(a.script.Delete)}}
 	}
 	if pc := a.script.PromptCapabilities; pc != (PromptCapabilities{}) {
 		if res.Capabilities == nil {
@@ -463,9 +464,9 @@ func (a *agent) protocolVersion() int {
 	return a.script.ProtocolVersion
 }
 
-// closeSession serves session/close: the session's turns are cancelled,
-// and its id noted in ClosedFile.
-func (a *agent) closeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+// endSession serves session/close and session/delete: the session's turns
+// are cancelled, and the call noted in SessionsFile.
+func (a *agent) endSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	var p struct {
 		SessionID string `json:"sessionId"`
 	}
@@ -474,10 +475,10 @@ func (a *agent) closeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		return
 	}
 	a.cancel(req)
-	if f := a.script.ClosedFile; f != "" {
+	if f := a.script.SessionsFile; f != "" {
 		out, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err == nil {
-			_, err = fmt.Fprintln(out, p.SessionID)
+			_, err = fmt.Fprintln(out, strings.TrimPrefix(req.Method, "session/"), p.SessionID)
 			err = errors.Join(err, out.Close())
 		}
 		if err != nil {
@@ -598,6 +599,7 @@ type agentCapabilities struct {
 type sessionCapabilities struct {
 	Resume *struct{} `json:"resume,omitempty"`
 	Close  *struct{} `json:"close,omitempty"`
+	Delete *struct{} `json:"delete,omitempty"`
 }
 
 type v2Capabilities struct {
@@ -606,6 +608,7 @@ type v2Capabilities struct {
 
 type v2SessionCapabilities struct {
 	Prompt *v2PromptCapabilities `json:"prompt,omitempty"`
+	Delete *struct{}             `json:"delete,omitempty"`
 }
 
 // v2PromptCapabilities offers each kind of content with an object.

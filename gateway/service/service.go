@@ -551,6 +551,14 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[acpv2.C
 		})
 }
 
+// DeleteSession implements acpv2connect.SessionServiceHandler.
+func (s *Service) DeleteSession(ctx context.Context, req *connect.Request[acpv2.DeleteSessionRequest]) (*connect.Response[acpv2.DeleteSessionResponse], error) {
+	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.DeleteSession,
+		func(sess *session.Session) (*acpv2.DeleteSessionResponse, error) {
+			return &acpv2.DeleteSessionResponse{}, sess.Delete()
+		})
+}
+
 // SetMode implements acpv2connect.SessionServiceHandler.
 func (s *Service) SetMode(ctx context.Context, req *connect.Request[acpv2.SetModeRequest]) (*connect.Response[acpv2.SetModeResponse], error) {
 	if err := checkID("mode_id", req.Msg.GetModeId()); err != nil {

@@ -1030,11 +1030,7 @@ func (s *Session) Close() error {
 		// The agent frees what it holds for the session (its history
 		// among it) before it is stopped. Only here: an agent stopped
 		// for idleness or a shutdown keeps its session, to resume it.
-		ctx, cancel := context.WithTimeout(context.Background(), agentCloseTimeout)
-		if err := a.CloseSession(ctx, agentSID); err != nil {
-			s.log.Warn("the agent did not close its session", "error", err)
-		}
-		cancel()
+		s.askAgent("close", func(ctx context.Context) error { return a.CloseSession(ctx, agentSID) })
 	}
 	s.endAgent()
 	s.mu.Lock()
@@ -1045,6 +1041,39 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	s.release(ErrClosed)
 	s.m.ended(s)
+	return nil
+}
+
+// askAgent makes call, a request to the agent to end its session in some
+// way (what: close, delete), within agentCloseTimeout; a failure is only
+// logged, as the session ends all the same.
+func (s *Session) askAgent(what string, call func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), agentCloseTimeout)
+	defer cancel()
+	if err := call(ctx); err != nil {
+		s.log.Warn("the agent did not "+what+" its session", "error", err)
+	}
+}
+
+// Delete closes the session, asks its agent (if it runs) to delete its
+// own history of it when it offers session/delete, and removes the
+// session's record and log from the store.
+func (s *Session) Delete() error {
+	s.mu.Lock()
+	a, agentSID := s.agent, s.agentSessionID
+	s.mu.Unlock()
+	if a != nil && a.Capabilities().Delete {
+		s.askAgent("delete", func(ctx context.Context) error { return a.DeleteSession(ctx, agentSID) })
+	}
+	if err := s.Close(); err != nil {
+		return err
+	}
+	ctx, cancel := s.m.storeContext()
+	defer cancel()
+	if err := s.m.opts.Store.DeleteSession(ctx, s.rec.ID); err != nil && !errors.Is(err, statestore.ErrNotFound) {
+		return fmt.Errorf("deleting the session from the store: %w", err)
+	}
+	s.log.Info("session deleted")
 	return nil
 }
 

@@ -1873,6 +1873,88 @@ func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
 	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
 }
 
+// DeleteSessionRequest names the session to delete.
+type DeleteSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionRequest) Reset() {
+	*x = DeleteSessionRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionRequest) ProtoMessage() {}
+
+func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DeleteSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// DeleteSessionResponse is empty.
+type DeleteSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionResponse) Reset() {
+	*x = DeleteSessionResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionResponse) ProtoMessage() {}
+
+func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+}
+
 // SetModeRequest names the mode to switch to.
 type SetModeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1884,7 +1966,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1978,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1991,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetModeRequest) GetSessionId() string {
@@ -1935,7 +2017,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2029,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2042,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 // SetConfigOptionRequest sets one configuration option.
@@ -1979,7 +2061,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2073,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2086,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetConfigOptionRequest) GetSessionId() string {
@@ -2074,7 +2156,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2168,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2181,7 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
@@ -2118,7 +2200,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2212,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2225,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
 }
 
 // ListAgentsResponse lists agents, sorted by name.
@@ -2156,7 +2238,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2250,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2263,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
@@ -2225,7 +2307,7 @@ type AgentDescription struct {
 
 func (x *AgentDescription) Reset() {
 	*x = AgentDescription{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2319,7 @@ func (x *AgentDescription) String() string {
 func (*AgentDescription) ProtoMessage() {}
 
 func (x *AgentDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2332,7 @@ func (x *AgentDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
 func (*AgentDescription) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AgentDescription) GetName() string {
@@ -2315,7 +2397,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2409,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2422,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -2378,7 +2460,7 @@ type PromptCapabilities struct {
 
 func (x *PromptCapabilities) Reset() {
 	*x = PromptCapabilities{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2472,7 @@ func (x *PromptCapabilities) String() string {
 func (*PromptCapabilities) ProtoMessage() {}
 
 func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2485,7 @@ func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
 func (*PromptCapabilities) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PromptCapabilities) GetImage() bool {
@@ -2443,7 +2525,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2537,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2550,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -2634,7 +2716,11 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse\"H\n" +
+	"\x14CloseSessionResponse\"5\n" +
+	"\x14DeleteSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
+	"\x15DeleteSessionResponse\"H\n" +
 	"\x0eSetModeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -2673,7 +2759,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\tR\x04type2\x94\x06\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type2\xe2\x06\n" +
 	"\x0eSessionService\x12L\n" +
 	"\rCreateSession\x12\x1c.acp.v2.CreateSessionRequest\x1a\x1d.acp.v2.CreateSessionResponse\x129\n" +
 	"\x06Prompt\x12\x15.acp.v2.PromptRequest\x1a\x16.acp.v2.PromptResponse0\x01\x126\n" +
@@ -2687,7 +2773,8 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\aSetMode\x12\x16.acp.v2.SetModeRequest\x1a\x17.acp.v2.SetModeResponse\x12R\n" +
 	"\x0fSetConfigOption\x12\x1e.acp.v2.SetConfigOptionRequest\x1a\x1f.acp.v2.SetConfigOptionResponse\x12C\n" +
 	"\n" +
-	"ListAgents\x12\x19.acp.v2.ListAgentsRequest\x1a\x1a.acp.v2.ListAgentsResponseB\x8f\x01\n" +
+	"ListAgents\x12\x19.acp.v2.ListAgentsRequest\x1a\x1a.acp.v2.ListAgentsResponse\x12L\n" +
+	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponseB\x8f\x01\n" +
 	"\n" +
 	"com.acp.v2B\x13SessionServiceProtoP\x01Z3github.com/acp-gateway/acp-gateway/gen/acp/v2;acpv2\xa2\x02\x03AXX\xaa\x02\x06Acp.V2\xca\x02\x06Acp\\V2\xe2\x02\x12Acp\\V2\\GPBMetadata\xea\x02\aAcp::V2b\x06proto3"
 
@@ -2703,7 +2790,7 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
 	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
@@ -2729,90 +2816,92 @@ var file_acp_v2_session_service_proto_goTypes = []any{
 	(*ListSessionsResponse)(nil),      // 21: acp.v2.ListSessionsResponse
 	(*CloseSessionRequest)(nil),       // 22: acp.v2.CloseSessionRequest
 	(*CloseSessionResponse)(nil),      // 23: acp.v2.CloseSessionResponse
-	(*SetModeRequest)(nil),            // 24: acp.v2.SetModeRequest
-	(*SetModeResponse)(nil),           // 25: acp.v2.SetModeResponse
-	(*SetConfigOptionRequest)(nil),    // 26: acp.v2.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),   // 27: acp.v2.SetConfigOptionResponse
-	(*ListAgentsRequest)(nil),         // 28: acp.v2.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 29: acp.v2.ListAgentsResponse
-	(*AgentDescription)(nil),          // 30: acp.v2.AgentDescription
-	(*AgentInfo)(nil),                 // 31: acp.v2.AgentInfo
-	(*PromptCapabilities)(nil),        // 32: acp.v2.PromptCapabilities
-	(*AuthMethod)(nil),                // 33: acp.v2.AuthMethod
-	(*timestamppb.Timestamp)(nil),     // 34: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 35: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 36: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 37: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 38: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 39: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 40: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 41: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 42: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 43: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 44: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 45: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 46: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 47: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 48: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 49: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 50: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 51: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 52: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 53: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 54: acp.v2.ContentBlock
-	(StopReason)(0),                   // 55: acp.v2.StopReason
-	(*SessionConfigOption)(nil),       // 56: acp.v2.SessionConfigOption
+	(*DeleteSessionRequest)(nil),      // 24: acp.v2.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),     // 25: acp.v2.DeleteSessionResponse
+	(*SetModeRequest)(nil),            // 26: acp.v2.SetModeRequest
+	(*SetModeResponse)(nil),           // 27: acp.v2.SetModeResponse
+	(*SetConfigOptionRequest)(nil),    // 28: acp.v2.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),   // 29: acp.v2.SetConfigOptionResponse
+	(*ListAgentsRequest)(nil),         // 30: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 31: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),          // 32: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                 // 33: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),        // 34: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                // 35: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
+	(*ContentChunk)(nil),              // 37: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),            // 38: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),      // 39: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                      // 40: acp.v2.Plan
+	(*PlanUpdate)(nil),                // 41: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),   // 42: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),         // 43: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),        // 44: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),         // 45: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),               // 46: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),             // 47: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),               // 48: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),            // 49: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),       // 50: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),             // 51: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                  // 52: acp.v2.ToolCall
+	(*PermissionOption)(nil),          // 53: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),           // 54: google.protobuf.Struct
+	(*PermissionOutcome)(nil),         // 55: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),              // 56: acp.v2.ContentBlock
+	(StopReason)(0),                   // 57: acp.v2.StopReason
+	(*SessionConfigOption)(nil),       // 58: acp.v2.SessionConfigOption
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	34, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	35, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	35, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	35, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	36, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	37, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	38, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	39, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	40, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	41, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	42, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	43, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	44, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	45, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	45, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	45, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	46, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	47, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	48, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	49, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	50, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	36, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	37, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	37, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	37, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	38, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	39, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	40, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	41, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	42, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	43, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	44, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	45, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	46, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	47, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	47, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	47, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	48, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	49, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	50, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	51, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	52, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
 	3,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
 	4,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
 	5,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
 	6,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
 	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
-	36, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	50, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	51, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	52, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	53, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	54, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	55, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	50, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	34, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	34, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	54, // 37: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	38, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	52, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	53, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	54, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	55, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	56, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	57, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	52, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	36, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	36, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	56, // 37: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
 	0,  // 38: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	34, // 39: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	36, // 39: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
 	0,  // 40: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	34, // 41: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	36, // 41: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
 	6,  // 42: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
 	7,  // 43: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	56, // 44: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	30, // 45: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
-	31, // 46: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
-	32, // 47: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
-	33, // 48: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	58, // 44: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	32, // 45: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	33, // 46: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	34, // 47: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	35, // 48: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
 	8,  // 49: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
 	10, // 50: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
 	12, // 51: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
@@ -2821,22 +2910,24 @@ var file_acp_v2_session_service_proto_depIdxs = []int32{
 	18, // 54: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
 	20, // 55: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
 	22, // 56: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	24, // 57: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	26, // 58: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	28, // 59: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
-	9,  // 60: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	11, // 61: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	13, // 62: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	15, // 63: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	17, // 64: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	19, // 65: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	21, // 66: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	23, // 67: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	25, // 68: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	27, // 69: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	29, // 70: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
-	60, // [60:71] is the sub-list for method output_type
-	49, // [49:60] is the sub-list for method input_type
+	26, // 57: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	28, // 58: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	30, // 59: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	24, // 60: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	9,  // 61: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	11, // 62: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	13, // 63: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	15, // 64: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	17, // 65: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	19, // 66: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	21, // 67: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	23, // 68: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	27, // 69: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	29, // 70: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	31, // 71: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	25, // 72: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	61, // [61:73] is the sub-list for method output_type
+	49, // [49:61] is the sub-list for method input_type
 	49, // [49:49] is the sub-list for extension type_name
 	49, // [49:49] is the sub-list for extension extendee
 	0,  // [0:49] is the sub-list for field type_name
@@ -2878,7 +2969,7 @@ func file_acp_v2_session_service_proto_init() {
 		(*SessionEvent_Snapshot)(nil),
 		(*SessionEvent_StateChanged)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[26].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[28].OneofWrappers = []any{
 		(*SetConfigOptionRequest_ValueId)(nil),
 		(*SetConfigOptionRequest_Boolean)(nil),
 	}
@@ -2888,7 +2979,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

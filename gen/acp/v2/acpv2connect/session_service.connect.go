@@ -62,6 +62,9 @@ const (
 	// SessionServiceListAgentsProcedure is the fully-qualified name of the SessionService's ListAgents
 	// RPC.
 	SessionServiceListAgentsProcedure = "/acp.v2.SessionService/ListAgents"
+	// SessionServiceDeleteSessionProcedure is the fully-qualified name of the SessionService's
+	// DeleteSession RPC.
+	SessionServiceDeleteSessionProcedure = "/acp.v2.SessionService/DeleteSession"
 )
 
 // SessionServiceClient is a client for the acp.v2.SessionService service.
@@ -90,6 +93,10 @@ type SessionServiceClient interface {
 	// ListAgents lists the agents the caller may start, with what each said
 	// of itself at `initialize`.
 	ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error)
+	// DeleteSession closes the session, asks its agent to delete its own
+	// history of it (ACP `session/delete`, when the agent runs and offers
+	// it), and removes the gateway's record and log of it.
+	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
 }
 
 // NewSessionServiceClient constructs a client for the acp.v2.SessionService service. By default, it
@@ -169,6 +176,12 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("ListAgents")),
 			connect.WithClientOptions(opts...),
 		),
+		deleteSession: connect.NewClient[v2.DeleteSessionRequest, v2.DeleteSessionResponse](
+			httpClient,
+			baseURL+SessionServiceDeleteSessionProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -185,6 +198,7 @@ type sessionServiceClient struct {
 	setMode           *connect.Client[v2.SetModeRequest, v2.SetModeResponse]
 	setConfigOption   *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
 	listAgents        *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
+	deleteSession     *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -242,6 +256,11 @@ func (c *sessionServiceClient) ListAgents(ctx context.Context, req *connect.Requ
 	return c.listAgents.CallUnary(ctx, req)
 }
 
+// DeleteSession calls acp.v2.SessionService.DeleteSession.
+func (c *sessionServiceClient) DeleteSession(ctx context.Context, req *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error) {
+	return c.deleteSession.CallUnary(ctx, req)
+}
+
 // SessionServiceHandler is an implementation of the acp.v2.SessionService service.
 type SessionServiceHandler interface {
 	// CreateSession starts an agent for a new session.
@@ -268,6 +287,10 @@ type SessionServiceHandler interface {
 	// ListAgents lists the agents the caller may start, with what each said
 	// of itself at `initialize`.
 	ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error)
+	// DeleteSession closes the session, asks its agent to delete its own
+	// history of it (ACP `session/delete`, when the agent runs and offers
+	// it), and removes the gateway's record and log of it.
+	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -343,6 +366,12 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("ListAgents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServiceDeleteSessionHandler := connect.NewUnaryHandler(
+		SessionServiceDeleteSessionProcedure,
+		svc.DeleteSession,
+		connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/acp.v2.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceCreateSessionProcedure:
@@ -367,6 +396,8 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceSetConfigOptionHandler.ServeHTTP(w, r)
 		case SessionServiceListAgentsProcedure:
 			sessionServiceListAgentsHandler.ServeHTTP(w, r)
+		case SessionServiceDeleteSessionProcedure:
+			sessionServiceDeleteSessionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -418,4 +449,8 @@ func (UnimplementedSessionServiceHandler) SetConfigOption(context.Context, *conn
 
 func (UnimplementedSessionServiceHandler) ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.ListAgents is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.DeleteSession is not implemented"))
 }
