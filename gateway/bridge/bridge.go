@@ -27,6 +27,11 @@ type Options struct {
 	// Agent is the name of the gateway agent that new sessions run.
 	// Required.
 	Agent string
+	// ChooseAgent lets the client name another agent for a new session in
+	// session/new's `_meta`: `{"acpGateway": {"agent": "NAME"}}` (the
+	// gateway refuses a name it does not know); and session/list then
+	// lists the sessions of every agent.
+	ChooseAgent bool
 	// Cwd, when set, is the working directory given to the gateway for new
 	// sessions instead of the one the editor sends, which need not exist
 	// on the gateway's machine.
@@ -49,13 +54,28 @@ type Options struct {
 const closeTimeout = 10 * time.Second
 
 // Serve speaks ACP as an agent on in (the editor's requests) and out (the
-// answers and notifications), relaying every session to the gateway, until
-// in ends or ctx ends. It then closes the gateway sessions it created
-// (unless [Options.KeepSessions]) and returns nil. Serve closes in and out
-// when they implement io.Closer, so that a read blocked on in ends too.
+// answers and notifications), one JSON-RPC message per line, relaying every
+// session to the gateway, until in ends or ctx ends. It then closes the
+// gateway sessions it created (unless [Options.KeepSessions]) and returns
+// nil. Serve closes in and out when they implement io.Closer, so that a
+// read blocked on in ends too.
 //
 // Serve returns an error only for invalid options.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error {
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = DefaultMaxLine
+	}
+	return serve(ctx, newLineStream(in, out, opts.MaxLine), opts)
+}
+
+// ServeMessages is [Serve] over any transport of whole messages, such as a
+// WebSocket: it serves ACP on m until m's Read fails or ctx ends, then
+// closes m. [Options.MaxLine] is m's business.
+func ServeMessages(ctx context.Context, m Messages, opts Options) error {
+	return serve(ctx, &objectStream{m: m}, opts)
+}
+
+func serve(ctx context.Context, stream *objectStream, opts Options) error {
 	if opts.Client == nil {
 		return errors.New("bridge: Options.Client is required")
 	}
@@ -67,9 +87,6 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
-	}
-	if opts.MaxLine <= 0 {
-		opts.MaxLine = DefaultMaxLine
 	}
 	base, stop := context.WithCancel(ctx)
 	defer stop()
@@ -84,7 +101,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 		version:  acpjson.V1,
 	}
 	// jsonrpc2's own logging is silenced: the bridge logs what matters.
-	b.conn = jsonrpc2.NewConn(base, newLineStream(in, out, opts.MaxLine), b, jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
+	b.conn = jsonrpc2.NewConn(base, stream, b, jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
 	close(b.ready)
 	select {
 	case <-b.conn.DisconnectNotify():

@@ -5,6 +5,10 @@
 // speaks the acp.v2 SessionService over Connect, authenticated with a
 // bearer token.
 //
+// The mapping does not depend on stdio: [ServeMessages] serves it on any
+// transport of whole JSON-RPC messages ([Messages]), which is how the
+// gateway itself speaks ACP on its `/acp` endpoint (package acpnet).
+//
 // # Configuring Zed
 //
 // Add the bridge to `agent_servers` in Zed's settings.json as a custom
