@@ -14,14 +14,15 @@ import (
 	"github.com/kballard/go-shellquote"
 )
 
-// TestACPOverWebSocketWithTheTypeScriptSDK drives /acp with the ACP
-// TypeScript SDK's own client transport (integration/node/acpnet.mjs,
-// @agentclientprotocol/sdk 2.4.0's createWebSocketStream over ws):
+// TestACPWithTheTypeScriptSDK drives /acp with the ACP TypeScript SDK's
+// own client transports (integration/node/acpnet.mjs,
+// @agentclientprotocol/sdk 2.4.0's createWebSocketStream over ws, and its
+// createHttpStream):
 // initialize, session/new, a turn whose permission request the client
 // allows, a turn it cancels; then, on a new connection, session/load,
 // whose replay must be what the first connection saw, with the prompts as
 // the user's messages.
-func TestACPOverWebSocketWithTheTypeScriptSDK(t *testing.T) {
+func TestACPWithTheTypeScriptSDK(t *testing.T) {
 	t.Parallel()
 	node := tool(t, nodeBinary)
 	modules := tool(t, nodeModules)
@@ -33,11 +34,23 @@ func TestACPOverWebSocketWithTheTypeScriptSDK(t *testing.T) {
 	agent := []string{node, filepath.Join(modules, "@agentclientprotocol", "sdk", "dist", "examples", "agent.js")}
 	g := startGateway(t, "--store", "memory:", "--agent", "ts="+shellquote.Join(agent...),
 		"--auth-tokens", tokens, "--any-cwd", "--sandbox", "none")
+	for _, transport := range []string{"ws", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			runACPClient(t, g, node, transport, token)
+		})
+	}
+}
 
+// runACPClient runs acpnet.mjs over transport and checks what it saw.
+func runACPClient(t *testing.T, g *gateway, node, transport, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	url := "ws" + strings.TrimPrefix(g.base, "http") + "/acp/ts"
-	cmd := exec.CommandContext(ctx, node, filepath.Join(nodeDir, "acpnet.mjs"), url, token, t.TempDir())
+	url := g.base + "/acp/ts"
+	if transport == "ws" {
+		url = "ws" + strings.TrimPrefix(url, "http")
+	}
+	cmd := exec.CommandContext(ctx, node, filepath.Join(nodeDir, "acpnet.mjs"), transport, url, token, t.TempDir())
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	raw, err := cmd.Output()
@@ -94,8 +107,9 @@ func TestACPOverWebSocketWithTheTypeScriptSDK(t *testing.T) {
 	}
 	// The session is alice's gateway session, open after both connections
 	// went.
-	g.authenticate(token)
-	if s := g.snapshot(t, out.SessionID); s.GetAgent() != "ts" || s.GetState() == "closed" {
+	alice := *g
+	alice.authenticate(token)
+	if s := alice.snapshot(t, out.SessionID); s.GetAgent() != "ts" || s.GetState() == "closed" {
 		t.Errorf("the gateway has the session as %v", s)
 	}
 }

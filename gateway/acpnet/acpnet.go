@@ -63,8 +63,16 @@ type Options struct {
 	// gateway's own, that browsers may open a WebSocket from (the CORS
 	// origins' hosts).
 	OriginPatterns []string
-	// Opened, when set, counts a connection of transport ("websocket")
-	// open; the function it returns counts it closed.
+	// HTTPIdleTimeout ends a Streamable HTTP connection that has had no
+	// request and no SSE stream open for this long. Zero is
+	// DefaultHTTPIdleTimeout.
+	HTTPIdleTimeout time.Duration
+	// MaxHTTPConnections and MaxHTTPConnectionsPerUser bound the
+	// Streamable HTTP connections open at once, in all and of each user
+	// (one more initialize is answered 429). Zero is the Default.
+	MaxHTTPConnections, MaxHTTPConnectionsPerUser int
+	// Opened, when set, counts a connection of transport ("websocket",
+	// "http") open; the function it returns counts it closed.
 	Opened func(transport string) (closed func())
 	// Version is the gateway's version in the initialize answer.
 	Version string
@@ -78,6 +86,13 @@ type Handler struct {
 	client acpv2connect.SessionServiceClient
 	// wg counts the connections and the in-process calls being served.
 	wg sync.WaitGroup
+	// base ends every Streamable HTTP connection (Close).
+	base  context.Context
+	close context.CancelFunc
+
+	mu sync.Mutex
+	// conns are the Streamable HTTP connections, by Acp-Connection-Id.
+	conns map[string]*httpConn
 }
 
 // New returns the handler of the /acp endpoint.
@@ -91,13 +106,23 @@ func New(opts Options) *Handler {
 	if opts.PingInterval == 0 {
 		opts.PingInterval = DefaultPingInterval
 	}
+	if opts.HTTPIdleTimeout <= 0 {
+		opts.HTTPIdleTimeout = DefaultHTTPIdleTimeout
+	}
+	if opts.MaxHTTPConnections <= 0 {
+		opts.MaxHTTPConnections = DefaultMaxHTTPConnections
+	}
+	if opts.MaxHTTPConnectionsPerUser <= 0 {
+		opts.MaxHTTPConnectionsPerUser = DefaultMaxHTTPConnectionsPerUser
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Opened == nil {
 		opts.Opened = func(string) func() { return func() {} }
 	}
-	h := &Handler{opts: opts}
+	h := &Handler{opts: opts, conns: map[string]*httpConn{}}
+	h.base, h.close = context.WithCancel(context.Background())
 	h.client = acpv2connect.NewSessionServiceClient(
 		&http.Client{Transport: inProcess{h: opts.Service, wg: &h.wg}},
 		"http://in-process",
@@ -108,9 +133,13 @@ func New(opts Options) *Handler {
 	return h
 }
 
-// Wait waits for the connections being served to end; the server's
-// shutdown ends them (their requests' contexts).
-func (h *Handler) Wait() { h.wg.Wait() }
+// Close ends every connection: the WebSockets with their requests'
+// contexts, which the server's shutdown ends, the Streamable HTTP ones
+// here. Then it waits for them to end.
+func (h *Handler) Close() {
+	h.close()
+	h.wg.Wait()
+}
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -119,21 +148,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such agent", http.StatusNotFound)
 		return
 	}
-	if !isWebSocket(r) {
-		w.Header().Set("Allow", "GET")
-		http.Error(w, "/acp speaks ACP over WebSocket: send GET with Upgrade: websocket", http.StatusMethodNotAllowed)
-		return
-	}
-	h.wg.Add(1)
-	defer h.wg.Done()
-	h.serveWebSocket(w, r, bridge.Options{
+	opts := bridge.Options{
 		Client:       h.client,
 		Agent:        agent,
 		ChooseAgent:  choose,
 		KeepSessions: true, // sessions outlive connections
 		Version:      h.opts.Version,
 		Log:          h.opts.Log,
-	})
+	}
+	h.wg.Add(1)
+	defer h.wg.Done()
+	if isWebSocket(r) {
+		h.serveWebSocket(w, r, opts)
+		return
+	}
+	h.serveHTTP(w, r, opts)
 }
 
 // agent returns the agent that path names, or the default one (which a

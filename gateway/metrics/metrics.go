@@ -152,7 +152,7 @@ func New(opts Options) *Metrics {
 		streams: f.gauge("streams_connected",
 			"Server streams open now, by RPC (Prompt, Watch).", []string{"rpc"}),
 		acpConns: f.gauge("acp_connections",
-			"Connections open now on the /acp endpoint, by transport (websocket).", []string{"transport"}),
+			"Connections open now on the /acp endpoint, by transport (websocket, http).", []string{"transport"}),
 		eventsSent: f.counter("events_sent_total",
 			"Session events sent on server streams, by RPC.", []string{"rpc"}),
 		cutOff: f.counter("streams_cut_off_total",

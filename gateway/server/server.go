@@ -206,9 +206,11 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	if len(opts.CORSOrigins) > 0 {
 		handler = cors.New(cors.Options{
 			AllowedOrigins: opts.CORSOrigins,
-			AllowedMethods: connectcors.AllowedMethods(),
-			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization", "X-Request-Id", "Traceparent", "Tracestate"),
-			ExposedHeaders: append(connectcors.ExposedHeaders(), "WWW-Authenticate", "X-Request-Id"),
+			// DELETE and the Acp-* headers are /acp's (Streamable HTTP).
+			AllowedMethods: append(connectcors.AllowedMethods(), http.MethodDelete),
+			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization", "X-Request-Id", "Traceparent", "Tracestate",
+				acpnet.HeaderConnectionID, acpnet.HeaderSessionID, "Last-Event-ID"),
+			ExposedHeaders: append(connectcors.ExposedHeaders(), "WWW-Authenticate", "X-Request-Id", acpnet.HeaderConnectionID),
 			// Bearer tokens travel in Authorization, not cookies: browsers
 			// are never told to send credentials.
 			AllowCredentials: false,
@@ -260,10 +262,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.http.Shutdown(ctx)
 	if s.acp != nil {
 		// http.Server does not wait for hijacked connections (the
-		// WebSockets of /acp); their contexts have ended.
+		// WebSockets of /acp), whose contexts have ended, nor knows of
+		// the Streamable HTTP connections between their requests.
 		done := make(chan struct{})
 		go func() {
-			s.acp.Wait()
+			s.acp.Close()
 			close(done)
 		}()
 		select {

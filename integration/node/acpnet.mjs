@@ -1,11 +1,12 @@
 // acpnet.mjs drives the gateway's /acp endpoint with the ACP TypeScript
 // SDK's own client side (@agentclientprotocol/sdk 2.4.0, installed as
 // acp-sdk-2 beside the 1.9.0 the agents use): its createWebSocketStream
-// over the ws package, and its client app.
+// over the ws package, or its createHttpStream (Streamable HTTP), and its
+// client app.
 //
-//   node acpnet.mjs URL TOKEN CWD
+//   node acpnet.mjs ws|http URL TOKEN CWD
 //
-// URL is the endpoint (ws://HOST:PORT/acp/AGENT). On one connection it
+// URL is the endpoint (ws://HOST:PORT/acp/AGENT or http://...). On one connection it
 // initializes (ACP v1), creates a session, runs a turn whose permission
 // request it allows, and a turn it cancels once the agent has said
 // something; then it drops the connection, opens another, and loads the
@@ -13,16 +14,16 @@
 // requests it was asked, the stop reasons, the updates the first
 // connection saw and those session/load replayed.
 import * as acp from "acp-sdk-2";
+import { createHttpStream } from "acp-sdk-2/experimental/http-client";
 import { createWebSocketStream } from "acp-sdk-2/experimental/ws-client";
 import WebSocket from "ws";
 
-const [url, token, cwd] = process.argv.slice(2);
+const [transport, url, token, cwd] = process.argv.slice(2);
 
 function connect(onUpdate, onPermission) {
-  const stream = createWebSocketStream(url, {
-    WebSocket,
-    headers: { Authorization: `Bearer ${token}` },
-  });
+  const headers = { Authorization: `Bearer ${token}` };
+  const stream =
+    transport === "http" ? createHttpStream(url, { headers }) : createWebSocketStream(url, { WebSocket, headers });
   const app = acp
     .client({ name: "acpnet.mjs" })
     .onNotification("session/update", ({ params }) => onUpdate(params))
