@@ -153,6 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Agent:        agent,
 		ChooseAgent:  choose,
 		KeepSessions: true, // sessions outlive connections
+		Follow:       true, // every client of a session sees its turns
 		Version:      h.opts.Version,
 		Log:          h.opts.Log,
 	}

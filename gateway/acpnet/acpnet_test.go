@@ -61,6 +61,16 @@ var helloScript = agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim.Step
 	update(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"world"}}`),
 }, StopReason: "end_turn"}}}
 
+// permissionScript's turn asks permission to edit, and edits when allowed.
+var permissionScript = agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim.Step{
+	update(`{"sessionUpdate":"tool_call","toolCallId":"c2","title":"Edit b.go","kind":"edit","status":"pending"}`),
+	{Permission: &agentsim.Permission{
+		ToolCall: json.RawMessage(`{"toolCallId":"c2","title":"Edit b.go"}`),
+		Allowed:  []agentsim.Step{update(`{"sessionUpdate":"tool_call_update","toolCallId":"c2","status":"completed"}`)},
+		Rejected: []agentsim.Step{update(`{"sessionUpdate":"tool_call_update","toolCallId":"c2","status":"failed"}`)},
+	}},
+}, StopReason: "end_turn"}}}
+
 // gateway is a real gateway with /acp on a loopback port.
 type gateway struct {
 	base string
@@ -73,8 +83,8 @@ type gateway struct {
 func startGateway(t *testing.T, cfg app.Config) *gateway {
 	t.Helper()
 	agents := map[string][]string{}
-	for _, name := range []string{"sim", "other"} {
-		cmd, err := agentsim.Command(helloScript)
+	for name, script := range map[string]agentsim.Script{"sim": helloScript, "other": helloScript, "perm": permissionScript} {
+		cmd, err := agentsim.Command(script)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,6 +170,13 @@ func (c *client) next() map[string]any {
 func (c *client) call(id int, method, params string) (answer map[string]any, before []map[string]any) {
 	c.t.Helper()
 	c.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, id, method, params))
+	return c.untilAnswer(id)
+}
+
+// untilAnswer returns the answer to request id, and the messages before
+// it.
+func (c *client) untilAnswer(id int) (answer map[string]any, before []map[string]any) {
+	c.t.Helper()
 	for {
 		m := c.next()
 		if m["id"] == float64(id) && m["method"] == nil {

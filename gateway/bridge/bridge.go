@@ -27,6 +27,12 @@ type Options struct {
 	// Agent is the name of the gateway agent that new sessions run.
 	// Required.
 	Agent string
+	// Follow makes the bridge follow each session the editor creates or
+	// attaches to for as long as it is connected, so that it sees the
+	// turns other clients run and is asked their permission requests
+	// (first answer wins; a request answered elsewhere is withdrawn with
+	// $/cancel_request), not only its own turns.
+	Follow bool
 	// ChooseAgent lets the client name another agent for a new session in
 	// session/new's `_meta`: `{"acpGateway": {"agent": "NAME"}}` (the
 	// gateway refuses a name it does not know); and session/list then
@@ -150,14 +156,23 @@ type session struct {
 	// created: the bridge made it, so the bridge closes it at the end.
 	created bool
 
-	// out orders the session's notifications and guards conv; it is held
-	// while writing to the editor.
+	// out orders the session's notifications and guards conv and lastSeq;
+	// it is held while writing to the editor, and taken before mu.
 	out  sync.Mutex
 	conv *converter
-	// mu guards turn and is never held while writing, so that the read
-	// loop, which takes it, never waits on the editor.
+	// lastSeq is the last live event handled (handleLive).
+	lastSeq uint64
+	// mu guards turn, asks and stopFollow, and is never held while
+	// writing, so that the read loop, which takes it, never waits on the
+	// editor.
 	mu   sync.Mutex
 	turn *turn
+	// asks are the editor's permission requests, by the gateway's request
+	// id.
+	asks map[string]*ask
+	// stopFollow ends the session's follower (Options.Follow); nil when
+	// none runs.
+	stopFollow context.CancelFunc
 }
 
 // spawn runs f in a goroutine that Serve waits for; it reports false when
@@ -187,7 +202,7 @@ func (b *bridge) sessionFor(id string, created bool) *session {
 	if s := b.sessions[id]; s != nil {
 		return s
 	}
-	s := &session{id: id, created: created, conv: newConverter(b.version)}
+	s := &session{id: id, created: created, conv: newConverter(b.version), asks: map[string]*ask{}}
 	b.sessions[id] = s
 	return s
 }

@@ -105,7 +105,7 @@ func (b *bridge) newSession(ctx context.Context, params json.RawMessage) (any, e
 		return nil, rpcError("CreateSession", err)
 	}
 	id := res.Msg.GetSessionId()
-	b.sessionFor(id, true)
+	b.follow(b.sessionFor(id, true))
 	b.log.Info("session created", "session", id, "agent", agent, "cwd", cwd)
 	return map[string]any{"sessionId": id}, nil
 }
@@ -156,11 +156,17 @@ func (b *bridge) reattach(ctx context.Context, method string, params json.RawMes
 		return nil, rpcError("GetSession", err)
 	}
 	s := b.sessionFor(p.SessionID, false)
+	lastSeq := res.Msg.GetSession().GetLastSeq()
 	if replay || p.ReplayFrom != nil && p.ReplayFrom.Type == "start" {
-		if err := b.replay(ctx, s, res.Msg.GetSession().GetLastSeq()); err != nil {
+		if err := b.replay(ctx, s, lastSeq); err != nil {
 			return nil, err
 		}
 	}
+	// What follows the history is news.
+	s.out.Lock()
+	s.lastSeq = max(s.lastSeq, lastSeq)
+	s.out.Unlock()
+	b.follow(s)
 	return struct{}{}, nil
 }
 
@@ -253,8 +259,16 @@ func (b *bridge) closeGatewaySession(ctx context.Context, id string) error {
 		return rpcError("CloseSession", err)
 	}
 	b.mu.Lock()
+	s := b.sessions[id]
 	delete(b.sessions, id)
 	b.mu.Unlock()
+	if s != nil {
+		s.mu.Lock()
+		if s.stopFollow != nil {
+			s.stopFollow()
+		}
+		s.mu.Unlock()
+	}
 	b.log.Info("session closed", "session", id)
 	return nil
 }
