@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/kballard/go-shellquote"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
 
 // TestACPWithTheTypeScriptSDK drives /acp with the ACP TypeScript SDK's
@@ -25,32 +30,63 @@ import (
 func TestACPWithTheTypeScriptSDK(t *testing.T) {
 	t.Parallel()
 	node := tool(t, nodeBinary)
-	modules := tool(t, nodeModules)
-	const token = "acpnet-token-0123456789"
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte(token+" alice\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	agent := []string{node, filepath.Join(modules, "@agentclientprotocol", "sdk", "dist", "examples", "agent.js")}
-	g := startGateway(t, "--store", "memory:", "--agent", "ts="+shellquote.Join(agent...),
-		"--auth-tokens", tokens, "--any-cwd", "--sandbox", "none")
+	g := startGateway(t, append([]string{"--store", "memory:"}, acpGatewayArgs(t, node)...)...)
 	for _, transport := range []string{"ws", "http"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			runACPClient(t, g, node, transport, token)
+			runACPClient(t, g.base, "", node, transport)
 		})
 	}
 }
 
-// runACPClient runs acpnet.mjs over transport and checks what it saw.
-func runACPClient(t *testing.T, g *gateway, node, transport, token string) {
+// acpToken is alice's token on the gateways of the /acp tests.
+const acpToken = "acpnet-token-0123456789"
+
+// acpGatewayArgs are the flags of a gateway for the /acp tests: the
+// TypeScript SDK's example agent as "ts", and alice's acpToken.
+func acpGatewayArgs(t *testing.T, node string) []string {
+	t.Helper()
+	modules := tool(t, nodeModules)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(acpToken+" alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := []string{node, filepath.Join(modules, "@agentclientprotocol", "sdk", "dist", "examples", "agent.js")}
+	return []string{"--agent", "ts=" + shellquote.Join(agent...), "--auth-tokens", tokens, "--any-cwd", "--sandbox", "none"}
+}
+
+// TestACPReconnectsToAnotherReplica: the connection dropped, the client
+// loads its session through another replica on the same Redis.
+func TestACPReconnectsToAnotherReplica(t *testing.T) {
+	store := redisURL(t)
+	node := tool(t, nodeBinary)
+	args := append([]string{"--store", store, "--lease-ttl", "1500ms", "--replica-secret-file", replicaSecret(t)}, acpGatewayArgs(t, node)...)
+	a := startReplica(t, "A", args...)
+	b := startReplica(t, "B", args...)
+	for _, transport := range []string{"ws", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			runACPClient(t, a.base, b.base, node, transport)
+		})
+	}
+}
+
+// runACPClient runs acpnet.mjs over transport against the gateway at
+// base, with its second connection to base2 when set, and checks what it
+// saw.
+func runACPClient(t *testing.T, base, base2, node, transport string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	url := g.base + "/acp/ts"
-	if transport == "ws" {
-		url = "ws" + strings.TrimPrefix(url, "http")
+	endpoint := func(base string) string {
+		if transport == "ws" {
+			base = "ws" + strings.TrimPrefix(base, "http")
+		}
+		return base + "/acp/ts"
 	}
-	cmd := exec.CommandContext(ctx, node, filepath.Join(nodeDir, "acpnet.mjs"), transport, url, token, t.TempDir())
+	args := []string{filepath.Join(nodeDir, "acpnet.mjs"), transport, endpoint(base), acpToken, t.TempDir()}
+	if base2 != "" {
+		args = append(args, endpoint(base2))
+	}
+	cmd := exec.CommandContext(ctx, node, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	raw, err := cmd.Output()
@@ -107,9 +143,12 @@ func runACPClient(t *testing.T, g *gateway, node, transport, token string) {
 	}
 	// The session is alice's gateway session, open after both connections
 	// went.
-	alice := *g
-	alice.authenticate(token)
-	if s := alice.snapshot(t, out.SessionID); s.GetAgent() != "ts" || s.GetState() == "closed" {
+	c := acpv2connect.NewSessionServiceClient(&http.Client{Transport: bearer{acpToken, http.DefaultTransport}}, base, connect.WithProtoJSON())
+	res, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: out.SessionID}))
+	if err != nil {
+		t.Fatalf("GetSession: %v", err)
+	}
+	if s := res.Msg.GetSession(); s.GetAgent() != "ts" || s.GetState() == "closed" {
 		t.Errorf("the gateway has the session as %v", s)
 	}
 }

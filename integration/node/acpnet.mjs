@@ -4,9 +4,10 @@
 // over the ws package, or its createHttpStream (Streamable HTTP), and its
 // client app.
 //
-//   node acpnet.mjs ws|http URL TOKEN CWD
+//   node acpnet.mjs ws|http URL TOKEN CWD [URL2]
 //
-// URL is the endpoint (ws://HOST:PORT/acp/AGENT or http://...). On one connection it
+// URL is the endpoint (ws://HOST:PORT/acp/AGENT or http://...); URL2,
+// when given, is where the second connection goes (another replica). On one connection it
 // initializes (ACP v1), creates a session, runs a turn whose permission
 // request it allows, and a turn it cancels once the agent has said
 // something; then it drops the connection, opens another, and loads the
@@ -18,12 +19,12 @@ import { createHttpStream } from "acp-sdk-2/experimental/http-client";
 import { createWebSocketStream } from "acp-sdk-2/experimental/ws-client";
 import WebSocket from "ws";
 
-const [transport, url, token, cwd] = process.argv.slice(2);
+const [transport, url, token, cwd, url2] = process.argv.slice(2);
 
-function connect(onUpdate, onPermission) {
+function connect(onUpdate, onPermission, to = url) {
   const headers = { Authorization: `Bearer ${token}` };
   const stream =
-    transport === "http" ? createHttpStream(url, { headers }) : createWebSocketStream(url, { WebSocket, headers });
+    transport === "http" ? createHttpStream(to, { headers }) : createWebSocketStream(to, { WebSocket, headers });
   const app = acp
     .client({ name: "acpnet.mjs" })
     .onNotification("session/update", ({ params }) => onUpdate(params))
@@ -73,6 +74,7 @@ await connect(
   () => {
     throw new Error("asked for permission while loading");
   },
+  url2 ?? url,
 )(async (ctx) => {
   await ctx.request("initialize", { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
   await ctx.request("session/load", { sessionId: out.sessionId, cwd, mcpServers: [] });
