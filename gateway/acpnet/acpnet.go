@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -67,10 +68,11 @@ type Options struct {
 	// request and no SSE stream open for this long. Zero is
 	// DefaultHTTPIdleTimeout.
 	HTTPIdleTimeout time.Duration
-	// MaxHTTPConnections and MaxHTTPConnectionsPerUser bound the
-	// Streamable HTTP connections open at once, in all and of each user
-	// (one more initialize is answered 429). Zero is the Default.
-	MaxHTTPConnections, MaxHTTPConnectionsPerUser int
+	// MaxHTTPConnections bounds the Streamable HTTP connections open at
+	// once (the WebSockets are bounded as the server's connections are),
+	// and MaxConnectionsPerUser each user's connections of both kinds: one
+	// more initialize or upgrade is answered 429. Zero is the Default.
+	MaxHTTPConnections, MaxConnectionsPerUser int
 	// Opened, when set, counts a connection of transport ("websocket",
 	// "http") open; the function it returns counts it closed.
 	Opened func(transport string) (closed func())
@@ -93,6 +95,8 @@ type Handler struct {
 	mu sync.Mutex
 	// conns are the Streamable HTTP connections, by Acp-Connection-Id.
 	conns map[string]*httpConn
+	// perUser counts each user's connections, of both kinds.
+	perUser map[string]int
 }
 
 // New returns the handler of the /acp endpoint.
@@ -112,8 +116,8 @@ func New(opts Options) *Handler {
 	if opts.MaxHTTPConnections <= 0 {
 		opts.MaxHTTPConnections = DefaultMaxHTTPConnections
 	}
-	if opts.MaxHTTPConnectionsPerUser <= 0 {
-		opts.MaxHTTPConnectionsPerUser = DefaultMaxHTTPConnectionsPerUser
+	if opts.MaxConnectionsPerUser <= 0 {
+		opts.MaxConnectionsPerUser = DefaultMaxConnectionsPerUser
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -121,7 +125,7 @@ func New(opts Options) *Handler {
 	if opts.Opened == nil {
 		opts.Opened = func(string) func() { return func() {} }
 	}
-	h := &Handler{opts: opts, conns: map[string]*httpConn{}}
+	h := &Handler{opts: opts, conns: map[string]*httpConn{}, perUser: map[string]int{}}
 	h.base, h.close = context.WithCancel(context.Background())
 	h.client = acpv2connect.NewSessionServiceClient(
 		&http.Client{Transport: inProcess{h: opts.Service, wg: &h.wg}},
@@ -180,6 +184,28 @@ func (h *Handler) agent(path string) (agent string, choose, ok bool) {
 		return "", false, false
 	}
 	return name, false, true
+}
+
+// errTooMany refuses a connection past MaxConnectionsPerUser.
+var errTooMany = errors.New("too many ACP connections of this user; close those no longer used")
+
+// reserveLocked counts a connection of user, within MaxConnectionsPerUser.
+// h.mu must be held.
+func (h *Handler) reserveLocked(user string) error {
+	if h.perUser[user] >= h.opts.MaxConnectionsPerUser {
+		return errTooMany
+	}
+	h.perUser[user]++
+	return nil
+}
+
+// release counts a connection of user gone.
+func (h *Handler) release(user string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.perUser[user]--; h.perUser[user] <= 0 {
+		delete(h.perUser, user)
+	}
 }
 
 // newConnectionID returns a fresh Acp-Connection-Id.

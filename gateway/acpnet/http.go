@@ -32,8 +32,9 @@ const (
 	// DefaultMaxHTTPConnections bounds the Streamable HTTP connections open
 	// at once.
 	DefaultMaxHTTPConnections = 1024
-	// DefaultMaxHTTPConnectionsPerUser bounds each user's.
-	DefaultMaxHTTPConnectionsPerUser = 32
+	// DefaultMaxConnectionsPerUser bounds each user's connections, of
+	// both kinds.
+	DefaultMaxConnectionsPerUser = 32
 	// DefaultHTTPIdleTimeout ends a connection that has had no request
 	// and no SSE stream open for this long.
 	DefaultHTTPIdleTimeout = 2 * time.Minute
@@ -341,14 +342,8 @@ func (h *Handler) add(c *httpConn) error {
 	if len(h.conns) >= h.opts.MaxHTTPConnections {
 		return errors.New("too many ACP connections")
 	}
-	n := 0
-	for _, o := range h.conns {
-		if o.user == c.user {
-			n++
-		}
-	}
-	if n >= h.opts.MaxHTTPConnectionsPerUser {
-		return errors.New("too many ACP connections of this user; DELETE those no longer used")
+	if err := h.reserveLocked(c.user); err != nil {
+		return err
 	}
 	h.conns[c.id] = c
 	return nil
@@ -356,8 +351,9 @@ func (h *Handler) add(c *httpConn) error {
 
 func (h *Handler) remove(c *httpConn) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	delete(h.conns, c.id)
+	h.mu.Unlock()
+	h.release(c.user)
 }
 
 // post hands a message to the connection's bridge and answers 202.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/acp-gateway/acp-gateway/gateway/acpnet"
 	"github.com/acp-gateway/acp-gateway/gateway/app"
 )
@@ -266,13 +268,15 @@ func TestStreamableHTTPRefusals(t *testing.T) {
 	}
 }
 
-// TestStreamableHTTPConnectionsAreBounded: a user gets so many, and one
-// more initialize is refused until one is deleted.
-func TestStreamableHTTPConnectionsAreBounded(t *testing.T) {
+// TestConnectionsAreBoundedPerUser: a user gets so many connections, of
+// both kinds, and one more initialize or upgrade is refused until one
+// ends.
+func TestConnectionsAreBoundedPerUser(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, app.Config{})
+	ws, _ := dial(t, g.ws+"/acp", bearer(aliceToken))
 	var first *httpClient
-	for i := range acpnet.DefaultMaxHTTPConnectionsPerUser {
+	for i := range acpnet.DefaultMaxConnectionsPerUser - 1 {
 		c := &httpClient{t: t, url: g.base + "/acp", token: aliceToken}
 		c.initialize()
 		if i == 0 {
@@ -285,11 +289,30 @@ func TestStreamableHTTPConnectionsAreBounded(t *testing.T) {
 	if res.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("one connection too many: %d, want 429", res.StatusCode)
 	}
+	_, res, err := websocket.Dial(testCtx(t), g.ws+"/acp", bearer(aliceToken))
+	if err == nil || res == nil || res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("one WebSocket too many: %v, %v; want 429", res, err)
+	}
+	_ = ws.c.Close(websocket.StatusNormalClosure, "")
+	// The WebSocket's room comes back once it is gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		res := c.do(http.MethodPost, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}`, nil)
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no room for a connection after a WebSocket closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	// Bob is not held back by alice's.
 	(&httpClient{t: t, url: g.base + "/acp", token: bobToken}).initialize()
 	res = first.do(http.MethodDelete, "", "", nil)
 	res.Body.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
 		res := c.do(http.MethodPost, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}`, nil)

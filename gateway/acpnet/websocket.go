@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/acp-gateway/acp-gateway/gateway/auth"
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 )
 
@@ -29,7 +30,16 @@ func isWebSocket(r *http.Request) bool {
 // serveWebSocket upgrades r and serves ACP on it, one JSON-RPC message a
 // text frame, until either side ends it.
 func (h *Handler) serveWebSocket(w http.ResponseWriter, r *http.Request, opts bridge.Options) {
-	w.Header().Set("Acp-Connection-Id", newConnectionID())
+	user := auth.User(r.Context())
+	h.mu.Lock()
+	err := h.reserveLocked(user)
+	h.mu.Unlock()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+		return
+	}
+	defer h.release(user)
+	w.Header().Set(HeaderConnectionID, newConnectionID())
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		// The server's Host and Origin policy has checked the Origin
 		// already; this is the library's own check, to the same effect.
