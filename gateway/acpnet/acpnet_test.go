@@ -386,9 +386,10 @@ func TestSessionOutlivesTheConnection(t *testing.T) {
 	}
 }
 
-// TestShutdownEndsTheWebSockets: the server's shutdown closes the
-// connections it hijacked, and waits for them (goleak checks the rest).
-func TestShutdownEndsTheWebSockets(t *testing.T) {
+// TestShutdownEndsTheConnections: the server's shutdown closes the
+// WebSockets it hijacked and the Streamable HTTP connections, and waits
+// for them (goleak checks the rest).
+func TestShutdownEndsTheConnections(t *testing.T) {
 	t.Parallel()
 	gw, err := app.New(context.Background(), app.Config{ACP: true, Session: session.Options{
 		Agents: map[string][]string{"sim": {"true"}}, Store: statestore.NewMemory(statestore.Options{})}})
@@ -398,10 +399,66 @@ func TestShutdownEndsTheWebSockets(t *testing.T) {
 	base, stop := testutil.Serve(t, gw.Server.Serve, gw.Shutdown)
 	c, _ := dial(t, "ws"+strings.TrimPrefix(base, "http")+"/acp", nil)
 	c.call(0, "initialize", `{"protocolVersion":1}`)
+	h := &httpClient{t: t, url: base + "/acp"}
+	h.initialize()
+	events, stopStream := h.stream("", nil)
+	defer stopStream()
 	stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if _, _, err := c.c.Read(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("read after shutdown: %v, want the connection closed", err)
+	}
+	select {
+	case _, ok := <-events:
+		if ok {
+			t.Error("an SSE event after shutdown")
+		}
+	case <-ctx.Done():
+		t.Error("the SSE stream outlived the shutdown")
+	}
+}
+
+// TestOffWithoutACP: a gateway without ACP has no /acp.
+func TestOffWithoutACP(t *testing.T) {
+	t.Parallel()
+	gw, err := app.New(context.Background(), app.Config{Session: session.Options{
+		Agents: map[string][]string{"sim": {"true"}}, Store: statestore.NewMemory(statestore.Options{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := testutil.Serve(t, gw.Server.Serve, gw.Shutdown)
+	_, res, err := websocket.Dial(testCtx(t), "ws"+strings.TrimPrefix(base, "http")+"/acp", nil)
+	if err == nil || res == nil || res.StatusCode != http.StatusNotFound {
+		t.Errorf("/acp without ACP: %v, %v; want 404", res, err)
+	}
+}
+
+// TestSessionOfTheConnectAPIOverACP: a session made over the Connect API
+// is loaded over /acp, with its history.
+func TestSessionOfTheConnectAPIOverACP(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, app.Config{})
+	api := g.connect(aliceToken)
+	created, err := api.CreateSession(testCtx(t), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "sim", Cwd: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := created.Msg.GetSessionId()
+	stream, err := api.Prompt(testCtx(t), connect.NewRequest(&acpv2.PromptRequest{SessionId: sid,
+		Prompt: []*acpv2.ContentBlock{{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "hi"}}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	if err := stream.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := dial(t, g.ws+"/acp/sim", bearer(aliceToken))
+	c.call(0, "initialize", `{"protocolVersion":1}`)
+	_, replayed := c.call(1, "session/load", `{"sessionId":"`+sid+`","cwd":"/","mcpServers":[]}`)
+	if got, want := texts(replayed), []string{"user_message_chunk:hi", "agent_message_chunk:Hello ", "agent_message_chunk:world"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("session/load replayed %q, want %q", got, want)
 	}
 }
