@@ -462,3 +462,20 @@ func TestSessionOfTheConnectAPIOverACP(t *testing.T) {
 		t.Errorf("session/load replayed %q, want %q", got, want)
 	}
 }
+
+// TestCORSOriginMayOpenAWebSocket: a page of a --cors-origin opens a
+// WebSocket (with its token as a subprotocol, as browsers must); a page
+// of another site may not.
+func TestCORSOriginMayOpenAWebSocket(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, app.Config{CORSOrigins: []string{"https://app.example"}})
+	proto := acpnet.TokenProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte(aliceToken))
+	c, _ := dial(t, g.ws+"/acp", &websocket.DialOptions{Subprotocols: []string{proto},
+		HTTPHeader: http.Header{"Origin": {"https://app.example"}}})
+	c.newSession("")
+	_, res, err := websocket.Dial(testCtx(t), g.ws+"/acp", &websocket.DialOptions{Subprotocols: []string{proto},
+		HTTPHeader: http.Header{"Origin": {"https://other.example"}}})
+	if err == nil || res == nil || res.StatusCode != http.StatusForbidden {
+		t.Errorf("another site's page: %v, %v; want 403", res, err)
+	}
+}
