@@ -36,8 +36,14 @@ const (
 // TokenProtocolPrefix starts the WebSocket subprotocol that carries a
 // bearer token for clients that cannot set headers (browsers): the token,
 // base64url-encoded without padding, follows it. The gateway never selects
-// it, so the token is not echoed back.
+// it, so the token is not echoed back; a browser fails a handshake whose
+// answer selects none of the subprotocols it offered, so it offers
+// [Subprotocol] beside it, which the gateway selects.
 const TokenProtocolPrefix = "acp-gateway.bearer."
+
+// Subprotocol is the WebSocket subprotocol the gateway selects when a
+// client offers it.
+const Subprotocol = "acp"
 
 // Options configure a [Handler].
 type Options struct {

@@ -326,15 +326,15 @@ func TestWebSocketRefusals(t *testing.T) {
 }
 
 // TestTokenAsSubprotocol: a browser, which cannot set Authorization on a
-// WebSocket, offers the token as a subprotocol; the gateway never echoes
-// it.
+// WebSocket, offers the token as a subprotocol beside "acp"; the gateway
+// selects "acp", never the token's.
 func TestTokenAsSubprotocol(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, app.Config{})
 	proto := acpnet.TokenProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte(aliceToken))
-	c, res := dial(t, g.ws+"/acp", &websocket.DialOptions{Subprotocols: []string{proto}})
-	if got := res.Header.Get("Sec-WebSocket-Protocol"); got != "" {
-		t.Errorf("the gateway selected subprotocol %q", got)
+	c, res := dial(t, g.ws+"/acp", &websocket.DialOptions{Subprotocols: []string{proto, acpnet.Subprotocol}})
+	if got := res.Header.Get("Sec-WebSocket-Protocol"); got != acpnet.Subprotocol {
+		t.Errorf("the gateway selected subprotocol %q, want %q", got, acpnet.Subprotocol)
 	}
 	c.newSession("")
 	bad := acpnet.TokenProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte("guess-0123456789"))
@@ -470,7 +470,7 @@ func TestCORSOriginMayOpenAWebSocket(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, app.Config{CORSOrigins: []string{"https://app.example"}})
 	proto := acpnet.TokenProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte(aliceToken))
-	c, _ := dial(t, g.ws+"/acp", &websocket.DialOptions{Subprotocols: []string{proto},
+	c, _ := dial(t, g.ws+"/acp", &websocket.DialOptions{Subprotocols: []string{acpnet.Subprotocol, proto},
 		HTTPHeader: http.Header{"Origin": {"https://app.example"}}})
 	c.newSession("")
 	_, res, err := websocket.Dial(testCtx(t), g.ws+"/acp", &websocket.DialOptions{Subprotocols: []string{proto},

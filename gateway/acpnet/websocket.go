@@ -41,6 +41,9 @@ func (h *Handler) serveWebSocket(w http.ResponseWriter, r *http.Request, opts br
 	defer h.release(user)
 	w.Header().Set(HeaderConnectionID, newConnectionID())
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// Selected when offered: a browser that offers a subprotocol (the
+		// token's) fails the handshake unless the server selects one.
+		Subprotocols: []string{Subprotocol},
 		// The server's Host and Origin policy has checked the Origin
 		// already; this is the library's own check, to the same effect.
 		OriginPatterns: h.opts.OriginPatterns,

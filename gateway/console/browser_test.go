@@ -169,6 +169,7 @@ func startGateway(t *testing.T, token string) *gateway {
 		AnyCwd:       true, // the page's cwd is a temporary directory
 		Interceptors: []connect.Interceptor{watchRecorder{g}},
 		Console:      true, // as the binary mounts it
+		ACP:          true, // as the binary serves it
 		Extra:        map[string]http.Handler{"POST /test/drop": http.HandlerFunc(g.drop)},
 	})
 	if err != nil {
