@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,13 +25,7 @@ func TestBrowserOpensACPWebSocket(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join(repoRoot, "web", "console", "test", "acp.mjs"))
-	cmd.Env = append(os.Environ(),
-		"CONSOLE_URL="+g.base+"/",
-		"CONSOLE_TOKEN="+token,
-		"CONSOLE_CWD="+t.TempDir(),
-		"CHROMIUM="+chromium,
-	)
+	cmd := browserScript(ctx, t, node, chromium, "acp.mjs", g, token)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
