@@ -171,6 +171,10 @@ var nodeModules = sync.OnceValues(func() (string, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(pkg.Dependencies)) {
 		want := pkg.Dependencies[name]
+		// An alias, "npm:PACKAGE@VERSION", installs PACKAGE as name.
+		if alias, ok := strings.CutPrefix(want, "npm:"); ok {
+			want = alias[strings.LastIndex(alias, "@")+1:]
+		}
 		var got struct{ Version string }
 		raw, err := os.ReadFile(filepath.Join(dir, name, "package.json"))
 		if err == nil {

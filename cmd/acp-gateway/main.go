@@ -226,6 +226,7 @@ type serveConfig struct {
 	maxUserStreams   int
 	otlpEndpoint     string
 	console          bool
+	acp              bool
 	logLevel         slog.Level
 
 	confine confineConfig
@@ -328,6 +329,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
 	fs.IntVar(&cfg.maxUserStreams, "max-streams-per-user", service.DefaultMaxStreamsPerUser, "Prompt and Watch streams an authenticated user may have open at once on this gateway (0: no limit; no limit without authentication)")
 	fs.StringVar(&cfg.otlpEndpoint, "otlp-endpoint", "", "export trace spans by OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
+	fs.BoolVar(&cfg.acp, "acp", true, "speak ACP itself at /acp (WebSocket; /acp/AGENT for one agent), behind the same authentication, Host/Origin checks and limits as the Connect API")
 	fs.BoolVar(&cfg.console, "console", true, "serve the web console at / (its page and agent names need no token; the RPCs it makes do)")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
@@ -578,6 +580,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		ConnIdleTimeout:    cmp.Or(cfg.connIdleTimeout, -1),
 		MaxConnections:     cmp.Or(cfg.maxConnections, -1),
 		Console:            cfg.console,
+		ACP:                cfg.acp,
 	})
 	if err != nil {
 		return err

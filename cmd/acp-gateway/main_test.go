@@ -488,6 +488,29 @@ func TestConsoleIsServedAtTheRoot(t *testing.T) {
 	}
 }
 
+// TestACPEndpointIsOnByDefault: serve speaks ACP at /acp unless --acp=false.
+func TestACPEndpointIsOnByDefault(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--console=false"}, {"--console=false", "--acp=false"}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		addr, exited := startServe(t, ctx, args...)
+		resp, err := http.Post("http://"+addr+"/acp/demo", "application/json",
+			strings.NewReader(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		on := len(args) == 1
+		if on && (resp.StatusCode != http.StatusOK || resp.Header.Get("Acp-Connection-Id") == "") {
+			t.Errorf("%v: initialize at /acp/demo: %s, want 200 with an Acp-Connection-Id", args, resp.Status)
+		}
+		if !on && resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%v: /acp/demo %s, want 404", args, resp.Status)
+		}
+		stopServe(t, cancel, exited)
+	}
+}
+
 // With --redis-prefix the gateway keeps its sessions under that prefix in
 // Redis, and is ready while Redis answers.
 func TestRedisPrefixNamesTheKeys(t *testing.T) {

@@ -76,6 +76,7 @@ type Metrics struct {
 	permAnswer   *prometheus.HistogramVec
 
 	streams    *prometheus.GaugeVec
+	acpConns   *prometheus.GaugeVec
 	eventsSent *prometheus.CounterVec
 	cutOff     *prometheus.CounterVec
 
@@ -150,6 +151,8 @@ func New(opts Options) *Metrics {
 
 		streams: f.gauge("streams_connected",
 			"Server streams open now, by RPC (Prompt, Watch).", []string{"rpc"}),
+		acpConns: f.gauge("acp_connections",
+			"Connections open now on the /acp endpoint, by transport (websocket, http).", []string{"transport"}),
 		eventsSent: f.counter("events_sent_total",
 			"Session events sent on server streams, by RPC.", []string{"rpc"}),
 		cutOff: f.counter("streams_cut_off_total",
@@ -247,6 +250,14 @@ func (m *Metrics) Handler() http.Handler {
 // function counts it gone.
 func (m *Metrics) StreamOpened(rpc string) (closed func()) {
 	g := m.streams.WithLabelValues(rpc)
+	g.Inc()
+	return func() { g.Dec() }
+}
+
+// ACPConnectionOpened counts a connection of transport open on /acp; the
+// returned function counts it closed.
+func (m *Metrics) ACPConnectionOpened(transport string) (closed func()) {
+	g := m.acpConns.WithLabelValues(transport)
 	g.Inc()
 	return func() { g.Dec() }
 }
