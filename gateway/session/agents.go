@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -153,10 +155,18 @@ func (m *Manager) runProbe(ctx context.Context, name string, log *slog.Logger) (
 		return agent.Profile{}, fmt.Errorf("the probe's directory: %w", err)
 	}
 	ws := os.NewFile(uintptr(fd), work)
+	env := m.opts.Env
+	if m.opts.Sandbox == nil {
+		// The sandbox gives the agent home as its HOME; without it, the
+		// HOME every session's agent shares is replaced here.
+		env = append(slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+			return strings.HasPrefix(kv, "HOME=")
+		}), "HOME="+home)
+	}
 	cfg := agent.Config{
 		Command:      m.opts.Agents[name],
 		Dir:          work,
-		Env:          m.opts.Env,
+		Env:          env,
 		Client:       probeClient{},
 		Log:          log,
 		StartTimeout: m.opts.AgentStartTimeout,

@@ -2,6 +2,9 @@ package session
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +57,35 @@ func TestAgentsProbeOutlivesItsFirstCaller(t *testing.T) {
 	list := <-second
 	if len(list) != 1 || list[0].Err != nil || list[0].Profile.Version != 2 {
 		t.Fatalf("the second caller, whose context was not cancelled, got %+v", list)
+	}
+}
+
+// The agent ListAgents asks runs, without a sandbox too, in an empty HOME
+// of its own, not the HOME every user's agent shares: what it says is
+// shown to every user.
+func TestAgentsProbeRunsInAnEmptyHome(t *testing.T) {
+	seen := filepath.Join(t.TempDir(), "home")
+	cmd, err := agentsim.Command(agentsim.Script{ProtocolVersion: 1,
+		Startup: []agentsim.Step{{Shell: `{ echo "$HOME"; ls -A "$HOME"; } > ` + seen}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shared, ".credentials"), []byte("alice's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Options{Store: statestore.NewMemory(statestore.Options{}), IdleTimeout: -1,
+		Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + shared}, Agents: map[string][]string{"sim": cmd}})
+	defer m.Close()
+	list, err := m.Agents(context.Background(), "")
+	if err != nil || len(list) != 1 || list[0].Err != nil {
+		t.Fatalf("Agents: %+v, %v", list, err)
+	}
+	b, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 1 || lines[0] == shared || lines[0] == "" {
+		t.Errorf("the probe's HOME and what it held: %q, want an empty directory other than %s", lines, shared)
 	}
 }
