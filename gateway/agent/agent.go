@@ -143,7 +143,8 @@ type Group interface {
 
 // Freezer is a Group that can stop its processes and let them run again,
 // such as a *limits.Group. Where its Freeze fails (a group without a
-// cgroup), the agent's processes are stopped with signals instead.
+// cgroup, or one that did not reach frozen in time), it is thawed and the
+// agent's processes are stopped with signals instead.
 type Freezer interface {
 	Freeze() error
 	Thaw() error

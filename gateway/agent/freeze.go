@@ -41,9 +41,15 @@ func (a *Agent) Freeze() error {
 	a.byGroup = false
 	// A read under way returns, and the next ones wait (holdingReader).
 	_ = a.out.SetReadDeadline(time.Now())
-	if f, ok := a.cfg.Group.(Freezer); ok && f.Freeze() == nil {
-		a.byGroup = true
-		return nil
+	if f, ok := a.cfg.Group.(Freezer); ok {
+		if f.Freeze() == nil {
+			a.byGroup = true
+			return nil
+		}
+		// A freeze that failed may have frozen the group all the same (a
+		// cgroup that did not reach frozen in time): undone, or the
+		// signals' Thaw would leave the agent stopped for good.
+		_ = f.Thaw()
 	}
 	if err := a.signalAll(syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("agent: freezing: %w", err)

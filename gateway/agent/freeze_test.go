@@ -186,3 +186,39 @@ func TestFrozenAgentsOutputWaits(t *testing.T) {
 		t.Fatalf("updates %v after Thaw", got)
 	}
 }
+
+// halfFreezer is a Group whose Freeze fails having frozen its group all
+// the same (a cgroup that did not reach frozen in time).
+type halfFreezer struct {
+	fakeGroup
+	frozen atomic.Bool
+}
+
+func (g *halfFreezer) Freeze() error {
+	g.frozen.Store(true)
+	return errors.New("the group's processes did not reach frozen in time")
+}
+
+func (g *halfFreezer) Thaw() error { g.frozen.Store(false); return nil }
+
+// An agent whose Group failed to freeze is frozen with signals instead,
+// and its Thaw leaves nothing frozen: not the group either, which would
+// hold the agent stopped for good.
+func TestThawAfterAFailedGroupFreezeLeavesTheGroupThawed(t *testing.T) {
+	t.Parallel()
+	g := &halfFreezer{}
+	a, ticks := tickingAgent(t, agentsim.Script{ProtocolVersion: 1}, Config{Group: g})
+	if err := a.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	pid := a.cmd.Process.Pid
+	testutil.WaitFor(t, "the agent to stop", func() bool { return testutil.Stopped(pid) })
+	n := tickCount(ticks)
+	if err := a.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if g.frozen.Load() {
+		t.Fatal("the group is still frozen after Thaw")
+	}
+	testutil.WaitFor(t, "the child to tick again", func() bool { return tickCount(ticks) > n+2 })
+}

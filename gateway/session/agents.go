@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -80,26 +82,41 @@ func (m *Manager) Agents(ctx context.Context, user string) ([]AgentProfile, erro
 }
 
 // profile returns agent name's answer to initialize, asking it first when
-// nobody has, or waiting for the call that asks it.
+// nobody has, or waiting for the probe under way. The probe runs apart
+// from the caller, which may stop waiting (ctx) without failing it.
 func (m *Manager) profile(ctx context.Context, name string) (agent.Profile, error) {
+	// Close waits for a probe: it counts in m.wg, taken before c.mu.
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return agent.Profile{}, ErrShutdown
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
 	c := &m.profiles
 	c.mu.Lock()
 	call := c.byName[name]
-	if call == nil {
+	if call != nil {
+		m.wg.Done() // asked already: no probe starts
+	} else {
 		if c.byName == nil {
 			c.byName = map[string]*profileCall{}
 		}
 		call = &profileCall{done: make(chan struct{})}
 		c.byName[name] = call
-		c.mu.Unlock()
-		call.profile, call.err = m.probe(ctx, name)
-		if call.err != nil {
-			c.mu.Lock()
-			delete(c.byName, name) // asked again next time
-			c.mu.Unlock()
-		}
-		close(call.done)
-		return call.profile, call.err
+		// The probe is every waiting caller's, not this one's: a caller
+		// that goes away fails none of the others (its values, the trace
+		// context, are kept). The agent's start timeout bounds it.
+		go func() {
+			defer m.wg.Done()
+			call.profile, call.err = m.probe(context.WithoutCancel(ctx), name)
+			if call.err != nil {
+				c.mu.Lock()
+				delete(c.byName, name) // asked again next time
+				c.mu.Unlock()
+			}
+			close(call.done)
+		}()
 	}
 	c.mu.Unlock()
 	select {
@@ -115,9 +132,6 @@ func (m *Manager) probe(ctx context.Context, name string) (agent.Profile, error)
 	log := m.opts.Log.With("agent", name, "probe", true)
 	p, err := m.runProbe(ctx, name, log)
 	if err != nil {
-		if ctx.Err() != nil {
-			return agent.Profile{}, ctx.Err()
-		}
 		log.Warn("asking an agent what it offers (ListAgents) failed", "error", err)
 		return agent.Profile{}, ErrAgentDidNotStart
 	}
@@ -141,10 +155,18 @@ func (m *Manager) runProbe(ctx context.Context, name string, log *slog.Logger) (
 		return agent.Profile{}, fmt.Errorf("the probe's directory: %w", err)
 	}
 	ws := os.NewFile(uintptr(fd), work)
+	env := m.opts.Env
+	if m.opts.Sandbox == nil {
+		// The sandbox gives the agent home as its HOME; without it, the
+		// HOME every session's agent shares is replaced here.
+		env = append(slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+			return strings.HasPrefix(kv, "HOME=")
+		}), "HOME="+home)
+	}
 	cfg := agent.Config{
 		Command:      m.opts.Agents[name],
 		Dir:          work,
-		Env:          m.opts.Env,
+		Env:          env,
 		Client:       probeClient{},
 		Log:          log,
 		StartTimeout: m.opts.AgentStartTimeout,
