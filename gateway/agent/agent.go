@@ -205,7 +205,7 @@ type Agent struct {
 	// numbering is not exposed, and $/cancel_request needs the id).
 	callID atomic.Uint64
 	// asked holds, by request id, how to withdraw each permission request
-	// of the agent's that waits for its answer (jsonrpc2.ID: func()).
+	// of the agent's that waits for its answer (jsonrpc2.ID: *func()).
 	asked sync.Map
 
 	// version is the negotiated acpjson.Version, set once initialize is
@@ -838,9 +838,14 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
 		}
 		id := req.ID
-		a.asked.Store(id, withdraw)
+		// By pointer: a request id the agent reuses while the first is
+		// pending is the second's, and the first's end leaves it alone.
+		w := &withdraw
+		if withdraw != nil {
+			a.asked.Store(id, w)
+		}
 		go func() {
-			defer a.asked.Delete(id)
+			defer a.asked.CompareAndDelete(id, w)
 			outcome, ok := <-ch
 			if !ok || outcome == nil {
 				outcome = &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
@@ -859,8 +864,8 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			a.cfg.Log.Warn("agent sent a malformed $/cancel_request", "error", err)
 			return nil, nil
 		}
-		if withdraw, ok := a.asked.Load(*p.RequestID); ok {
-			withdraw.(func())()
+		if w, ok := a.asked.Load(*p.RequestID); ok {
+			(*w.(*func()))()
 		}
 		return nil, nil
 	case "fs/read_text_file":

@@ -480,3 +480,30 @@ func TestGatewayWithdrawsARequestItNoLongerWaitsFor(t *testing.T) {
 		t.Fatalf("after the caller went away the gateway wrote %v, want $/cancel_request for id %v", m, req["id"])
 	}
 }
+
+// nilWithdraw answers every permission request at once and gives no way
+// to withdraw it.
+type nilWithdraw struct{ recorder }
+
+func (*nilWithdraw) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionOutcome, func(), error) {
+	ch := make(chan *acpv2.PermissionOutcome, 1)
+	ch <- &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
+	return ch, nil, nil
+}
+
+// A $/cancel_request for a request its Client gave no withdraw for, or
+// for a request it does not know, is ignored: the read loop goes on.
+func TestCancelRequestWithNothingToWithdraw(t *testing.T) {
+	t.Parallel()
+	p := newPipeAgent(t, &nilWithdraw{}, DefaultMaxLine, acpjson.V2)
+	p.send(t,
+		`{"jsonrpc":"2.0","id":3,"method":"session/request_permission","params":{"sessionId":"s","toolCall":{"toolCallId":"c"},"options":[]}}`+"\n",
+		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":3}}`+"\n",
+		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"unknown"}}`+"\n",
+		`{"jsonrpc":"2.0","id":4,"method":"_x/unknown","params":{}}`+"\n")
+	for _, want := range []float64{3, 4} {
+		if m := p.next(t); m["id"] != want {
+			t.Fatalf("the gateway answered %v, want id %v", m, want)
+		}
+	}
+}

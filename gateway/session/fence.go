@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 )
 
@@ -194,13 +196,24 @@ func (m *Manager) renewed(ctx context.Context, s *Session, start time.Time) {
 		return
 	}
 	s.mu.Lock()
-	numbered := s.seq
+	stored, numbered, first := s.stored, s.seq, s.firstUnstoredLocked()
 	s.mu.Unlock()
-	if rec.LastSeq > numbered {
-		s.log.Warn("another replica wrote to the session's log while its lease had lapsed: letting it go",
-			"stored_seq", rec.LastSeq, "numbered_seq", numbered)
-		m.drop(s)
-		return
+	if rec.LastSeq > stored {
+		// The log went past what this replica knows it stored: its own
+		// append whose answer was lost, or another replica's after a
+		// takeover. Only the former holds this replica's next event.
+		got, err := m.opts.Store.Events(ctx, s.rec.ID, stored, 1)
+		if err != nil {
+			m.storeFailed()
+			s.log.Error("store: reading the session's log before thawing its agent; it stays frozen", "error", err)
+			return
+		}
+		if rec.LastSeq > numbered || first == nil || len(got) != 1 || !proto.Equal(got[0], first) {
+			s.log.Warn("another replica wrote to the session's log while its lease had lapsed: letting it go",
+				"stored_seq", rec.LastSeq, "numbered_seq", numbered)
+			m.drop(s)
+			return
+		}
 	}
 	f := &s.fence
 	f.mu.Lock()

@@ -399,6 +399,7 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
+		s.stopFence()
 		m.discard(rec.ID)
 		undo()
 		return nil, ErrShutdown

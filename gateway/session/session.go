@@ -83,8 +83,10 @@ type Session struct {
 	writing     bool
 	progress    chan struct{}
 	halted      chan struct{} // closed to stop the writer (writer.go)
-	storeErr    error
-	subs        map[*Subscription]struct{}
+	// inflight is the first event of the append under way (writer.go).
+	inflight *acpv2.SessionEvent
+	storeErr error
+	subs     map[*Subscription]struct{}
 	// live holds the last live events for the subscriptions; nil while
 	// there is none.
 	live  *ring
