@@ -194,8 +194,8 @@ func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 	if ended.GetStopReason() != "end_turn" {
 		t.Fatalf("Alice's turn ended %v (%v)", ended, stream.Err())
 	}
-	if resolved.GetAnsweredBy() != "alice" {
-		t.Errorf("the permission was answered by %q, want alice", resolved.GetAnsweredBy())
+	if resolved.GetAnsweredBy() != "user:alice" {
+		t.Errorf("the permission was answered by %q, want user:alice", resolved.GetAnsweredBy())
 	}
 	snap, err := alice.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
 	if err != nil || snap.Msg.GetSession().GetState() != "ready" || snap.Msg.GetSession().GetToolCalls()[0].GetStatus() != "completed" {

@@ -423,7 +423,7 @@ func TestPermissionResolvedSaysWhoAnswered(t *testing.T) {
 			by = append(by, r.GetAnsweredBy())
 		}
 	}
-	if want := []string{"alice", AnsweredByUser, AnsweredByTimeout}; !slices.Equal(by, want) {
+	if want := []string{"user:alice", AnsweredByUser, AnsweredByTimeout}; !slices.Equal(by, want) {
 		t.Fatalf("answered by %q, want %q", by, want)
 	}
 }

@@ -621,8 +621,8 @@ const (
 	AnsweredByAgent   = "agent"   // the agent withdrew it
 	AnsweredByTimeout = "timeout" // PermissionTimeout passed
 	AnsweredByCancel  = "cancel"  // its turn was cancelled or ended first
-	// AnsweredByUser stands for the user who answered when there is no
-	// authentication.
+	// AnsweredByUser is a user's answer: "user" without authentication,
+	// "user:NAME" with it.
 	AnsweredByUser = "user"
 )
 
@@ -725,8 +725,12 @@ func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome, by 
 // RespondPermission answers permission request id with optionID, or
 // cancels it, as user ("" without authentication).
 func (s *Session) RespondPermission(id, optionID string, cancel bool, user string) error {
+	// A user's name is prefixed, so that no user named like the other
+	// answers (agent, timeout...) passes for them.
 	if user == "" {
 		user = AnsweredByUser
+	} else {
+		user = AnsweredByUser + ":" + user
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -672,7 +672,7 @@ type PermissionResolved struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Outcome   *PermissionOutcome     `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	// Who answered: the user who chose (their name under authentication,
+	// Who answered: the user who chose (`user:NAME` under authentication,
 	// `user` without it), or, for a request cancelled without a client's
 	// choice, `agent` (the agent withdrew it with `$/cancel_request`),
 	// `timeout` (no client answered within --permission-timeout) or `cancel`

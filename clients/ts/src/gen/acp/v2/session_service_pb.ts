@@ -328,7 +328,7 @@ export type PermissionResolved = Message<"acp.v2.PermissionResolved"> & {
   outcome?: PermissionOutcome | undefined;
 
   /**
-   * Who answered: the user who chose (their name under authentication,
+   * Who answered: the user who chose (`user:NAME` under authentication,
    * `user` without it), or, for a request cancelled without a client's
    * choice, `agent` (the agent withdrew it with `$/cancel_request`),
    * `timeout` (no client answered within --permission-timeout) or `cancel`
