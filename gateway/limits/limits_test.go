@@ -660,3 +660,19 @@ func procState(pid int) string {
 	}
 	return string(b[i+2 : i+3])
 }
+
+// A gateway's directory is its owner's alone: another user could
+// otherwise open it and hold its lock, and stall the gateway's start.
+func TestGatewaysDirectoryIsItsOwnersAlone(t *testing.T) {
+	c, err := setup(t, Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(filepath.Join(c.primaryDir(), c.instance))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		t.Fatalf("the gateway's directory has mode %v, want no access for others", perm)
+	}
+}

@@ -89,15 +89,17 @@ func (c *Controller) claim() error {
 	_, _ = rand.Read(b[:])
 	name := instancePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 	dir := filepath.Join(c.primaryDir(), name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Its owner's alone: no other user can open it to hold its lock.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	f, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	// A gateway that starts may hold it for a moment, to look.
-	if err := flock(f, unix.LOCK_EX); err != nil {
+	// A gateway that starts may hold it for a moment, to look; a lock held
+	// for longer is not waited on for ever.
+	if err := lockWithin(f, claimWait); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("locking %s: %w", dir, err)
 	}
@@ -117,6 +119,25 @@ func (c *Controller) claim() error {
 		}
 	}
 	return nil
+}
+
+// claimWait bounds the wait for the lock of a gateway's new directory.
+const claimWait = 10 * time.Second
+
+// lockWithin takes f's exclusive lock, waiting at most wait for whoever
+// holds it.
+func lockWithin(f *os.File, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("another process held its lock for %v", wait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // flock applies how (unix.LOCK_EX, with unix.LOCK_NB or not) to f.
