@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -35,6 +36,10 @@ type AgentProfile struct {
 // or did not answer initialize.
 var ErrAgentDidNotStart = errors.New("the agent did not start or did not answer initialize; the gateway's log says why")
 
+// probeRetry is how long an agent's failed answer to initialize is given
+// to ListAgents' callers before it is asked again.
+var probeRetry = time.Minute
+
 // profiles holds the agents' answers to initialize, asked once each.
 type profiles struct {
 	mu     sync.Mutex
@@ -56,7 +61,7 @@ type profileCall struct {
 // the limits) but in an empty directory of its own with an empty HOME,
 // so that the answer, which is kept and shown to every user, holds
 // nothing of any user's; it is stopped once it answered. An agent that
-// failed is asked again at the next call.
+// failed is asked again once probeRetry has passed.
 func (m *Manager) Agents(ctx context.Context, user string) ([]AgentProfile, error) {
 	_ = user // every user may start every agent
 	m.mu.Lock()
@@ -111,9 +116,15 @@ func (m *Manager) profile(ctx context.Context, name string) (agent.Profile, erro
 			defer m.wg.Done()
 			call.profile, call.err = m.probe(context.WithoutCancel(ctx), name)
 			if call.err != nil {
-				c.mu.Lock()
-				delete(c.byName, name) // asked again next time
-				c.mu.Unlock()
+				// Asked again once probeRetry has passed, not at every
+				// call: any client could otherwise keep agents starting.
+				time.AfterFunc(probeRetry, func() {
+					c.mu.Lock()
+					if c.byName[name] == call {
+						delete(c.byName, name)
+					}
+					c.mu.Unlock()
+				})
 			}
 			close(call.done)
 		}()

@@ -89,3 +89,22 @@ func TestAgentsProbeRunsInAnEmptyHome(t *testing.T) {
 		t.Errorf("the probe's HOME and what it held: %q, want an empty directory other than %s", lines, shared)
 	}
 }
+
+// An agent that failed to answer is not started again at every call: any
+// client could otherwise keep agents starting. It is asked again once
+// probeRetry has passed.
+func TestAFailedProbeIsNotRetriedAtOnce(t *testing.T) {
+	starts := filepath.Join(t.TempDir(), "starts")
+	m := NewManager(Options{Store: statestore.NewMemory(statestore.Options{}), IdleTimeout: -1,
+		Agents: map[string][]string{"broken": {"/bin/sh", "-c", "echo start >> " + starts + "; exit 3"}}})
+	defer m.Close()
+	for range 3 {
+		list, err := m.Agents(context.Background(), "mallory")
+		if err != nil || len(list) != 1 || list[0].Err == nil {
+			t.Fatalf("ListAgents of a broken agent: %+v, %v", list, err)
+		}
+	}
+	if b, err := os.ReadFile(starts); err != nil || strings.Count(string(b), "start") != 1 {
+		t.Fatalf("the broken agent was started %d times (%v), want once", strings.Count(string(b), "start"), err)
+	}
+}
