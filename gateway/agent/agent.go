@@ -117,7 +117,8 @@ type Config struct {
 	// runs (before initialize), and in the read loop before each line of
 	// its output is handled: it may [Agent.Freeze] the agent, and the
 	// line then waits until the agent is thawed or ends. It is called for
-	// every line, so it must be quick when it does nothing.
+	// every line, so it must be quick when it does nothing. A line that is
+	// a JSON-RPC batch is one line: its messages are handled together.
 	Fence func(*Agent)
 	// Workspace, when set, is Dir, opened (O_PATH) and checked by the
 	// caller: the files the agent reads and writes through the gateway
