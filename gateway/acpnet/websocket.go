@@ -52,7 +52,7 @@ func (h *Handler) serveWebSocket(w http.ResponseWriter, r *http.Request, opts br
 		h.opts.Log.Debug("an /acp WebSocket upgrade failed", "error", err)
 		return // Accept answered
 	}
-	defer c.CloseNow()
+	defer func() { _ = c.CloseNow() }() // after Close, or on a path that already failed
 	c.SetReadLimit(int64(h.opts.ReadMaxBytes))
 	closed := h.opts.Opened("websocket")
 	defer closed()
