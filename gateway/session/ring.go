@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
 // initialRing is the number of slots a ring starts with; it grows, up to
@@ -93,12 +93,11 @@ func (r *ring) sweep(need uint64) {
 	r.swept = to
 }
 
-// publish appends events, numbered in sequence after the last one, with
-// their encodings (wires[i] is events[i]'s: the store took them), and
-// wakes the readers waiting for them. An event counts its encoding's
-// length in the ring's bytes. need gives the first seq a subscription
-// still has to read, for when the ring must make room.
-func (r *ring) publish(events []*acpv2.SessionEvent, wires [][]byte, need func() uint64) {
+// publish appends events, numbered in sequence after the last one (the
+// store took them), and wakes the readers waiting for them. An event
+// counts its encoding's length in the ring's bytes. need gives the first
+// seq a subscription still has to read, for when the ring must make room.
+func (r *ring) publish(events []*encoded.Event, need func() uint64) {
 	if len(events) == 0 {
 		return
 	}
@@ -106,8 +105,9 @@ func (r *ring) publish(events []*acpv2.SessionEvent, wires [][]byte, need func()
 	batch := make([]Event, len(events))
 	incoming := 0
 	for i, ev := range events {
-		batch[i] = Event{SessionEvent: ev, Wire: wires[i]}
-		incoming += len(wires[i])
+		msg, _ := ev.Message() // the session's: made from it
+		batch[i] = Event{SessionEvent: msg, Wire: ev.Proto()}
+		incoming += ev.Size()
 	}
 	r.makeRoom(len(events), incoming, need)
 	slots := *r.slots.Load()
@@ -120,7 +120,7 @@ func (r *ring) publish(events []*acpv2.SessionEvent, wires [][]byte, need func()
 		}
 		r.bytes += len(e.Wire)
 	}
-	r.last.Store(events[len(events)-1].GetSeq())
+	r.last.Store(events[len(events)-1].Seq())
 	if r.waiting.Load() {
 		r.mu.Lock()
 		ch := r.wake

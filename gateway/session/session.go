@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/sourcegraph/jsonrpc2"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
@@ -389,11 +392,19 @@ func cancelled() *acpv2.PermissionOutcome {
 	return &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
 }
 
+// toolChange is a tool call that events emitted together changed: the
+// call as it is after them, and the index among them of the merged call's
+// event that holds it (-1 for none: a call trimmed to make room).
+type toolChange struct {
+	call  *acpv2.ToolCall
+	event int
+}
+
 // emitLocked numbers events and queues them for the store, with the tool
 // calls they changed; the watchers get them once stored (writer.go). It
 // fails only when the session no longer writes to its log. s.mu must be
 // held.
-func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []toolChange) error {
 	return s.emitBodiesLocked(events, nil, changed)
 }
 
@@ -402,8 +413,9 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.Tool
 // whose parts its merged call reuses, and a merged call's from
 // merge.State.WireRoom or Wire, made while it was the call's current
 // version. Each event is encoded once, here, for the store and the
-// streams. s.mu must be held.
-func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, changed []*acpv2.ToolCall) error {
+// streams; a changed call whose merged event is among them is stored as
+// the bytes of the call within that event's encoding. s.mu must be held.
+func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, changed []toolChange) error {
 	if s.moved {
 		return ErrMoved
 	}
@@ -411,37 +423,53 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, 
 		return s.storeErr
 	}
 	now := timestamppb.Now()
-	wires := make([][]byte, len(events))
+	encs := make([]*encoded.Event, len(events))
+	var invalid error
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
+		var wire []byte
 		ok := false
 		if i < len(bodies) {
 			switch bd := bodies[i]; {
 			case bd.room:
-				wires[i], ok = eventwire.WithBodyIn(ev, bd.field, bd.b)
+				wire, ok = eventwire.WithBodyIn(ev, bd.field, bd.b)
 			case bd.b != nil:
-				wires[i], ok = eventwire.WithBody(ev, bd.field, bd.b)
+				wire, ok = eventwire.WithBody(ev, bd.field, bd.b)
 			}
 		}
 		if !ok {
-			// Left nil when it does not marshal (proto.Marshal returns
-			// what it encoded all the same): the store's Append then
-			// says why.
-			if b, err := proto.Marshal(ev); err == nil {
-				wires[i] = b
+			var err error
+			if wire, err = proto.Marshal(ev); err != nil {
+				// Queued all the same, in order: the writer gives up on
+				// it, as the store can never take it.
+				invalid = cmp.Or(invalid, fmt.Errorf("%w: encoding event %d: %w", statestore.ErrInvalid, ev.Seq, err))
 			}
 			s.marshalled++
 		}
+		encs[i] = encoded.Of(ev, wire)
 	}
 	if len(events) == 0 {
 		return nil
+	}
+	calls := make([]statestore.Call, len(changed))
+	for i, c := range changed {
+		if c.event >= 0 {
+			if b := encs[c.event].Field(encoded.ToolCall); b != nil {
+				calls[i] = statestore.Call{ID: c.call.GetToolCallId(), Proto: b}
+				continue
+			}
+		}
+		var err error
+		if calls[i], err = statestore.CallOf(c.call); err != nil {
+			invalid = cmp.Or(invalid, err)
+		}
 	}
 	if !s.startWriterLocked() {
 		return ErrShutdown // after the manager closed: nothing is stored
 	}
 	s.seq += uint64(len(events))
-	s.enqueueLocked(pending{events: events, wires: wires, changed: changed})
+	s.enqueueLocked(pending{events: encs, changed: calls, invalid: invalid})
 	return nil
 }
 
@@ -455,7 +483,7 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 	}
 	events := make([]*acpv2.SessionEvent, 0, 2*len(updates))
 	bodies := make([]body, 0, 2*len(updates))
-	var changed []*acpv2.ToolCall
+	var changed []toolChange
 	for _, up := range updates {
 		u, err := up.Update, up.Err
 		if err != nil {
@@ -473,7 +501,7 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		if id, ok := toolCallID(u); ok {
 			trimmed, refusal := s.admitToolLocked(id, len(bd.wire()))
 			for _, tc := range trimmed {
-				changed = replaceCall(changed, tc)
+				changed = replaceByID(changed, toolChange{tc, -1}, changeID)
 			}
 			if refusal != "" {
 				u = s.refuseToolLocked(u, refusal)
@@ -502,11 +530,11 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 			continue
 		}
 		s.trackToolLocked(was, merged)
-		changed = replaceCall(changed, merged)
+		changed = replaceByID(changed, toolChange{merged, len(events)}, changeID)
 		// Encoded now, while it is the call's current version, from the
 		// version before and the update's own encoding, with room for the
 		// event's head.
-		bd = body{room: true, field: statestore.ToolCallField}
+		bd = body{room: true, field: protowire.Number(encoded.ToolCall)}
 		var ok bool
 		if bd.b, ok = s.tools.WireRoom(merged, parts, eventwire.Headroom); !ok {
 			bd.b, _ = s.tools.Wire(merged, parts)
@@ -598,16 +626,21 @@ func (s *Session) refuseToolLocked(u *acpv2.SessionUpdate, reason string) *acpv2
 	return kept
 }
 
-// replaceCall adds tc to calls, in place of an earlier version of it.
-func replaceCall(calls []*acpv2.ToolCall, tc *acpv2.ToolCall) []*acpv2.ToolCall {
-	for i, c := range calls {
-		if c.GetToolCallId() == tc.GetToolCallId() {
-			calls[i] = tc
+// replaceByID adds a tool call's change c to calls, in place of an
+// earlier one of the same call (id gives a change's call id).
+func replaceByID[C any](calls []C, c C, id func(C) string) []C {
+	for i, old := range calls {
+		if id(old) == id(c) {
+			calls[i] = c
 			return calls
 		}
 	}
-	return append(calls, tc)
+	return append(calls, c)
 }
+
+func changeID(c toolChange) string { return c.call.GetToolCallId() }
+
+func storedCallID(c statestore.Call) string { return c.ID }
 
 // RequestPermission implements agent.Client.
 func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, error) {

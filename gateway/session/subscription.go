@@ -6,8 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
 // replayPage is how many stored events a subscription reads at a time.
@@ -33,7 +32,7 @@ type Subscription struct {
 	// need is the first seq the subscription may still read from the
 	// ring, for the session's sweeps.
 	need atomic.Uint64
-	page []*acpv2.SessionEvent
+	page []*encoded.Event
 
 	// Under s.mu: the ring lapped the subscription (it is ended, with
 	// ErrLagging, and no longer holds the ring's events back); OnStall's
@@ -197,7 +196,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 			for _, ev := range events {
 				// A snapshot in place of trimmed events may reflect live
 				// events too: those are then skipped.
-				if ev.GetSeq() < sub.liveFrom || ev.GetSnapshot() != nil {
+				if ev.Seq() < sub.liveFrom || ev.Kind() == encoded.Snapshot {
 					sub.page = append(sub.page, ev)
 				}
 			}
@@ -207,7 +206,10 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 			}
 		}
 		if len(sub.page) > 0 {
-			n := replayed(dst, sub.page)
+			n, err := replayed(dst, sub.page)
+			if err != nil {
+				return 0, err
+			}
 			sub.page = sub.page[n:]
 			sub.next = dst[n-1].GetSeq() + 1
 			sub.need.Store(max(sub.next, sub.liveFrom))
@@ -261,19 +263,22 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 
 // replayed fills dst with events read from the store, and returns how
 // many.
-func replayed(dst []Event, events []*acpv2.SessionEvent) int {
+func replayed(dst []Event, events []*encoded.Event) (int, error) {
 	n := min(len(dst), len(events))
 	for i, ev := range events[:n] {
-		dst[i] = storedEvent(ev)
+		var err error
+		if dst[i], err = storedEvent(ev); err != nil {
+			return 0, err
+		}
 	}
-	return n
+	return n, nil
 }
 
-// storedEvent is an event read from the store, with its encoding from
-// eventwire, where the store's Events left the bytes it decoded.
-func storedEvent(ev *acpv2.SessionEvent) Event {
-	wire, _ := eventwire.Marshal(ev)
-	return Event{SessionEvent: ev, Wire: wire}
+// storedEvent is an event read from the store, with the bytes it was read
+// from.
+func storedEvent(ev *encoded.Event) (Event, error) {
+	msg, err := ev.Message()
+	return Event{SessionEvent: msg, Wire: ev.Proto()}, err
 }
 
 // lappedBy says the ring lapped sub: it ended with ErrLagging.

@@ -12,7 +12,9 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 func testSession(t *testing.T, buffer int) *Session {
@@ -136,6 +138,18 @@ func next(ctx context.Context, sub Stream) (*acpv2.SessionEvent, error) {
 }
 
 // checkWire says whether e's Wire is its event's encoding.
+// decoded returns a func that gives the messages of events a store read,
+// failing the test when one does not decode: decoded(t)(st.Events(...)).
+func decoded(t testing.TB) func([]*encoded.Event, error) ([]*acpv2.SessionEvent, error) {
+	return func(events []*encoded.Event, err error) ([]*acpv2.SessionEvent, error) {
+		t.Helper()
+		if err != nil {
+			return nil, err
+		}
+		return storetest.Messages(t, events), nil
+	}
+}
+
 func checkWire(e Event) error {
 	back := &acpv2.SessionEvent{}
 	if err := proto.Unmarshal(e.Wire, back); err != nil || e.Wire == nil || !proto.Equal(back, e.SessionEvent) {

@@ -42,9 +42,11 @@ func kindOf(name protoreflect.Name) Kind { return Kind(eventDesc.Fields().ByName
 
 // The kinds the gateway tells apart.
 var (
-	ToolCall  = kindOf("tool_call")
-	TurnEnded = kindOf("turn_ended")
-	Snapshot  = kindOf("snapshot")
+	ToolCall     = kindOf("tool_call")
+	TurnStarted  = kindOf("turn_started")
+	TurnEnded    = kindOf("turn_ended")
+	StateChanged = kindOf("state_changed")
+	Snapshot     = kindOf("snapshot")
 )
 
 // String returns the kind's field name (tool_call, agent_message_chunk,
