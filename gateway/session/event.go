@@ -72,25 +72,6 @@ func toolCallEvent(tc *acpv2.ToolCall) *acpv2.SessionEvent {
 		func(ev *acpv2.SessionEvent, w *acpv2.SessionEvent_ToolCall) { ev.Event = w })
 }
 
-// Event is a session event with its protobuf encoding, which the store
-// and every stream that sends the event share: it is marshalled once,
-// whatever the number of streams.
-type Event struct {
-	*acpv2.SessionEvent
-	// Wire is the event's encoding (the bytes must not be modified): a
-	// live event's is the session's, a replayed one's the store's; nil
-	// only for a replayed event whose encoding could not be had.
-	Wire []byte
-}
-
-// seq is the event's seq, 0 for no event (an empty slot).
-func (e *Event) seq() uint64 {
-	if e == nil {
-		return 0
-	}
-	return e.GetSeq()
-}
-
 // body is the encoding of an event's event field, made before the event
 // is numbered; with room, b begins with eventwire.Headroom bytes free for
 // the rest of the event's encoding.

@@ -280,12 +280,21 @@ func readEvents(ctx context.Context, st statestore.Store, id string, after uint6
 	return []*encoded.Event{ev}, nil
 }
 
+// closes says whether ev is the session's state changing to closed.
+func closes(ev *encoded.Event) bool {
+	if ev.Kind() != encoded.StateChanged {
+		return false
+	}
+	msg, err := ev.Message()
+	return err == nil && msg.GetStateChanged().GetState() == string(statestore.StateClosed)
+}
+
 // Stream is a source of a session's events in seq order.
 type Stream interface {
 	// NextBatch fills dst with the next events, at least one, waiting for
 	// one if need be, and returns how many it wrote; or why the stream
 	// ended, once every event before the end was returned.
-	NextBatch(ctx context.Context, dst []Event) (int, error)
+	NextBatch(ctx context.Context, dst []*encoded.Event) (int, error)
 	// LastSeq is the seq of the last event NextBatch returned.
 	LastSeq() uint64
 	// Close ends the stream.
@@ -317,7 +326,7 @@ type follower struct {
 	done bool
 }
 
-func (f *follower) NextBatch(ctx context.Context, dst []Event) (int, error) {
+func (f *follower) NextBatch(ctx context.Context, dst []*encoded.Event) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
@@ -344,13 +353,10 @@ func (f *follower) NextBatch(ctx context.Context, dst []Event) (int, error) {
 	for n < len(dst) && len(f.page) > 0 {
 		ev := f.page[0]
 		f.page = f.page[1:]
-		var err error
-		if dst[n], err = storedEvent(ev); err != nil {
-			return n, err
-		}
+		dst[n] = ev
 		n++
 		f.next = ev.Seq() + 1
-		if dst[n-1].GetStateChanged().GetState() == string(statestore.StateClosed) {
+		if closes(ev) {
 			f.done, f.page = true, nil
 		}
 	}

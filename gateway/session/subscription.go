@@ -177,9 +177,9 @@ func (sub *Subscription) OnStall(writing func() uint64, stall func()) {
 // one), waiting for one if need be, and returns how many it wrote. Once
 // every event delivered before the subscription ended has been returned, it
 // returns why it ended (ErrLagging, ErrClosed, ErrShutdown, ErrMoved); or
-// ctx's error. Live events come with the encoding the session made, and
-// replayed ones with the bytes the store read them from.
-func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error) {
+// ctx's error. Live events are the session's, and replayed ones are made
+// from the bytes the store read.
+func (sub *Subscription) NextBatch(ctx context.Context, dst []*encoded.Event) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
@@ -206,12 +206,10 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 			}
 		}
 		if len(sub.page) > 0 {
-			n, err := replayed(dst, sub.page)
-			if err != nil {
-				return 0, err
-			}
+			n := copy(dst, sub.page)
+			clear(sub.page[:n])
 			sub.page = sub.page[n:]
-			sub.next = dst[n-1].GetSeq() + 1
+			sub.next = dst[n-1].Seq() + 1
 			sub.need.Store(max(sub.next, sub.liveFrom))
 			return n, nil
 		}
@@ -239,7 +237,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 					}
 					return 0, sub.lagging()
 				}
-				dst[n] = *ev
+				dst[n] = ev
 				sub.next++
 			}
 			sub.need.Store(sub.next)
@@ -259,26 +257,6 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 			return 0, ctx.Err()
 		}
 	}
-}
-
-// replayed fills dst with events read from the store, and returns how
-// many.
-func replayed(dst []Event, events []*encoded.Event) (int, error) {
-	n := min(len(dst), len(events))
-	for i, ev := range events[:n] {
-		var err error
-		if dst[i], err = storedEvent(ev); err != nil {
-			return 0, err
-		}
-	}
-	return n, nil
-}
-
-// storedEvent is an event read from the store, with the bytes it was read
-// from.
-func storedEvent(ev *encoded.Event) (Event, error) {
-	msg, err := ev.Message()
-	return Event{SessionEvent: msg, Wire: ev.Proto()}, err
 }
 
 // lappedBy says the ring lapped sub: it ended with ErrLagging.

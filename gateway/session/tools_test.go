@@ -132,8 +132,7 @@ func (s *encodedStore) Append(ctx context.Context, id string, events []*encoded.
 	}
 	s.changed = append(s.changed, calls)
 	for _, e := range events {
-		msg, err := e.Message()
-		ok := err == nil && checkWire(Event{SessionEvent: msg, Wire: e.Proto()}) == nil
+		ok := checkWire(e) == nil
 		if e.Kind() == encoded.ToolCall {
 			s.held = append(s.held, ok)
 		} else {

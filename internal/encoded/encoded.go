@@ -176,3 +176,14 @@ func (e *Event) Field(k Kind) []byte {
 	v, _ := protowalk.Bytes(e.proto, protowire.Number(k))
 	return v
 }
+
+// Reply is a stream message (a PromptResponse or WatchResponse) that the
+// gateway's codecs write with its event's encodings, [Event.Proto] or
+// [Event.JSON], rather than marshal the event again. It is itself the
+// message, for whatever reads a stream's messages on the way.
+type Reply struct {
+	proto.Message
+	// Event is the message's event, its only field; nil for a message
+	// without one (a heartbeat).
+	Event *Event
+}
