@@ -7,7 +7,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil/protofill"
 )
 
@@ -37,8 +37,8 @@ func TestWireKeepsEveryField(t *testing.T) {
 			t.Fatal(err)
 		}
 		keepsCall(t, "Wire", call, wire)
-		if b, ok := merge.Restore([]*acpv2.ToolCall{call}).WireRoom(call, nil, eventwire.Headroom); ok {
-			keepsCall(t, "WireRoom", call, b[eventwire.Headroom:])
+		if b, ok := merge.Restore([]*acpv2.ToolCall{call}).WireRoom(call, nil, encoded.Headroom); ok {
+			keepsCall(t, "WireRoom", call, b[encoded.Headroom:])
 		}
 	}
 	for _, v := range protofill.Variants(&acpv2.ToolCallUpdate{}) {

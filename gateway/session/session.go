@@ -14,8 +14,6 @@ import (
 	"unicode"
 
 	"github.com/sourcegraph/jsonrpc2"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -24,7 +22,6 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/encoded"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -415,7 +412,7 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []toolChange)
 // version. Each event is encoded once, here, for the store and the
 // streams; a changed call whose merged event is among them is stored as
 // the bytes of the call within that event's encoding. s.mu must be held.
-func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, changed []toolChange) error {
+func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []encoded.Body, changed []toolChange) error {
 	if s.moved {
 		return ErrMoved
 	}
@@ -428,26 +425,20 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, 
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
-		var wire []byte
-		ok := false
+		var bd encoded.Body
 		if i < len(bodies) {
-			switch bd := bodies[i]; {
-			case bd.room:
-				wire, ok = eventwire.WithBodyIn(ev, bd.field, bd.b)
-			case bd.b != nil:
-				wire, ok = eventwire.WithBody(ev, bd.field, bd.b)
-			}
+			bd = bodies[i]
 		}
-		if !ok {
-			var err error
-			if wire, err = proto.Marshal(ev); err != nil {
-				// Queued all the same, in order: the writer gives up on
-				// it, as the store can never take it.
-				invalid = cmp.Or(invalid, fmt.Errorf("%w: encoding event %d: %w", statestore.ErrInvalid, ev.Seq, err))
-			}
+		var marshalled bool
+		var err error
+		if encs[i], marshalled, err = encoded.Numbered(ev, bd); err != nil {
+			// Queued all the same, in order: the writer gives up on it,
+			// as the store can never take it.
+			invalid = cmp.Or(invalid, fmt.Errorf("%w: %w", statestore.ErrInvalid, err))
+		}
+		if marshalled {
 			s.marshalled++
 		}
-		encs[i] = encoded.Of(ev, wire)
 	}
 	if len(events) == 0 {
 		return nil
@@ -482,7 +473,7 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		return // history replayed by session/load
 	}
 	events := make([]*acpv2.SessionEvent, 0, 2*len(updates))
-	bodies := make([]body, 0, 2*len(updates))
+	bodies := make([]encoded.Body, 0, 2*len(updates))
 	var changed []toolChange
 	for _, up := range updates {
 		u, err := up.Update, up.Err
@@ -497,16 +488,16 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		}
 		s.met.Update(updateKind(u))
 		ev := eventOf(u)
-		bd := bodyOf(ev)
+		bd := encoded.BodyOf(ev)
 		if id, ok := toolCallID(u); ok {
-			trimmed, refusal := s.admitToolLocked(id, len(bd.wire()))
+			trimmed, refusal := s.admitToolLocked(id, len(bd.Bytes()))
 			for _, tc := range trimmed {
 				changed = replaceByID(changed, toolChange{tc, -1}, changeID)
 			}
 			if refusal != "" {
 				u = s.refuseToolLocked(u, refusal)
 				ev = eventOf(u)
-				bd = bodyOf(ev)
+				bd = encoded.BodyOf(ev)
 			}
 		}
 		events, bodies = append(events, ev), append(bodies, bd)
@@ -517,11 +508,11 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		case u.GetToolCallUpdate() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallUpdate().GetToolCallId()))
 			merged, err = s.tools.ApplyUpdate(u.GetToolCallUpdate())
-			parts = merge.UpdateParts(u.GetToolCallUpdate(), bd.wire())
+			parts = merge.UpdateParts(u.GetToolCallUpdate(), bd.Bytes())
 		case u.GetToolCallContentChunk() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallContentChunk().GetToolCallId()))
 			merged, err = s.tools.ApplyChunk(u.GetToolCallContentChunk())
-			parts = merge.ChunkParts(u.GetToolCallContentChunk(), bd.wire())
+			parts = merge.ChunkParts(u.GetToolCallContentChunk(), bd.Bytes())
 		default:
 			continue
 		}
@@ -534,11 +525,11 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		// Encoded now, while it is the call's current version, from the
 		// version before and the update's own encoding, with room for the
 		// event's head.
-		bd = body{room: true, field: protowire.Number(encoded.ToolCall)}
-		var ok bool
-		if bd.b, ok = s.tools.WireRoom(merged, parts, eventwire.Headroom); !ok {
-			bd.b, _ = s.tools.Wire(merged, parts)
-			bd.room = false
+		if full, ok := s.tools.WireRoom(merged, parts, encoded.Headroom); ok {
+			bd = encoded.CallBody(full, true)
+		} else {
+			b, _ := s.tools.Wire(merged, parts)
+			bd = encoded.CallBody(b, false)
 		}
 		events = append(events, toolCallEvent(merged))
 		bodies = append(bodies, bd)

@@ -1,4 +1,4 @@
-package encoded_test
+package encoded
 
 import (
 	"encoding/json"
@@ -12,36 +12,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
-// testEvents are events of several kinds, with Struct values and without.
-func testEvents(t *testing.T) []*acpv2.SessionEvent {
-	t.Helper()
-	var events []*acpv2.SessionEvent
-	for i, js := range []string{
-		`{"seq":"1","time":"2026-01-02T03:04:05.678Z","agentMessageChunk":{"content":{"text":{"text":"hello"}}}}`,
-		`{"seq":"2","agentMessageChunk":{"content":{"text":{"text":"x","meta":{"b":1,"a":[true,null,"s"]}}}}}`,
-		`{"seq":"3","toolCall":{"toolCallId":"t1","title":"Run","kind":"execute","status":"in_progress","rawInput":{"cmd":"go test"}}}`,
-		`{"seq":"4","turnEnded":{"stopReason":"end_turn"}}`,
-		`{"seq":"5"}`,
-	} {
-		ev := &acpv2.SessionEvent{}
-		if err := protojson.Unmarshal([]byte(js), ev); err != nil {
-			t.Fatalf("event %d: %v", i, err)
-		}
-		events = append(events, ev)
-	}
-	return events
-}
-
-func kindOf(t *testing.T, ev *acpv2.SessionEvent) encoded.Kind {
+func kindOfEvent(t *testing.T, ev *acpv2.SessionEvent) Kind {
 	t.Helper()
 	fd := ev.ProtoReflect().WhichOneof(ev.ProtoReflect().Descriptor().Oneofs().ByName("event"))
 	if fd == nil {
 		return 0
 	}
-	return encoded.Kind(fd.Number())
+	return Kind(fd.Number())
 }
 
 func same(a, b []byte) bool {
@@ -58,12 +37,12 @@ func TestDecode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := encoded.Decode(wire)
+		e, err := Decode(wire)
 		if err != nil {
 			t.Fatalf("Decode(event %d): %v", ev.GetSeq(), err)
 		}
-		if e.Seq() != ev.GetSeq() || e.Kind() != kindOf(t, ev) {
-			t.Errorf("event %d: Seq, Kind = %d, %v; want %d, %v", ev.GetSeq(), e.Seq(), e.Kind(), ev.GetSeq(), kindOf(t, ev))
+		if e.Seq() != ev.GetSeq() || e.Kind() != kindOfEvent(t, ev) {
+			t.Errorf("event %d: Seq, Kind = %d, %v; want %d, %v", ev.GetSeq(), e.Seq(), e.Kind(), ev.GetSeq(), kindOfEvent(t, ev))
 		}
 		if !same(e.Proto(), wire) || e.Size() != len(wire) {
 			t.Errorf("event %d: Proto is not the bytes decoded", ev.GetSeq())
@@ -84,7 +63,7 @@ func TestDecode(t *testing.T) {
 func TestNewAndOf(t *testing.T) {
 	t.Parallel()
 	for _, ev := range testEvents(t) {
-		e, err := encoded.New(ev)
+		e, err := New(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,19 +72,19 @@ func TestNewAndOf(t *testing.T) {
 		if err := proto.Unmarshal(e.Proto(), &got); err != nil || !proto.Equal(&got, ev) {
 			t.Errorf("event %d: New's encoding decodes to %v, %v", ev.GetSeq(), &got, err)
 		}
-		if e.Seq() != ev.GetSeq() || e.Kind() != kindOf(t, ev) {
+		if e.Seq() != ev.GetSeq() || e.Kind() != kindOfEvent(t, ev) {
 			t.Errorf("event %d: Seq, Kind = %d, %v", ev.GetSeq(), e.Seq(), e.Kind())
 		}
 		if msg, err := e.Message(); msg != ev || err != nil {
 			t.Errorf("event %d: Message is not the event's message", ev.GetSeq())
 		}
-		o := encoded.Of(ev, want)
+		o := Of(ev, want)
 		if !same(o.Proto(), want) || o.Seq() != ev.GetSeq() || o.Kind() != e.Kind() {
 			t.Errorf("event %d: Of does not keep the encoding given", ev.GetSeq())
 		}
 	}
 	bad := &acpv2.SessionEvent{Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: &acpv2.TurnEnded{StopReason: "\xff"}}}
-	if _, err := encoded.New(bad); err == nil {
+	if _, err := New(bad); err == nil {
 		t.Error("New of an event that does not encode succeeded")
 	}
 }
@@ -116,7 +95,7 @@ func TestJSONMadeOnce(t *testing.T) {
 	t.Parallel()
 	for _, ev := range testEvents(t) {
 		wire, _ := proto.Marshal(ev)
-		for name, e := range map[string]*encoded.Event{"decoded": must(encoded.Decode(wire)), "of": encoded.Of(ev, wire)} {
+		for name, e := range map[string]*Event{"decoded": must(Decode(wire)), "of": Of(ev, wire)} {
 			const streams = 8
 			var wg sync.WaitGroup
 			got := make([][]byte, streams)
@@ -144,7 +123,7 @@ func TestJSONMadeOnce(t *testing.T) {
 	}
 }
 
-func must(e *encoded.Event, err error) *encoded.Event {
+func must(e *Event, err error) *Event {
 	if err != nil {
 		panic(err)
 	}
@@ -155,19 +134,19 @@ func must(e *encoded.Event, err error) *encoded.Event {
 // and otherwise when the message is asked for.
 func TestDecodeMalformed(t *testing.T) {
 	t.Parallel()
-	if _, err := encoded.Decode([]byte{0xff, 0xff}); err == nil {
+	if _, err := Decode([]byte{0xff, 0xff}); err == nil {
 		t.Error("Decode of bytes whose fields do not parse succeeded")
 	}
 	// A tool call whose contents are not a message.
 	wire := protowire.AppendTag(nil, 1, protowire.VarintType)
 	wire = protowire.AppendVarint(wire, 7)
-	wire = protowire.AppendTag(wire, protowire.Number(encoded.ToolCall), protowire.BytesType)
+	wire = protowire.AppendTag(wire, protowire.Number(ToolCall), protowire.BytesType)
 	wire = protowire.AppendBytes(wire, []byte{0xff, 0xff})
-	e, err := encoded.Decode(wire)
+	e, err := Decode(wire)
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
-	if e.Seq() != 7 || e.Kind() != encoded.ToolCall {
+	if e.Seq() != 7 || e.Kind() != ToolCall {
 		t.Errorf("Seq, Kind = %d, %v", e.Seq(), e.Kind())
 	}
 	if _, err := e.Message(); err == nil {
@@ -185,8 +164,8 @@ func TestField(t *testing.T) {
 	events := testEvents(t)
 	call := events[2]
 	wire, _ := proto.Marshal(call)
-	e := must(encoded.Decode(wire))
-	got := e.Field(encoded.ToolCall)
+	e := must(Decode(wire))
+	got := e.Field(ToolCall)
 	var tc acpv2.ToolCall
 	if err := proto.Unmarshal(got, &tc); err != nil || !proto.Equal(&tc, call.GetToolCall()) {
 		t.Fatalf("Field(ToolCall) decodes to %v, %v", &tc, err)
@@ -196,17 +175,17 @@ func TestField(t *testing.T) {
 	if at < start || at+uintptr(len(got)) > start+uintptr(len(wire)) {
 		t.Error("Field(ToolCall) is a copy")
 	}
-	if e.Field(encoded.Snapshot) != nil || e.Field(0) != nil {
+	if e.Field(Snapshot) != nil || e.Field(0) != nil {
 		t.Error("Field of another kind is not nil")
 	}
-	if b := must(encoded.New(events[0])).Field(encoded.ToolCall); b != nil {
+	if b := must(New(events[0])).Field(ToolCall); b != nil {
 		t.Errorf("a chunk's Field(ToolCall) = %x", b)
 	}
 }
 
 func TestKindString(t *testing.T) {
 	t.Parallel()
-	for k, want := range map[encoded.Kind]string{encoded.ToolCall: "tool_call", encoded.TurnEnded: "turn_ended", encoded.Snapshot: "snapshot", 9999: "event field 9999"} {
+	for k, want := range map[Kind]string{ToolCall: "tool_call", TurnEnded: "turn_ended", Snapshot: "snapshot", 9999: "event field 9999"} {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", k, got, want)
 		}

@@ -1,4 +1,4 @@
-package eventwire
+package encoded
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ func testEvents(t *testing.T) []*acpv2.SessionEvent {
 		`{"seq":"2","agentMessageChunk":{"content":{"text":{"text":"x","meta":{"b":1,"a":[true,null,"s"]}}}}}`,
 		`{"seq":"3","toolCall":{"toolCallId":"t1","title":"Run","kind":"execute","status":"in_progress","rawInput":{"cmd":"go test"}}}`,
 		`{"seq":"4","turnEnded":{"stopReason":"end_turn"}}`,
+		`{"seq":"5"}`,
 	} {
 		ev := &acpv2.SessionEvent{}
 		if err := protojson.Unmarshal([]byte(js), ev); err != nil {
@@ -34,7 +35,7 @@ func testEvents(t *testing.T) []*acpv2.SessionEvent {
 // An event's encoding made from its body is proto.Marshal's, for every
 // kind of event, with and without seq and time; made in the room before
 // the body, it is the same bytes, in the body's buffer.
-func TestWithBodyIsProtoMarshal(t *testing.T) {
+func TestHeadIsProtoMarshal(t *testing.T) {
 	times := []*timestamppb.Timestamp{nil, {}, {Seconds: 1712345678, Nanos: 901234567}, {Seconds: -62135596800}, {Nanos: 1}}
 	for i, base := range testEvents(t)[:4] {
 		for j, tm := range times {
@@ -47,7 +48,7 @@ func TestWithBodyIsProtoMarshal(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, ok := WithBody(ev, fd.Number(), body)
+				got, ok := withBody(ev, fd.Number(), body)
 				if !ok {
 					t.Fatalf("event %d, time %d, seq %d: no encoding made", i, j, seq)
 				}
@@ -63,7 +64,7 @@ func TestWithBodyIsProtoMarshal(t *testing.T) {
 				}
 				// The same from the room before the body, in place.
 				buf := append(make([]byte, Headroom), body...)
-				inPlace, ok := WithBodyIn(ev, fd.Number(), buf)
+				inPlace, ok := withBodyIn(ev, fd.Number(), buf)
 				if !ok || !bytes.Equal(inPlace, got) || &inPlace[len(inPlace)-1] != &buf[len(buf)-1] {
 					t.Fatalf("event %d, time %d, seq %d: in place %x, want %x in buf", i, j, seq, inPlace, got)
 				}
@@ -73,13 +74,10 @@ func TestWithBodyIsProtoMarshal(t *testing.T) {
 	// An event with unknown fields is left to a marshal.
 	ev := proto.Clone(testEvents(t)[3]).(*acpv2.SessionEvent)
 	ev.ProtoReflect().SetUnknown([]byte{0x98, 0x06, 0x01})
-	if _, ok := WithBody(ev, 1, []byte{}); ok {
+	if _, ok := withBody(ev, 1, []byte{}); ok {
 		t.Fatal("an event with unknown fields was given an encoding without them")
 	}
-	if _, ok := WithBodyIn(ev, 1, make([]byte, Headroom)); ok {
+	if _, ok := withBodyIn(ev, 1, make([]byte, Headroom)); ok {
 		t.Fatal("an event with unknown fields was given an encoding without them, in place")
 	}
 }
-
-// eventOneof is SessionEvent's oneof of event kinds.
-var eventOneof = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event")

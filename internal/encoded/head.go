@@ -1,7 +1,4 @@
-// Package eventwire makes a session event's encoding from the encoding of
-// its event field, made already: a session encodes each event once, when
-// it numbers it ([WithBody], [WithBodyIn]).
-package eventwire
+package encoded
 
 import (
 	"google.golang.org/protobuf/encoding/protowire"
@@ -9,13 +6,13 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
-// WithBody returns ev's encoding made of its seq and time and body, the
+// withBody returns ev's encoding made of its seq and time and body, the
 // encoding of the message in its event field, whose number is field (as
 // a merged tool call's encoding that merge.State.Wire made from the parts
 // of the version before it), or false for an event whose encoding cannot
 // be made that way (unknown fields). The encoding is a copy: body stays
 // the caller's.
-func WithBody(ev *acpv2.SessionEvent, field protowire.Number, body []byte) ([]byte, bool) {
+func withBody(ev *acpv2.SessionEvent, field protowire.Number, body []byte) ([]byte, bool) {
 	h, ok := head(make([]byte, 0, Headroom+len(body)), ev, field, len(body))
 	if !ok {
 		return nil, false
@@ -23,14 +20,14 @@ func WithBody(ev *acpv2.SessionEvent, field protowire.Number, body []byte) ([]by
 	return append(h, body...), true
 }
 
-// Headroom is the room WithBodyIn needs before a body: more than an
+// Headroom is the room withBodyIn needs before a body: more than an
 // event's seq and time and its event field's tag and length take.
 const Headroom = 48
 
-// WithBodyIn is WithBody for a body at buf[Headroom:]: the head is
+// withBodyIn is withBody for a body at buf[Headroom:]: the head is
 // written into the room before it, and the encoding is the rest of buf
 // from there, without a copy. buf must not be used afterwards.
-func WithBodyIn(ev *acpv2.SessionEvent, field protowire.Number, buf []byte) ([]byte, bool) {
+func withBodyIn(ev *acpv2.SessionEvent, field protowire.Number, buf []byte) ([]byte, bool) {
 	var room [Headroom]byte
 	h, ok := head(room[:0], ev, field, len(buf)-Headroom)
 	if !ok {
