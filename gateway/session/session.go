@@ -72,6 +72,9 @@ type Session struct {
 	turnCause  string
 	turnTimers []*time.Timer
 	tools      *merge.State
+	// calls encodes the merged calls of tools for their events, each
+	// version from the one before.
+	calls encoded.Calls
 	// seq is the last event's seq, numbered; stored is the last the
 	// store took, which watchers get (writer.go). The queue holds the
 	// events between, unstored bytes of encodings, while writing says the
@@ -408,8 +411,7 @@ func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []toolChange)
 // emitBodiesLocked is emitLocked with, for each event that has one (bodies
 // may be nil), the encoding of its event field made already: an update's,
 // whose parts its merged call reuses, and a merged call's from
-// merge.State.WireRoom or Wire, made while it was the call's current
-// version. Each event is encoded once, here, for the store and the
+// encoded.Calls, made from the version before it. Each event is encoded once, here, for the store and the
 // streams; a changed call whose merged event is among them is stored as
 // the bytes of the call within that event's encoding. s.mu must be held.
 func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []encoded.Body, changed []toolChange) error {
@@ -493,6 +495,7 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 			trimmed, refusal := s.admitToolLocked(id, len(bd.Bytes()))
 			for _, tc := range trimmed {
 				changed = replaceByID(changed, toolChange{tc, -1}, changeID)
+				s.calls.Forget(tc.GetToolCallId())
 			}
 			if refusal != "" {
 				u = s.refuseToolLocked(u, refusal)
@@ -503,16 +506,16 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		events, bodies = append(events, ev), append(bodies, bd)
 		var merged *acpv2.ToolCall
 		var was string // the call's status before
-		var parts *merge.Parts
+		var parts *encoded.Parts
 		switch {
 		case u.GetToolCallUpdate() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallUpdate().GetToolCallId()))
 			merged, err = s.tools.ApplyUpdate(u.GetToolCallUpdate())
-			parts = merge.UpdateParts(u.GetToolCallUpdate(), bd.Bytes())
+			parts = encoded.UpdateParts(u.GetToolCallUpdate(), bd.Bytes())
 		case u.GetToolCallContentChunk() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallContentChunk().GetToolCallId()))
 			merged, err = s.tools.ApplyChunk(u.GetToolCallContentChunk())
-			parts = merge.ChunkParts(u.GetToolCallContentChunk(), bd.Bytes())
+			parts = encoded.ChunkParts(u.GetToolCallContentChunk(), bd.Bytes())
 		default:
 			continue
 		}
@@ -525,11 +528,9 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		// Encoded now, while it is the call's current version, from the
 		// version before and the update's own encoding, with room for the
 		// event's head.
-		if full, ok := s.tools.WireRoom(merged, parts, encoded.Headroom); ok {
-			bd = encoded.CallBody(full, true)
-		} else {
-			b, _ := s.tools.Wire(merged, parts)
-			bd = encoded.CallBody(b, false)
+		bd = s.calls.Body(merged, parts)
+		if b := bd.Bytes(); b != nil {
+			s.tools.Encoded(merged, b)
 		}
 		events = append(events, toolCallEvent(merged))
 		bodies = append(bodies, bd)
@@ -539,6 +540,7 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 			// which the garbage collector walks in every cycle, until the
 			// turn ends and Compact takes them all.
 			s.tools.CompactCall(merged.GetToolCallId())
+			s.calls.Forget(merged.GetToolCallId())
 		}
 	}
 	_ = s.emitBodiesLocked(events, bodies, changed)
@@ -841,6 +843,7 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 	// The session may now stay idle for long: its tool calls wait in wire
 	// form until the next update needs them.
 	s.tools.Compact()
+	s.calls.Reset()
 	s.touchLocked()
 }
 

@@ -8,8 +8,8 @@ import (
 
 // withBody returns ev's encoding made of its seq and time and body, the
 // encoding of the message in its event field, whose number is field (as
-// a merged tool call's encoding that merge.State.Wire made from the parts
-// of the version before it), or false for an event whose encoding cannot
+// a merged tool call's encoding that Calls.Body made from the parts of the
+// version before it), or false for an event whose encoding cannot
 // be made that way (unknown fields). The encoding is a copy: body stays
 // the caller's.
 func withBody(ev *acpv2.SessionEvent, field protowire.Number, body []byte) ([]byte, bool) {

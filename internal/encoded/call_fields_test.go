@@ -1,4 +1,4 @@
-package merge_test
+package encoded_test
 
 import (
 	"testing"
@@ -16,30 +16,31 @@ func keepsCall(t *testing.T, how string, call *acpv2.ToolCall, wire []byte) {
 	t.Helper()
 	back := &acpv2.ToolCall{}
 	if err := proto.Unmarshal(wire, back); err != nil || !proto.Equal(back, call) {
-		t.Fatalf("%s (gateway/merge/wire.go, encodeCall) loses %v of %v (%v): encode the field there",
+		t.Fatalf("%s (internal/encoded/call.go, encodeCall) loses %v of %v (%v): encode the field there",
 			how, protofill.Lost(call, back), call, err)
 	}
 }
 
-// Wire and WireRoom, which list a tool call's fields by hand, keep every
-// field: for tool calls that set each field the descriptors name, and for
-// the merged calls of updates that do, encoded from the updates' parts. A
-// field added to the proto fails here until wire.go encodes it.
-func TestWireKeepsEveryField(t *testing.T) {
+// Calls.Body, which lists a tool call's fields by hand, keeps every field:
+// for tool calls that set each field the descriptors name, and for the
+// merged calls of updates that do, encoded from the updates' parts, each
+// also as the version after one encoded before. A field added to the
+// proto fails here until call.go encodes it.
+func TestCallsKeepEveryField(t *testing.T) {
 	t.Parallel()
 	for _, v := range protofill.Variants(&acpv2.ToolCall{}) {
 		call := v.(*acpv2.ToolCall)
 		if call.ToolCallId == "" {
-			call.ToolCallId = "c" // the State keeps calls by id
+			call.ToolCallId = "c" // calls are kept by id
 		}
-		wire, err := merge.Restore([]*acpv2.ToolCall{call}).Wire(call, nil)
+		c := &encoded.Calls{}
+		keepsCall(t, "Body", call, c.Body(call, nil).Bytes())
+		next, err := merge.Restore([]*acpv2.ToolCall{call}).ApplyUpdate(&acpv2.ToolCallUpdate{
+			ToolCallId: call.ToolCallId, Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "again"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		keepsCall(t, "Wire", call, wire)
-		if b, ok := merge.Restore([]*acpv2.ToolCall{call}).WireRoom(call, nil, encoded.Headroom); ok {
-			keepsCall(t, "WireRoom", call, b[encoded.Headroom:])
-		}
+		keepsCall(t, "Body of the next version", next, c.Body(next, nil).Bytes())
 	}
 	for _, v := range protofill.Variants(&acpv2.ToolCallUpdate{}) {
 		u := v.(*acpv2.ToolCallUpdate)
@@ -55,10 +56,6 @@ func TestWireKeepsEveryField(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wire, err := s.Wire(call, merge.UpdateParts(u, uw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		keepsCall(t, "Wire with an update's parts", call, wire)
+		keepsCall(t, "Body with an update's parts", call, new(encoded.Calls).Body(call, encoded.UpdateParts(u, uw)).Bytes())
 	}
 }
