@@ -600,12 +600,12 @@ func checkWire(t testing.TB, ops []op, every int) {
 		if i%3 == 0 {
 			// With the event's head written in the room before it.
 			ev := &acpv2.SessionEvent{Seq: uint64(i + 1), Event: &acpv2.SessionEvent_ToolCall{ToolCall: got}}
-			e, marshalled, err := encoded.Numbered(ev, c.Body(got, parts))
-			if err != nil || marshalled {
-				t.Fatalf("op %d: the merged call's event is not made of its body: marshalled %v, %v", i, marshalled, err)
+			e, marshalled, err := encoded.Numbered([]*acpv2.SessionEvent{ev}, []encoded.Body{c.Body(got, parts)})
+			if err != nil || marshalled != 0 {
+				t.Fatalf("op %d: the merged call's event is not made of its body: marshalled %d, %v", i, marshalled, err)
 			}
 			back := &acpv2.SessionEvent{}
-			if err := proto.Unmarshal(e.Proto(), back); err != nil || !proto.Equal(back, ev) {
+			if err := proto.Unmarshal(e[0].Proto(), back); err != nil || !proto.Equal(back, ev) {
 				t.Fatalf("op %d: the event decodes to %v (%v)", i, back, err)
 			}
 		}

@@ -421,29 +421,20 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []encode
 	if s.storeErr != nil {
 		return s.storeErr
 	}
+	if len(events) == 0 {
+		return nil
+	}
 	now := timestamppb.Now()
-	encs := make([]*encoded.Event, len(events))
-	var invalid error
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
-		var bd encoded.Body
-		if i < len(bodies) {
-			bd = bodies[i]
-		}
-		var marshalled bool
-		var err error
-		if encs[i], marshalled, err = encoded.Numbered(ev, bd); err != nil {
-			// Queued all the same, in order: the writer gives up on it,
-			// as the store can never take it.
-			invalid = cmp.Or(invalid, fmt.Errorf("%w: %w", statestore.ErrInvalid, err))
-		}
-		if marshalled {
-			s.marshalled++
-		}
 	}
-	if len(events) == 0 {
-		return nil
+	encs, marshalled, invalid := encoded.Numbered(events, bodies)
+	s.marshalled += marshalled
+	if invalid != nil {
+		// Queued all the same, in order: the writer gives up on them, as
+		// the store can never take them.
+		invalid = fmt.Errorf("%w: %w", statestore.ErrInvalid, invalid)
 	}
 	calls := make([]statestore.Call, len(changed))
 	for i, c := range changed {

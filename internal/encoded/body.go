@@ -41,30 +41,46 @@ func CallBody(b []byte, room bool) Body {
 	return Body{b: b, room: room && b != nil, field: protowire.Number(ToolCall)}
 }
 
-// Numbered returns ev, numbered and timed already, as an Event whose
-// encoding is made of bd and the head written before it: in bd's room, so
-// that bd is the Event's from then on and must not be used afterwards,
-// else in a copy. An event whose encoding cannot be made so (no body,
-// unknown fields) is marshalled whole, and marshalled says so. It fails
-// for an event that does not encode (a string that is not UTF-8): the
-// Event is then made all the same, without its bytes, for the caller to
-// let go of in order.
-func Numbered(ev *acpv2.SessionEvent, bd Body) (e *Event, marshalled bool, err error) {
-	var wire []byte
-	ok := false
-	switch {
-	case bd.room:
-		wire, ok = withBodyIn(ev, bd.field, bd.b)
-	case bd.b != nil:
-		wire, ok = withBody(ev, bd.field, bd.b)
-	}
-	if !ok {
-		marshalled = true
-		if wire, err = proto.Marshal(ev); err != nil {
-			wire, err = nil, fmt.Errorf("encoding event %d: %w", ev.GetSeq(), err)
+// Numbered returns events, numbered and timed already, as Events (made
+// in one allocation), each with its encoding made of its body (bodies[i],
+// when bodies holds one) and the head written before it: in the body's
+// room, so that the body is the Event's from then on and must not be used
+// afterwards, else in a copy. An event whose encoding cannot be made so
+// (no body, unknown fields) is marshalled whole, and marshalled counts
+// them. err is the first event's that does not encode (a string that is
+// not UTF-8): that Event is made all the same, without its bytes, for the
+// caller to let go of in order.
+func Numbered(events []*acpv2.SessionEvent, bodies []Body) (out []*Event, marshalled int, err error) {
+	all := make([]Event, len(events))
+	out = make([]*Event, len(events))
+	for i, ev := range events {
+		var bd Body
+		if i < len(bodies) {
+			bd = bodies[i]
 		}
+		var wire []byte
+		ok := false
+		switch {
+		case bd.room:
+			wire, ok = withBodyIn(ev, bd.field, bd.b)
+		case bd.b != nil:
+			wire, ok = withBody(ev, bd.field, bd.b)
+		}
+		kind := Kind(bd.field)
+		if !ok {
+			marshalled, kind = marshalled+1, 0
+			var merr error
+			if wire, merr = proto.Marshal(ev); merr != nil {
+				wire = nil
+				if err == nil {
+					err = fmt.Errorf("encoding event %d: %w", ev.GetSeq(), merr)
+				}
+			}
+		}
+		all[i].set(ev, wire, kind)
+		out[i] = &all[i]
 	}
-	return Of(ev, wire), marshalled, err
+	return out, marshalled, err
 }
 
 // BodyOf returns the encoding of the message in ev's event field, with

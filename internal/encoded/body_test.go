@@ -361,3 +361,42 @@ func TestEventEncodingKeepsEveryField(t *testing.T) {
 		}
 	}
 }
+
+// Numbered makes each event's encoding of its body where it has one, in
+// the body's room, and marshals the others whole, counting them; an event
+// that does not encode is made all the same, without bytes, and named by
+// the error. Each Event has its event's seq and kind.
+func TestNumbered(t *testing.T) {
+	t.Parallel()
+	text := &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "x"}}}
+	chunk := &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{Content: text}}}
+	call := &acpv2.SessionEvent{Seq: 2, Event: &acpv2.SessionEvent_ToolCall{ToolCall: &acpv2.ToolCall{ToolCallId: "c"}}}
+	ended := &acpv2.SessionEvent{Seq: 3, Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: &acpv2.TurnEnded{StopReason: "end_turn"}}}
+	bad := &acpv2.SessionEvent{Seq: 4, Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: &acpv2.TurnEnded{StopReason: "\xff"}}}
+	callBody, err := proto.Marshal(call.GetToolCall())
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunkBody := BodyOf(chunk)
+	room := chunkBody.b
+	events := []*acpv2.SessionEvent{chunk, call, ended, bad}
+	got, marshalled, err := Numbered(events, []Body{chunkBody, CallBody(callBody, false)})
+	if marshalled != 2 || err == nil || !strings.Contains(err.Error(), "event 4") {
+		t.Fatalf("marshalled %d, err %v; want the last two marshalled, the fourth refused", marshalled, err)
+	}
+	for i, e := range got[:3] {
+		back := &acpv2.SessionEvent{}
+		if err := proto.Unmarshal(e.Proto(), back); err != nil || !proto.Equal(back, events[i]) {
+			t.Errorf("event %d decodes to %v (%v)", i+1, back, err)
+		}
+		if want := Kind(events[i].ProtoReflect().WhichOneof(eventOneof).Number()); e.Seq() != uint64(i+1) || e.Kind() != want {
+			t.Errorf("event %d: seq %d, kind %v; want kind %v", i+1, e.Seq(), e.Kind(), want)
+		}
+	}
+	if p := got[0].Proto(); &p[len(p)-1] != &room[len(room)-1] {
+		t.Error("the first event's encoding is not in its body's room")
+	}
+	if got[3].Proto() != nil || got[3].Seq() != 4 {
+		t.Errorf("the event that does not encode: %x, seq %d", got[3].Proto(), got[3].Seq())
+	}
+}

@@ -93,12 +93,21 @@ func New(msg *acpv2.SessionEvent) (*Event, error) {
 // already (as the session makes it from its parts). Neither must be
 // modified afterwards.
 func Of(msg *acpv2.SessionEvent, wire []byte) *Event {
-	e := &Event{seq: msg.GetSeq(), proto: wire, msg: msg}
-	if fd := msg.ProtoReflect().WhichOneof(eventOneof); fd != nil {
-		e.kind = Kind(fd.Number())
+	e := &Event{}
+	e.set(msg, wire, 0)
+	return e
+}
+
+// set makes e, a zero Event, the event of msg whose encoding is wire;
+// kind is its kind when known already (0: read from msg).
+func (e *Event) set(msg *acpv2.SessionEvent, wire []byte, kind Kind) {
+	e.seq, e.proto, e.msg, e.kind = msg.GetSeq(), wire, msg, kind
+	if kind == 0 {
+		if fd := msg.ProtoReflect().WhichOneof(eventOneof); fd != nil {
+			e.kind = Kind(fd.Number())
+		}
 	}
 	e.msgOnce.Do(func() {})
-	return e
 }
 
 // Decode returns the event encoded in wire, as a store kept it: its seq
