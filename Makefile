@@ -3,7 +3,11 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 GO        ?= go
-BUF       := $(GO) tool buf
+# Developer tools live in a module of their own, tools/go.mod, so that the
+# product's go.mod requires only what it links.
+TOOL      := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
+BUF       := $(TOOL) buf
+GOLANGCI  := $(TOOL) golangci-lint
 NPM       ?= npm
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can
 # fail a target with "context deadline exceeded" at the deadline, with no
@@ -34,14 +38,22 @@ deps: ## Install and start what the tests need
 	./scripts/deps.sh
 
 .PHONY: test
-test: ## Run every test with the race detector
+test: ## Run every test with the race detector (deploy/ is a module of its own)
 	$(GO) test -race -count=1 ./...
+	$(GO) -C deploy test -race -count=1 ./...
+
+.PHONY: test-short
+test-short: ## The fast tier: the tests that need nothing but Go (go test -short)
+	$(GO) test -short ./...
 
 .PHONY: lint
-lint: ## gofmt, go vet and buf lint
+lint: ## gofmt, golangci-lint (.golangci.yml, go vet among its linters) and buf lint
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C deploy vet ./...
+	$(GOLANGCI) run ./...
+	cd deploy && $(GOLANGCI) run --config ../.golangci.yml ./...
 	$(BUF) lint
 
 .PHONY: breaking
@@ -82,12 +94,12 @@ screenshots: ## Rewrite docs/screenshots/console-*.png from the browser test
 	$(GO) test -count=1 -run '^TestBrowser$$' ./gateway/console -update-screenshots
 
 .PHONY: bench-cmd
-bench-cmd: ## Run acp-gateway bench --quick (writes bench.json)
-	$(GO) run ./cmd/acp-gateway bench --quick --json bench.json
+bench-cmd: ## Run acp-gateway-bench --quick (writes bench.json)
+	$(GO) run ./cmd/acp-gateway-bench --quick --json bench.json
 
 .PHONY: checkdeploy
 checkdeploy: ## Check deploy/: Dockerfile, Kubernetes overlays, Prometheus rules, Grafana dashboard
-	$(GO) test -count=1 ./deploy
+	$(GO) -C deploy test -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target briefly (FUZZTIME, default 50000x: runs, not seconds)

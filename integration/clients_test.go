@@ -37,7 +37,7 @@ var esGenerated = sync.OnceValues(func() (string, error) {
 	dir := filepath.Join(work, "es")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "tool", "buf", "generate",
+	cmd := bufCommand(ctx, "generate",
 		"--template", filepath.Join("integration", nodeDir, "buf.gen.yaml"), "--output", dir, "proto")
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -51,6 +51,15 @@ var esGenerated = sync.OnceValues(func() (string, error) {
 	}
 	return dir, os.Symlink(modules, filepath.Join(dir, "node_modules"))
 })
+
+// bufCommand runs the buf pinned in tools/go.mod, from any directory.
+func bufCommand(ctx context.Context, args ...string) *exec.Cmd {
+	modfile, err := filepath.Abs(filepath.Join("..", "tools", "go.mod"))
+	if err != nil {
+		panic(err) // only when the working directory is gone
+	}
+	return exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf"}, args...)...)
+}
 
 // TestRealClients streams a demo turn through each real client, which
 // answers the turn's permission request itself (or, for the command-line
@@ -71,7 +80,7 @@ func TestRealClients(t *testing.T) {
 		{"node-grpc", func(t *testing.T) (string, []*acpv2.SessionEvent) { return nodeTurn(t, node, es, g, "grpc") }},
 		{"buf-curl-grpcweb", func(t *testing.T) (string, []*acpv2.SessionEvent) {
 			return cliClient{func(ctx context.Context, method, data string) *exec.Cmd {
-				return exec.CommandContext(ctx, "go", "tool", "buf", "curl", "--http2-prior-knowledge", "--protocol", "grpcweb",
+				return bufCommand(ctx, "curl", "--http2-prior-knowledge", "--protocol", "grpcweb",
 					"--connect-timeout", "10", "--data", data, g.base+"/acp.v2.SessionService/"+method)
 			}}.turn(t)
 		}},

@@ -61,6 +61,7 @@ var workDir = sync.OnceValues(func() (string, error) {
 var workDirPath string
 
 func TestMain(m *testing.M) {
+	testutil.SlowPackage("the integration tests build the binary and run it with Node, the SDKs' agents, grpcurl and Redis")
 	// The gateways' default directories (the workspace root of sessions
 	// created without a cwd) go to the work directory, not to the home of
 	// whoever runs the tests.
@@ -170,6 +171,10 @@ var nodeModules = sync.OnceValues(func() (string, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(pkg.Dependencies)) {
 		want := pkg.Dependencies[name]
+		// An alias, "npm:PACKAGE@VERSION", installs PACKAGE as name.
+		if alias, ok := strings.CutPrefix(want, "npm:"); ok {
+			want = alias[strings.LastIndex(alias, "@")+1:]
+		}
 		var got struct{ Version string }
 		raw, err := os.ReadFile(filepath.Join(dir, name, "package.json"))
 		if err == nil {

@@ -53,10 +53,13 @@ if ! command -v promtool >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 
-# websocketd, the stdio-to-WebSocket bridge acp-gateway bench compares with.
+# websocketd, the stdio-to-WebSocket bridge acp-gateway-bench compares with.
 if ! command -v websocketd >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq websocketd >/dev/null
 fi
 
-# Go modules, including the pinned buf and protoc plugins run by `go tool`.
+# Go modules: the product's, with the pinned protoc plugins run by `go tool`,
+# and tools/go.mod's developer tools (buf, golangci-lint), run as
+# `go tool -modfile=tools/go.mod NAME`.
 go mod download
+go mod download -modfile=tools/go.mod

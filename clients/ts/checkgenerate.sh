@@ -11,7 +11,7 @@ if [ ! -x clients/ts/node_modules/.bin/protoc-gen-es ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go tool buf generate --template buf.gen.ts.yaml -o "$tmp"
+go tool -modfile=tools/go.mod buf generate --template buf.gen.ts.yaml -o "$tmp"
 if ! diff -r "$tmp/clients/ts/src/gen" clients/ts/src/gen >/dev/null; then
   echo "clients/ts/src/gen is stale: run 'make generate-ts' (or 'npm run generate' in clients/ts) and commit:" >&2
   diff -r "$tmp/clients/ts/src/gen" clients/ts/src/gen | head -40 >&2 || true

@@ -43,7 +43,6 @@ const usage = `usage:
   acp-gateway try [--url URL] [--agent NAME] [--cwd DIR] [--token TOKEN | --token-file FILE]   (run one turn and print its events)
   acp-gateway connect URL --agent NAME [--token TOKEN | --token-file FILE] [--cwd DIR]   (an editor's ACP agent, run on the gateway at URL)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
-  acp-gateway bench [--quick] [--json FILE] [flags]   (measure the gateway against a pipe and websocketd)
   acp-gateway version   (this build's version, revision and Go release)
 
 Run 'acp-gateway serve --help' for every serve flag.
@@ -60,6 +59,10 @@ func main() {
 
 // exitUsage is the exit status for bad flags or configuration.
 const exitUsage = 2
+
+// benchMoved is what `acp-gateway bench` says: the bench is a command of
+// its own, which this binary does not carry.
+const benchMoved = "acp-gateway bench: the bench is its own command now, with the same flags: acp-gateway-bench (go run ./cmd/acp-gateway-bench)"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -89,7 +92,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "connect":
 		return connectCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "bench":
-		return benchCmd(ctx, args[1:], stdout, stderr)
+		// The bench left this binary; the command it was says where it went.
+		fmt.Fprintln(stderr, benchMoved)
+		return exitUsage
 	case "demo-agent":
 		if err := agentsim.Serve(ctx, os.Stdin, stdout, agentsim.Demo(), stderr); err != nil {
 			fmt.Fprintf(stderr, "acp-gateway demo-agent: %v\n", err)
@@ -221,6 +226,7 @@ type serveConfig struct {
 	maxUserStreams   int
 	otlpEndpoint     string
 	console          bool
+	acp              bool
 	logLevel         slog.Level
 
 	confine confineConfig
@@ -323,6 +329,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 40, "requests a user may make at once above --rate-limit")
 	fs.IntVar(&cfg.maxUserStreams, "max-streams-per-user", service.DefaultMaxStreamsPerUser, "Prompt and Watch streams an authenticated user may have open at once on this gateway (0: no limit; no limit without authentication)")
 	fs.StringVar(&cfg.otlpEndpoint, "otlp-endpoint", "", "export trace spans by OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
+	fs.BoolVar(&cfg.acp, "acp", true, "speak ACP itself at /acp (WebSocket; /acp/AGENT for one agent), behind the same authentication, Host/Origin checks and limits as the Connect API")
 	fs.BoolVar(&cfg.console, "console", true, "serve the web console at / (its page and agent names need no token; the RPCs it makes do)")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.Var(&cfg.corsOrigins, "cors-origin", "an origin browsers may call from, such as https://app.example.com (repeatable; none by default)")
@@ -573,6 +580,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		ConnIdleTimeout:    cmp.Or(cfg.connIdleTimeout, -1),
 		MaxConnections:     cmp.Or(cfg.maxConnections, -1),
 		Console:            cfg.console,
+		ACP:                cfg.acp,
 	})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -81,6 +82,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"try with a relative cwd", []string{"try", "--cwd", "work"}, "--cwd must be an absolute path"},
 		{"try with two tokens", []string{"try", "--token", "a", "--token-file", "f"}, "at most one of --token and --token-file"},
 		{"try with an argument", []string{"try", "extra"}, "takes no arguments"},
+		{"bench, which left the binary", []string{"bench", "--quick"}, "its own command now, with the same flags: acp-gateway-bench"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,6 +96,25 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 				t.Fatalf("first stderr line %q does not name %q", first, tc.want)
 			}
 		})
+	}
+}
+
+// The bench is a command of its own: this binary links none of it (nor
+// the deploy tests' libraries, which live in deploy's own module).
+func TestBinaryCarriesNoBench(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 || !slices.Contains(deps, "github.com/acp-gateway/acp-gateway/gateway/app") {
+		t.Fatalf("go list -deps listed %d packages, not the binary's: %q", len(deps), deps)
+	}
+	for _, d := range deps {
+		if strings.HasPrefix(d, "github.com/acp-gateway/acp-gateway/internal/bench") || strings.HasPrefix(d, "github.com/acp-gateway/acp-gateway/gateway/bench") {
+			t.Errorf("the binary links %s", d)
+		}
 	}
 }
 
@@ -200,6 +221,7 @@ func writeTemp(t *testing.T, name, content string) string {
 // exit status.
 func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-chan int) {
 	t.Helper()
+	serveNeeds(t, args)
 	pr, pw := io.Pipe()
 	exited := make(chan int, 1)
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--store", "bolt:" + filepath.Join(t.TempDir(), "s.db")}, args...)
@@ -217,6 +239,27 @@ func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-ch
 	}
 	go io.Copy(io.Discard, io.MultiReader(dec.Buffered(), pr))
 	return line.Addr, exited
+}
+
+// serveNeeds skips the test in short mode when `serve` with args needs
+// more than Go: a Redis store, or bubblewrap, which authentication
+// sandboxes agents with unless --sandbox says otherwise.
+func serveNeeds(t *testing.T, args []string) {
+	t.Helper()
+	sandbox, auth := false, false
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "redis://"):
+			testutil.Needs(t, "redis")
+		case a == "--sandbox" || strings.HasPrefix(a, "--sandbox="):
+			sandbox = true
+		case strings.HasPrefix(a, "--auth-tokens"), strings.HasPrefix(a, "--oidc-issuer"):
+			auth = true
+		}
+	}
+	if auth && !sandbox {
+		testutil.Needs(t, "bwrap")
+	}
 }
 
 // stopServe ends a serve startServe started, by cancelling its context,
@@ -440,6 +483,29 @@ func TestConsoleIsServedAtTheRoot(t *testing.T) {
 		}
 		if !on && resp.StatusCode != http.StatusNotFound {
 			t.Errorf("--console=false: config.json %s, want 404", resp.Status)
+		}
+		stopServe(t, cancel, exited)
+	}
+}
+
+// TestACPEndpointIsOnByDefault: serve speaks ACP at /acp unless --acp=false.
+func TestACPEndpointIsOnByDefault(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--console=false"}, {"--console=false", "--acp=false"}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		addr, exited := startServe(t, ctx, args...)
+		resp, err := http.Post("http://"+addr+"/acp/demo", "application/json",
+			strings.NewReader(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		on := len(args) == 1
+		if on && (resp.StatusCode != http.StatusOK || resp.Header.Get("Acp-Connection-Id") == "") {
+			t.Errorf("%v: initialize at /acp/demo: %s, want 200 with an Acp-Connection-Id", args, resp.Status)
+		}
+		if !on && resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%v: /acp/demo %s, want 404", args, resp.Status)
 		}
 		stopServe(t, cancel, exited)
 	}

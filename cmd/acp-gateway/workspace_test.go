@@ -64,6 +64,7 @@ func TestAuthNeedsAWorkspaceRootOrAnyCwd(t *testing.T) {
 // and its log, and a channel with its exit status.
 func serveLogs(t *testing.T, ctx context.Context, args ...string) (string, *testutil.SyncBuffer, <-chan int) {
 	t.Helper()
+	serveNeeds(t, args)
 	logs := &testutil.SyncBuffer{}
 	exited := make(chan int, 1)
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--store", "memory:"}, args...)

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
-	"github.com/acp-gateway/acp-gateway/gateway/bench"
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
+	"github.com/acp-gateway/acp-gateway/internal/bench"
 )
 
 // A realistic tool-call patch: status change with a diff and a location.
@@ -122,7 +122,7 @@ func BenchmarkDecodeMergeTurn1000(b *testing.B) {
 }
 
 // benchAgentLines returns the session/update lines of a 20-update turn
-// (two tool calls' lives) of the bench agent (gateway/bench) speaking ACP
+// (two tool calls' lives) of the bench agent (internal/bench) speaking ACP
 // protocol version v, as the gateway reads them.
 func benchAgentLines(b *testing.B, v int) [][]byte {
 	inR, inW := io.Pipe()

@@ -67,9 +67,11 @@ type Client interface {
 	SessionUpdates(updates []Update)
 	// RequestPermission receives the params of a session/request_permission
 	// request. The agent gets the outcome sent on the returned channel, or
-	// cancelled when the channel is closed without a value. An error is
+	// cancelled when the channel is closed without a value. withdraw is
+	// called if the agent withdraws the request ($/cancel_request) before
+	// that: the Client then answers it cancelled, at once. An error is
 	// returned to the agent as the request's error.
-	RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, error)
+	RequestPermission(params json.RawMessage) (outcome <-chan *acpv2.PermissionOutcome, withdraw func(), err error)
 }
 
 // Config describes an agent to run.
@@ -111,6 +113,12 @@ type Config struct {
 	// Closers are closed once the agent has ended (or Start failed): what
 	// serves this agent alone, such as its egress proxy.
 	Closers []io.Closer
+	// Fence, when set, is called with the agent as soon as its process
+	// runs (before initialize), and in the read loop before each line of
+	// its output is handled: it may [Agent.Freeze] the agent, and the
+	// line then waits until the agent is thawed or ends. It is called for
+	// every line, so it must be quick when it does nothing.
+	Fence func(*Agent)
 	// Workspace, when set, is Dir, opened (O_PATH) and checked by the
 	// caller: the files the agent reads and writes through the gateway
 	// are found from it rather than from Dir's path, and the agent's
@@ -131,6 +139,15 @@ type Group interface {
 	OOMKilled() bool
 	// Close ends every process in the group and releases it.
 	Close()
+}
+
+// Freezer is a Group that can stop its processes and let them run again,
+// such as a *limits.Group. Where its Freeze fails (a group without a
+// cgroup, or one that did not reach frozen in time), it is thawed and the
+// agent's processes are stopped with signals instead.
+type Freezer interface {
+	Freeze() error
+	Thaw() error
 }
 
 // WorkspaceFD is the descriptor at which an agent's process inherits
@@ -184,12 +201,18 @@ type Agent struct {
 	updates *updateQueue
 	fs      *fileServer
 	out     *os.File // read end of the agent's stdout
+	// callID numbers the gateway's requests to the agent (jsonrpc2's own
+	// numbering is not exposed, and $/cancel_request needs the id).
+	callID atomic.Uint64
+	// asked holds, by request id, how to withdraw each permission request
+	// of the agent's that waits for its answer (jsonrpc2.ID: *func()).
+	asked sync.Map
 
 	// version is the negotiated acpjson.Version, set once initialize is
 	// answered; the read loop decodes updates with it.
-	version     atomic.Int64
-	authMethods []string
-	caps        Capabilities
+	version atomic.Int64
+	// profile is what the agent said of itself at initialize.
+	profile Profile
 
 	exited chan struct{} // closed when the process is reaped
 	// ended is cancelled when the agent has ended, see finish; calls to
@@ -202,6 +225,14 @@ type Agent struct {
 	// call at once, signal the process group and release what the agent
 	// holds only once; a second Close waits for the first.
 	closeOnce sync.Once
+
+	// freezeMu serialises Freeze, Thaw and Kill. frozen is set while the
+	// agent is frozen (the read loop holds), thawed is closed when it is
+	// thawed, and byGroup says that its Group froze it (not signals).
+	freezeMu sync.Mutex
+	frozen   atomic.Bool
+	thawed   chan struct{}
+	byGroup  bool
 
 	endMu  sync.Mutex
 	err    error  // why the agent ended; nil while it runs
@@ -327,6 +358,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{})}
 	a.ended, a.setEnded = context.WithCancel(context.Background())
 	a.cfg.Log.Info("agent started", "pid", cmd.Process.Pid)
+	if cfg.Fence != nil {
+		cfg.Fence(a)
+	}
 
 	go func() {
 		defer errR.Close()
@@ -347,8 +381,8 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		a.finish(fmt.Errorf("%w: %s", ErrExited, how), reason)
 	}()
 
-	var out io.Reader = outR
-	var in io.WriteCloser = stdin
+	var out io.Reader = holdingReader{a}
+	in := stdin
 	if cfg.BytesIn != nil {
 		out = countingReader{out, cfg.BytesIn}
 	}
@@ -376,6 +410,7 @@ func (a *Agent) connect(out io.Reader, in io.WriteCloser, onEnd func(error)) {
 	a.stream = newLineStream(out, in, a.cfg.MaxLine, a.updateLine)
 	a.stream.settle = a.updates.drain
 	a.stream.onEnd = onEnd
+	a.stream.gate = a.gate
 	// jsonrpc2's own logging is silenced: the package logs what matters.
 	a.conn = jsonrpc2.NewConn(context.Background(), a.stream, handler{a},
 		jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
@@ -490,74 +525,6 @@ func (a *Agent) Err() error {
 // Version is the ACP version the agent negotiated.
 func (a *Agent) Version() acpjson.Version { return acpjson.Version(a.version.Load()) }
 
-// AuthMethods lists the ids of the authentication methods the agent offers.
-func (a *Agent) AuthMethods() []string { return a.authMethods }
-
-func (a *Agent) initialize(ctx context.Context) error {
-	params := map[string]any{
-		"protocolVersion": clientProtocolVersion,
-		// v1 names.
-		"clientCapabilities": map[string]any{
-			"fs":       map[string]any{"readTextFile": true, "writeTextFile": true},
-			"terminal": false,
-		},
-		"clientInfo": map[string]any{"name": "acp-gateway", "version": "dev"},
-		// v2 names.
-		"info":         map[string]any{"name": "acp-gateway", "version": "dev"},
-		"capabilities": map[string]any{},
-	}
-	var res struct {
-		ProtocolVersion int `json:"protocolVersion"`
-		AuthMethods     []struct {
-			ID string `json:"id"`
-		} `json:"authMethods"`
-		// v1
-		AgentCapabilities struct {
-			LoadSession         bool `json:"loadSession"`
-			SessionCapabilities struct {
-				Resume json.RawMessage `json:"resume"`
-			} `json:"sessionCapabilities"`
-		} `json:"agentCapabilities"`
-		// v2
-		Capabilities struct {
-			Session json.RawMessage `json:"session"`
-		} `json:"capabilities"`
-	}
-	if err := a.call(ctx, "initialize", params, &res); err != nil {
-		return fmt.Errorf("agent: initialize: %w", err)
-	}
-	switch res.ProtocolVersion {
-	case 1, 2:
-		a.version.Store(int64(res.ProtocolVersion))
-	default:
-		return fmt.Errorf("agent: initialize: unsupported protocol version %d (the gateway speaks 1 and 2)", res.ProtocolVersion)
-	}
-	for _, m := range res.AuthMethods {
-		a.authMethods = append(a.authMethods, m.ID)
-	}
-	// An object (even {}) offers the capability; omitted or null does not.
-	offered := func(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '{' }
-	if a.Version() == acpjson.V1 {
-		a.caps.Load = res.AgentCapabilities.LoadSession
-		a.caps.Resume = offered(res.AgentCapabilities.SessionCapabilities.Resume)
-	} else {
-		// In v2 session/resume is one of the baseline session methods.
-		a.caps.Resume = offered(res.Capabilities.Session)
-	}
-	return nil
-}
-
-// Capabilities are the optional agent methods the gateway uses.
-type Capabilities struct {
-	// Load: session/load (ACP v1 agentCapabilities.loadSession).
-	Load bool
-	// Resume: session/resume (v1 sessionCapabilities.resume, v2 baseline).
-	Resume bool
-}
-
-// Capabilities returns what the agent offered at initialize.
-func (a *Agent) Capabilities() Capabilities { return a.caps }
-
 // Resume re-attaches to the agent's session id with session/resume, which
 // does not replay the conversation.
 func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) error {
@@ -614,15 +581,20 @@ func (a *Agent) call(ctx context.Context, method string, params, result any) err
 // callSent is call, running sent (when set) once the request is written to
 // the agent and before its answer is awaited.
 func (a *Agent) callSent(ctx context.Context, method string, params, result any, sent func()) error {
+	caller := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(a.ended, cancel)()
-	w, err := a.conn.DispatchCall(ctx, method, params)
+	id := jsonrpc2.ID{Num: a.callID.Add(1)}
+	w, err := a.conn.DispatchCall(ctx, method, params, jsonrpc2.PickID(id))
 	if err == nil {
 		if sent != nil {
 			sent()
 		}
 		err = w.Wait(ctx, result)
+		if caller.Err() != nil && a.ended.Err() == nil && method != "session/prompt" {
+			a.withdraw(id)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, jsonrpc2.ErrClosed) {
@@ -646,6 +618,17 @@ func (a *Agent) callSent(ctx context.Context, method string, params, result any,
 	return err
 }
 
+// withdraw tells the agent that the gateway no longer waits for the answer
+// to its request id, whose caller went away ($/cancel_request). A turn is
+// cancelled with session/cancel instead, as ACP orders. The write is made
+// apart from the caller: an agent that does not read its input would block
+// it until the agent ends.
+func (a *Agent) withdraw(id jsonrpc2.ID) {
+	go func() {
+		_ = a.conn.Notify(context.Background(), "$/cancel_request", map[string]any{"requestId": id})
+	}()
+}
+
 // CodeAuthRequired is the JSON-RPC error code with which an ACP agent
 // refuses to work before authentication.
 const CodeAuthRequired = -32000
@@ -659,11 +642,6 @@ type RPCError struct {
 
 func (e *RPCError) Error() string {
 	return fmt.Sprintf("agent answered %s with error %d: %s", e.Method, e.Code, e.Message)
-}
-
-// Authenticate runs the agent's authentication method id.
-func (a *Agent) Authenticate(ctx context.Context, method string) error {
-	return a.call(ctx, "authenticate", map[string]any{"methodId": method}, nil)
 }
 
 // NewSession creates a session at the agent and returns its id.
@@ -713,12 +691,36 @@ func (a *Agent) Cancel(ctx context.Context, sessionID string) error {
 	return a.conn.Notify(ctx, "session/cancel", map[string]any{"sessionId": sessionID})
 }
 
+// CloseSession asks the agent to end its session sessionID and free what
+// it holds for it (session/close), when the agent offers that; it returns
+// ErrUnsupported otherwise.
+func (a *Agent) CloseSession(ctx context.Context, sessionID string) error {
+	if !a.Capabilities().Close {
+		return ErrUnsupported
+	}
+	return a.call(ctx, "session/close", map[string]any{"sessionId": sessionID}, nil)
+}
+
+// DeleteSession asks the agent to delete its history of session sessionID
+// (session/delete), when the agent offers that; it returns ErrUnsupported
+// otherwise.
+func (a *Agent) DeleteSession(ctx context.Context, sessionID string) error {
+	if !a.Capabilities().Delete {
+		return ErrUnsupported
+	}
+	return a.call(ctx, "session/delete", map[string]any{"sessionId": sessionID}, nil)
+}
+
 // Close ends the agent: it closes stdin, then after StopGrace sends SIGTERM
 // to the process group, then after StopGrace again SIGKILL, and waits until
 // the process is reaped. Whatever else is left in the group is killed.
 func (a *Agent) Close() {
 	a.closeOnce.Do(func() {
 		a.closing.Store(true)
+		if a.Frozen() {
+			// A frozen agent cannot end on its own, and must not run again.
+			a.Kill()
+		}
 		_ = a.conn.Close() // closes the agent's stdin
 		pgid := a.cmd.Process.Pid
 		select {
@@ -831,12 +833,19 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 		a.cfg.Client.SessionUpdates([]Update{{AgentSessionID: p.SessionID, Update: u, Err: err}})
 		return nil, nil
 	case "session/request_permission":
-		ch, err := a.cfg.Client.RequestPermission(params)
+		ch, withdraw, err := a.cfg.Client.RequestPermission(params)
 		if err != nil {
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
 		}
 		id := req.ID
+		// By pointer: a request id the agent reuses while the first is
+		// pending is the second's, and the first's end leaves it alone.
+		w := &withdraw
+		if withdraw != nil {
+			a.asked.Store(id, w)
+		}
 		go func() {
+			defer a.asked.CompareAndDelete(id, w)
 			outcome, ok := <-ch
 			if !ok || outcome == nil {
 				outcome = &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
@@ -845,6 +854,20 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			_ = conn.Reply(context.Background(), id, &res)
 		}()
 		return deferred{}, nil
+	case "$/cancel_request":
+		// The agent withdraws a request of its own: only a permission
+		// request waits for an answer here.
+		var p struct {
+			RequestID *jsonrpc2.ID `json:"requestId"`
+		}
+		if err := json.Unmarshal(params, &p); err != nil || p.RequestID == nil {
+			a.cfg.Log.Warn("agent sent a malformed $/cancel_request", "error", err)
+			return nil, nil
+		}
+		if w, ok := a.asked.Load(*p.RequestID); ok {
+			(*w.(*func()))()
+		}
+		return nil, nil
 	case "fs/read_text_file":
 		return a.fs.read(params)
 	case "fs/write_text_file":

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -383,8 +384,9 @@ func TestProtocolErrorsEndTheAgent(t *testing.T) {
 		step agentsim.Step
 		want string
 	}{
-		"too long": {agentsim.Step{LongLine: 4096}, "line too long: over 1024 bytes"},
-		"not JSON": {agentsim.Step{Raw: "this is not JSON"}, "protocol error: invalid character"},
+		"too long":       {agentsim.Step{LongLine: 4096}, "line too long: over 1024 bytes"},
+		"not JSON":       {agentsim.Step{Raw: "this is not JSON"}, "protocol error: invalid character"},
+		"an empty batch": {agentsim.Step{Raw: " []"}, "protocol error: an empty JSON-RPC batch"},
 	} {
 		before := agentsim.Step{Update: []byte(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"before"}}`)}
 		a, rec := startAgent(t, agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim.Step{before, c.step}}}}, 1024)
@@ -403,6 +405,36 @@ func TestProtocolErrorsEndTheAgent(t *testing.T) {
 		if got := rec.seen(); len(got) != 1 || got[0] != "update "+sid+" before" {
 			t.Errorf("%s: the client saw %q", name, got)
 		}
+	}
+}
+
+// A JSON-RPC batch from an agent (v2 transports follow JSON-RPC 2.0's batch
+// rules) is read as its messages, in order, each update taking the
+// one-pass path; it used to end the agent as a protocol error.
+func TestBatchesAreReadAsTheirMessages(t *testing.T) {
+	t.Parallel()
+	chunk := func(text string) string {
+		return `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"` + agentsim.SessionIDPrefix + `1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"` + text + `"}}}}`
+	}
+	batch := agentsim.Step{Raw: " [" + chunk("one") + ", " + chunk("two") + "]"}
+	after := agentsim.Step{Update: []byte(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"three"}}`)}
+	a, rec := startAgent(t, agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim.Step{batch, after}}}}, 0)
+	sid, err := a.NewSession(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Prompt(context.Background(), sid, nil, nil); err != nil {
+		t.Fatalf("prompt after a batch: %v", err)
+	}
+	var want []string
+	for _, text := range []string{"one", "two", "three"} {
+		want = append(want, "update "+sid+" "+text)
+	}
+	if got := rec.seen(); !slices.Equal(got, want) {
+		t.Fatalf("the client saw %q, want %q", got, want)
+	}
+	if d := a.stream.directLines.Load(); d < 3 {
+		t.Fatalf("%d messages took the one-pass path, want 3", d)
 	}
 }
 

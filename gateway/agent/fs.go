@@ -97,12 +97,19 @@ func kind(m fs.FileMode) string {
 	return "mode " + m.Type().String()
 }
 
+// CodeResourceNotFound is ACP's JSON-RPC error code for a resource, such
+// as a file, that is not there.
+const CodeResourceNotFound = -32002
+
 func fsError(err error) *jsonrpc2.Error {
 	msg := err.Error()
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		// Do not echo the gateway's own paths; name the operation and cause.
 		msg = pe.Op + ": " + pe.Err.Error()
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return &jsonrpc2.Error{Code: CodeResourceNotFound, Message: "Resource not found: " + msg}
 	}
 	return &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: msg}
 }

@@ -47,7 +47,7 @@ func readAll(t *testing.T, r *lineReader, max int) []string {
 	var got []string
 	for {
 		line, err := r.readLine(max)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return got
 		}
 		if err != nil {
@@ -84,7 +84,7 @@ func TestLineReaderSplits(t *testing.T) {
 		if strings.Join(got, "\n") != strings.Join(want, "\n") || len(got) != len(want) {
 			t.Fatalf("round %d: %d lines read, want %d", round, len(got), len(want))
 		}
-		if _, err := r.readLine(1 << 20); err != io.EOF {
+		if _, err := r.readLine(1 << 20); !errors.Is(err, io.EOF) {
 			t.Fatalf("round %d: after the end: %v", round, err)
 		}
 		if r.burst != nil {
@@ -169,7 +169,7 @@ func TestLineReaderExactFillIsNotABurst(t *testing.T) {
 	if line, err := r.readLine(1 << 20); err != nil || len(line) != lineBuffer-1 {
 		t.Fatalf("%d bytes, %v", len(line), err)
 	}
-	if _, err := r.readLine(1 << 20); err != io.EOF {
+	if _, err := r.readLine(1 << 20); !errors.Is(err, io.EOF) {
 		t.Fatalf("the end: %v", err)
 	}
 	if len(src.rooms) < 2 || src.rooms[1] != lineBuffer {

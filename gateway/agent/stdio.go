@@ -19,13 +19,19 @@ var ErrLineTooLong = errors.New("agent output line too long")
 // offered to direct first, which takes the session/update notifications in
 // one pass (see [Agent.updateLine]); the others are unmarshalled into the
 // message jsonrpc2 reads, as its plain object stream would. Lines holding
-// only whitespace are skipped. The first error (a line that is not JSON, a
-// line too long, the end of the output) ends reading: onEnd is told of it,
-// so that the agent's end can be explained, and every later read returns it.
+// only whitespace are skipped. A line that is a JSON-RPC batch (an array of
+// messages) is read as its messages, one after another, each offered to
+// direct first; their answers go back one by one, as JSON-RPC 2.0 lets a
+// batch's be matched by id. The first error (a line that is not JSON, a line
+// too long, an empty batch, the end of the output) ends reading: onEnd is
+// told of it, so that the agent's end can be explained, and every later
+// read returns it.
 type lineStream struct {
 	r      *lineReader
 	max    int
 	direct func(line []byte) bool
+	// batch holds the messages of a batch line not read yet.
+	batch []json.RawMessage
 	// end is the error that ends reading, returned once the lines before it
 	// are read.
 	end error
@@ -36,6 +42,9 @@ type lineStream struct {
 	// onEnd, if set, is called once, in the read loop, with the error that
 	// ends reading.
 	onEnd func(error)
+	// gate, if set, is called in the read loop before each line is read:
+	// it may wait, and the agent's output is not read meanwhile.
+	gate func()
 	// directLines counts the lines direct took, for the tests.
 	directLines atomic.Uint64
 
@@ -51,7 +60,7 @@ func newLineStream(r io.Reader, w io.WriteCloser, max int, direct func([]byte) b
 // loop, and so does direct: what the agent sends is handled in its order.
 func (s *lineStream) ReadObject(v any) error {
 	for {
-		line, err := s.readLine()
+		line, err := s.next()
 		if err == nil {
 			if blank(line) {
 				continue
@@ -79,11 +88,53 @@ func (s *lineStream) ReadObject(v any) error {
 	}
 }
 
+// errEmptyBatch ends an agent that sends an empty batch, which JSON-RPC 2.0
+// calls an invalid request.
+var errEmptyBatch = errors.New("an empty JSON-RPC batch")
+
+// next returns the next message: a line, or the next of a batch line's
+// messages. It is valid until the next call.
+func (s *lineStream) next() ([]byte, error) {
+	if len(s.batch) == 0 {
+		line, err := s.readLine()
+		if err != nil || !isBatch(line) {
+			return line, err
+		}
+		if err := json.Unmarshal(line, &s.batch); err != nil {
+			s.end = err
+			return nil, err
+		}
+		if len(s.batch) == 0 {
+			s.end = errEmptyBatch
+			return nil, s.end
+		}
+	}
+	m := s.batch[0]
+	s.batch[0] = nil
+	s.batch = s.batch[1:]
+	return m, nil
+}
+
+// isBatch reports whether line, not blank, is a JSON array.
+func isBatch(line []byte) bool {
+	for _, c := range line {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c == '['
+	}
+	return false
+}
+
 // readLine returns the next line without its newline; a last line that has
 // none counts. The line is valid until the next call.
 func (s *lineStream) readLine() ([]byte, error) {
 	if s.end != nil {
 		return nil, s.end
+	}
+	if s.gate != nil {
+		s.gate()
 	}
 	line, err := s.r.readLine(s.max)
 	if err != nil {

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
 	"google.golang.org/protobuf/proto"
@@ -25,6 +27,8 @@ type recorder struct {
 	mu      sync.Mutex
 	got     []string
 	updates []*acpv2.SessionUpdate
+	// hold leaves permission requests unanswered until withdrawn.
+	hold bool
 }
 
 func (r *recorder) note(s string) {
@@ -58,11 +62,18 @@ func (r *recorder) sessionUpdate(sid string, u *acpv2.SessionUpdate, err error) 
 	r.mu.Unlock()
 }
 
-func (r *recorder) RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, error) {
+func (r *recorder) RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, func(), error) {
 	r.note("permission")
 	ch := make(chan *acpv2.PermissionOutcome, 1)
+	if r.hold {
+		// Answered only when the agent withdraws it.
+		return ch, func() {
+			r.note("withdrawn")
+			ch <- &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
+		}, nil
+	}
 	ch <- &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: "allow"}}
-	return ch, nil
+	return ch, func() { r.note("withdrawn") }, nil
 }
 
 func (r *recorder) seen() []string {
@@ -85,6 +96,7 @@ func newPipeAgent(t *testing.T, c Client, maxLine int, v acpjson.Version) *pipeA
 	outR, outW := io.Pipe()
 	inR, inW := io.Pipe()
 	a := &Agent{cfg: Config{Client: c, Log: slog.New(slog.DiscardHandler), MaxLine: maxLine}}
+	a.ended, a.setEnded = context.WithCancel(context.Background())
 	a.version.Store(int64(v))
 	p := &pipeAgent{Agent: a, out: outW, in: make(chan string, 100), ended: make(chan error, 1)}
 	a.connect(outR, inW, func(err error) { p.ended <- err })
@@ -96,6 +108,7 @@ func newPipeAgent(t *testing.T, c Client, maxLine int, v acpjson.Version) *pipeA
 		close(p.in)
 	}()
 	t.Cleanup(func() {
+		a.setEnded()
 		a.conn.Close()
 		outR.Close()
 		inR.Close()
@@ -289,7 +302,7 @@ func TestLineLimit(t *testing.T) {
 	// Lines longer than the read buffer, under the limit.
 	long := `{"jsonrpc":"2.0","id":1,"result":"` + strings.Repeat("x", 3*lineBuffer) + `"}`
 	s = newLineStream(strings.NewReader(long+"\n"+msg+"\n"+long), nil, 4*lineBuffer, nil)
-	if n, err := read(s); n != 3 || err != io.EOF {
+	if n, err := read(s); n != 3 || !errors.Is(err, io.EOF) {
 		t.Fatalf("%d messages, then %v; want 3, then EOF", n, err)
 	}
 
@@ -405,4 +418,92 @@ func FuzzOnePassMatchesJSONRPC2(f *testing.F) {
 			t.Fatalf("%q: read error %v, through jsonrpc2 %v", line, err, werr)
 		}
 	})
+}
+
+// An agent that withdraws its own permission request ($/cancel_request)
+// gets it answered cancelled at once, and the Client is told, so that no
+// client answers what nobody waits for. Agent requests may use id 0.
+func TestAgentWithdrawsItsPermissionRequest(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{hold: true}
+	p := newPipeAgent(t, rec, DefaultMaxLine, acpjson.V2)
+	p.send(t,
+		`{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"s","toolCall":{"toolCallId":"c"},"options":[]}}`+"\n",
+		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":0}}`+"\n")
+	got := make(chan map[string]any, 1)
+	go func() { got <- p.next(t) }()
+	select {
+	case m := <-got:
+		res, _ := m["result"].(map[string]any)
+		outcome, _ := res["outcome"].(map[string]any)
+		if m["id"] != float64(0) || outcome["outcome"] != "cancelled" {
+			t.Fatalf("the answer to the withdrawn request is %v, want id 0 cancelled", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the withdrawn permission request was never answered")
+	}
+	if seen := rec.seen(); !slices.Equal(seen, []string{"permission", "withdrawn"}) {
+		t.Fatalf("the client saw %q, want the request, then its withdrawal", seen)
+	}
+}
+
+// A request whose caller goes away before the agent answers (a client that
+// gave up on SetConfigOption) is withdrawn from the agent with
+// $/cancel_request, so that the agent can stop working on it.
+func TestGatewayWithdrawsARequestItNoLongerWaitsFor(t *testing.T) {
+	t.Parallel()
+	p := newPipeAgent(t, &recorder{}, DefaultMaxLine, acpjson.V2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- p.call(ctx, "session/set_mode", map[string]any{"sessionId": "s", "modeId": "plan"}, nil)
+	}()
+	req := p.next(t)
+	if req["method"] != "session/set_mode" {
+		t.Fatalf("the gateway wrote %v, want session/set_mode", req)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the call whose caller went away: %v, want context.Canceled", err)
+	}
+	var m map[string]any
+	select {
+	case line := <-p.in:
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("the gateway wrote %q: %v", line, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway wrote nothing after the caller went away")
+	}
+	params, _ := m["params"].(map[string]any)
+	if m["method"] != "$/cancel_request" || params["requestId"] != req["id"] {
+		t.Fatalf("after the caller went away the gateway wrote %v, want $/cancel_request for id %v", m, req["id"])
+	}
+}
+
+// nilWithdraw answers every permission request at once and gives no way
+// to withdraw it.
+type nilWithdraw struct{ recorder }
+
+func (*nilWithdraw) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionOutcome, func(), error) {
+	ch := make(chan *acpv2.PermissionOutcome, 1)
+	ch <- &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
+	return ch, nil, nil
+}
+
+// A $/cancel_request for a request its Client gave no withdraw for, or
+// for a request it does not know, is ignored: the read loop goes on.
+func TestCancelRequestWithNothingToWithdraw(t *testing.T) {
+	t.Parallel()
+	p := newPipeAgent(t, &nilWithdraw{}, DefaultMaxLine, acpjson.V2)
+	p.send(t,
+		`{"jsonrpc":"2.0","id":3,"method":"session/request_permission","params":{"sessionId":"s","toolCall":{"toolCallId":"c"},"options":[]}}`+"\n",
+		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":3}}`+"\n",
+		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"unknown"}}`+"\n",
+		`{"jsonrpc":"2.0","id":4,"method":"_x/unknown","params":{}}`+"\n")
+	for _, want := range []float64{3, 4} {
+		if m := p.next(t); m["id"] != want {
+			t.Fatalf("the gateway answered %v, want id %v", m, want)
+		}
+	}
 }

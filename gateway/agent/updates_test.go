@@ -25,8 +25,8 @@ func (c *heldClient) SessionUpdates(updates []Update) {
 	}
 }
 
-func (*heldClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionOutcome, error) {
-	return nil, nil
+func (*heldClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionOutcome, func(), error) {
+	return nil, func() {}, nil
 }
 
 // While the Client takes its time, the read loop queues the next updates,

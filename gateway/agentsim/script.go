@@ -34,14 +34,38 @@ type Script struct {
 	// agentCapabilities.sessionCapabilities.resume, v2 capabilities.session)
 	// and serves it. Without it session/resume is an unknown method.
 	Resume bool `json:"resume,omitempty"`
+	// Close advertises session/close (ACP v1
+	// agentCapabilities.sessionCapabilities.close; in v2 a baseline
+	// method of capabilities.session) and serves it: the session's turns
+	// are cancelled. Without it session/close is an unknown method.
+	Close bool `json:"close,omitempty"`
+	// Delete advertises session/delete (v1 sessionCapabilities.delete, v2
+	// capabilities.session.delete) and serves it. Without it
+	// session/delete is an unknown method.
+	Delete bool `json:"delete,omitempty"`
+	// SessionsFile, when set, gets a line "close ID" or "delete ID"
+	// appended for each session/close and session/delete served.
+	SessionsFile string `json:"sessionsFile,omitempty"`
 	// ConfigOptions is the configOptions array that answers
 	// session/set_config_option; empty means [].
 	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
-	// AuthMethods are the advertised authentication method ids. When it is
-	// not empty, session/new and session/load fail with the JSON-RPC error
-	// code -32000 (authentication required) until authenticate succeeded
-	// with one of them.
+	// AuthMethods are the advertised authentication method ids (ACP v1
+	// `id`; v2 `methodId`, of type `agent`). When it is not empty,
+	// session/new and session/load fail with the JSON-RPC error code
+	// -32000 (authentication required) until authentication succeeded
+	// with one of them: authenticate in v1, auth/login in v2, each
+	// unknown in the other version.
 	AuthMethods []string `json:"authMethods,omitempty"`
+	// PromptCapabilities are advertised at initialize: in ACP v1 as
+	// agentCapabilities.promptCapabilities, in v2 as objects in
+	// capabilities.session.prompt (which makes capabilities.session an
+	// object, as Resume does). The agent takes any prompt whatever it
+	// advertised.
+	PromptCapabilities PromptCapabilities `json:"promptCapabilities,omitzero"`
+	// NewSessionError, when set, answers every session/new (after any
+	// authentication it needs) with this JSON-RPC error, as an agent
+	// that refuses to make a session does.
+	NewSessionError *RPCError `json:"newSessionError,omitempty"`
 	// Startup is played when initialize arrives, before it is answered
 	// (garbage, a stderr line, a slow start, an exit, a hang).
 	Startup []Step `json:"startup,omitempty"`
@@ -57,6 +81,20 @@ type Script struct {
 	// ignoring SIGTERM, SIGHUP and SIGINT too, as a stuck agent would:
 	// only SIGKILL ends it.
 	IgnoreEOF bool `json:"ignoreEOF,omitempty"`
+}
+
+// RPCError is a JSON-RPC error the agent answers with.
+type RPCError struct {
+	Code    int64  `json:"code"`
+	Message string `json:"message"`
+}
+
+// PromptCapabilities say which content blocks beyond text and resource
+// links an agent takes in a prompt.
+type PromptCapabilities struct {
+	Image           bool `json:"image"`
+	Audio           bool `json:"audio"`
+	EmbeddedContext bool `json:"embeddedContext"`
 }
 
 // Turn is what the agent does for one session/prompt.

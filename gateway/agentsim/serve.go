@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -158,7 +160,12 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 	switch req.Method {
 	case "initialize":
 		a.spawn(func() { a.initialize(conn, req) })
-	case "authenticate":
+	case "authenticate", "auth/login":
+		// v1 authenticate, v2 auth/login: each only in its version.
+		if (req.Method == "auth/login") != (a.protocolVersion() >= 2) {
+			a.methodNotFound(conn, req)
+			return
+		}
 		a.authenticate(conn, req)
 	case "session/new":
 		a.newSession(conn, req)
@@ -179,6 +186,12 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 	case "session/cancel":
 		a.cancel(req)
 		a.reply(conn, req, nil)
+	case "session/close", "session/delete":
+		if !map[string]bool{"session/close": a.script.Close, "session/delete": a.script.Delete}[req.Method] {
+			a.methodNotFound(conn, req)
+			return
+		}
+		a.endSession(conn, req)
 	case "session/set_mode":
 		a.setMode(conn, req)
 	case "session/set_config_option":
@@ -199,20 +212,33 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	pv := a.protocolVersion()
 	methods := make([]authMethod, 0, len(a.script.AuthMethods))
 	for _, m := range a.script.AuthMethods {
-		methods = append(methods, authMethod{ID: m, Name: m})
+		if pv >= 2 {
+			methods = append(methods, authMethod{MethodID: m, Name: m, Type: "agent"})
+		} else {
+			methods = append(methods, authMethod{ID: m, Name: m})
+		}
 	}
 	res := initializeResult{
 		ProtocolVersion: pv,
 		AgentCapabilities: agentCapabilities{
 			LoadSession:        a.script.LoadSession,
-			PromptCapabilities: promptCapabilities{},
+			PromptCapabilities: a.script.PromptCapabilities,
 		},
 		AuthMethods: methods,
 		AgentInfo:   implementation{Name: "agentsim", Title: "acp-gateway simulated agent", Version: "1"},
 	}
-	if a.script.Resume {
-		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: &struct{}{}}
-		res.Capabilities = &v2Capabilities{Session: &struct{}{}}
+	if pv >= 2 {
+		res.Info = &res.AgentInfo
+	}
+	if a.script.Resume || a.script.Close || a.script.Delete {
+		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close), Delete: offer(a.script.Delete)}
+		res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{Delete: offer(a.script.Delete)}}
+	}
+	if pc := a.script.PromptCapabilities; pc != (PromptCapabilities{}) {
+		if res.Capabilities == nil {
+			res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{}}
+		}
+		res.Capabilities.Session.Prompt = &v2PromptCapabilities{Image: offer(pc.Image), Audio: offer(pc.Audio), EmbeddedContext: offer(pc.EmbeddedContext)}
 	}
 	a.reply(conn, req, res)
 }
@@ -251,6 +277,10 @@ func (a *agent) authError() *jsonrpc2.Error {
 func (a *agent) newSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if e := a.authError(); e != nil {
 		a.replyError(conn, req, e)
+		return
+	}
+	if e := a.script.NewSessionError; e != nil {
+		a.replyError(conn, req, &jsonrpc2.Error{Code: e.Code, Message: e.Message})
 		return
 	}
 	var p struct {
@@ -434,6 +464,31 @@ func (a *agent) protocolVersion() int {
 	return a.script.ProtocolVersion
 }
 
+// endSession serves session/close and session/delete: the session's turns
+// are cancelled, and the call noted in SessionsFile.
+func (a *agent) endSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	if e := decodeParams(req, &p); e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	a.cancel(req)
+	if f := a.script.SessionsFile; f != "" {
+		out, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err == nil {
+			_, err = fmt.Fprintln(out, strings.TrimPrefix(req.Method, "session/"), p.SessionID)
+			err = errors.Join(err, out.Close())
+		}
+		if err != nil {
+			a.replyError(conn, req, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: err.Error()})
+			return
+		}
+	}
+	a.reply(conn, req, struct{}{})
+}
+
 func (a *agent) cancel(req *jsonrpc2.Request) {
 	var p struct {
 		SessionID string `json:"sessionId"`
@@ -531,31 +586,53 @@ type initializeResult struct {
 	Capabilities *v2Capabilities `json:"capabilities,omitempty"`
 	AuthMethods  []authMethod    `json:"authMethods"`
 	AgentInfo    implementation  `json:"agentInfo"`
+	// Info is the ACP v2 name of agentInfo.
+	Info *implementation `json:"info,omitempty"`
 }
 
 type agentCapabilities struct {
 	LoadSession         bool                 `json:"loadSession"`
-	PromptCapabilities  promptCapabilities   `json:"promptCapabilities"`
+	PromptCapabilities  PromptCapabilities   `json:"promptCapabilities"`
 	SessionCapabilities *sessionCapabilities `json:"sessionCapabilities,omitempty"`
 }
 
 type sessionCapabilities struct {
 	Resume *struct{} `json:"resume,omitempty"`
+	Close  *struct{} `json:"close,omitempty"`
+	Delete *struct{} `json:"delete,omitempty"`
 }
 
 type v2Capabilities struct {
-	Session *struct{} `json:"session,omitempty"`
+	Session *v2SessionCapabilities `json:"session,omitempty"`
 }
 
-type promptCapabilities struct {
-	Image           bool `json:"image"`
-	Audio           bool `json:"audio"`
-	EmbeddedContext bool `json:"embeddedContext"`
+type v2SessionCapabilities struct {
+	Prompt *v2PromptCapabilities `json:"prompt,omitempty"`
+	Delete *struct{}             `json:"delete,omitempty"`
 }
 
+// v2PromptCapabilities offers each kind of content with an object.
+type v2PromptCapabilities struct {
+	Image           *struct{} `json:"image,omitempty"`
+	Audio           *struct{} `json:"audio,omitempty"`
+	EmbeddedContext *struct{} `json:"embeddedContext,omitempty"`
+}
+
+// offer is a v2 capability's value: {} when on, omitted when off.
+func offer(on bool) *struct{} {
+	if on {
+		return &struct{}{}
+	}
+	return nil
+}
+
+// authMethod is an ACP v1 (id) or v2 (methodId, type) authentication
+// method.
 type authMethod struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	ID       string `json:"id,omitempty"`
+	MethodID string `json:"methodId,omitempty"`
+	Name     string `json:"name"`
+	Type     string `json:"type,omitempty"`
 }
 
 type implementation struct {

@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/acp-gateway/acp-gateway/gateway/acpnet"
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
 	"github.com/acp-gateway/acp-gateway/gateway/console"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
@@ -23,6 +24,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	"github.com/acp-gateway/acp-gateway/gateway/service"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -93,6 +95,9 @@ type Config struct {
 	MaxConnections               int
 	// Console serves the web console at "/".
 	Console bool
+	// ACP serves ACP itself at /acp (package acpnet), over the same
+	// SessionService, authentication, limits and metrics.
+	ACP bool
 	// Extra handlers are mounted beside the service, by pattern.
 	Extra map[string]http.Handler
 }
@@ -178,6 +183,20 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	for pattern, h := range cfg.Extra {
 		extra[pattern] = h
 	}
+	var acpOpts *acpnet.Options
+	if cfg.ACP {
+		acpOpts = &acpnet.Options{
+			Agents: mgr.AgentNames(),
+			// coder/websocket matches a pattern with a scheme against
+			// the Origin's scheme://host.
+			OriginPatterns: cfg.CORSOrigins,
+			WriteTimeout:   max(cfg.StreamWriteTimeout, 0),
+			PingInterval:   cfg.Heartbeat,
+			Opened:         met.ACPConnectionOpened,
+			Version:        buildinfo.Get().Version,
+			Log:            cfg.Session.Log,
+		}
+	}
 	ready := newReadiness(cfg.Session.Store)
 	srv := server.New(service.New(mgr, svcOpts...), server.Options{
 		Ready:          ready.ready,
@@ -192,6 +211,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		BodyTimeout:    cfg.BodyTimeout,
 		IdleTimeout:    cfg.ConnIdleTimeout,
 		MaxConnections: cfg.MaxConnections,
+		ACP:            acpOpts,
 	})
 	return &App{Manager: mgr, Metrics: met, Server: srv, ready: ready}, nil
 }

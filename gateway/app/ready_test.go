@@ -5,13 +5,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/session"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -40,7 +40,8 @@ func TestReadinessAsksTheStoreOnceASecond(t *testing.T) {
 	now := time.Unix(1000, 0)
 	r.now = func() time.Time { return now }
 
-	if !r.ready() || !r.ready() || st.pings.Load() != 1 {
+	first, second := r.ready(), r.ready()
+	if !first || !second || st.pings.Load() != 1 {
 		t.Fatalf("store up: ready twice with %d pings, want 1", st.pings.Load())
 	}
 	st.down.Store(true)
@@ -75,17 +76,8 @@ func TestReadyzFollowsTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gw.Server.Serve(l)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = gw.Shutdown(ctx)
-	})
-	res, err := http.Get("http://" + l.Addr().String() + "/readyz")
+	base, _ := testutil.Serve(t, gw.Server.Serve, gw.Shutdown)
+	res, err := http.Get(base + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func errorText(err error) string {
 		}
 		b.WriteString(err.Error())
 		b.WriteString("\n")
-		switch u := err.(type) {
+		switch u := err.(type) { //nolint:errorlint // this walks the chain itself, one link at a time
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
 				walk(e)

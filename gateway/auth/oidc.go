@@ -243,7 +243,7 @@ type jwks struct {
 
 // VerifySignature implements oidc.KeySet.
 func (s *jwks) VerifySignature(_ context.Context, raw string) ([]byte, error) {
-	jws, err := jose.ParseSigned(raw, signingAlgs)
+	jws, err := jose.ParseSignedCompact(raw, signingAlgs)
 	if err != nil {
 		return nil, fmt.Errorf("malformed jwt: %w", err)
 	}

@@ -27,6 +27,17 @@ type Options struct {
 	// Agent is the name of the gateway agent that new sessions run.
 	// Required.
 	Agent string
+	// Follow makes the bridge follow each session the editor creates or
+	// attaches to for as long as it is connected, so that it sees the
+	// turns other clients run and is asked their permission requests
+	// (first answer wins; a request answered elsewhere is withdrawn with
+	// $/cancel_request), not only its own turns.
+	Follow bool
+	// ChooseAgent lets the client name another agent for a new session in
+	// session/new's `_meta`: `{"acpGateway": {"agent": "NAME"}}` (the
+	// gateway refuses a name it does not know); and session/list then
+	// lists the sessions of every agent.
+	ChooseAgent bool
 	// Cwd, when set, is the working directory given to the gateway for new
 	// sessions instead of the one the editor sends, which need not exist
 	// on the gateway's machine.
@@ -49,13 +60,28 @@ type Options struct {
 const closeTimeout = 10 * time.Second
 
 // Serve speaks ACP as an agent on in (the editor's requests) and out (the
-// answers and notifications), relaying every session to the gateway, until
-// in ends or ctx ends. It then closes the gateway sessions it created
-// (unless [Options.KeepSessions]) and returns nil. Serve closes in and out
-// when they implement io.Closer, so that a read blocked on in ends too.
+// answers and notifications), one JSON-RPC message per line, relaying every
+// session to the gateway, until in ends or ctx ends. It then closes the
+// gateway sessions it created (unless [Options.KeepSessions]) and returns
+// nil. Serve closes in and out when they implement io.Closer, so that a
+// read blocked on in ends too.
 //
 // Serve returns an error only for invalid options.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error {
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = DefaultMaxLine
+	}
+	return serve(ctx, newLineStream(in, out, opts.MaxLine), opts)
+}
+
+// ServeMessages is [Serve] over any transport of whole messages, such as a
+// WebSocket: it serves ACP on m until m's Read fails or ctx ends, then
+// closes m. [Options.MaxLine] is m's business.
+func ServeMessages(ctx context.Context, m Messages, opts Options) error {
+	return serve(ctx, &objectStream{m: m}, opts)
+}
+
+func serve(ctx context.Context, stream *objectStream, opts Options) error {
 	if opts.Client == nil {
 		return errors.New("bridge: Options.Client is required")
 	}
@@ -67,9 +93,6 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
-	}
-	if opts.MaxLine <= 0 {
-		opts.MaxLine = DefaultMaxLine
 	}
 	base, stop := context.WithCancel(ctx)
 	defer stop()
@@ -84,7 +107,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 		version:  acpjson.V1,
 	}
 	// jsonrpc2's own logging is silenced: the bridge logs what matters.
-	b.conn = jsonrpc2.NewConn(base, newLineStream(in, out, opts.MaxLine), b, jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
+	b.conn = jsonrpc2.NewConn(base, stream, b, jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
 	close(b.ready)
 	select {
 	case <-b.conn.DisconnectNotify():
@@ -133,14 +156,23 @@ type session struct {
 	// created: the bridge made it, so the bridge closes it at the end.
 	created bool
 
-	// out orders the session's notifications and guards conv; it is held
-	// while writing to the editor.
+	// out orders the session's notifications and guards conv and lastSeq;
+	// it is held while writing to the editor, and taken before mu.
 	out  sync.Mutex
 	conv *converter
-	// mu guards turn and is never held while writing, so that the read
-	// loop, which takes it, never waits on the editor.
+	// lastSeq is the last live event handled (handleLive).
+	lastSeq uint64
+	// mu guards turn, asks and stopFollow, and is never held while
+	// writing, so that the read loop, which takes it, never waits on the
+	// editor.
 	mu   sync.Mutex
 	turn *turn
+	// asks are the editor's permission requests, by the gateway's request
+	// id.
+	asks map[string]*ask
+	// stopFollow ends the session's follower (Options.Follow); nil when
+	// none runs.
+	stopFollow context.CancelFunc
 }
 
 // spawn runs f in a goroutine that Serve waits for; it reports false when
@@ -170,7 +202,7 @@ func (b *bridge) sessionFor(id string, created bool) *session {
 	if s := b.sessions[id]; s != nil {
 		return s
 	}
-	s := &session{id: id, created: created, conv: newConverter(b.version)}
+	s := &session{id: id, created: created, conv: newConverter(b.version), asks: map[string]*ask{}}
 	b.sessions[id] = s
 	return s
 }

@@ -5,6 +5,10 @@
 // speaks the acp.v2 SessionService over Connect, authenticated with a
 // bearer token.
 //
+// The mapping does not depend on stdio: [ServeMessages] serves it on any
+// transport of whole JSON-RPC messages ([Messages]), which is how the
+// gateway itself speaks ACP on its `/acp` endpoint (package acpnet).
+//
 // # Configuring Zed
 //
 // Add the bridge to `agent_servers` in Zed's settings.json as a custom
@@ -66,7 +70,11 @@
 //     "start"}` (v2), replay the gateway session's stored events (Watch from
 //     the start, up to the last event GetSession reports) as history: the
 //     prompts as the user's messages, then what the agent said and did.
-//     Turns that other clients run later are not followed.
+//     Turns that other clients run later are not followed by `connect`;
+//     with [Options.Follow] (the gateway's /acp endpoint) every session
+//     the editor creates or attaches to is followed: the turns of other
+//     clients reach it too (their prompts as the user's messages), and so
+//     do their permission requests, withdrawn once another client answers.
 //   - session/set_mode (v1) and session/set_config_option relay to SetMode
 //     and SetConfigOption.
 //

@@ -74,9 +74,21 @@ func (b *bridge) newSession(ctx context.Context, params json.RawMessage) (any, e
 	var p struct {
 		Cwd        string            `json:"cwd"`
 		McpServers []json.RawMessage `json:"mcpServers"`
+		Meta       struct {
+			Gateway struct {
+				Agent string `json:"agent"`
+			} `json:"acpGateway"`
+		} `json:"_meta"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil {
 		return nil, invalidParams("session/new: %v", err)
+	}
+	agent := b.opts.Agent
+	if name := p.Meta.Gateway.Agent; name != "" {
+		if !b.opts.ChooseAgent {
+			return nil, invalidParams("session/new: this connection runs agent %q; _meta.acpGateway.agent cannot choose another", agent)
+		}
+		agent = name
 	}
 	cwd := b.opts.Cwd
 	if cwd == "" {
@@ -88,13 +100,13 @@ func (b *bridge) newSession(ctx context.Context, params json.RawMessage) (any, e
 	if len(p.McpServers) > 0 {
 		b.log.Warn("the editor's MCP servers are not passed on: the gateway starts its agents with none", "count", len(p.McpServers))
 	}
-	res, err := b.client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: b.opts.Agent, Cwd: cwd}))
+	res, err := b.client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
 	if err != nil {
 		return nil, rpcError("CreateSession", err)
 	}
 	id := res.Msg.GetSessionId()
-	b.sessionFor(id, true)
-	b.log.Info("session created", "session", id, "agent", b.opts.Agent, "cwd", cwd)
+	b.follow(b.sessionFor(id, true))
+	b.log.Info("session created", "session", id, "agent", agent, "cwd", cwd)
 	return map[string]any{"sessionId": id}, nil
 }
 
@@ -144,11 +156,17 @@ func (b *bridge) reattach(ctx context.Context, method string, params json.RawMes
 		return nil, rpcError("GetSession", err)
 	}
 	s := b.sessionFor(p.SessionID, false)
+	lastSeq := res.Msg.GetSession().GetLastSeq()
 	if replay || p.ReplayFrom != nil && p.ReplayFrom.Type == "start" {
-		if err := b.replay(ctx, s, res.Msg.GetSession().GetLastSeq()); err != nil {
+		if err := b.replay(ctx, s, lastSeq); err != nil {
 			return nil, err
 		}
 	}
+	// What follows the history is news.
+	s.out.Lock()
+	s.lastSeq = max(s.lastSeq, lastSeq)
+	s.out.Unlock()
+	b.follow(s)
 	return struct{}{}, nil
 }
 
@@ -188,7 +206,8 @@ func (b *bridge) replay(ctx context.Context, s *session, lastSeq uint64) error {
 }
 
 // listSessions lists the caller's open gateway sessions of the bridge's
-// agent, of one working directory when the editor names one.
+// agent (of every agent with ChooseAgent), of one working directory when
+// the editor names one.
 func (b *bridge) listSessions(ctx context.Context, params json.RawMessage) (any, error) {
 	var p struct {
 		Cwd string `json:"cwd"`
@@ -206,7 +225,7 @@ func (b *bridge) listSessions(ctx context.Context, params json.RawMessage) (any,
 	}
 	sessions := []any{}
 	for _, s := range res.Msg.GetSessions() {
-		if s.GetAgent() != b.opts.Agent || s.GetState() == "closed" || cwd != "" && s.GetCwd() != cwd {
+		if !b.opts.ChooseAgent && s.GetAgent() != b.opts.Agent || s.GetState() == "closed" || cwd != "" && s.GetCwd() != cwd {
 			continue
 		}
 		gw := map[string]any{"agent": s.GetAgent(), "state": s.GetState(), "lastSeq": s.GetLastSeq()}
@@ -240,8 +259,16 @@ func (b *bridge) closeGatewaySession(ctx context.Context, id string) error {
 		return rpcError("CloseSession", err)
 	}
 	b.mu.Lock()
+	s := b.sessions[id]
 	delete(b.sessions, id)
 	b.mu.Unlock()
+	if s != nil {
+		s.mu.Lock()
+		if s.stopFollow != nil {
+			s.stopFollow()
+		}
+		s.mu.Unlock()
+	}
 	b.log.Info("session closed", "session", id)
 	return nil
 }

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,9 +28,6 @@ type turn struct {
 	// started: the gateway's turn_started arrived, so Cancel reaches the
 	// turn.
 	started bool
-	// asks are the editor's permission requests, by the gateway's request
-	// id.
-	asks map[string]*ask
 }
 
 // ask is a session/request_permission the bridge sent the editor.
@@ -72,7 +70,7 @@ func (b *bridge) prompt(id jsonrpc2.ID, params json.RawMessage) {
 			Message: fmt.Sprintf("a prompt is already running in session %s; cancel it or wait for its end", s.id)})
 		return
 	}
-	t := &turn{asks: map[string]*ask{}}
+	t := &turn{}
 	s.turn = t
 	s.mu.Unlock()
 	b.call(id, func() { b.cancelTurn(s.id) }, func(ctx context.Context) (any, error) {
@@ -109,8 +107,7 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 		if ev == nil {
 			continue // heartbeat
 		}
-		switch e := ev.GetEvent().(type) {
-		case *acpv2.SessionEvent_TurnStarted:
+		if _, ok := ev.GetEvent().(*acpv2.SessionEvent_TurnStarted); ok {
 			s.mu.Lock()
 			t.started = true
 			cancelNow := t.cancelWanted
@@ -123,18 +120,10 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 				b.reply(id, struct{}{}, nil)
 				acked = true
 			}
-		case *acpv2.SessionEvent_PermissionResolved:
-			b.permissionResolved(s, t, e.PermissionResolved.GetRequestId())
-		case *acpv2.SessionEvent_TurnEnded:
-			return b.endTurn(s, e.TurnEnded, acked)
 		}
-		s.out.Lock()
-		b.emitLocked(s, ev, false)
-		s.out.Unlock()
-		if pr := ev.GetPermissionRequest(); pr != nil {
-			s.mu.Lock()
-			b.askLocked(s, t, pr)
-			s.mu.Unlock()
+		b.handleLive(s, ev)
+		if te := ev.GetTurnEnded(); te != nil {
+			return b.endTurn(s, te, acked)
 		}
 	}
 	var rerr *jsonrpc2.Error
@@ -144,8 +133,7 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 		rerr = &jsonrpc2.Error{Code: codeInternal, Message: "acp-gateway: the Prompt stream ended before the turn did"}
 	}
 	if acked {
-		b.endTurn(s, &acpv2.TurnEnded{Error: rerr.Message}, true)
-		return nil, errReplied
+		return b.endTurn(s, &acpv2.TurnEnded{Error: rerr.Message}, true)
 	}
 	return nil, rerr
 }
@@ -229,18 +217,59 @@ func (b *bridge) gatewayCancel(id string) {
 	}
 }
 
+// handleLive sends the editor what live event ev of session s makes, and
+// relays its permission requests, once: with [Options.Follow] the Prompt
+// stream of the editor's turn and the session's Watch both bring the
+// turn's events, and the first to bring one handles it. A turn another
+// client runs shows its prompt as the user's message (v1), and its end as
+// an idle state_update (v2).
+func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
+	s.out.Lock()
+	defer s.out.Unlock()
+	if seq := ev.GetSeq(); seq != 0 {
+		if seq <= s.lastSeq {
+			return
+		}
+		s.lastSeq = seq
+	}
+	s.mu.Lock()
+	ours := s.turn != nil
+	s.mu.Unlock()
+	v1 := s.conv.version == acpjson.V1
+	switch e := ev.GetEvent().(type) {
+	case *acpv2.SessionEvent_PermissionResolved:
+		b.permissionResolved(s, e.PermissionResolved.GetRequestId())
+	case *acpv2.SessionEvent_TurnStarted:
+		if !ours && v1 {
+			b.emitLocked(s, ev, true) // the prompt, as replayed
+			return
+		}
+	case *acpv2.SessionEvent_TurnEnded:
+		if !ours && !v1 {
+			b.emitUpdateLocked(s, stateUpdate("idle", cmp.Or(e.TurnEnded.GetStopReason(), "end_turn")))
+			return
+		}
+	}
+	b.emitLocked(s, ev, false)
+	if pr := ev.GetPermissionRequest(); pr != nil {
+		s.mu.Lock()
+		b.askLocked(s, pr)
+		s.mu.Unlock()
+	}
+}
+
 // askLocked relays the gateway's permission request pr to the editor as a
 // session/request_permission (the bridge's own request) and, in its own
 // goroutine, the editor's answer back with RespondPermission. s.mu must be
 // held.
-func (b *bridge) askLocked(s *session, t *turn, pr *acpv2.PermissionRequest) {
+func (b *bridge) askLocked(s *session, pr *acpv2.PermissionRequest) {
 	params, err := b.permissionParams(s, pr)
 	if err != nil {
 		b.log.Warn("a permission request could not be encoded; answering it cancelled", "session", s.id, "error", err)
 	}
 	ctx, stop := context.WithCancel(b.base)
 	a := &ask{editorID: jsonrpc2.ID{Num: b.nextID.Add(1)}, stop: stop}
-	t.asks[pr.GetRequestId()] = a
+	s.asks[pr.GetRequestId()] = a
 	if !b.spawn(func() {
 		defer stop()
 		b.relayPermission(ctx, s, a, pr.GetRequestId(), params)
@@ -297,10 +326,10 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 // was resolved. When the editor has not answered it (the turn was
 // cancelled, the request timed out or another client answered), the editor
 // gets a $/cancel_request for it.
-func (b *bridge) permissionResolved(s *session, t *turn, requestID string) {
+func (b *bridge) permissionResolved(s *session, requestID string) {
 	s.mu.Lock()
-	a := t.asks[requestID]
-	delete(t.asks, requestID)
+	a := s.asks[requestID]
+	delete(s.asks, requestID)
 	if a == nil || a.done {
 		s.mu.Unlock()
 		return

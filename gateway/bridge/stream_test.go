@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func TestLineStreamRefusesWhatItCannotRead(t *testing.T) {
 	for {
 		var m json.RawMessage
 		if err := s.ReadObject(&m); err != nil {
-			if err != io.EOF {
+			if !errors.Is(err, io.EOF) {
 				t.Fatalf("read: %v", err)
 			}
 			break

@@ -45,6 +45,7 @@ const repoRoot = "../.."
 // a real gateway (memory store, the demo agent, token auth) with the console
 // mounted at "/" exactly as the binary mounts it.
 func TestBrowser(t *testing.T) {
+	testutil.Needs(t, "node and chromium")
 	node, chromium := browserTools(t)
 	token := "console-test-token"
 	g := startGateway(t, token)
@@ -60,14 +61,9 @@ func TestBrowser(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join(repoRoot, "web", "console", "test", "browser.mjs"))
-	cmd.Env = append(os.Environ(),
-		"CONSOLE_URL="+g.base+"/",
-		"CONSOLE_TOKEN="+token,
-		"CONSOLE_CWD="+t.TempDir(),
+	cmd := browserScript(ctx, t, node, chromium, "browser.mjs", g, token,
 		"CONSOLE_DROP_URL="+g.base+"/test/drop",
 		"CONSOLE_SCREENSHOTS="+shots,
-		"CHROMIUM="+chromium,
 	)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -104,6 +100,20 @@ func TestBrowser(t *testing.T) {
 	if !resumed {
 		t.Errorf("after the streams were cut, the page's Watch calls had afterSeq %v, want one > 0", after)
 	}
+}
+
+// browserScript returns node running web/console/test/NAME against g, with
+// the environment every script reads (the console's URL, token, a cwd for
+// sessions, chromium) and extra.
+func browserScript(ctx context.Context, t *testing.T, node, chromium, name string, g *gateway, token string, extra ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, node, filepath.Join(repoRoot, "web", "console", "test", name))
+	cmd.Env = append(append(os.Environ(),
+		"CONSOLE_URL="+g.base+"/",
+		"CONSOLE_TOKEN="+token,
+		"CONSOLE_CWD="+t.TempDir(),
+		"CHROMIUM="+chromium,
+	), extra...)
+	return cmd
 }
 
 // browserTools returns node and chromium, or fails naming the commands
@@ -168,6 +178,7 @@ func startGateway(t *testing.T, token string) *gateway {
 		AnyCwd:       true, // the page's cwd is a temporary directory
 		Interceptors: []connect.Interceptor{watchRecorder{g}},
 		Console:      true, // as the binary mounts it
+		ACP:          true, // as the binary serves it
 		Extra:        map[string]http.Handler{"POST /test/drop": http.HandlerFunc(g.drop)},
 	})
 	if err != nil {

@@ -55,7 +55,7 @@ func TestHandler(t *testing.T) {
 
 	t.Run("page", func(t *testing.T) {
 		t.Parallel()
-		if index.StatusCode != 200 || !strings.Contains(indexBody, "<title>acp-gateway console</title>") {
+		if index.StatusCode != http.StatusOK || !strings.Contains(indexBody, "<title>acp-gateway console</title>") {
 			t.Fatalf("GET / = %d %q", index.StatusCode, indexBody)
 		}
 		for k, want := range map[string]string{
@@ -78,7 +78,7 @@ func TestHandler(t *testing.T) {
 		for _, p := range assets(t, indexBody) {
 			res := get(t, h, "GET", p, nil)
 			b := body(t, res)
-			if res.StatusCode != 200 || len(b) == 0 {
+			if res.StatusCode != http.StatusOK || len(b) == 0 {
 				t.Fatalf("GET %s = %d, %d bytes", p, res.StatusCode, len(b))
 			}
 			if got := res.Header.Get("Cache-Control"); got != "public, max-age=31536000, immutable" {

@@ -31,7 +31,7 @@ func TestMounted(t *testing.T) {
 		}
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		if res.StatusCode != 200 || !strings.Contains(string(b), tc.want) {
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(b), tc.want) {
 			t.Errorf("GET %s = %d %q, want %q", tc.path, res.StatusCode, b, tc.want)
 		}
 	}

@@ -191,6 +191,38 @@ func TestAgentThatHangsOrDiesAtStartup(t *testing.T) {
 	}
 }
 
+// TestAgentThatRefusesANewSession: CreateSession tells what the agent
+// answered session/new, with a code chosen by the agent's error, rather
+// than that the agent is gone; no session is kept.
+func TestAgentThatRefusesANewSession(t *testing.T) {
+	t.Parallel()
+	refusing := func(code int64, message string) []string {
+		return agentCommand(t, agentsim.Script{ProtocolVersion: 2, NewSessionError: &agentsim.RPCError{Code: code, Message: message}})
+	}
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{
+		"quota":   refusing(-32603, "model quota exceeded"),
+		"badcwd":  refusing(-32602, "cwd is not a git repository"),
+		"missing": refusing(-32601, "no session/new here"),
+	}})
+	for name, want := range map[string]struct {
+		code connect.Code
+		says string
+	}{
+		"quota":   {connect.CodeFailedPrecondition, "model quota exceeded"},
+		"badcwd":  {connect.CodeInvalidArgument, "cwd is not a git repository"},
+		"missing": {connect.CodeFailedPrecondition, "does not implement session/new"},
+	} {
+		_, err := g.connect.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: name, Cwd: t.TempDir()}))
+		if codeOf(err) != want.code || !strings.Contains(err.Error(), want.says) {
+			t.Errorf("%s: CreateSession: %v, want %v saying %q", name, err, want.code, want.says)
+		}
+	}
+	list, err := g.connect.ListSessions(context.Background(), connect.NewRequest(&acpv2.ListSessionsRequest{}))
+	if err != nil || len(list.Msg.GetSessions()) != 0 {
+		t.Fatalf("ListSessions after refused creations = %v, %v; want none", list.Msg.GetSessions(), err)
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
 	g := permissionGateway(t, gatewayOpts{})

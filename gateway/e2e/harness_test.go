@@ -40,6 +40,7 @@ import (
 func TestMain(m *testing.M) {
 	agentsim.ServeIfCommanded()
 	egress.ListenIfCommanded()
+	testutil.SlowPackage("the end-to-end tests run gateways with agents, Redis, bubblewrap and faults")
 	// The fault tests stop Redis: its client's complaints are expected.
 	redisstore.SetLog(slog.New(slog.DiscardHandler))
 	code := m.Run()

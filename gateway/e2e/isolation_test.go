@@ -182,13 +182,20 @@ func TestUsersNeverReachEachOthersSessions(t *testing.T) {
 		t.Fatalf("Alice's answer: %v", err)
 	}
 	var ended *acpv2.TurnEnded
+	var resolved *acpv2.PermissionResolved
 	for stream.Receive() {
 		if e := stream.Msg().GetEvent().GetTurnEnded(); e != nil {
 			ended = e
 		}
+		if r := stream.Msg().GetEvent().GetPermissionResolved(); r != nil {
+			resolved = r
+		}
 	}
 	if ended.GetStopReason() != "end_turn" {
 		t.Fatalf("Alice's turn ended %v (%v)", ended, stream.Err())
+	}
+	if resolved.GetAnsweredBy() != "alice" {
+		t.Errorf("the permission was answered by %q, want alice", resolved.GetAnsweredBy())
 	}
 	snap, err := alice.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
 	if err != nil || snap.Msg.GetSession().GetState() != "ready" || snap.Msg.GetSession().GetToolCalls()[0].GetStatus() != "completed" {

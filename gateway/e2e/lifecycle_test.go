@@ -14,24 +14,30 @@ import (
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
+// TestAuthenticationMethodFromTheSessionRequest: CreateSession's
+// authMethod runs the agent's method as its ACP version has it (v1 `id`
+// and authenticate, v2 `methodId` and auth/login).
 func TestAuthenticationMethodFromTheSessionRequest(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, gatewayOpts{agents: map[string][]string{
-		"auth": agentCommand(t, agentsim.Script{ProtocolVersion: 1, AuthMethods: []string{"api-key"}, Turns: []agentsim.Turn{v1Turn}}),
+		"v1": agentCommand(t, agentsim.Script{ProtocolVersion: 1, AuthMethods: []string{"api-key"}, Turns: []agentsim.Turn{v1Turn}}),
+		"v2": agentCommand(t, agentsim.Script{ProtocolVersion: 2, AuthMethods: []string{"api-key"}}),
 	}})
 	ctx := context.Background()
-	create := func(method string) error {
-		_, err := g.connect.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "auth", Cwd: t.TempDir(), AuthMethod: method}))
-		return err
-	}
-	if err := create(""); codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "api-key") {
-		t.Fatalf("no method named: %v, want invalid_argument listing the methods", err)
-	}
-	if err := create("oauth"); codeOf(err) != connect.CodeInvalidArgument {
-		t.Fatalf("a method the agent does not offer: %v", err)
-	}
-	if err := create("api-key"); err != nil {
-		t.Fatalf("with the agent's method: %v", err)
+	for _, agent := range []string{"v1", "v2"} {
+		create := func(method string) error {
+			_, err := g.connect.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: t.TempDir(), AuthMethod: method}))
+			return err
+		}
+		if err := create(""); codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "api-key") {
+			t.Fatalf("%s, no method named: %v, want invalid_argument listing the methods", agent, err)
+		}
+		if err := create("oauth"); codeOf(err) != connect.CodeInvalidArgument {
+			t.Fatalf("%s, a method the agent does not offer: %v", agent, err)
+		}
+		if err := create("api-key"); err != nil {
+			t.Fatalf("%s, with the agent's method: %v", agent, err)
+		}
 	}
 }
 

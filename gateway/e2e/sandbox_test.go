@@ -510,3 +510,22 @@ func TestAgentsThatCannotBeSandboxedLeakNothing(t *testing.T) {
 	}
 	testutil.WaitFor(t, "the refused agents' descriptors to close", func() bool { return openFDs(t) <= before })
 }
+
+// TestListAgentsAsksASandboxedAgent: the agent ListAgents starts to ask
+// what it offers runs confined as a session's agent does: an agent that
+// kills itself at start-up where it can read the gateway's token file is
+// described all the same.
+func TestListAgentsAsksASandboxedAgent(t *testing.T) {
+	t.Parallel()
+	h := startHosted(t, true, limits.Limits{}, func(h *hosted) map[string]agentsim.Script {
+		return map[string]agentsim.Script{"probe": {ProtocolVersion: 2, Startup: []agentsim.Step{
+			{Shell: "if test -e " + h.tokens + "; then kill -9 $PPID; fi"}}}}
+	})
+	res, err := h.alice.ListAgents(context.Background(), connect.NewRequest(&acpv2.ListAgentsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := res.Msg.GetAgents(); len(a) != 1 || a[0].GetError() != "" || a[0].GetProtocolVersion() != 2 {
+		t.Fatalf("agents %v, want the sandboxed agent described", a)
+	}
+}

@@ -261,8 +261,9 @@ func startReplicaAt(t *testing.T, url string, agents map[string][]string, leaseT
 // back with its data, a's lease lapsed. Replica b, asked for the session
 // at once, does not take it over on the strength of the outage alone: a,
 // which rode the outage out holding the agent's events, renews its lease
-// and finishes the turn, losing nothing. (Before, b took the session
-// over, marking it lost, in 1 run of 4, and a's turn was aborted.)
+// and finishes the turn, losing nothing: its agent, frozen while the
+// lease might lapse, is thawed. (Before, b took the session over, marking
+// it lost, in 1 run of 4, and a's turn was aborted.)
 func TestLeasesRideOutAStoreOutage(t *testing.T) {
 	t.Parallel()
 	const rounds, per, ttl = 120, 10, 2 * time.Second
@@ -306,5 +307,15 @@ func TestLeasesRideOutAStoreOutage(t *testing.T) {
 	}
 	if st := snapshot(t, a, id).GetState(); st != "ready" {
 		t.Fatalf("state %q after the turn, want ready", st)
+	}
+	// a froze its agent once its lease might lapse, and thawed it when it
+	// renewed the lease, the session still its own: the turn above lost
+	// nothing by it.
+	fenced := func(action string) float64 {
+		return testutil.MetricSum(t, a.metrics.Registry(), "acp_gateway_agents_fenced_total", "action="+action)
+	}
+	if fenced("freeze") == 0 || fenced("thaw") == 0 || fenced("kill") != 0 {
+		t.Errorf("a's agent was frozen %v times, thawed %v, killed %v; want frozen and thawed, never killed",
+			fenced("freeze"), fenced("thaw"), fenced("kill"))
 	}
 }

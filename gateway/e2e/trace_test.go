@@ -75,7 +75,11 @@ func TestTraceContextReachesTheAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tr.Shutdown(context.Background())
+		defer func() {
+			if err := tr.Shutdown(context.Background()); err != nil {
+				t.Errorf("shut the tracer down: %v", err)
+			}
+		}()
 		got := promptMeta(t, tr, sent)["traceparent"]
 		// The same trace, with the gateway's span as the agent's parent.
 		parts := strings.Split(got, "-")

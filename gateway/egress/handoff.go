@@ -121,7 +121,7 @@ func ListenIfCommanded() {
 func listenAndExec(args []string) error {
 	sep := slices.Index(args, "--")
 	if sep != 1 || len(args) < 3 {
-		return fmt.Errorf("usage: %s SOCKET -- COMMAND...", ListenCommand)
+		return fmt.Errorf("usage: %s SOCKET -- COMMAND [ARG]", ListenCommand)
 	}
 	l, err := net.Listen("tcp", ProxyAddr)
 	if err != nil {

@@ -57,13 +57,16 @@ func TestHeldFlushesAreOneAtRelease(t *testing.T) {
 		}
 		// Nothing held: no flush.
 		fw.Hold()
-		fw.Release()
-		fw.Release()
+		for range 2 {
+			if err := fw.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if base.flushes != 2 {
 			t.Fatalf("a release with nothing held flushed")
 		}
 	}), func(*http.Request) bool { return true })
-	h.ServeHTTP(base, httptest.NewRequest("POST", "/s", nil))
+	h.ServeHTTP(base, httptest.NewRequest(http.MethodPost, "/s", nil))
 	if u, ok := inner.(interface{ Unwrap() http.ResponseWriter }); !ok || u.Unwrap() != base {
 		t.Fatalf("%T does not unwrap to the server's writer", inner)
 	}
@@ -88,7 +91,7 @@ func TestHeldWritesAreGatheredInBlocks(t *testing.T) {
 		_, _ = w.Write([]byte("end"))
 		want.WriteString("end")
 		// Left held: written when the handler returns.
-	}), func(*http.Request) bool { return true }).ServeHTTP(base, httptest.NewRequest("POST", "/s", nil))
+	}), func(*http.Request) bool { return true }).ServeHTTP(base, httptest.NewRequest(http.MethodPost, "/s", nil))
 	if got := strings.Join(base.writes, ""); got != want.String() {
 		t.Fatal("the bytes written are not the bytes written to the Writer, in order")
 	}
@@ -114,17 +117,19 @@ func TestOnlyMatchingFlushableResponsesAreWrapped(t *testing.T) {
 		}
 		// Nil-safe, for handlers served without the wrapper.
 		From(r.Context()).Hold()
-		From(r.Context()).Release()
+		if err := From(r.Context()).Release(); err != nil {
+			t.Error(err)
+		}
 	}), func(r *http.Request) bool { return r.URL.Path == "/stream" })
 	base := &counter{ResponseWriter: httptest.NewRecorder()}
-	h.ServeHTTP(base, httptest.NewRequest("POST", "/unary", nil))
+	h.ServeHTTP(base, httptest.NewRequest(http.MethodPost, "/unary", nil))
 	if got != base {
 		t.Fatalf("a request that does not match got %T", got)
 	}
 	// A writer that cannot flush is not made to look as if it could.
 	plain := struct{ http.ResponseWriter }{httptest.NewRecorder()}
 	h = Holdable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { got = w }), func(*http.Request) bool { return true })
-	h.ServeHTTP(plain, httptest.NewRequest("POST", "/stream", nil))
+	h.ServeHTTP(plain, httptest.NewRequest(http.MethodPost, "/stream", nil))
 	if _, ok := got.(http.Flusher); ok {
 		t.Fatal("a writer that cannot flush was wrapped in one that can")
 	}
@@ -160,5 +165,5 @@ func TestHeldWriteErrorsAreKept(t *testing.T) {
 		if base.flushes != 0 {
 			t.Fatal("Release flushed after a failed write")
 		}
-	}), func(*http.Request) bool { return true }).ServeHTTP(base, httptest.NewRequest("POST", "/s", nil))
+	}), func(*http.Request) bool { return true }).ServeHTTP(base, httptest.NewRequest(http.MethodPost, "/s", nil))
 }

@@ -608,17 +608,90 @@ func (g *Group) killV2() bool {
 
 // populated reports whether the v2 group, or a group below it, holds a
 // process (that has not yet exited).
-func (g *Group) populated() bool {
+func (g *Group) populated() bool { return g.event("populated") == "1" }
+
+// event returns the value of key in the v2 group's cgroup.events, or ""
+// when the group is gone.
+func (g *Group) event(key string) string {
 	b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.events"))
 	if err != nil {
-		return false // gone
+		return ""
 	}
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "populated "); ok {
-			return v != "0"
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+" "); ok {
+			return v
 		}
 	}
-	return false
+	return ""
+}
+
+// ErrNoFreezer is returned by Freeze and Thaw of a group without a
+// cgroup (one for resource limits alone): the caller stops the processes
+// some other way.
+var ErrNoFreezer = errors.New("limits: the group has no cgroup to freeze")
+
+// Freeze stops every process of the group, those that left the agent's
+// process group or session included, until Thaw, and returns once they
+// are stopped (or fails after killWait). On cgroup v2 it uses the group's
+// freezer (cgroup.freeze), which the processes can neither see nor undo.
+// The v1 freezer is a hierarchy of its own that the gateway is not given,
+// so on v1 each process of the group gets SIGSTOP, until a look at the
+// group finds none that has not had it (a stopped process forks no more).
+// Kill and Close end a frozen group as they do any other.
+func (g *Group) Freeze() error { return g.setFrozen(true) }
+
+// Thaw lets the processes of a group Freeze stopped run again.
+func (g *Group) Thaw() error { return g.setFrozen(false) }
+
+func (g *Group) setFrozen(frozen bool) error {
+	state, sig := "0", syscall.SIGCONT
+	if frozen {
+		state, sig = "1", syscall.SIGSTOP
+	}
+	switch {
+	case g.v2 != nil:
+		return g.freezeV2(state)
+	case g.v1 != nil:
+		return g.signalEach(sig)
+	}
+	return ErrNoFreezer
+}
+
+// freezeV2 writes state ("1": frozen, "0": thawed) to the v2 group's
+// cgroup.freeze and waits until cgroup.events says the group is in it.
+func (g *Group) freezeV2(state string) error {
+	if err := os.WriteFile(filepath.Join(g.dir, "cgroup.freeze"), []byte(state), 0); err != nil {
+		return fmt.Errorf("limits: writing cgroup.freeze: %w", err)
+	}
+	for deadline := time.Now().Add(killWait); g.event("frozen") != state; time.Sleep(time.Millisecond) {
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("limits: the group's processes did not reach frozen %s within %v", state, killWait)
+		}
+	}
+	return nil
+}
+
+// signalEach sends sig to every process of the v1 group, and again to
+// those that appear meanwhile, until a look finds no new one.
+func (g *Group) signalEach(sig syscall.Signal) error {
+	sent := map[int]bool{}
+	for deadline := time.Now().Add(killWait); time.Now().Before(deadline); {
+		pids, err := g.pids()
+		if err != nil {
+			return fmt.Errorf("limits: listing the group's processes: %w", err)
+		}
+		fresh := false
+		for _, p := range pids {
+			if !sent[p] {
+				sent[p], fresh = true, true
+				_ = syscall.Kill(p, sig)
+			}
+		}
+		if !fresh {
+			return nil
+		}
+	}
+	return fmt.Errorf("limits: the group's processes kept changing for %v", killWait)
 }
 
 // pids lists the processes of the group.

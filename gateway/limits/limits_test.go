@@ -553,3 +553,110 @@ func TestV2ReapKillsWhatADeadGatewayLeft(t *testing.T) {
 		t.Errorf("the dead gateway's directory: %v", err)
 	}
 }
+
+// Freeze stops every process of the group, those that left its session
+// among them, and Thaw lets them run on: on cgroup v1 by signals, on v2 by
+// the group's freezer.
+func TestFreezeStopsTheWholeGroupUntilThaw(t *testing.T) {
+	name := func() string { return fmt.Sprintf("freeze-%d-%d", os.Getpid(), time.Now().UnixNano()) }
+	for _, c := range []struct {
+		name  string
+		group func(t *testing.T) *Group
+	}{
+		{"v1", func(t *testing.T) *Group {
+			c, err := Setup(Limits{Pids: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.v2 != "" {
+				t.Skip("the host's cgroups are v2: the v2 case covers it")
+			}
+			g, err := c.New(name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}},
+		{"v2", func(t *testing.T) *Group {
+			g := &Group{log: slog.Default()}
+			if err := unifiedTest(t).newV2(g, name()); err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := c.group(t)
+			t.Cleanup(g.Close)
+			ticks := filepath.Join(t.TempDir(), "ticks")
+			_, out := startIn(t, g, "setsid sh -c 'while :; do echo >> "+ticks+"; sleep 0.01; done' & echo started; wait")
+			testutil.WaitFor(t, "the tree to tick", func() bool {
+				b, _ := os.ReadFile(ticks)
+				return strings.Contains(out.String(), "started") && len(b) > 0
+			})
+			if err := g.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+			pids, err := g.pids()
+			if err != nil || len(pids) < 2 {
+				t.Fatalf("the group holds %v, %v", pids, err)
+			}
+			if g.v2 != nil {
+				if got := g.event("frozen"); got != "1" {
+					t.Fatalf("cgroup.events says frozen %q after Freeze", got)
+				}
+			} else {
+				for _, p := range pids {
+					testutil.WaitFor(t, fmt.Sprintf("process %d (%s, state %s) to stop", p, procfs.Cmdline(p), procState(p)), func() bool { return testutil.Stopped(p) })
+				}
+			}
+			b, _ := os.ReadFile(ticks)
+			if err := g.Thaw(); err != nil {
+				t.Fatal(err)
+			}
+			testutil.WaitFor(t, "the tree to tick again", func() bool {
+				now, _ := os.ReadFile(ticks)
+				return len(now) > len(b)+2
+			})
+			g.Close()
+			for _, p := range pids {
+				if s := procState(p); s != "" && s != "Z" {
+					t.Errorf("process %d (state %s) outlived Close", p, s)
+				}
+			}
+		})
+	}
+}
+
+// A group without a cgroup has no freezer: the caller stops its
+// processes some other way.
+func TestFreezeWithoutACgroup(t *testing.T) {
+	c, err := Setup(Limits{NoFile: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.New("no-cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Freeze(); !errors.Is(err, ErrNoFreezer) {
+		t.Errorf("Freeze: %v, want ErrNoFreezer", err)
+	}
+	if err := g.Thaw(); !errors.Is(err, ErrNoFreezer) {
+		t.Errorf("Thaw: %v, want ErrNoFreezer", err)
+	}
+}
+
+// procState is the state letter of process pid, "" when it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+3 > len(b) {
+		return ""
+	}
+	return string(b[i+2 : i+3])
+}

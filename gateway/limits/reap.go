@@ -257,7 +257,7 @@ func treeProcs(dir string) []int {
 	seen := map[int]bool{}
 	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
-			return nil
+			return nil //nolint:nilerr // a group gone meanwhile has no processes left: walk on
 		}
 		b, _ := os.ReadFile(filepath.Join(path, "cgroup.procs"))
 		for _, f := range strings.Fields(string(b)) {

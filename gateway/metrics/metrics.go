@@ -76,12 +76,14 @@ type Metrics struct {
 	permAnswer   *prometheus.HistogramVec
 
 	streams    *prometheus.GaugeVec
+	acpConns   *prometheus.GaugeVec
 	eventsSent *prometheus.CounterVec
 	cutOff     *prometheus.CounterVec
 
 	storeLatency *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
 	notStored    prometheus.Counter
+	fenced       *prometheus.CounterVec
 	dataLost     prometheus.Counter
 
 	seriesSkipped prometheus.Counter
@@ -149,6 +151,8 @@ func New(opts Options) *Metrics {
 
 		streams: f.gauge("streams_connected",
 			"Server streams open now, by RPC (Prompt, Watch).", []string{"rpc"}),
+		acpConns: f.gauge("acp_connections",
+			"Connections open now on the /acp endpoint, by transport (websocket, http).", []string{"transport"}),
 		eventsSent: f.counter("events_sent_total",
 			"Session events sent on server streams, by RPC.", []string{"rpc"}),
 		cutOff: f.counter("streams_cut_off_total",
@@ -162,6 +166,10 @@ func New(opts Options) *Metrics {
 			"Times the store was found to have lost data it had taken (a Redis that restarted without its data): every session of this gateway was stopped.", nil).WithLabelValues(),
 		notStored: f.counter("events_not_stored_total",
 			"Session events the store could not take before the gateway gave up on it (--store-outage-timeout): never sent to a client; their sessions were stopped.", nil).WithLabelValues(),
+		fenced: f.counter("agents_fenced_total",
+			"Agents fenced for their session's lease, by action: freeze (the lease's renewal was overdue), "+
+				"thaw (renewed, the session still this gateway's), kill (another replica holds the lease or wrote the log, or the agent could not be frozen).",
+			[]string{"action"}),
 
 		seriesSkipped: f.counter("session_series_skipped_total",
 			"Sessions that got no per-session series because the cap was reached or they are off.", nil).WithLabelValues(),
@@ -246,6 +254,14 @@ func (m *Metrics) StreamOpened(rpc string) (closed func()) {
 	return func() { g.Dec() }
 }
 
+// ACPConnectionOpened counts a connection of transport open on /acp; the
+// returned function counts it closed.
+func (m *Metrics) ACPConnectionOpened(transport string) (closed func()) {
+	g := m.acpConns.WithLabelValues(transport)
+	g.Inc()
+	return func() { g.Dec() }
+}
+
 // EventsSent counts n events sent on a stream of rpc.
 func (m *Metrics) EventsSent(rpc string, n int) { m.eventsSent.WithLabelValues(rpc).Add(float64(n)) }
 
@@ -255,6 +271,10 @@ func (m *Metrics) StoreDataLost() { m.dataLost.Inc() }
 // EventsNotStored counts n events given up on because the store could
 // not take them.
 func (m *Metrics) EventsNotStored(n int) { m.notStored.Add(float64(n)) }
+
+// AgentFenced counts an agent fenced for its session's lease: action is
+// freeze, thaw or kill.
+func (m *Metrics) AgentFenced(action string) { m.fenced.WithLabelValues(action).Inc() }
 
 // CutOff counts a stream of rpc cut off for lagging.
 func (m *Metrics) CutOff(rpc string) { m.cutOff.WithLabelValues(rpc).Inc() }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // layout is a host with a workspace, a home, a directory given read-only
@@ -21,6 +23,7 @@ type layout struct {
 
 func newLayout(t *testing.T) layout {
 	t.Helper()
+	testutil.Needs(t, "bwrap")
 	root := t.TempDir()
 	l := layout{
 		workspace: filepath.Join(root, "ws"),
@@ -149,6 +152,7 @@ func TestHideWhereTheDirectoryHoldsAMount(t *testing.T) {
 // directory given through one, as Kubernetes lays out a Secret (tokens ->
 // ..data/tokens -> ..2026_11_26/tokens), stay hidden.
 func TestHiddenBehindLinks(t *testing.T) {
+	testutil.Needs(t, "bwrap")
 	root := t.TempDir()
 	real := filepath.Join(root, "srv", "..2026_11_26")
 	if err := os.MkdirAll(real, 0o700); err != nil {

@@ -56,7 +56,7 @@ type deadlineBody struct {
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	switch {
-	case err == io.EOF && !b.ended:
+	case errors.Is(err, io.EOF) && !b.ended:
 		b.ended = true
 		_ = b.rc.SetReadDeadline(time.Time{})
 	case errors.Is(err, os.ErrDeadlineExceeded):

@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/rs/cors"
 
+	"github.com/acp-gateway/acp-gateway/gateway/acpnet"
 	"github.com/acp-gateway/acp-gateway/gateway/flush"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
@@ -107,6 +108,12 @@ type Options struct {
 	// are closed as soon as they are accepted. Zero is
 	// DefaultMaxConnections; less than zero, no bound.
 	MaxConnections int
+	// ACP, when set, serves ACP itself at /acp (package acpnet), over the
+	// SessionService as its handler serves it to network clients (behind
+	// Gate and Interceptors), under the Host and Origin checks and
+	// MaxConnections. Its Service is set here; a zero ReadMaxBytes is
+	// ReadMaxBytes.
+	ACP *acpnet.Options
 }
 
 // Server is one gateway HTTP server.
@@ -118,6 +125,8 @@ type Server struct {
 	// limit bounds the open connections of every listener served; nil:
 	// no bound.
 	limit *connLimit
+	// acp serves /acp; nil when off.
+	acp *acpnet.Handler
 }
 
 // ErrShuttingDown is the cause with which Shutdown cancels the streams'
@@ -154,6 +163,21 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		service = opts.Gate(service)
 	}
 	mux.Handle(path, service)
+	var acp *acpnet.Handler
+	if opts.ACP != nil {
+		acpOpts := *opts.ACP
+		acpOpts.Service = service
+		acpOpts.ReadMaxBytes = cmp.Or(acpOpts.ReadMaxBytes, opts.ReadMaxBytes)
+		acp = acpnet.New(acpOpts)
+		var h http.Handler = acp
+		if opts.Gate != nil {
+			h = opts.Gate(h)
+		}
+		// Browsers cannot set Authorization on a WebSocket.
+		h = acpnet.TokenFromProtocols(h)
+		mux.Handle(acpnet.Path, h)
+		mux.Handle(acpnet.Path+"/", h)
+	}
 	// gRPC health and reflection answer anyone (health even by any Host):
 	// their requests, a service name or a symbol, are tiny, and are read
 	// and inflated no further than that. (connect-go's default is no
@@ -182,9 +206,11 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	if len(opts.CORSOrigins) > 0 {
 		handler = cors.New(cors.Options{
 			AllowedOrigins: opts.CORSOrigins,
-			AllowedMethods: connectcors.AllowedMethods(),
-			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization", "X-Request-Id", "Traceparent", "Tracestate"),
-			ExposedHeaders: append(connectcors.ExposedHeaders(), "WWW-Authenticate", "X-Request-Id"),
+			// DELETE and the Acp-* headers are /acp's (Streamable HTTP).
+			AllowedMethods: append(connectcors.AllowedMethods(), http.MethodDelete),
+			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization", "X-Request-Id", "Traceparent", "Tracestate",
+				acpnet.HeaderConnectionID, acpnet.HeaderSessionID, "Last-Event-ID"),
+			ExposedHeaders: append(connectcors.ExposedHeaders(), "WWW-Authenticate", "X-Request-Id", acpnet.HeaderConnectionID),
 			// Bearer tokens travel in Authorization, not cookies: browsers
 			// are never told to send credentials.
 			AllowCredentials: false,
@@ -205,7 +231,7 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	base, cancel := context.WithCancelCause(context.Background())
-	s := &Server{cancel: cancel}
+	s := &Server{cancel: cancel, acp: acp}
 	if n := cmp.Or(opts.MaxConnections, DefaultMaxConnections); n > 0 {
 		s.limit = &connLimit{max: int64(n), log: opts.Log}
 	}
@@ -233,7 +259,23 @@ func (s *Server) Serve(l net.Listener) error {
 // handlers to return or ctx to end.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel(ErrShuttingDown)
-	return s.http.Shutdown(ctx)
+	err := s.http.Shutdown(ctx)
+	if s.acp != nil {
+		// http.Server does not wait for hijacked connections (the
+		// WebSockets of /acp), whose contexts have ended, nor knows of
+		// the Streamable HTTP connections between their requests.
+		done := make(chan struct{})
+		go func() {
+			s.acp.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = cmp.Or(err, ctx.Err())
+		}
+	}
+	return err
 }
 
 // serverStream tells the requests of the server-streaming procedures.

@@ -196,7 +196,9 @@ func (holding) Watch(ctx context.Context, _ *connect.Request[acpv2.WatchRequest]
 			return err
 		}
 	}
-	fw.Release()
+	if err := fw.Release(); err != nil {
+		return err
+	}
 	stream.ResponseTrailer().Set("Acp-Test", "kept")
 	return connect.NewError(connect.CodeAborted, errors.New("the end"))
 }

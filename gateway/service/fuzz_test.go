@@ -55,6 +55,8 @@ var procedures = []procedure{
 	{"CloseSession", false, func() proto.Message { return &acpv2.CloseSessionResponse{} }},
 	{"SetMode", false, func() proto.Message { return &acpv2.SetModeResponse{} }},
 	{"SetConfigOption", false, func() proto.Message { return &acpv2.SetConfigOptionResponse{} }},
+	{"ListAgents", false, func() proto.Message { return &acpv2.ListAgentsResponse{} }},
+	{"DeleteSession", false, func() proto.Message { return &acpv2.DeleteSessionResponse{} }},
 }
 
 // Placeholders in a fuzzed body: the id of a live session, and a directory

@@ -456,7 +456,8 @@ func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Strea
 		switch {
 		case err != nil && wait.Err() != nil:
 			// An ending that raced with the deadline comes again.
-			return false, nil
+			return false, nil //nolint:nilerr // the next call sees the ending again, with no deadline to race
+
 		case errors.Is(err, session.ErrLagging):
 			return true, s.cutOff(rpc, sub.LastSeq())
 		case errors.Is(err, session.ErrMoved):
@@ -529,7 +530,7 @@ func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[ac
 	}
 	return onSession(ctx, s, req, m.GetSessionId(), acpv2connect.SessionServiceClient.RespondPermission,
 		func(sess *session.Session) (*acpv2.RespondPermissionResponse, error) {
-			return &acpv2.RespondPermissionResponse{}, sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled())
+			return &acpv2.RespondPermissionResponse{}, sess.RespondPermission(m.GetRequestId(), m.GetOptionId(), m.GetCancelled(), s.user(ctx))
 		})
 }
 
@@ -566,6 +567,14 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[acpv2.C
 	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.CloseSession,
 		func(sess *session.Session) (*acpv2.CloseSessionResponse, error) {
 			return &acpv2.CloseSessionResponse{}, sess.Close()
+		})
+}
+
+// DeleteSession implements acpv2connect.SessionServiceHandler.
+func (s *Service) DeleteSession(ctx context.Context, req *connect.Request[acpv2.DeleteSessionRequest]) (*connect.Response[acpv2.DeleteSessionResponse], error) {
+	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.DeleteSession,
+		func(sess *session.Session) (*acpv2.DeleteSessionResponse, error) {
+			return &acpv2.DeleteSessionResponse{}, sess.Delete()
 		})
 }
 

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -189,7 +191,7 @@ func TestPendingPermissionsAreCapped(t *testing.T) {
 	_, s := storedSession(t, Options{MaxPendingPermissions: 2}, acpjson.V2)
 	params := []byte(`{"toolCall":{"toolCallId":"c"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}`)
 	ask := func() error {
-		_, err := s.RequestPermission(params)
+		_, _, err := s.RequestPermission(params)
 		return err
 	}
 	if err := errors.Join(ask(), ask()); err != nil {
@@ -198,7 +200,7 @@ func TestPendingPermissionsAreCapped(t *testing.T) {
 	if err := ask(); err == nil || !strings.Contains(err.Error(), "waiting for an answer") {
 		t.Fatalf("a third pending request: %v, want refused", err)
 	}
-	if err := s.RespondPermission("perm-1", "ok", false); err != nil {
+	if err := s.RespondPermission("perm-1", "ok", false, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := ask(); err != nil {
@@ -209,7 +211,7 @@ func TestPendingPermissionsAreCapped(t *testing.T) {
 		s.mu.Lock()
 		for id, p := range s.perms {
 			if !p.resolved {
-				s.resolveLocked(id, cancelled())
+				s.resolveLocked(id, cancelled(), AnsweredByCancel)
 			}
 		}
 		s.mu.Unlock()
@@ -223,7 +225,7 @@ func TestPendingPermissionsAreCapped(t *testing.T) {
 	if kept > maxAnswered+2 || pending != 1 {
 		t.Fatalf("%d requests kept, %d pending; want at most %d, 1", kept, pending, maxAnswered+2)
 	}
-	if err := s.RespondPermission("perm-1", "ok", false); !errors.Is(err, ErrNoRequest) {
+	if err := s.RespondPermission("perm-1", "ok", false, ""); !errors.Is(err, ErrNoRequest) {
 		t.Fatalf("an answer to a long-forgotten request: %v, want ErrNoRequest", err)
 	}
 }
@@ -351,4 +353,78 @@ func sessionIDs(recs []*statestore.Session) string {
 		ids = append(ids, r.ID)
 	}
 	return strings.Join(ids, " ")
+}
+
+// A permission request its agent withdrew ($/cancel_request) is resolved
+// for every client, cancelled, by a permissionResolved that says so; an
+// answer after it is refused. It stayed live until the turn ended, so that
+// a user could approve what nobody waited for.
+func TestWithdrawnPermissionIsResolvedForEveryClient(t *testing.T) {
+	t.Parallel()
+	st, s := storedSession(t, Options{}, acpjson.V2)
+	params := []byte(`{"toolCall":{"toolCallId":"c"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}`)
+	outcome, withdraw, err := s.RequestPermission(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withdraw()
+	if o := <-outcome; !o.GetCancelled() {
+		t.Fatalf("the agent got %v, want cancelled", o)
+	}
+	if err := s.RespondPermission("perm-1", "ok", false, ""); !errors.Is(err, ErrAlreadyAnswered) {
+		t.Fatalf("an answer to a withdrawn request: %v, want ErrAlreadyAnswered", err)
+	}
+	withdraw() // once resolved, again: nothing
+	stored(t, s)
+	events, err := decoded(t)(st.Events(context.Background(), s.rec.ID, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resolved []*acpv2.PermissionResolved
+	for _, ev := range events {
+		if r := ev.GetPermissionResolved(); r != nil {
+			resolved = append(resolved, r)
+		}
+	}
+	if len(resolved) != 1 || resolved[0].GetRequestId() != "perm-1" || !resolved[0].GetOutcome().GetCancelled() || resolved[0].GetAnsweredBy() != AnsweredByAgent {
+		t.Fatalf("resolutions in the log = %v, want one, perm-1 cancelled, answered by the agent", resolved)
+	}
+}
+
+// permissionResolved says who answered: the user, `user` without
+// authentication, or `timeout`.
+func TestPermissionResolvedSaysWhoAnswered(t *testing.T) {
+	t.Parallel()
+	st, s := storedSession(t, Options{PermissionTimeout: 50 * time.Millisecond}, acpjson.V2)
+	params := []byte(`{"toolCall":{"toolCallId":"c"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}`)
+	for _, user := range []string{"alice", ""} {
+		if _, _, err := s.RequestPermission(params); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		id := fmt.Sprintf("perm-%d", s.seq)
+		s.mu.Unlock()
+		if err := s.RespondPermission(id, "ok", false, user); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outcome, _, err := s.RequestPermission(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-outcome // timed out
+	stored(t, s)
+	events, err := decoded(t)(st.Events(context.Background(), s.rec.ID, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var by []string
+	for _, ev := range events {
+		if r := ev.GetPermissionResolved(); r != nil {
+			by = append(by, r.GetAnsweredBy())
+		}
+	}
+	if want := []string{"alice", AnsweredByUser, AnsweredByTimeout}; !slices.Equal(by, want) {
+		t.Fatalf("answered by %q, want %q", by, want)
+	}
 }

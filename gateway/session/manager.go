@@ -278,6 +278,8 @@ type Manager struct {
 	// storeWithin says that the last pruneEnded left the store within
 	// MaxStoreBytes: a close then has no reason to check again.
 	storeWithin atomic.Bool
+	// profiles holds the agents' answers to initialize (agents.go).
+	profiles profiles
 }
 
 // NewManager returns a Manager.
@@ -382,6 +384,7 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		undo()
 		return nil, err
 	}
+	leased := time.Now()
 	if m.leaser != nil {
 		if err := m.leaser.AcquireLease(ctx, rec.ID, m.opts.Replica, m.opts.LeaseTTL); err != nil {
 			m.discard(rec.ID)
@@ -390,9 +393,13 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		}
 	}
 	s := newSession(m, rec, command)
+	if m.leaser != nil {
+		s.leaseHeld(leased)
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
+		s.stopFence()
 		m.discard(rec.ID)
 		undo()
 		return nil, ErrShutdown
@@ -526,6 +533,7 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 		}
 		return nil, ErrStoreRecovering
 	}
+	leased := time.Now()
 	if m.leaser != nil {
 		err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL)
 		if errors.Is(err, statestore.ErrLeaseHeld) {
@@ -559,6 +567,9 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, ErrShutdown
+	}
+	if m.leaser != nil {
+		s.leaseHeld(leased)
 	}
 	m.registerLocked(s)
 	return s, nil
@@ -594,6 +605,7 @@ func (m *Manager) unregister(s *Session) {
 		delete(m.sessions, s.rec.ID)
 	}
 	m.mu.Unlock()
+	s.stopFence()
 	s.met.End()
 }
 
@@ -676,9 +688,9 @@ func (m *Manager) Close() {
 // agentConfig is the configuration of the agent of s: confined by the
 // Sandbox and under the Limits, where they are set. On error, what it
 // opened for the agent is closed.
-func (m *Manager) agentConfig(s *Session) (cfg agent.Config, err error) {
+func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 	in, out := s.met.AgentIO()
-	cfg = agent.Config{
+	cfg := agent.Config{
 		Command:      s.command,
 		Dir:          s.rec.Cwd,
 		Env:          m.opts.Env,
@@ -689,6 +701,7 @@ func (m *Manager) agentConfig(s *Session) (cfg agent.Config, err error) {
 		MaxLine:      m.opts.MaxAgentLine,
 		StderrLines:  m.opts.AgentStderrLines,
 		StderrBytes:  m.opts.AgentStderrBytes,
+		Fence:        s.fenceAgent,
 		BytesIn:      in,
 		BytesOut:     out,
 	}
@@ -698,20 +711,36 @@ func (m *Manager) agentConfig(s *Session) (cfg agent.Config, err error) {
 	}
 	cfg.Workspace = ws
 	cfg.Closers = append(cfg.Closers, ws)
+	home := func() (string, error) {
+		if m.opts.Homes == nil {
+			return "", errors.New("the sandbox needs a directory for the users' homes")
+		}
+		home, err := m.opts.Homes.UserDir(s.rec.Owner)
+		if err != nil {
+			return "", fmt.Errorf("the agent's home: %w", err)
+		}
+		return home, nil
+	}
+	// A name of its own for every agent the session starts.
+	return m.confine(cfg, home, s.rec.ID+"-"+newID()[2:10])
+}
+
+// confine puts the agent of cfg, which works in cfg.Dir (opened as
+// cfg.Workspace), in the Sandbox with the HOME that home returns, and
+// under the Limits in a group of that name, where they are set. On error,
+// cfg.Closers are closed.
+func (m *Manager) confine(cfg agent.Config, home func() (string, error), group string) (_ agent.Config, err error) {
 	defer func() {
 		if err != nil {
 			closeAll(cfg.Closers)
 		}
 	}()
 	if m.opts.Sandbox != nil {
-		if m.opts.Homes == nil {
-			return cfg, errors.New("the sandbox needs a directory for the users' homes")
-		}
-		home, err := m.opts.Homes.UserDir(s.rec.Owner)
+		home, err := home()
 		if err != nil {
-			return cfg, fmt.Errorf("the agent's home: %w", err)
+			return cfg, err
 		}
-		spec := sandbox.Spec{Command: s.command, Workspace: s.rec.Cwd, WorkspaceFD: agent.WorkspaceFD, Home: home, Env: m.opts.Env}
+		spec := sandbox.Spec{Command: cfg.Command, Workspace: cfg.Dir, WorkspaceFD: agent.WorkspaceFD, Home: home, Env: m.opts.Env}
 		if m.opts.Egress != nil {
 			h, err := egress.NewHandoff()
 			if err != nil {
@@ -720,7 +749,7 @@ func (m *Manager) agentConfig(s *Session) (cfg agent.Config, err error) {
 			spec.Egress = &sandbox.Egress{Helper: m.opts.EgressHelper, HandoffDir: h.Dir(),
 				ListenCommand: egress.ListenCommand, Socket: egress.HandoffSocket, Env: egress.Env()}
 			wait := cmp.Or(m.opts.AgentStartTimeout, agent.DefaultStartTimeout)
-			cfg.Closers = append(cfg.Closers, m.opts.Egress.ServeAgent(h, wait, s.log))
+			cfg.Closers = append(cfg.Closers, m.opts.Egress.ServeAgent(h, wait, cfg.Log))
 		}
 		cfg.Command, cfg.Env, err = m.opts.Sandbox.Command(spec)
 		if err != nil {
@@ -728,8 +757,7 @@ func (m *Manager) agentConfig(s *Session) (cfg agent.Config, err error) {
 		}
 	}
 	if m.opts.Limits != nil {
-		// A name of its own for every agent the session starts.
-		g, err := m.opts.Limits.New(s.rec.ID + "-" + newID()[2:10])
+		g, err := m.opts.Limits.New(group)
 		if err != nil {
 			return cfg, fmt.Errorf("the agent's limits: %w", err)
 		}

@@ -99,13 +99,13 @@ func checkReadBack(t *testing.T, st statestore.Store, s *Session) {
 // askAndCancel makes params the agent's permission request, and when
 // the session takes it, cancels it.
 func askAndCancel(s *Session, params []byte) {
-	if _, err := s.RequestPermission(params); err != nil {
+	if _, _, err := s.RequestPermission(params); err != nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id := range s.perms {
-		s.resolveLocked(id, cancelled())
+		s.resolveLocked(id, cancelled(), AnsweredByCancel)
 	}
 }
 

@@ -389,6 +389,11 @@ func (m *Manager) every(interval time.Duration, f func(ctx context.Context)) {
 // of sessions another replica took, and marks lost the sessions of
 // replicas that died.
 func (m *Manager) keepLeases(ctx context.Context) {
+	// First, before any store call, which may wait: a gateway that was
+	// stopped (SIGSTOP) past its sessions' fences freezes their agents now.
+	for _, s := range m.running() {
+		s.freezeIfDue()
+	}
 	m.checkStore(ctx)
 	m.renewLeases(ctx)
 	m.sweepOrphans(ctx)
@@ -403,19 +408,25 @@ func (m *Manager) renewLeases(ctx context.Context) {
 			m.forget(ctx, s)
 			continue
 		}
+		start := time.Now()
 		err := m.leaser.AcquireLease(ctx, s.rec.ID, m.opts.Replica, m.opts.LeaseTTL)
-		if errors.Is(err, statestore.ErrLeaseHeld) {
+		switch {
+		case errors.Is(err, statestore.ErrLeaseHeld):
 			m.opts.Log.Warn("another replica took the session", "session", s.rec.ID, "error", err)
 			m.drop(s)
-		} else if err != nil {
+		case err != nil:
 			m.storeFailed()
 			m.opts.Log.Error("store: renewing a lease", "session", s.rec.ID, "error", err)
+		default:
+			m.renewed(ctx, s, start)
 		}
 	}
 }
 
-// drop lets go of a session another replica took over.
+// drop lets go of a session another replica took over. Its agent is
+// killed first, at once: the other replica may be running one by now.
 func (m *Manager) drop(s *Session) {
+	s.killFenced("another replica took the session over")
 	s.evict()
 	ctx, cancel := m.storeContext()
 	defer cancel()

@@ -86,8 +86,10 @@ type Session struct {
 	writing     bool
 	progress    chan struct{}
 	halted      chan struct{} // closed to stop the writer (writer.go)
-	storeErr    error
-	subs        map[*Subscription]struct{}
+	// inflight is the first event of the append under way (writer.go).
+	inflight *encoded.Event
+	storeErr error
+	subs     map[*Subscription]struct{}
 	// live holds the last live events for the subscriptions; nil while
 	// there is none.
 	live  *ring
@@ -109,6 +111,9 @@ type Session struct {
 	// has not finished, for the metrics' durations.
 	toolStarted map[string]time.Time
 	turnStart   time.Time
+	// fence freezes the agent when the session's lease may lapse
+	// (fence.go).
+	fence fence
 }
 
 // maxAnswered bounds the answered permission requests a session keeps,
@@ -207,11 +212,8 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		return err
 	}
 	if authMethod != "" {
-		if !slices.Contains(a.AuthMethods(), authMethod) {
-			return fail(fmt.Errorf("%w: the agent offers no authentication method %q (it offers %v)", ErrInvalid, authMethod, a.AuthMethods()))
-		}
-		if err := a.Authenticate(ctx, authMethod); err != nil {
-			return fail(fmt.Errorf("%w: authenticate: %v", ErrAgentGone, err))
+		if err := authenticate(ctx, a, authMethod); err != nil {
+			return fail(err)
 		}
 	}
 	authErr := func(err error) bool {
@@ -233,10 +235,11 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 			return fail(fmt.Errorf("%w: the agent requires authentication to start a new session", ErrCannotReattach))
 		}
 		if authErr(err) {
-			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethods()))
+			return fail(fmt.Errorf("%w: the agent requires authentication: name one of its methods %v in authMethod", ErrInvalid, a.AuthMethodIDs()))
 		}
 		if err != nil {
-			return fail(fmt.Errorf("%w: session/new: %v", ErrAgentGone, err))
+			// What the agent said, where it answered: not a lost agent.
+			return fail(agentCallErr("session/new", err))
 		}
 	case caps.Resume:
 		how = "re-attached with session/resume"
@@ -309,6 +312,9 @@ func (s *Session) reattach(ctx context.Context) error {
 	case len(s.command) == 0:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: agent %q is not configured on this gateway", ErrCannotReattach, s.rec.Agent)
+	case s.fenced():
+		s.mu.Unlock()
+		return ErrStoreRecovering // no new agent while the lease may lapse
 	}
 	s.attaching = true
 	authMethod := s.authMethod
@@ -375,7 +381,7 @@ func (s *Session) agentLostLocked(a *agent.Agent) {
 	<-a.Done()
 	s.met.AgentExited(a.Reason())
 	for id := range s.perms {
-		s.resolveLocked(id, cancelled())
+		s.resolveLocked(id, cancelled(), AnsweredByCancel)
 	}
 	if s.state != statestore.StateClosed && !s.moved {
 		s.log.Warn("agent lost", "reason", a.Err())
@@ -626,20 +632,31 @@ func changeID(c toolChange) string { return c.call.GetToolCallId() }
 
 func storedCallID(c statestore.Call) string { return c.ID }
 
+// Who answered a permission request other than a user
+// (PermissionResolved.answered_by).
+const (
+	AnsweredByAgent   = "agent"   // the agent withdrew it
+	AnsweredByTimeout = "timeout" // PermissionTimeout passed
+	AnsweredByCancel  = "cancel"  // its turn was cancelled or ended first
+	// AnsweredByUser stands for the user who answered when there is no
+	// authentication.
+	AnsweredByUser = "user"
+)
+
 // RequestPermission implements agent.Client.
-func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, error) {
+func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.PermissionOutcome, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if limit := s.m.opts.MaxPendingPermissions; limit > 0 && s.pending >= limit {
 		if s.refusedPerms++; s.refusedPerms == 1 {
 			s.log.Warn("permission request refused: too many are waiting for an answer (further refusals are not logged)", "pending", s.pending, "limit", limit)
 		}
-		return nil, fmt.Errorf("%d permission requests of this session are waiting for an answer, the gateway's limit (--max-pending-permissions): wait for one to be answered", s.pending)
+		return nil, nil, fmt.Errorf("%d permission requests of this session are waiting for an answer, the gateway's limit (--max-pending-permissions): wait for one to be answered", s.pending)
 	}
 	req, err := acpjson.DecodePermissionRequest(params, s.version)
 	if err != nil {
 		s.log.Warn("agent sent a malformed permission request", "error", err)
-		return nil, err
+		return nil, nil, err
 	}
 	// Named after the seq of its event: unique in the session for good,
 	// across restarts and replicas.
@@ -658,7 +675,7 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: req}}}, nil); err != nil {
 		delete(s.perms, id)
 		s.pending--
-		return nil, errors.New("the gateway could not store the request")
+		return nil, nil, errors.New("the gateway could not store the request")
 	}
 	p.timer = time.AfterFunc(s.m.opts.PermissionTimeout, func() {
 		s.mu.Lock()
@@ -666,10 +683,18 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 		if !p.resolved {
 			s.log.Info("permission request timed out", "request", id)
 			p.timedOut = true
-			s.resolveLocked(id, cancelled())
+			s.resolveLocked(id, cancelled(), AnsweredByTimeout)
 		}
 	})
-	return p.reply, nil
+	withdraw := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !p.resolved {
+			s.log.Info("the agent withdrew its permission request", "request", id)
+			s.resolveLocked(id, cancelled(), AnsweredByAgent)
+		}
+	}
+	return p.reply, withdraw, nil
 }
 
 // outcomeLabel names outcome for the metrics: the chosen option's kind,
@@ -688,8 +713,9 @@ func (p *permission) outcomeLabel(outcome *acpv2.PermissionOutcome) string {
 	return "cancelled"
 }
 
-// resolveLocked answers permission request id. s.mu must be held.
-func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome) {
+// resolveLocked answers permission request id with outcome, as by (a
+// user, or AnsweredByAgent...). s.mu must be held.
+func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome, by string) {
 	p := s.perms[id]
 	if p == nil || p.resolved {
 		return
@@ -708,14 +734,17 @@ func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome) {
 		s.answered = slices.Delete(s.answered, 0, 1)
 	}
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionResolved{
-		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome}}}}, nil)
+		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome, AnsweredBy: by}}}}, nil)
 	p.reply <- outcome
 	close(p.reply)
 }
 
 // RespondPermission answers permission request id with optionID, or
-// cancels it.
-func (s *Session) RespondPermission(id, optionID string, cancel bool) error {
+// cancels it, as user ("" without authentication).
+func (s *Session) RespondPermission(id, optionID string, cancel bool, user string) error {
+	if user == "" {
+		user = AnsweredByUser
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.perms[id]
@@ -726,13 +755,13 @@ func (s *Session) RespondPermission(id, optionID string, cancel bool) error {
 		return fmt.Errorf("%w: %s", ErrAlreadyAnswered, id)
 	}
 	if cancel {
-		s.resolveLocked(id, cancelled())
+		s.resolveLocked(id, cancelled(), user)
 		return nil
 	}
 	if !slices.ContainsFunc(p.options, func(o *acpv2.PermissionOption) bool { return o.GetOptionId() == optionID }) {
 		return fmt.Errorf("%w: option %q is not one the request offers", ErrInvalid, optionID)
 	}
-	s.resolveLocked(id, &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: optionID}})
+	s.resolveLocked(id, &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: optionID}}, user)
 	return nil
 }
 
@@ -754,6 +783,9 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 		return nil, ErrBusy
 	case s.agent == nil:
 		return nil, fmt.Errorf("%w (%s)", ErrAgentGone, s.detail)
+	}
+	if err := checkPrompt(s.agent.Profile().Prompt, prompt); err != nil {
+		return nil, err
 	}
 	sub := s.subscribeLocked(s.seq)
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_TurnStarted{
@@ -803,7 +835,7 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 	cause := s.turnCause
 	// A permission request cannot outlive its turn.
 	for id := range s.perms {
-		s.resolveLocked(id, cancelled())
+		s.resolveLocked(id, cancelled(), AnsweredByCancel)
 	}
 	if a.Err() != nil {
 		// Record the loss before the turn's end, so that a client reacting
@@ -876,7 +908,7 @@ func (s *Session) cancelLocked(cause string) <-chan struct{} {
 	written := make(chan struct{})
 	if a == nil { // the turn is ending with the agent
 		for id := range s.perms {
-			s.resolveLocked(id, cancelled())
+			s.resolveLocked(id, cancelled(), AnsweredByCancel)
 		}
 		close(written)
 		return written
@@ -905,7 +937,7 @@ func (s *Session) cancelLocked(cause string) <-chan struct{} {
 		defer s.mu.Unlock()
 		if running() {
 			for id := range s.perms {
-				s.resolveLocked(id, cancelled())
+				s.resolveLocked(id, cancelled(), AnsweredByCancel)
 			}
 		}
 	}()
@@ -998,8 +1030,13 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 	}
 }
 
-// Close ends the session and its agent. Watchers' streams end, after the
-// closed event.
+// agentCloseTimeout bounds the wait for an agent's answer to
+// session/close as its session is closed.
+const agentCloseTimeout = 5 * time.Second
+
+// Close ends the session and its agent, which is first asked to close
+// its session when it offers session/close. Watchers' streams end, after
+// the closed event.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.state == statestore.StateClosed {
@@ -1007,7 +1044,14 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.state = statestore.StateClosed
+	a, agentSID := s.agent, s.agentSessionID
 	s.mu.Unlock()
+	if a != nil && a.Capabilities().Close {
+		// The agent frees what it holds for the session (its history
+		// among it) before it is stopped. Only here: an agent stopped
+		// for idleness or a shutdown keeps its session, to resume it.
+		s.askAgent("close", func(ctx context.Context) error { return a.CloseSession(ctx, agentSID) })
+	}
 	s.endAgent()
 	s.mu.Lock()
 	// The closed event is stored before the state that says the session
@@ -1017,6 +1061,39 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	s.release(ErrClosed)
 	s.m.ended(s)
+	return nil
+}
+
+// askAgent makes call, a request to the agent to end its session in some
+// way (what: close, delete), within agentCloseTimeout; a failure is only
+// logged, as the session ends all the same.
+func (s *Session) askAgent(what string, call func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), agentCloseTimeout)
+	defer cancel()
+	if err := call(ctx); err != nil {
+		s.log.Warn("the agent did not "+what+" its session", "error", err)
+	}
+}
+
+// Delete closes the session, asks its agent (if it runs) to delete its
+// own history of it when it offers session/delete, and removes the
+// session's record and log from the store.
+func (s *Session) Delete() error {
+	s.mu.Lock()
+	a, agentSID := s.agent, s.agentSessionID
+	s.mu.Unlock()
+	if a != nil && a.Capabilities().Delete {
+		s.askAgent("delete", func(ctx context.Context) error { return a.DeleteSession(ctx, agentSID) })
+	}
+	if err := s.Close(); err != nil {
+		return err
+	}
+	ctx, cancel := s.m.storeContext()
+	defer cancel()
+	if err := s.m.opts.Store.DeleteSession(ctx, s.rec.ID); err != nil && !errors.Is(err, statestore.ErrNotFound) {
+		return fmt.Errorf("deleting the session from the store: %w", err)
+	}
+	s.log.Info("session deleted")
 	return nil
 }
 

@@ -157,6 +157,10 @@ func (s *Session) write() {
 				return
 			}
 			p, have = s.takeLocked(), true
+			s.inflight = nil
+			if len(p.events) > 0 {
+				s.inflight = p.events[0]
+			}
 		}
 		s.mu.Unlock()
 
@@ -306,9 +310,25 @@ func (s *Session) append(p pending, retry bool) error {
 	return err
 }
 
+// firstUnstoredLocked returns the first event numbered and not known to
+// be stored: the first of the append under way, or of the queue; nil when
+// there is none. s.mu must be held.
+func (s *Session) firstUnstoredLocked() *encoded.Event {
+	if s.inflight != nil {
+		return s.inflight
+	}
+	for _, q := range s.queue {
+		if len(q.events) > 0 {
+			return q.events[0]
+		}
+	}
+	return nil
+}
+
 // storedLocked hands the events of p, which the store took, to the
 // watchers. s.mu must be held.
 func (s *Session) storedLocked(p pending) {
+	s.inflight = nil
 	if p.state != nil {
 		s.progressLocked()
 		return
@@ -350,6 +370,7 @@ func (s *Session) dropQueueLocked(p pending, held bool) {
 		s.m.opts.Metrics.EventsNotStored(n)
 		s.log.Warn("store: events let go without being stored", "events", n, "stored_seq", s.stored)
 	}
+	s.inflight = nil
 	clear(s.queue)
 	s.queue = nil
 	s.unstored = 0

@@ -119,7 +119,7 @@ var (
 // eventMessage returns the message in ev's event field and the field's
 // number, or 0 when the field is unset or not a message. The commonest
 // kinds are told by a type switch: WhichOneof and Get were a fifth of
-// bodyOf's time (0.15 of 0.69 s in a CPU profile of 200,000 updates on
+// BodyOf's time (0.15 of 0.69 s in a CPU profile of 200,000 updates on
 // connect+proto, docs/BENCHMARKS.md).
 func eventMessage(ev *acpv2.SessionEvent) (proto.Message, protowire.Number) {
 	switch e := ev.GetEvent().(type) {

@@ -161,7 +161,7 @@ func TestCallsTakeTheUpdatesParts(t *testing.T) {
 	for round := range 5 {
 		s, calls := merge.New(), &encoded.Calls{}
 		u := &acpv2.ToolCallUpdate{ToolCallId: "c", RawInput: valueVal(raw)}
-		tc, uw, wire := applyWire(t, s, calls, u)
+		_, uw, wire := applyWire(t, s, calls, u)
 		inUpdate := messageOf(fieldRecords(t, messageOf(fieldRecords(t, uw, 7)[0]), 2)[0])
 		if got := messageOf(fieldRecords(t, wire, 7)[0]); !bytes.Equal(got, inUpdate) {
 			t.Fatalf("round %d: rawInput encoded again, not taken from the update", round)
@@ -174,7 +174,8 @@ func TestCallsTakeTheUpdatesParts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc, err = s.ApplyChunk(c); err != nil {
+		tc, err := s.ApplyChunk(c)
+		if err != nil {
 			t.Fatal(err)
 		}
 		wire = encode(t, calls, tc, encoded.ChunkParts(c, cw))

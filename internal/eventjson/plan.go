@@ -175,10 +175,10 @@ var wellKnown = map[protoreflect.Name]wkt{
 // writes.
 func makeField(fd protoreflect.FieldDescriptor, made map[protoreflect.MessageDescriptor]*plan) (*field, bool) {
 	key := encoder{b: []byte{','}}
-	if !key.str(fd.JSONName()) || fd.IsWeak() {
+	if !key.str(fd.JSONName()) {
 		return nil, false
 	}
-	f := &field{fd: fd, key: string(append(key.b, ':')), list: fd.IsList()}
+	f := &field{fd: fd, key: string(append(key.b, ':')), list: fd.IsList(), presence: hasPresence}
 	switch {
 	case fd.IsList() || fd.IsMap():
 	case fd.Message() != nil:

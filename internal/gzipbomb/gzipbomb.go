@@ -2,7 +2,7 @@
 // must refuse without inflating them: a gzip stream of zeros that
 // inflates to a thousand times its size, and the ways the protocols the
 // gateway serves carry a compressed body. The tests of the network
-// boundary (gateway/e2e) and the bench's bombs phase (gateway/bench) send
+// boundary (gateway/e2e) and the bench's bombs phase (internal/bench) send
 // them.
 package gzipbomb
 

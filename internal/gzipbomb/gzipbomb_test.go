@@ -3,6 +3,7 @@ package gzipbomb_test
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"io"
 	"net/http"
 	"testing"
@@ -30,7 +31,7 @@ func TestZerosInflate(t *testing.T) {
 			t.Fatal("the bomb inflates to something other than zeros")
 		}
 		n += int64(k)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

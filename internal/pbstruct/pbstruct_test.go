@@ -2,6 +2,7 @@ package pbstruct
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -78,12 +79,12 @@ func TestRefusals(t *testing.T) {
 		t.Fatal("an invalid UTF-8 key encoded")
 	}
 	withNil := &structpb.Struct{Fields: map[string]*structpb.Value{"k": nil}}
-	if _, err := AppendStruct(nil, withNil); err != ErrUnsupported {
+	if _, err := AppendStruct(nil, withNil); !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("a nil value: %v, want ErrUnsupported", err)
 	}
 	unknown := structpb.NewBoolValue(true)
 	unknown.ProtoReflect().SetUnknown([]byte{0x98, 0x06, 0x01})
-	if _, err := AppendValue(nil, unknown); err != ErrUnsupported {
+	if _, err := AppendValue(nil, unknown); !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("unknown fields: %v, want ErrUnsupported", err)
 	}
 }

@@ -30,6 +30,7 @@ type RedisServer struct {
 // the test ends.
 func StartRedis(t testing.TB) *RedisServer {
 	t.Helper()
+	Needs(t, "redis-server")
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("the fault tests run redis-server of their own: install it (Debian's redis-server; make deps does): %v", err)
 	}

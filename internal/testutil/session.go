@@ -20,7 +20,7 @@ import (
 func Turn(ctx context.Context, c acpv2connect.SessionServiceClient, req *acpv2.PromptRequest, onEvent func(*acpv2.SessionEvent)) ([]*acpv2.SessionEvent, error) {
 	stream, err := c.Prompt(ctx, connect.NewRequest(req))
 	if err != nil {
-		return nil, fmt.Errorf("Prompt: %w", err)
+		return nil, fmt.Errorf("prompt: %w", err)
 	}
 	defer stream.Close()
 	var events []*acpv2.SessionEvent
@@ -35,7 +35,7 @@ func Turn(ctx context.Context, c acpv2connect.SessionServiceClient, req *acpv2.P
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return events, fmt.Errorf("Prompt stream after %d events: %w", len(events), err)
+		return events, fmt.Errorf("prompt stream after %d events: %w", len(events), err)
 	}
 	if len(events) == 0 || events[len(events)-1].GetTurnEnded() == nil {
 		return events, fmt.Errorf("the turn's stream did not end with turn_ended: %v", events)

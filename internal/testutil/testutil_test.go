@@ -228,3 +228,23 @@ func TestSameJSON(t *testing.T) {
 		}
 	}
 }
+
+// Needs and Slow skip in short mode only: in full mode the test goes on
+// (and fails, where what it needs is missing).
+func TestTiers(t *testing.T) {
+	for name, skip := range map[string]func(testing.TB){
+		"needs": func(t testing.TB) { Needs(t, "redis") },
+		"slow":  Slow,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ran := false
+			t.Run("inner", func(t *testing.T) {
+				skip(t)
+				ran = true
+			})
+			if ran == testing.Short() {
+				t.Errorf("short mode %v: the test went on = %v", testing.Short(), ran)
+			}
+		})
+	}
+}

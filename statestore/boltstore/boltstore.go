@@ -84,6 +84,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -159,7 +160,7 @@ func Open(path string, opts statestore.Options) (*Store, error) {
 		return nil, fmt.Errorf("statestore: create directory for bolt file: %w", err)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("statestore: bolt file %s is locked by another process", path)
 	}
 	if err != nil {
@@ -674,7 +675,7 @@ func (s *Store) indexEnded(tx *bolt.Tx) ([]deleted, error) {
 	if err := sessions.ForEach(func(k, v []byte) error {
 		r, err := decodeRecord(string(k), v)
 		if err != nil || r.State != string(statestore.StateClosed) {
-			return nil
+			return nil //nolint:nilerr // a record that does not decode, or is not closed, has no place in the index; the walk goes on
 		}
 		if r.Ended == 0 || string(ended.Get(u64(r.Ended))) != r.ID {
 			missing = append(missing, r)
@@ -995,7 +996,7 @@ func deleteSession(tx *bolt.Tx, r *record) error {
 // deleteLogs removes the events and tool calls of session id.
 func deleteLogs(tx *bolt.Tx, id []byte) error {
 	for _, name := range logBuckets {
-		if err := tx.Bucket(name).DeleteBucket(id); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+		if err := tx.Bucket(name).DeleteBucket(id); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return err
 		}
 	}

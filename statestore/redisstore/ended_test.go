@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -24,6 +25,7 @@ import (
 // its statistics count this test's commands alone.
 func privateRedis(t testing.TB) string {
 	t.Helper()
+	testutil.Needs(t, "redis-server")
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("the test needs redis-server on PATH: %v", err)

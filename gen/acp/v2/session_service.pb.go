@@ -669,9 +669,15 @@ func (x *PermissionRequest) GetMeta() *structpb.Struct {
 
 // PermissionResolved says how a permission request ended.
 type PermissionResolved struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Outcome       *PermissionOutcome     `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Outcome   *PermissionOutcome     `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// Who answered: the user who chose (their name under authentication,
+	// `user` without it), or, for a request cancelled without a client's
+	// choice, `agent` (the agent withdrew it with `$/cancel_request`),
+	// `timeout` (no client answered within --permission-timeout) or `cancel`
+	// (its turn was cancelled or ended, or its agent was lost first).
+	AnsweredBy    string `protobuf:"bytes,3,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -718,6 +724,13 @@ func (x *PermissionResolved) GetOutcome() *PermissionOutcome {
 		return x.Outcome
 	}
 	return nil
+}
+
+func (x *PermissionResolved) GetAnsweredBy() string {
+	if x != nil {
+		return x.AnsweredBy
+	}
+	return ""
 }
 
 // TurnStarted records the prompt that began a turn.
@@ -1860,6 +1873,88 @@ func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
 	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
 }
 
+// DeleteSessionRequest names the session to delete.
+type DeleteSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionRequest) Reset() {
+	*x = DeleteSessionRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionRequest) ProtoMessage() {}
+
+func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DeleteSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// DeleteSessionResponse is empty.
+type DeleteSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionResponse) Reset() {
+	*x = DeleteSessionResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionResponse) ProtoMessage() {}
+
+func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+}
+
 // SetModeRequest names the mode to switch to.
 type SetModeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1871,7 +1966,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1978,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1991,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetModeRequest) GetSessionId() string {
@@ -1922,7 +2017,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2029,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2042,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 // SetConfigOptionRequest sets one configuration option.
@@ -1966,7 +2061,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2073,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2086,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetConfigOptionRequest) GetSessionId() string {
@@ -2061,7 +2156,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2168,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2181,7 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
@@ -2094,6 +2189,396 @@ func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
 		return x.ConfigOptions
 	}
 	return nil
+}
+
+// ListAgentsRequest is empty: it lists the agents the caller may start.
+type ListAgentsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentsRequest) Reset() {
+	*x = ListAgentsRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentsRequest) ProtoMessage() {}
+
+func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
+}
+
+// ListAgentsResponse lists agents, sorted by name.
+type ListAgentsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agents        []*AgentDescription    `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentsResponse) Reset() {
+	*x = ListAgentsResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentsResponse) ProtoMessage() {}
+
+func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
+func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
+// AgentDescription is a configured agent and what it said of itself in its
+// answer to `initialize`, which the gateway asked once (starting the agent
+// as it starts any, then stopping it) and keeps. Its command line is never
+// shown.
+type AgentDescription struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name CreateSession takes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The agent's implementation: ACP v1 `agentInfo`, v2 `info`.
+	Info *AgentInfo `protobuf:"bytes,2,opt,name=info,proto3" json:"info,omitempty"`
+	// The ACP version the gateway and the agent negotiated: 1 or 2.
+	ProtocolVersion uint32 `protobuf:"varint,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	// The content blocks beyond text and resource links the agent takes in a
+	// prompt; Prompt refuses the others.
+	PromptCapabilities *PromptCapabilities `protobuf:"bytes,4,opt,name=prompt_capabilities,json=promptCapabilities,proto3" json:"prompt_capabilities,omitempty"`
+	// The session capabilities the agent advertised, by their ACP names,
+	// sorted: `load` (v1 `loadSession`), and the members of v1
+	// `sessionCapabilities` or v2 `capabilities.session` that it offers, such
+	// as `resume`, `list`, `close`, `delete`. What is baseline in the agent's
+	// version is not listed.
+	SessionCapabilities []string `protobuf:"bytes,5,rep,name=session_capabilities,json=sessionCapabilities,proto3" json:"session_capabilities,omitempty"`
+	// The authentication methods the agent offers; CreateSession's
+	// auth_method takes the id of one of type `agent`.
+	AuthMethods []*AuthMethod `protobuf:"bytes,6,rep,name=auth_methods,json=authMethods,proto3" json:"auth_methods,omitempty"`
+	// Set when the agent could not be started or did not answer
+	// `initialize` (the other fields are then empty): a message safe to show
+	// the user. The gateway asks again at the next ListAgents.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentDescription) Reset() {
+	*x = AgentDescription{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentDescription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentDescription) ProtoMessage() {}
+
+func (x *AgentDescription) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
+func (*AgentDescription) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *AgentDescription) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentDescription) GetInfo() *AgentInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *AgentDescription) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *AgentDescription) GetPromptCapabilities() *PromptCapabilities {
+	if x != nil {
+		return x.PromptCapabilities
+	}
+	return nil
+}
+
+func (x *AgentDescription) GetSessionCapabilities() []string {
+	if x != nil {
+		return x.SessionCapabilities
+	}
+	return nil
+}
+
+func (x *AgentDescription) GetAuthMethods() []*AuthMethod {
+	if x != nil {
+		return x.AuthMethods
+	}
+	return nil
+}
+
+func (x *AgentDescription) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// AgentInfo is an ACP Implementation.
+type AgentInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// For display; name when empty.
+	Title         string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentInfo) Reset() {
+	*x = AgentInfo{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentInfo) ProtoMessage() {}
+
+func (x *AgentInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
+func (*AgentInfo) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AgentInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentInfo) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *AgentInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// PromptCapabilities say which content blocks beyond text and resource
+// links an agent takes (ACP `promptCapabilities`).
+type PromptCapabilities struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Image bool                   `protobuf:"varint,1,opt,name=image,proto3" json:"image,omitempty"`
+	Audio bool                   `protobuf:"varint,2,opt,name=audio,proto3" json:"audio,omitempty"`
+	// Embedded resources (`resource` blocks).
+	EmbeddedContext bool `protobuf:"varint,3,opt,name=embedded_context,json=embeddedContext,proto3" json:"embedded_context,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PromptCapabilities) Reset() {
+	*x = PromptCapabilities{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptCapabilities) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptCapabilities) ProtoMessage() {}
+
+func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
+func (*PromptCapabilities) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PromptCapabilities) GetImage() bool {
+	if x != nil {
+		return x.Image
+	}
+	return false
+}
+
+func (x *PromptCapabilities) GetAudio() bool {
+	if x != nil {
+		return x.Audio
+	}
+	return false
+}
+
+func (x *PromptCapabilities) GetEmbeddedContext() bool {
+	if x != nil {
+		return x.EmbeddedContext
+	}
+	return false
+}
+
+// AuthMethod is one of an agent's authentication methods.
+type AuthMethod struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ACP v1 `id`, v2 `methodId`.
+	Id          string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name        string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// `agent` (the agent runs it: the only type the gateway can), `terminal`
+	// (for a client that runs the agent's command itself), or another type.
+	Type          string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthMethod) Reset() {
+	*x = AuthMethod{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthMethod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthMethod) ProtoMessage() {}
+
+func (x *AuthMethod) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
+func (*AuthMethod) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AuthMethod) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AuthMethod) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AuthMethod) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *AuthMethod) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
 }
 
 var File_acp_v2_session_service_proto protoreflect.FileDescriptor
@@ -2144,11 +2629,13 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\apreview\x18\x03 \x01(\v2\x10.acp.v2.ToolCallR\apreview\x122\n" +
 	"\aoptions\x18\x04 \x03(\v2\x18.acp.v2.PermissionOptionR\aoptions\x12\x14\n" +
 	"\x05title\x18\x05 \x01(\tR\x05title\x12+\n" +
-	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"h\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"\x89\x01\n" +
 	"\x12PermissionResolved\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
-	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\";\n" +
+	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\x12\x1f\n" +
+	"\vanswered_by\x18\x03 \x01(\tR\n" +
+	"answeredBy\";\n" +
 	"\vTurnStarted\x12,\n" +
 	"\x06prompt\x18\x01 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"\x84\x01\n" +
 	"\tTurnEnded\x12\x1f\n" +
@@ -2229,7 +2716,11 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse\"H\n" +
+	"\x14CloseSessionResponse\"5\n" +
+	"\x14DeleteSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
+	"\x15DeleteSessionResponse\"H\n" +
 	"\x0eSetModeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -2243,7 +2734,32 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\aboolean\x18\x04 \x01(\bH\x00R\abooleanB\a\n" +
 	"\x05value\"]\n" +
 	"\x17SetConfigOptionResponse\x12B\n" +
-	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions2\xcf\x05\n" +
+	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\"\x13\n" +
+	"\x11ListAgentsRequest\"F\n" +
+	"\x12ListAgentsResponse\x120\n" +
+	"\x06agents\x18\x01 \x03(\v2\x18.acp.v2.AgentDescriptionR\x06agents\"\xc5\x02\n" +
+	"\x10AgentDescription\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x04info\x18\x02 \x01(\v2\x11.acp.v2.AgentInfoR\x04info\x12)\n" +
+	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\x12K\n" +
+	"\x13prompt_capabilities\x18\x04 \x01(\v2\x1a.acp.v2.PromptCapabilitiesR\x12promptCapabilities\x121\n" +
+	"\x14session_capabilities\x18\x05 \x03(\tR\x13sessionCapabilities\x125\n" +
+	"\fauth_methods\x18\x06 \x03(\v2\x12.acp.v2.AuthMethodR\vauthMethods\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"O\n" +
+	"\tAgentInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"k\n" +
+	"\x12PromptCapabilities\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\bR\x05image\x12\x14\n" +
+	"\x05audio\x18\x02 \x01(\bR\x05audio\x12)\n" +
+	"\x10embedded_context\x18\x03 \x01(\bR\x0fembeddedContext\"f\n" +
+	"\n" +
+	"AuthMethod\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type2\xe2\x06\n" +
 	"\x0eSessionService\x12L\n" +
 	"\rCreateSession\x12\x1c.acp.v2.CreateSessionRequest\x1a\x1d.acp.v2.CreateSessionResponse\x129\n" +
 	"\x06Prompt\x12\x15.acp.v2.PromptRequest\x1a\x16.acp.v2.PromptResponse0\x01\x126\n" +
@@ -2255,7 +2771,10 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\fListSessions\x12\x1b.acp.v2.ListSessionsRequest\x1a\x1c.acp.v2.ListSessionsResponse\x12I\n" +
 	"\fCloseSession\x12\x1b.acp.v2.CloseSessionRequest\x1a\x1c.acp.v2.CloseSessionResponse\x12:\n" +
 	"\aSetMode\x12\x16.acp.v2.SetModeRequest\x1a\x17.acp.v2.SetModeResponse\x12R\n" +
-	"\x0fSetConfigOption\x12\x1e.acp.v2.SetConfigOptionRequest\x1a\x1f.acp.v2.SetConfigOptionResponseB\x8f\x01\n" +
+	"\x0fSetConfigOption\x12\x1e.acp.v2.SetConfigOptionRequest\x1a\x1f.acp.v2.SetConfigOptionResponse\x12C\n" +
+	"\n" +
+	"ListAgents\x12\x19.acp.v2.ListAgentsRequest\x1a\x1a.acp.v2.ListAgentsResponse\x12L\n" +
+	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponseB\x8f\x01\n" +
 	"\n" +
 	"com.acp.v2B\x13SessionServiceProtoP\x01Z3github.com/acp-gateway/acp-gateway/gen/acp/v2;acpv2\xa2\x02\x03AXX\xaa\x02\x06Acp.V2\xca\x02\x06Acp\\V2\xe2\x02\x12Acp\\V2\\GPBMetadata\xea\x02\aAcp::V2b\x06proto3"
 
@@ -2271,7 +2790,7 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
 	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
@@ -2297,105 +2816,121 @@ var file_acp_v2_session_service_proto_goTypes = []any{
 	(*ListSessionsResponse)(nil),      // 21: acp.v2.ListSessionsResponse
 	(*CloseSessionRequest)(nil),       // 22: acp.v2.CloseSessionRequest
 	(*CloseSessionResponse)(nil),      // 23: acp.v2.CloseSessionResponse
-	(*SetModeRequest)(nil),            // 24: acp.v2.SetModeRequest
-	(*SetModeResponse)(nil),           // 25: acp.v2.SetModeResponse
-	(*SetConfigOptionRequest)(nil),    // 26: acp.v2.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),   // 27: acp.v2.SetConfigOptionResponse
-	(*timestamppb.Timestamp)(nil),     // 28: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 29: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 30: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 31: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 32: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 33: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 34: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 35: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 36: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 37: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 38: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 39: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 40: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 41: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 42: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 43: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 44: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 45: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 46: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 47: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 48: acp.v2.ContentBlock
-	(StopReason)(0),                   // 49: acp.v2.StopReason
-	(*SessionConfigOption)(nil),       // 50: acp.v2.SessionConfigOption
+	(*DeleteSessionRequest)(nil),      // 24: acp.v2.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),     // 25: acp.v2.DeleteSessionResponse
+	(*SetModeRequest)(nil),            // 26: acp.v2.SetModeRequest
+	(*SetModeResponse)(nil),           // 27: acp.v2.SetModeResponse
+	(*SetConfigOptionRequest)(nil),    // 28: acp.v2.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),   // 29: acp.v2.SetConfigOptionResponse
+	(*ListAgentsRequest)(nil),         // 30: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 31: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),          // 32: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                 // 33: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),        // 34: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                // 35: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
+	(*ContentChunk)(nil),              // 37: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),            // 38: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),      // 39: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                      // 40: acp.v2.Plan
+	(*PlanUpdate)(nil),                // 41: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),   // 42: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),         // 43: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),        // 44: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),         // 45: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),               // 46: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),             // 47: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),               // 48: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),            // 49: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),       // 50: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),             // 51: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                  // 52: acp.v2.ToolCall
+	(*PermissionOption)(nil),          // 53: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),           // 54: google.protobuf.Struct
+	(*PermissionOutcome)(nil),         // 55: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),              // 56: acp.v2.ContentBlock
+	(StopReason)(0),                   // 57: acp.v2.StopReason
+	(*SessionConfigOption)(nil),       // 58: acp.v2.SessionConfigOption
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	28, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	29, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	29, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	29, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	30, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	31, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	32, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	33, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	34, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	35, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	36, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	37, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	38, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	39, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	39, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	39, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	40, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	41, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	42, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	43, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	44, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	36, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	37, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	37, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	37, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	38, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	39, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	40, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	41, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	42, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	43, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	44, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	45, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	46, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	47, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	47, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	47, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	48, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	49, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	50, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	51, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	52, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
 	3,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
 	4,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
 	5,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
 	6,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
 	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
-	30, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	44, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	45, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	46, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	47, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	48, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	49, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	44, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	28, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	28, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	48, // 37: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	38, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	52, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	53, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	54, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	55, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	56, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	57, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	52, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	36, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	36, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	56, // 37: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
 	0,  // 38: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	28, // 39: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	36, // 39: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
 	0,  // 40: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	28, // 41: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	36, // 41: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
 	6,  // 42: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
 	7,  // 43: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	50, // 44: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	8,  // 45: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	10, // 46: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	12, // 47: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	14, // 48: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	16, // 49: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	18, // 50: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	20, // 51: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	22, // 52: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	24, // 53: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	26, // 54: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	9,  // 55: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	11, // 56: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	13, // 57: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	15, // 58: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	17, // 59: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	19, // 60: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	21, // 61: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	23, // 62: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	25, // 63: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	27, // 64: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	55, // [55:65] is the sub-list for method output_type
-	45, // [45:55] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	58, // 44: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	32, // 45: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	33, // 46: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	34, // 47: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	35, // 48: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	8,  // 49: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	10, // 50: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	12, // 51: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	14, // 52: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	16, // 53: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	18, // 54: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	20, // 55: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	22, // 56: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	26, // 57: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	28, // 58: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	30, // 59: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	24, // 60: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	9,  // 61: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	11, // 62: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	13, // 63: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	15, // 64: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	17, // 65: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	19, // 66: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	21, // 67: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	23, // 68: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	27, // 69: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	29, // 70: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	31, // 71: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	25, // 72: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	61, // [61:73] is the sub-list for method output_type
+	49, // [49:61] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -2434,7 +2969,7 @@ func file_acp_v2_session_service_proto_init() {
 		(*SessionEvent_Snapshot)(nil),
 		(*SessionEvent_StateChanged)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[26].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[28].OneofWrappers = []any{
 		(*SetConfigOptionRequest_ValueId)(nil),
 		(*SetConfigOptionRequest_Boolean)(nil),
 	}
@@ -2444,7 +2979,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

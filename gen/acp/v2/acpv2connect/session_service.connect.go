@@ -59,6 +59,12 @@ const (
 	// SessionServiceSetConfigOptionProcedure is the fully-qualified name of the SessionService's
 	// SetConfigOption RPC.
 	SessionServiceSetConfigOptionProcedure = "/acp.v2.SessionService/SetConfigOption"
+	// SessionServiceListAgentsProcedure is the fully-qualified name of the SessionService's ListAgents
+	// RPC.
+	SessionServiceListAgentsProcedure = "/acp.v2.SessionService/ListAgents"
+	// SessionServiceDeleteSessionProcedure is the fully-qualified name of the SessionService's
+	// DeleteSession RPC.
+	SessionServiceDeleteSessionProcedure = "/acp.v2.SessionService/DeleteSession"
 )
 
 // SessionServiceClient is a client for the acp.v2.SessionService service.
@@ -84,6 +90,13 @@ type SessionServiceClient interface {
 	// SetConfigOption sets one session configuration option (ACP
 	// `session/set_config_option`) and returns all of them.
 	SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error)
+	// ListAgents lists the agents the caller may start, with what each said
+	// of itself at `initialize`.
+	ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error)
+	// DeleteSession closes the session, asks its agent to delete its own
+	// history of it (ACP `session/delete`, when the agent runs and offers
+	// it), and removes the gateway's record and log of it.
+	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
 }
 
 // NewSessionServiceClient constructs a client for the acp.v2.SessionService service. By default, it
@@ -157,6 +170,18 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("SetConfigOption")),
 			connect.WithClientOptions(opts...),
 		),
+		listAgents: connect.NewClient[v2.ListAgentsRequest, v2.ListAgentsResponse](
+			httpClient,
+			baseURL+SessionServiceListAgentsProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("ListAgents")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSession: connect.NewClient[v2.DeleteSessionRequest, v2.DeleteSessionResponse](
+			httpClient,
+			baseURL+SessionServiceDeleteSessionProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -172,6 +197,8 @@ type sessionServiceClient struct {
 	closeSession      *connect.Client[v2.CloseSessionRequest, v2.CloseSessionResponse]
 	setMode           *connect.Client[v2.SetModeRequest, v2.SetModeResponse]
 	setConfigOption   *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
+	listAgents        *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
+	deleteSession     *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -224,6 +251,16 @@ func (c *sessionServiceClient) SetConfigOption(ctx context.Context, req *connect
 	return c.setConfigOption.CallUnary(ctx, req)
 }
 
+// ListAgents calls acp.v2.SessionService.ListAgents.
+func (c *sessionServiceClient) ListAgents(ctx context.Context, req *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error) {
+	return c.listAgents.CallUnary(ctx, req)
+}
+
+// DeleteSession calls acp.v2.SessionService.DeleteSession.
+func (c *sessionServiceClient) DeleteSession(ctx context.Context, req *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error) {
+	return c.deleteSession.CallUnary(ctx, req)
+}
+
 // SessionServiceHandler is an implementation of the acp.v2.SessionService service.
 type SessionServiceHandler interface {
 	// CreateSession starts an agent for a new session.
@@ -247,6 +284,13 @@ type SessionServiceHandler interface {
 	// SetConfigOption sets one session configuration option (ACP
 	// `session/set_config_option`) and returns all of them.
 	SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error)
+	// ListAgents lists the agents the caller may start, with what each said
+	// of itself at `initialize`.
+	ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error)
+	// DeleteSession closes the session, asks its agent to delete its own
+	// history of it (ACP `session/delete`, when the agent runs and offers
+	// it), and removes the gateway's record and log of it.
+	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -316,6 +360,18 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("SetConfigOption")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServiceListAgentsHandler := connect.NewUnaryHandler(
+		SessionServiceListAgentsProcedure,
+		svc.ListAgents,
+		connect.WithSchema(sessionServiceMethods.ByName("ListAgents")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sessionServiceDeleteSessionHandler := connect.NewUnaryHandler(
+		SessionServiceDeleteSessionProcedure,
+		svc.DeleteSession,
+		connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/acp.v2.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceCreateSessionProcedure:
@@ -338,6 +394,10 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceSetModeHandler.ServeHTTP(w, r)
 		case SessionServiceSetConfigOptionProcedure:
 			sessionServiceSetConfigOptionHandler.ServeHTTP(w, r)
+		case SessionServiceListAgentsProcedure:
+			sessionServiceListAgentsHandler.ServeHTTP(w, r)
+		case SessionServiceDeleteSessionProcedure:
+			sessionServiceDeleteSessionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -385,4 +445,12 @@ func (UnimplementedSessionServiceHandler) SetMode(context.Context, *connect.Requ
 
 func (UnimplementedSessionServiceHandler) SetConfigOption(context.Context, *connect.Request[v2.SetConfigOptionRequest]) (*connect.Response[v2.SetConfigOptionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.SetConfigOption is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) ListAgents(context.Context, *connect.Request[v2.ListAgentsRequest]) (*connect.Response[v2.ListAgentsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.ListAgents is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.DeleteSession is not implemented"))
 }

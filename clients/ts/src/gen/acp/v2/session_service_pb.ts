@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file acp/v2/session_service.proto.
  */
 export const file_acp_v2_session_service: GenFile = /*@__PURE__*/
-  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSLWAQoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiVAoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZSIzCgtUdXJuU3RhcnRlZBIkCgZwcm9tcHQYASADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrImIKCVR1cm5FbmRlZBITCgtzdG9wX3JlYXNvbhgBIAEoCRIiCgZyZWFzb24YAiABKA4yEi5hY3AudjIuU3RvcFJlYXNvbhINCgVlcnJvchgDIAEoCRINCgVjYXVzZRgEIAEoCSLqAQoPU2Vzc2lvblNuYXBzaG90EhIKCnNlc3Npb25faWQYASABKAkSJAoKdG9vbF9jYWxscxgCIAMoCzIQLmFjcC52Mi5Ub29sQ2FsbBINCgVhZ2VudBgDIAEoCRILCgNjd2QYBCABKAkSEAoIbGFzdF9zZXEYBSABKAQSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSFAoMc3RhdGVfZGV0YWlsGAggASgJEhoKEmFnZW50X2NvbnRleHRfbG9zdBgJIAEoCCKnAQoOU2Vzc2lvblN1bW1hcnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVhZ2VudBgCIAEoCRILCgNjd2QYAyABKAkSEAoIbGFzdF9zZXEYBCABKAQSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYBiABKAkSFAoMc3RhdGVfZGV0YWlsGAcgASgJIkcKFENyZWF0ZVNlc3Npb25SZXF1ZXN0Eg0KBWFnZW50GAEgASgJEgsKA2N3ZBgCIAEoCRITCgthdXRoX21ldGhvZBgDIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI+ChJHZXRTZXNzaW9uUmVzcG9uc2USKAoHc2Vzc2lvbhgBIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3QiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCJAChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIoCghzZXNzaW9ucxgBIAMoCzIWLmFjcC52Mi5TZXNzaW9uU3VtbWFyeSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24yzwUKDlNlc3Npb25TZXJ2aWNlEkwKDUNyZWF0ZVNlc3Npb24SHC5hY3AudjIuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaHS5hY3AudjIuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEjkKBlByb21wdBIVLmFjcC52Mi5Qcm9tcHRSZXF1ZXN0GhYuYWNwLnYyLlByb21wdFJlc3BvbnNlMAESNgoFV2F0Y2gSFC5hY3AudjIuV2F0Y2hSZXF1ZXN0GhUuYWNwLnYyLldhdGNoUmVzcG9uc2UwARI3CgZDYW5jZWwSFS5hY3AudjIuQ2FuY2VsUmVxdWVzdBoWLmFjcC52Mi5DYW5jZWxSZXNwb25zZRJYChFSZXNwb25kUGVybWlzc2lvbhIgLmFjcC52Mi5SZXNwb25kUGVybWlzc2lvblJlcXVlc3QaIS5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXNwb25zZRJDCgpHZXRTZXNzaW9uEhkuYWNwLnYyLkdldFNlc3Npb25SZXF1ZXN0GhouYWNwLnYyLkdldFNlc3Npb25SZXNwb25zZRJJCgxMaXN0U2Vzc2lvbnMSGy5hY3AudjIuTGlzdFNlc3Npb25zUmVxdWVzdBocLmFjcC52Mi5MaXN0U2Vzc2lvbnNSZXNwb25zZRJJCgxDbG9zZVNlc3Npb24SGy5hY3AudjIuQ2xvc2VTZXNzaW9uUmVxdWVzdBocLmFjcC52Mi5DbG9zZVNlc3Npb25SZXNwb25zZRI6CgdTZXRNb2RlEhYuYWNwLnYyLlNldE1vZGVSZXF1ZXN0GhcuYWNwLnYyLlNldE1vZGVSZXNwb25zZRJSCg9TZXRDb25maWdPcHRpb24SHi5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVxdWVzdBofLmFjcC52Mi5TZXRDb25maWdPcHRpb25SZXNwb25zZWIGcHJvdG8z", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSLWAQoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiaQoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZRITCgthbnN3ZXJlZF9ieRgDIAEoCSIzCgtUdXJuU3RhcnRlZBIkCgZwcm9tcHQYASADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrImIKCVR1cm5FbmRlZBITCgtzdG9wX3JlYXNvbhgBIAEoCRIiCgZyZWFzb24YAiABKA4yEi5hY3AudjIuU3RvcFJlYXNvbhINCgVlcnJvchgDIAEoCRINCgVjYXVzZRgEIAEoCSLqAQoPU2Vzc2lvblNuYXBzaG90EhIKCnNlc3Npb25faWQYASABKAkSJAoKdG9vbF9jYWxscxgCIAMoCzIQLmFjcC52Mi5Ub29sQ2FsbBINCgVhZ2VudBgDIAEoCRILCgNjd2QYBCABKAkSEAoIbGFzdF9zZXEYBSABKAQSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSFAoMc3RhdGVfZGV0YWlsGAggASgJEhoKEmFnZW50X2NvbnRleHRfbG9zdBgJIAEoCCKnAQoOU2Vzc2lvblN1bW1hcnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVhZ2VudBgCIAEoCRILCgNjd2QYAyABKAkSEAoIbGFzdF9zZXEYBCABKAQSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYBiABKAkSFAoMc3RhdGVfZGV0YWlsGAcgASgJIkcKFENyZWF0ZVNlc3Npb25SZXF1ZXN0Eg0KBWFnZW50GAEgASgJEgsKA2N3ZBgCIAEoCRITCgthdXRoX21ldGhvZBgDIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI+ChJHZXRTZXNzaW9uUmVzcG9uc2USKAoHc2Vzc2lvbhgBIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3QiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCJAChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIoCghzZXNzaW9ucxgBIAMoCzIWLmFjcC52Mi5TZXNzaW9uU3VtbWFyeSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIXChVEZWxldGVTZXNzaW9uUmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24iEwoRTGlzdEFnZW50c1JlcXVlc3QiPgoSTGlzdEFnZW50c1Jlc3BvbnNlEigKBmFnZW50cxgBIAMoCzIYLmFjcC52Mi5BZ2VudERlc2NyaXB0aW9uIusBChBBZ2VudERlc2NyaXB0aW9uEgwKBG5hbWUYASABKAkSHwoEaW5mbxgCIAEoCzIRLmFjcC52Mi5BZ2VudEluZm8SGAoQcHJvdG9jb2xfdmVyc2lvbhgDIAEoDRI3ChNwcm9tcHRfY2FwYWJpbGl0aWVzGAQgASgLMhouYWNwLnYyLlByb21wdENhcGFiaWxpdGllcxIcChRzZXNzaW9uX2NhcGFiaWxpdGllcxgFIAMoCRIoCgxhdXRoX21ldGhvZHMYBiADKAsyEi5hY3AudjIuQXV0aE1ldGhvZBINCgVlcnJvchgHIAEoCSI5CglBZ2VudEluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJIkwKElByb21wdENhcGFiaWxpdGllcxINCgVpbWFnZRgBIAEoCBINCgVhdWRpbxgCIAEoCBIYChBlbWJlZGRlZF9jb250ZXh0GAMgASgIIkkKCkF1dGhNZXRob2QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIMCgR0eXBlGAQgASgJMuIGCg5TZXNzaW9uU2VydmljZRJMCg1DcmVhdGVTZXNzaW9uEhwuYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXNwb25zZRI5CgZQcm9tcHQSFS5hY3AudjIuUHJvbXB0UmVxdWVzdBoWLmFjcC52Mi5Qcm9tcHRSZXNwb25zZTABEjYKBVdhdGNoEhQuYWNwLnYyLldhdGNoUmVxdWVzdBoVLmFjcC52Mi5XYXRjaFJlc3BvbnNlMAESNwoGQ2FuY2VsEhUuYWNwLnYyLkNhbmNlbFJlcXVlc3QaFi5hY3AudjIuQ2FuY2VsUmVzcG9uc2USWAoRUmVzcG9uZFBlcm1pc3Npb24SIC5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0GiEuYWNwLnYyLlJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2USQwoKR2V0U2Vzc2lvbhIZLmFjcC52Mi5HZXRTZXNzaW9uUmVxdWVzdBoaLmFjcC52Mi5HZXRTZXNzaW9uUmVzcG9uc2USSQoMTGlzdFNlc3Npb25zEhsuYWNwLnYyLkxpc3RTZXNzaW9uc1JlcXVlc3QaHC5hY3AudjIuTGlzdFNlc3Npb25zUmVzcG9uc2USSQoMQ2xvc2VTZXNzaW9uEhsuYWNwLnYyLkNsb3NlU2Vzc2lvblJlcXVlc3QaHC5hY3AudjIuQ2xvc2VTZXNzaW9uUmVzcG9uc2USOgoHU2V0TW9kZRIWLmFjcC52Mi5TZXRNb2RlUmVxdWVzdBoXLmFjcC52Mi5TZXRNb2RlUmVzcG9uc2USUgoPU2V0Q29uZmlnT3B0aW9uEh4uYWNwLnYyLlNldENvbmZpZ09wdGlvblJlcXVlc3QaHy5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USQwoKTGlzdEFnZW50cxIZLmFjcC52Mi5MaXN0QWdlbnRzUmVxdWVzdBoaLmFjcC52Mi5MaXN0QWdlbnRzUmVzcG9uc2USTAoNRGVsZXRlU2Vzc2lvbhIcLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVxdWVzdBodLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * SessionEvent is one stored, numbered event of a session. The update
@@ -326,6 +326,17 @@ export type PermissionResolved = Message<"acp.v2.PermissionResolved"> & {
    * @generated from field: acp.v2.PermissionOutcome outcome = 2;
    */
   outcome?: PermissionOutcome | undefined;
+
+  /**
+   * Who answered: the user who chose (their name under authentication,
+   * `user` without it), or, for a request cancelled without a client's
+   * choice, `agent` (the agent withdrew it with `$/cancel_request`),
+   * `timeout` (no client answered within --permission-timeout) or `cancel`
+   * (its turn was cancelled or ended, or its agent was lost first).
+   *
+   * @generated from field: string answered_by = 3;
+   */
+  answeredBy: string;
 };
 
 /**
@@ -907,6 +918,40 @@ export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@_
   messageDesc(file_acp_v2_session_service, 23);
 
 /**
+ * DeleteSessionRequest names the session to delete.
+ *
+ * @generated from message acp.v2.DeleteSessionRequest
+ */
+export type DeleteSessionRequest = Message<"acp.v2.DeleteSessionRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message acp.v2.DeleteSessionRequest.
+ * Use `create(DeleteSessionRequestSchema)` to create a new message.
+ */
+export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 24);
+
+/**
+ * DeleteSessionResponse is empty.
+ *
+ * @generated from message acp.v2.DeleteSessionResponse
+ */
+export type DeleteSessionResponse = Message<"acp.v2.DeleteSessionResponse"> & {
+};
+
+/**
+ * Describes the message acp.v2.DeleteSessionResponse.
+ * Use `create(DeleteSessionResponseSchema)` to create a new message.
+ */
+export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 25);
+
+/**
  * SetModeRequest names the mode to switch to.
  *
  * @generated from message acp.v2.SetModeRequest
@@ -928,7 +973,7 @@ export type SetModeRequest = Message<"acp.v2.SetModeRequest"> & {
  * Use `create(SetModeRequestSchema)` to create a new message.
  */
 export const SetModeRequestSchema: GenMessage<SetModeRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 24);
+  messageDesc(file_acp_v2_session_service, 26);
 
 /**
  * SetModeResponse is empty.
@@ -943,7 +988,7 @@ export type SetModeResponse = Message<"acp.v2.SetModeResponse"> & {
  * Use `create(SetModeResponseSchema)` to create a new message.
  */
 export const SetModeResponseSchema: GenMessage<SetModeResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 25);
+  messageDesc(file_acp_v2_session_service, 27);
 
 /**
  * SetConfigOptionRequest sets one configuration option.
@@ -988,7 +1033,7 @@ export type SetConfigOptionRequest = Message<"acp.v2.SetConfigOptionRequest"> & 
  * Use `create(SetConfigOptionRequestSchema)` to create a new message.
  */
 export const SetConfigOptionRequestSchema: GenMessage<SetConfigOptionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 26);
+  messageDesc(file_acp_v2_session_service, 28);
 
 /**
  * SetConfigOptionResponse returns every option with its current value.
@@ -1007,7 +1052,217 @@ export type SetConfigOptionResponse = Message<"acp.v2.SetConfigOptionResponse"> 
  * Use `create(SetConfigOptionResponseSchema)` to create a new message.
  */
 export const SetConfigOptionResponseSchema: GenMessage<SetConfigOptionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 27);
+  messageDesc(file_acp_v2_session_service, 29);
+
+/**
+ * ListAgentsRequest is empty: it lists the agents the caller may start.
+ *
+ * @generated from message acp.v2.ListAgentsRequest
+ */
+export type ListAgentsRequest = Message<"acp.v2.ListAgentsRequest"> & {
+};
+
+/**
+ * Describes the message acp.v2.ListAgentsRequest.
+ * Use `create(ListAgentsRequestSchema)` to create a new message.
+ */
+export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 30);
+
+/**
+ * ListAgentsResponse lists agents, sorted by name.
+ *
+ * @generated from message acp.v2.ListAgentsResponse
+ */
+export type ListAgentsResponse = Message<"acp.v2.ListAgentsResponse"> & {
+  /**
+   * @generated from field: repeated acp.v2.AgentDescription agents = 1;
+   */
+  agents: AgentDescription[];
+};
+
+/**
+ * Describes the message acp.v2.ListAgentsResponse.
+ * Use `create(ListAgentsResponseSchema)` to create a new message.
+ */
+export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 31);
+
+/**
+ * AgentDescription is a configured agent and what it said of itself in its
+ * answer to `initialize`, which the gateway asked once (starting the agent
+ * as it starts any, then stopping it) and keeps. Its command line is never
+ * shown.
+ *
+ * @generated from message acp.v2.AgentDescription
+ */
+export type AgentDescription = Message<"acp.v2.AgentDescription"> & {
+  /**
+   * The name CreateSession takes.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The agent's implementation: ACP v1 `agentInfo`, v2 `info`.
+   *
+   * @generated from field: acp.v2.AgentInfo info = 2;
+   */
+  info?: AgentInfo | undefined;
+
+  /**
+   * The ACP version the gateway and the agent negotiated: 1 or 2.
+   *
+   * @generated from field: uint32 protocol_version = 3;
+   */
+  protocolVersion: number;
+
+  /**
+   * The content blocks beyond text and resource links the agent takes in a
+   * prompt; Prompt refuses the others.
+   *
+   * @generated from field: acp.v2.PromptCapabilities prompt_capabilities = 4;
+   */
+  promptCapabilities?: PromptCapabilities | undefined;
+
+  /**
+   * The session capabilities the agent advertised, by their ACP names,
+   * sorted: `load` (v1 `loadSession`), and the members of v1
+   * `sessionCapabilities` or v2 `capabilities.session` that it offers, such
+   * as `resume`, `list`, `close`, `delete`. What is baseline in the agent's
+   * version is not listed.
+   *
+   * @generated from field: repeated string session_capabilities = 5;
+   */
+  sessionCapabilities: string[];
+
+  /**
+   * The authentication methods the agent offers; CreateSession's
+   * auth_method takes the id of one of type `agent`.
+   *
+   * @generated from field: repeated acp.v2.AuthMethod auth_methods = 6;
+   */
+  authMethods: AuthMethod[];
+
+  /**
+   * Set when the agent could not be started or did not answer
+   * `initialize` (the other fields are then empty): a message safe to show
+   * the user. The gateway asks again at the next ListAgents.
+   *
+   * @generated from field: string error = 7;
+   */
+  error: string;
+};
+
+/**
+ * Describes the message acp.v2.AgentDescription.
+ * Use `create(AgentDescriptionSchema)` to create a new message.
+ */
+export const AgentDescriptionSchema: GenMessage<AgentDescription> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 32);
+
+/**
+ * AgentInfo is an ACP Implementation.
+ *
+ * @generated from message acp.v2.AgentInfo
+ */
+export type AgentInfo = Message<"acp.v2.AgentInfo"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * For display; name when empty.
+   *
+   * @generated from field: string title = 2;
+   */
+  title: string;
+
+  /**
+   * @generated from field: string version = 3;
+   */
+  version: string;
+};
+
+/**
+ * Describes the message acp.v2.AgentInfo.
+ * Use `create(AgentInfoSchema)` to create a new message.
+ */
+export const AgentInfoSchema: GenMessage<AgentInfo> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 33);
+
+/**
+ * PromptCapabilities say which content blocks beyond text and resource
+ * links an agent takes (ACP `promptCapabilities`).
+ *
+ * @generated from message acp.v2.PromptCapabilities
+ */
+export type PromptCapabilities = Message<"acp.v2.PromptCapabilities"> & {
+  /**
+   * @generated from field: bool image = 1;
+   */
+  image: boolean;
+
+  /**
+   * @generated from field: bool audio = 2;
+   */
+  audio: boolean;
+
+  /**
+   * Embedded resources (`resource` blocks).
+   *
+   * @generated from field: bool embedded_context = 3;
+   */
+  embeddedContext: boolean;
+};
+
+/**
+ * Describes the message acp.v2.PromptCapabilities.
+ * Use `create(PromptCapabilitiesSchema)` to create a new message.
+ */
+export const PromptCapabilitiesSchema: GenMessage<PromptCapabilities> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 34);
+
+/**
+ * AuthMethod is one of an agent's authentication methods.
+ *
+ * @generated from message acp.v2.AuthMethod
+ */
+export type AuthMethod = Message<"acp.v2.AuthMethod"> & {
+  /**
+   * ACP v1 `id`, v2 `methodId`.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string description = 3;
+   */
+  description: string;
+
+  /**
+   * `agent` (the agent runs it: the only type the gateway can), `terminal`
+   * (for a client that runs the agent's command itself), or another type.
+   *
+   * @generated from field: string type = 4;
+   */
+  type: string;
+};
+
+/**
+ * Describes the message acp.v2.AuthMethod.
+ * Use `create(AuthMethodSchema)` to create a new message.
+ */
+export const AuthMethodSchema: GenMessage<AuthMethod> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 35);
 
 /**
  * SessionService puts ACP agents on the network: each session runs one agent,
@@ -1121,6 +1376,29 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof SetConfigOptionRequestSchema;
     output: typeof SetConfigOptionResponseSchema;
+  },
+  /**
+   * ListAgents lists the agents the caller may start, with what each said
+   * of itself at `initialize`.
+   *
+   * @generated from rpc acp.v2.SessionService.ListAgents
+   */
+  listAgents: {
+    methodKind: "unary";
+    input: typeof ListAgentsRequestSchema;
+    output: typeof ListAgentsResponseSchema;
+  },
+  /**
+   * DeleteSession closes the session, asks its agent to delete its own
+   * history of it (ACP `session/delete`, when the agent runs and offers
+   * it), and removes the gateway's record and log of it.
+   *
+   * @generated from rpc acp.v2.SessionService.DeleteSession
+   */
+  deleteSession: {
+    methodKind: "unary";
+    input: typeof DeleteSessionRequestSchema;
+    output: typeof DeleteSessionResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_acp_v2_session_service, 0);

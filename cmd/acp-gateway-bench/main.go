@@ -1,3 +1,14 @@
+// Command acp-gateway-bench measures the gateway against a plain pipe and
+// websocketd on one synthetic agent workload, then fan-out to many
+// watchers, many sessions, and another user's latency under
+// unauthenticated gzip bombs (docs/BENCHMARKS.md).
+//
+//	acp-gateway-bench [--quick] [--json FILE] [flags]
+//
+// It is a command of its own, so that the acp-gateway binary carries none
+// of it. Its helpers (the synthetic agent, the measured gateway, the pipe
+// reader, the watchers, the bombers) are this executable run as
+// `acp-gateway-bench MODE`.
 package main
 
 import (
@@ -7,35 +18,47 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
-	"github.com/acp-gateway/acp-gateway/gateway/bench"
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
+	"github.com/acp-gateway/acp-gateway/internal/bench"
 )
 
-// The bench runs its helpers (the synthetic agent, the measured gateway,
-// the pipe reader) as `acp-gateway bench MODE`, this executable. They are
-// dispatched here, before main, so that a test binary running the bench
-// serves them too instead of running its tests.
-func init() {
-	if len(os.Args) > 2 && os.Args[1] == "bench" && bench.IsChild(os.Args[2]) {
-		os.Exit(bench.Child(context.Background(), os.Args[2], os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
-	}
-}
-
-const benchUsage = `usage: acp-gateway bench [--quick] [--json FILE] [flags]
+const benchUsage = `usage: acp-gateway-bench [--quick] [--json FILE] [flags]
 
 Measures the gateway against a plain pipe and websocketd on one synthetic
 agent workload, then fan-out to many watchers, many sessions, and another
 user's latency under unauthenticated gzip bombs. Flags:
 `
 
-func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// exitUsage is the exit status for bad flags.
+const exitUsage = 2
+
+func main() {
+	// In a sandboxed agent of the measured gateway, this binary opens the
+	// egress proxy's socket and then runs the agent.
+	egress.ListenIfCommanded()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run runs the bench, or with a child mode as its first argument that
+// helper.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && bench.IsChild(args[0]) {
-		return bench.Child(ctx, args[0], args[1:], os.Stdin, stdout, stderr)
+		return bench.Child(ctx, args[0], args[1:], stdin, stdout, stderr)
 	}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	return benchCmd(ctx, args, stdout, stderr)
+}
+
+// benchCmd parses the bench's flags, runs it and writes its report.
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("acp-gateway-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, benchUsage)
@@ -78,7 +101,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "acp-gateway bench: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(stderr, "acp-gateway-bench: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
 	cfg := bench.Defaults(*quick)
@@ -111,11 +134,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	var err error
 	if cfg.Mix, err = intList(*mix); err != nil {
-		fmt.Fprintf(stderr, "acp-gateway bench: --mix: %v\n", err)
+		fmt.Fprintf(stderr, "acp-gateway-bench: --mix: %v\n", err)
 		return exitUsage
 	}
 	if cfg.Fanout, err = intList(*fanout); err != nil {
-		fmt.Fprintf(stderr, "acp-gateway bench: --fanout: %v\n", err)
+		fmt.Fprintf(stderr, "acp-gateway-bench: --fanout: %v\n", err)
 		return exitUsage
 	}
 	cfg.Paths = nil
@@ -132,30 +155,30 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if f.v != "" {
 			abs, err := filepath.Abs(f.v)
 			if err != nil {
-				fmt.Fprintf(stderr, "acp-gateway bench: %v\n", err)
+				fmt.Fprintf(stderr, "acp-gateway-bench: %v\n", err)
 				return exitUsage
 			}
 			*f.dst = abs
 		}
 	}
 	if err := cfg.Check(); err != nil {
-		fmt.Fprintf(stderr, "acp-gateway bench: %v\n", err)
+		fmt.Fprintf(stderr, "acp-gateway-bench: %v\n", err)
 		return exitUsage
 	}
 	rep, err := bench.Run(ctx, cfg, stderr)
 	if rep == nil {
-		fmt.Fprintf(stderr, "acp-gateway bench: %v\n", err)
+		fmt.Fprintf(stderr, "acp-gateway-bench: %v\n", err)
 		return 1
 	}
 	if *jsonFile != "" {
 		if err := rep.WriteJSON(*jsonFile); err != nil {
-			fmt.Fprintf(stderr, "acp-gateway bench: --json: %v\n", err)
+			fmt.Fprintf(stderr, "acp-gateway-bench: --json: %v\n", err)
 			return 1
 		}
 	}
 	rep.Write(stdout)
 	if err != nil {
-		fmt.Fprintf(stderr, "acp-gateway bench: %v\n", err)
+		fmt.Fprintf(stderr, "acp-gateway-bench: %v\n", err)
 		return 1
 	}
 	return 0

@@ -236,7 +236,7 @@ func promptTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id str
 	stream, err := c.Prompt(pctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: promptText(w)}))
 	if err != nil {
 		stop()
-		return turnResult{}, fmt.Errorf("Prompt: %w", err)
+		return turnResult{}, fmt.Errorf("prompt: %w", err)
 	}
 	var k tracker
 	k.r.Samples = make([]int64, 0, w.Updates)

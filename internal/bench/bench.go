@@ -187,7 +187,7 @@ func (c *Config) Check() error {
 	return nil
 }
 
-// Child modes, run as `acp-gateway bench MODE`: the synthetic agent, the
+// Child modes, run as `acp-gateway-bench MODE`: the synthetic agent, the
 // measured gateway, the pipe reader, the fan-out watchers, the bombs
 // phase's bombers.
 var childModes = []string{"agent", "gateway", "pipe", "watchers", "bombers"}
@@ -234,13 +234,14 @@ func Child(ctx context.Context, mode string, args []string, stdin io.Reader, std
 }
 
 // selfCommand is the command that runs the bench's child modes: this
-// executable's bench command.
+// executable, acp-gateway-bench (or a test binary whose TestMain
+// dispatches them as its main does).
 func selfCommand() ([]string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	return []string{exe, "bench"}, nil
+	return []string{exe}, nil
 }
 
 // Run runs the bench and returns its report. progress receives a line per

@@ -180,7 +180,9 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	prof.stop()
+	if err := prof.stop(); err != nil {
+		fmt.Fprintln(stderr, "bench gateway: profile:", err)
+	}
 	mgr.Close()
 	_ = store.Close()
 	fmt.Fprintf(stdout, "leftover %d\n", len(procfs.Children(os.Getpid())))

@@ -333,7 +333,7 @@ func fmtRatio(r *Ratio) string {
 // Write writes the report as text; its last line is the headline.
 func (r *Report) Write(w io.Writer) {
 	m := r.Machine
-	fmt.Fprintf(w, "\nacp-gateway bench: %d CPUs (%s), %d MiB, %s, %s\n", m.CPUs, m.CPU, m.MemoryMiB, m.Kernel, m.Go)
+	fmt.Fprintf(w, "\nacp-gateway-bench: %d CPUs (%s), %d MiB, %s, %s\n", m.CPUs, m.CPU, m.MemoryMiB, m.Kernel, m.Go)
 	c := r.Config
 	fmt.Fprintf(w, "workload: ACP v%s agents, payload %d B; %d updates per path as fast as possible; latency at %.0f updates/s (%d updates)\n",
 		joinInts(c.Mix, "+v"), c.Payload, c.Updates, c.Rate, c.PacedUpdates)

@@ -10,20 +10,36 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/acp-gateway/acp-gateway/gateway/egress"
+	"github.com/acp-gateway/acp-gateway/internal/bench"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
+
+// TestMain serves the bench's helpers as main does: the bench runs them
+// as this executable, here the test binary, with a child mode as its
+// first argument.
+func TestMain(m *testing.M) {
+	egress.ListenIfCommanded()
+	if len(os.Args) > 1 && bench.IsChild(os.Args[1]) {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
 
 // TestBenchQuickReport runs the bench on a tiny workload through every path
 // (websocketd and Redis when this machine has them) and checks the shape of
 // the report and of its JSON. It asserts no timing.
 func TestBenchQuickReport(t *testing.T) {
+	testutil.Slow(t)
 	// The bench's helpers are this test binary: under the race detector
 	// each would pause a second as it exits.
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	jsonFile := filepath.Join(t.TempDir(), "bench.json")
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"bench", "--quick", "--rounds", "2", "--updates", "40", "--paced-updates", "20", "--rate", "2000",
+	code := run(context.Background(), []string{"--quick", "--rounds", "2", "--updates", "40", "--paced-updates", "20", "--rate", "2000",
 		"--fanout", "1,3", "--fanout-updates", "20", "--sessions", "3", "--scale-updates", "3",
-		"--bomb-rounds", "1", "--bomb-samples", "3", "--json", jsonFile}, &stdout, &stderr)
+		"--bomb-rounds", "1", "--bomb-samples", "3", "--json", jsonFile}, strings.NewReader(""), &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -217,18 +233,18 @@ type scaleJSON struct {
 func TestBenchBadFlagsExit2(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"bench", "--mix", "3"},
-		{"bench", "--scale-store", "redis"},
-		{"bench", "--scale-sandbox", "gvisor"},
-		{"bench", "--scale-network", "none"},
-		{"bench", "--paths", "pigeon"},
-		{"bench", "--fanout", "x"},
-		{"bench", "--bomb-throttle", "sometimes"},
-		{"bench", "--bombers-nice", "20"},
-		{"bench", "extra"},
+		{"--mix", "3"},
+		{"--scale-store", "redis"},
+		{"--scale-sandbox", "gvisor"},
+		{"--scale-network", "none"},
+		{"--paths", "pigeon"},
+		{"--fanout", "x"},
+		{"--bomb-throttle", "sometimes"},
+		{"--bombers-nice", "20"},
+		{"extra"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := run(context.Background(), args, &stdout, &stderr); code != exitUsage {
+		if code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr); code != exitUsage {
 			t.Errorf("%q: exit %d, want %d (stderr %q)", args, code, exitUsage, stderr.String())
 		}
 	}
@@ -240,14 +256,14 @@ func TestBenchWritesProfiles(t *testing.T) {
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	dir := t.TempDir()
 	files := map[string]string{}
-	args := []string{"bench", "--quick", "--rounds", "1", "--paths", "proto", "--updates", "40", "--paced-updates", "20",
+	args := []string{"--quick", "--rounds", "1", "--paths", "proto", "--updates", "40", "--paced-updates", "20",
 		"--rate", "2000", "--fanout", "", "--sessions", "0", "--bombs", "0", "--profile-path", "proto"}
 	for _, kind := range []string{"cpuprofile", "memprofile", "mutexprofile"} {
 		files[kind] = filepath.Join(dir, kind+".pb.gz")
 		args = append(args, "--"+kind, files[kind])
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+	if code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr); code != 0 {
 		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	for kind, path := range files {
