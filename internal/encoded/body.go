@@ -17,7 +17,7 @@ import (
 // Body is the encoding of the message in an event's event field, made
 // before the event is numbered (an update's, whose parts its merged call
 // reuses, or a merged call's): [Numbered] makes the event's encoding of
-// it. With room, b begins with Headroom bytes free for the rest of the
+// it. With room, b begins with headroom bytes free for the rest of the
 // event's encoding, its head, which is then written there, without a
 // copy. The zero Body is none: the event is marshalled whole.
 type Body struct {
@@ -30,14 +30,14 @@ type Body struct {
 // Bytes returns the encoding of the message, without the room before it.
 func (bd Body) Bytes() []byte {
 	if bd.room && bd.b != nil {
-		return bd.b[Headroom:]
+		return bd.b[headroom:]
 	}
 	return bd.b
 }
 
-// CallBody is the Body of a merged tool call's event: b is the call's
-// encoding, after Headroom free bytes when room is set.
-func CallBody(b []byte, room bool) Body {
+// callBody is the Body of a merged tool call's event: b is the call's
+// encoding, after headroom free bytes when room is set.
+func callBody(b []byte, room bool) Body {
 	return Body{b: b, room: room && b != nil, field: protowire.Number(ToolCall)}
 }
 
@@ -102,8 +102,8 @@ func BodyOf(ev *acpv2.SessionEvent) Body {
 	}
 	// One allocation at the size needed: growing the body in place took
 	// several, and left the event's array up to twice its size.
-	out := make([]byte, Headroom+len(b))
-	copy(out[Headroom:], b)
+	out := make([]byte, headroom+len(b))
+	copy(out[headroom:], b)
 	return Body{b: out, room: true, field: num}
 }
 

@@ -373,14 +373,14 @@ func TestNumbered(t *testing.T) {
 	call := &acpv2.SessionEvent{Seq: 2, Event: &acpv2.SessionEvent_ToolCall{ToolCall: &acpv2.ToolCall{ToolCallId: "c"}}}
 	ended := &acpv2.SessionEvent{Seq: 3, Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: &acpv2.TurnEnded{StopReason: "end_turn"}}}
 	bad := &acpv2.SessionEvent{Seq: 4, Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: &acpv2.TurnEnded{StopReason: "\xff"}}}
-	callBody, err := proto.Marshal(call.GetToolCall())
+	callWire, err := proto.Marshal(call.GetToolCall())
 	if err != nil {
 		t.Fatal(err)
 	}
 	chunkBody := BodyOf(chunk)
 	room := chunkBody.b
 	events := []*acpv2.SessionEvent{chunk, call, ended, bad}
-	got, marshalled, err := Numbered(events, []Body{chunkBody, CallBody(callBody, false)})
+	got, marshalled, err := Numbered(events, []Body{chunkBody, callBody(callWire, false)})
 	if marshalled != 2 || err == nil || !strings.Contains(err.Error(), "event 4") {
 		t.Fatalf("marshalled %d, err %v; want the last two marshalled, the fourth refused", marshalled, err)
 	}

@@ -26,7 +26,7 @@ type Calls struct {
 	scratch []byte
 }
 
-// Body returns the body of call's merged event ([CallBody]): call's
+// Body returns the body of call's merged event (see callBody): call's
 // encoding, proto.Marshal's but for the order of map entries (which
 // proto.Marshal does not fix either), with room for the event's head
 // before it when made here. A second Body of the same version gives the
@@ -38,16 +38,16 @@ func (c *Calls) Body(call *acpv2.ToolCall, parts *Parts) Body {
 	id := call.GetToolCallId()
 	prev := c.last[id]
 	if prev != nil && prev.call == call {
-		return CallBody(prev.b, false) // encoded already: its room may be in use
+		return callBody(prev.b, false) // encoded already: its room may be in use
 	}
-	enc, err := encodeCall(prev, call, parts, Headroom, &c.scratch)
+	enc, err := encodeCall(prev, call, parts, headroom, &c.scratch)
 	if err != nil {
 		delete(c.last, id)
 		b, err := proto.Marshal(call)
 		if err != nil {
 			return Body{}
 		}
-		return CallBody(b, false)
+		return callBody(b, false)
 	}
 	if c.last == nil {
 		c.last = map[string]*callWire{}
@@ -55,10 +55,10 @@ func (c *Calls) Body(call *acpv2.ToolCall, parts *Parts) Body {
 	c.last[id] = enc
 	full := enc.room
 	enc.room = nil
-	if n := Headroom + len(enc.b); n > cap(full) || len(enc.b) > 0 && &full[:n][Headroom] != &enc.b[0] {
-		return CallBody(enc.b, false) // the encoding outgrew its array
+	if n := headroom + len(enc.b); n > cap(full) || len(enc.b) > 0 && &full[:n][headroom] != &enc.b[0] {
+		return callBody(enc.b, false) // the encoding outgrew its array
 	}
-	return CallBody(full[:Headroom+len(enc.b)], true)
+	return callBody(full[:headroom+len(enc.b)], true)
 }
 
 // Forget lets go of the last encoding of tool call id: the call was

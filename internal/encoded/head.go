@@ -13,27 +13,27 @@ import (
 // be made that way (unknown fields). The encoding is a copy: body stays
 // the caller's.
 func withBody(ev *acpv2.SessionEvent, field protowire.Number, body []byte) ([]byte, bool) {
-	h, ok := head(make([]byte, 0, Headroom+len(body)), ev, field, len(body))
+	h, ok := head(make([]byte, 0, headroom+len(body)), ev, field, len(body))
 	if !ok {
 		return nil, false
 	}
 	return append(h, body...), true
 }
 
-// Headroom is the room withBodyIn needs before a body: more than an
+// headroom is the room withBodyIn needs before a body: more than an
 // event's seq and time and its event field's tag and length take.
-const Headroom = 48
+const headroom = 48
 
-// withBodyIn is withBody for a body at buf[Headroom:]: the head is
+// withBodyIn is withBody for a body at buf[headroom:]: the head is
 // written into the room before it, and the encoding is the rest of buf
 // from there, without a copy. buf must not be used afterwards.
 func withBodyIn(ev *acpv2.SessionEvent, field protowire.Number, buf []byte) ([]byte, bool) {
-	var room [Headroom]byte
-	h, ok := head(room[:0], ev, field, len(buf)-Headroom)
+	var room [headroom]byte
+	h, ok := head(room[:0], ev, field, len(buf)-headroom)
 	if !ok {
 		return nil, false
 	}
-	start := Headroom - len(h)
+	start := headroom - len(h)
 	copy(buf[start:], h)
 	return buf[start:], true
 }
@@ -66,5 +66,5 @@ func head(b []byte, ev *acpv2.SessionEvent, field protowire.Number, bodyLen int)
 	}
 	b = protowire.AppendTag(b, field, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(bodyLen))
-	return b, len(b) <= Headroom
+	return b, len(b) <= headroom
 }

@@ -63,7 +63,7 @@ func TestHeadIsProtoMarshal(t *testing.T) {
 					t.Fatalf("event %d, time %d, seq %d: %x, proto.Marshal gives %x", i, j, seq, got, want)
 				}
 				// The same from the room before the body, in place.
-				buf := append(make([]byte, Headroom), body...)
+				buf := append(make([]byte, headroom), body...)
 				inPlace, ok := withBodyIn(ev, fd.Number(), buf)
 				if !ok || !bytes.Equal(inPlace, got) || &inPlace[len(inPlace)-1] != &buf[len(buf)-1] {
 					t.Fatalf("event %d, time %d, seq %d: in place %x, want %x in buf", i, j, seq, inPlace, got)
@@ -77,7 +77,7 @@ func TestHeadIsProtoMarshal(t *testing.T) {
 	if _, ok := withBody(ev, 1, []byte{}); ok {
 		t.Fatal("an event with unknown fields was given an encoding without them")
 	}
-	if _, ok := withBodyIn(ev, 1, make([]byte, Headroom)); ok {
+	if _, ok := withBodyIn(ev, 1, make([]byte, headroom)); ok {
 		t.Fatal("an event with unknown fields was given an encoding without them, in place")
 	}
 }
