@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
 // Memory is a Store that keeps everything in the process: nothing survives
@@ -18,8 +18,9 @@ import (
 // a seventh of the memory of the decoded messages (381 bytes of heap
 // instead of 2,618 for BenchmarkMemoryRetained's tool-call update:
 // google.protobuf.Struct values in _meta and rawInput are large as
-// objects), and are decoded again when read. Tool calls are kept in wire
-// form too: a call's merged event in the same Append gives its bytes.
+// objects): it keeps each event's bytes, not the event, and Events makes
+// events of them again, decoded only when asked. Tool calls are kept in
+// wire form too.
 type Memory struct {
 	opts     Options
 	mu       sync.RWMutex
@@ -134,15 +135,8 @@ func (m *Memory) SetAgentSession(_ context.Context, id, agentSessionID string, p
 	return nil
 }
 
-// Append implements Store. The events are encoded (those without an
-// encoding given) before the store is locked: a batch that cannot be
-// encoded leaves the log as it was, and encoding holds up no other
-// session.
-func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
-	encoded, calls, err := Wires(id, events, wires, changed, nil)
-	if err != nil {
-		return err
-	}
+// Append implements Store.
+func (m *Memory) Append(_ context.Context, id string, events []*encoded.Event, changed []Call) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, err := m.get(id)
@@ -152,24 +146,24 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	if err := CheckSeqs(s.rec.LastSeq, events); err != nil {
 		return err
 	}
-	for i, tc := range changed {
-		s.callBytes += int64(len(calls[i]))
-		if j, ok := s.calls[tc.GetToolCallId()]; ok {
+	for _, c := range changed {
+		s.callBytes += int64(len(c.Proto))
+		if j, ok := s.calls[c.ID]; ok {
 			s.callBytes -= int64(len(s.list[j]))
-			s.list[j] = calls[i]
+			s.list[j] = c.Proto
 			continue
 		}
-		s.calls[tc.GetToolCallId()] = len(s.list)
-		s.list = append(s.list, calls[i])
+		s.calls[c.ID] = len(s.list)
+		s.list = append(s.list, c.Proto)
 	}
 	if len(events) == 0 {
 		return nil
 	}
-	s.events = append(s.events, encoded...)
-	for _, b := range encoded {
-		s.bytes += int64(len(b))
+	for _, e := range events {
+		s.events = append(s.events, e.Proto())
+		s.bytes += int64(e.Size())
 	}
-	s.rec.LastSeq = events[len(events)-1].GetSeq()
+	s.rec.LastSeq = events[len(events)-1].Seq()
 	drop := 0
 	for ; m.opts.Over(uint64(len(s.events)-drop), s.bytes); drop++ {
 		s.bytes -= int64(len(s.events[drop]))
@@ -187,18 +181,18 @@ func (m *Memory) Append(_ context.Context, id string, events []*acpv2.SessionEve
 	return nil
 }
 
-// Events implements Store. The events are decoded after the store is
+// Events implements Store. The events are made after the store is
 // unlocked: a stored encoding is never changed (Append only writes past
 // the end of s.events, and trimming reslices it), so the slice taken under
 // the lock stays valid.
-func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
+func (m *Memory) Events(_ context.Context, id string, after uint64, limit int) ([]*encoded.Event, error) {
 	kept, err := m.encodedEvents(id, after, limit)
 	if err != nil || len(kept) == 0 {
 		return nil, err
 	}
-	out := make([]*acpv2.SessionEvent, len(kept))
+	out := make([]*encoded.Event, len(kept))
 	for i, b := range kept {
-		if out[i], err = eventwire.Unmarshal(b); err != nil {
+		if out[i], err = encoded.Decode(b); err != nil {
 			return nil, fmt.Errorf("statestore: decoding event %d of %s: %w", after+uint64(i)+1, id, err)
 		}
 	}

@@ -31,7 +31,7 @@ func BenchmarkMemoryAppend(b *testing.B) {
 		seq++
 		ev := []*acpv2.SessionEvent{storetest.Event(seq, text)}
 		calls := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("call", seq%8), Title: "run tests", Status: "in_progress"}}
-		if err := s.Append(ctx, "a", ev, nil, calls); err != nil {
+		if err := s.Append(ctx, "a", storetest.Encode(b, ev...), storetest.Calls(b, calls...)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -66,7 +66,7 @@ func BenchmarkMemoryRetained(b *testing.B) {
 			// Each event decoded anew, as the session hands them over.
 			e := proto.Clone(ev).(*acpv2.SessionEvent)
 			e.Seq = seq
-			if err := s.Append(ctx, "a", []*acpv2.SessionEvent{e}, nil, nil); err != nil {
+			if err := s.Append(ctx, "a", storetest.Encode(b, e), nil); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/protowalk"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
 var (
@@ -37,8 +37,8 @@ var (
 	// ErrLeaseHeld is returned by AcquireLease when another holder's lease
 	// on the session is live.
 	ErrLeaseHeld = errors.New("statestore: another replica holds the session")
-	// ErrInvalid is returned by Append for events it can never store (an
-	// event that does not encode): trying again cannot help.
+	// ErrInvalid marks events or tool calls that can never be stored (one
+	// that does not encode, see CallOf): trying again cannot help.
 	ErrInvalid = errors.New("statestore: the events cannot be stored")
 )
 
@@ -146,15 +146,15 @@ type Store interface {
 	// SetAgentSession records the agent's ACP session id and protocol version.
 	SetAgentSession(ctx context.Context, id, agentSessionID string, protocolVersion int) error
 	// Append stores events, whose seqs must continue the session's log
-	// without a gap, and the tool calls they changed, atomically. wires
-	// is nil or holds, for each event, its protobuf encoding (nil when
-	// not made): the store keeps those bytes rather than marshal the
-	// event again, and does not modify them.
-	Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error
+	// without a gap, and the tool calls they changed, atomically. The
+	// store keeps the events' and the calls' bytes as they are: it does
+	// not encode anything again, nor modify them.
+	Append(ctx context.Context, id string, events []*encoded.Event, changed []Call) error
 	// Events returns up to limit (0: no limit) stored events with seq >
-	// after, in order. It fails with ErrTrimmed when after is below the
-	// session's TrimmedSeq.
-	Events(ctx context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error)
+	// after, in order, made from the bytes the store kept (their messages
+	// are decoded only when asked for). It fails with ErrTrimmed when
+	// after is below the session's TrimmedSeq.
+	Events(ctx context.Context, id string, after uint64, limit int) ([]*encoded.Event, error)
 	// WaitEvents blocks until the session holds an event with seq > after,
 	// and returns nil then; it returns ctx's error when ctx ends first, and
 	// ErrNotFound when the session does not exist or is deleted. It sees
@@ -199,81 +199,32 @@ type Leaser interface {
 
 // CheckSeqs verifies that events continue a log whose last seq is last,
 // for stores to call before they append.
-func CheckSeqs(last uint64, events []*acpv2.SessionEvent) error {
+func CheckSeqs(last uint64, events []*encoded.Event) error {
 	for i, e := range events {
-		if want := last + uint64(i) + 1; e.GetSeq() != want {
-			return fmt.Errorf("%w: got seq %d, want %d", ErrSeqConflict, e.GetSeq(), want)
+		if want := last + uint64(i) + 1; e.Seq() != want {
+			return fmt.Errorf("%w: got seq %d, want %d", ErrSeqConflict, e.Seq(), want)
 		}
 	}
 	return nil
 }
 
-// Wires returns the encodings Append stores: each event's (eventWires)
-// and each changed tool call's (callWires). marshal encodes what has no
-// encoding given (nil: proto.Marshal).
-func Wires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall, marshal func(proto.Message) ([]byte, error)) (evs, calls [][]byte, err error) {
-	if evs, err = eventWires(id, events, wires, marshal); err != nil {
-		return nil, nil, err
-	}
-	calls, err = callWires(id, events, evs, changed, marshal)
-	return evs, calls, err
+// Call is a merged tool call as Append takes it: its id and its protobuf
+// encoding, which the store keeps as it is. A call changed by a merged
+// call's event in the same Append takes its bytes from within the
+// event's (encoded.Event.Field), so that the two share them.
+type Call struct {
+	ID    string
+	Proto []byte
 }
 
-// eventWires returns each event's encoding for Append: wires[i] where
-// given (wires is nil or as long as events), else marshal's (nil:
-// proto.Marshal); an error names the event that does not marshal.
-func eventWires(id string, events []*acpv2.SessionEvent, wires [][]byte, marshal func(proto.Message) ([]byte, error)) ([][]byte, error) {
-	if marshal == nil {
-		marshal = proto.Marshal
+// CallOf returns tc as a Call, encoded by proto.Marshal; an error, one
+// of ErrInvalid, says it does not encode.
+func CallOf(tc *acpv2.ToolCall) (Call, error) {
+	b, err := proto.Marshal(tc)
+	if err != nil {
+		return Call{}, fmt.Errorf("%w: encoding tool call %q: %w", ErrInvalid, tc.GetToolCallId(), err)
 	}
-	if wires != nil && len(wires) != len(events) {
-		return nil, fmt.Errorf("%w: append to %s: %d encodings for %d events", ErrInvalid, id, len(wires), len(events))
-	}
-	out := make([][]byte, len(events))
-	for i, ev := range events {
-		if wires != nil && wires[i] != nil {
-			out[i] = wires[i]
-			continue
-		}
-		b, err := marshal(ev)
-		if err != nil {
-			return nil, fmt.Errorf("%w: encoding event %d of %s: %w", ErrInvalid, ev.GetSeq(), id, err)
-		}
-		out[i] = b
-	}
-	return out, nil
-}
-
-// ToolCallField is the number of SessionEvent's tool_call field: a merged
-// call's event holds the call's encoding there.
-var ToolCallField = (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Fields().ByName("tool_call").Number()
-
-// callWires returns each changed tool call's encoding for Append: within
-// wires[i], the encoding of the last of events that holds the call (its
-// merged call's event, which the store keeps anyway: no copy is made, and
-// the call is not marshalled again), else marshal's (nil: proto.Marshal).
-// wires are the events' encodings, as eventWires returns them.
-func callWires(id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall, marshal func(proto.Message) ([]byte, error)) ([][]byte, error) {
-	if marshal == nil {
-		marshal = proto.Marshal
-	}
-	out := make([][]byte, len(changed))
-	for i, tc := range changed {
-		for j := len(events) - 1; j >= 0; j-- {
-			if events[j].GetToolCall() == tc {
-				out[i], _ = protowalk.Bytes(wires[j], ToolCallField)
-				break
-			}
-		}
-		if out[i] == nil {
-			b, err := marshal(tc)
-			if err != nil {
-				return nil, fmt.Errorf("%w: encoding tool call %q of %s: %w", ErrInvalid, tc.GetToolCallId(), id, err)
-			}
-			out[i] = b
-		}
-	}
-	return out, nil
+	return Call{ID: tc.GetToolCallId(), Proto: b}, nil
 }
 
 // TrimmedError is the ErrTrimmed of a read after seq after from session id,

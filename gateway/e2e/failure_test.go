@@ -11,8 +11,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
-	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/procfs"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
@@ -515,13 +515,17 @@ func TestCancelRightAfterPromptReachesTheAgent(t *testing.T) {
 			t.Fatalf("turn %d: Cancel: %v", i, err)
 		}
 		var ended *acpv2.TurnEnded
-		evs := make([]session.Event, 16)
+		evs := make([]*encoded.Event, 16)
 		for ended == nil {
 			n, err := sub.NextBatch(ctx, evs)
 			if err != nil {
 				t.Fatalf("turn %d did not end: %v", i, err)
 			}
-			for _, ev := range evs[:n] {
+			for _, e := range evs[:n] {
+				ev, err := e.Message()
+				if err != nil {
+					t.Fatal(err)
+				}
 				if te := ev.GetTurnEnded(); te != nil {
 					ended = te
 				}

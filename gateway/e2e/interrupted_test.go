@@ -15,6 +15,7 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 // TestRestartStartsANewAgentSessionWhereNoneCanBeTakenBack: an agent that
@@ -116,10 +117,11 @@ func TestShutdownEndsTheRunningTurn(t *testing.T) {
 		t.Fatalf("the turn's first event %v, want turnStarted", stream.Msg())
 	}
 	g.stop()
-	events, err := st.Events(context.Background(), id, 0, 0)
+	stored, err := st.Events(context.Background(), id, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	events := storetest.Messages(t, stored)
 	end := events[len(events)-1].GetTurnEnded()
 	if end.GetStopReason() != "cancelled" || end.GetCause() != session.CauseGatewayShutdown || end.GetError() != "" {
 		t.Fatalf("the log after the shutdown ends with %v, want the turn ended cancelled, cause %s", events[len(events)-1], session.CauseGatewayShutdown)
@@ -142,7 +144,7 @@ func leftByCrash(t *testing.T, st statestore.Store, id string, state statestore.
 	for i, ev := range events {
 		ev.Seq, ev.Time = uint64(i+1), timestamppb.Now()
 	}
-	if err := st.Append(ctx, id, events, nil, nil); err != nil {
+	if err := st.Append(ctx, id, storetest.Encode(t, events...), nil); err != nil {
 		t.Fatal(err)
 	}
 }

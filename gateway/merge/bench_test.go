@@ -9,6 +9,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
 // BenchmarkApplyUpdate patches the status of an existing tool call whose
@@ -106,8 +107,9 @@ func BenchmarkTurn1000(b *testing.B) {
 // gateway's events carry it: created with rawInput and a location, set
 // running, four output chunks, completed with a diff and rawOutput. One
 // op is the whole life (seven encodings), marshalled whole (plain), or by
-// Wire from the parts each version shares with the one before (wire), or
-// not encoded (none: the part of the others' time that is not encoding).
+// encoded.Calls from the parts each version shares with the one before
+// (wire), as a session encodes them, or not encoded (none: the part of the
+// others' time that is not encoding).
 func BenchmarkWireLife(b *testing.B) {
 	text := func(n int) string { return strings.Repeat("x := f(y)\n", n/10) }
 	life := func(s *merge.State, id string, encode func(*acpv2.ToolCall) ([]byte, error)) {
@@ -132,27 +134,28 @@ func BenchmarkWireLife(b *testing.B) {
 	}
 	for _, c := range []struct {
 		name   string
-		encode func(*merge.State) func(*acpv2.ToolCall) ([]byte, error)
+		encode func(*encoded.Calls) func(*acpv2.ToolCall) ([]byte, error)
 	}{
-		{"plain", func(*merge.State) func(*acpv2.ToolCall) ([]byte, error) {
+		{"plain", func(*encoded.Calls) func(*acpv2.ToolCall) ([]byte, error) {
 			return func(tc *acpv2.ToolCall) ([]byte, error) { return proto.Marshal(tc) }
 		}},
-		{"wire", func(s *merge.State) func(*acpv2.ToolCall) ([]byte, error) {
-			return func(tc *acpv2.ToolCall) ([]byte, error) { return s.Wire(tc, nil) }
+		{"wire", func(c *encoded.Calls) func(*acpv2.ToolCall) ([]byte, error) {
+			return func(tc *acpv2.ToolCall) ([]byte, error) { return c.Body(tc, nil).Bytes(), nil }
 		}},
-		{"none", func(*merge.State) func(*acpv2.ToolCall) ([]byte, error) {
+		{"none", func(*encoded.Calls) func(*acpv2.ToolCall) ([]byte, error) {
 			return func(*acpv2.ToolCall) ([]byte, error) { return nil, nil }
 		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := merge.New()
+			s, calls := merge.New(), &encoded.Calls{}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				life(s, fmt.Sprint("call_", i%100), c.encode(s))
+				life(s, fmt.Sprint("call_", i%100), c.encode(calls))
 				i++
 				if i%100 == 0 {
 					s.Compact()
+					calls.Reset()
 				}
 			}
 		})

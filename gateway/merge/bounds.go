@@ -85,6 +85,24 @@ func Finished(status string) bool { return status == "completed" || status == "f
 // snapshot's list of calls: its field's tag and length too.
 func framed(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
 
+// fieldStatus is the number of ToolCall's status field.
+const fieldStatus = 4
+
+// Encoded records that b is the protobuf encoding of call: the caller
+// encoded it (for its event), and compacting the call keeps a copy of b
+// rather than marshal it again; Bytes counts b's length. It does nothing
+// for a call that is not the current version of its tool call. b must not
+// be modified afterwards.
+func (s *State) Encoded(call *acpv2.ToolCall, b []byte) {
+	i, ok := s.index[call.GetToolCallId()]
+	if !ok || s.calls[i].call != call {
+		return
+	}
+	e := &s.calls[i]
+	e.enc, e.encCall = b, call
+	s.setSize(e, len(b))
+}
+
 // setSize records that e's call encodes in n bytes.
 func (s *State) setSize(e *entry, n int) {
 	f := framed(n)
@@ -94,8 +112,8 @@ func (s *State) setSize(e *entry, n int) {
 
 // Bytes is the size of the State's tool calls in a snapshot (a
 // SessionSnapshot's tool_calls field, as protobuf): each call as it was
-// when last encoded by Wire or WireRoom, restored or trimmed. A call
-// applied and not encoded since counts as it was before.
+// when last encoded (Encoded), restored or trimmed. A call applied and
+// not encoded since counts as it was before.
 func (s *State) Bytes() int { return s.bytes }
 
 // ThinOldest trims the oldest tool calls whose status finished accepts,

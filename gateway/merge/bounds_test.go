@@ -12,8 +12,8 @@ import (
 	"github.com/acp-gateway/acp-gateway/internal/eventjson"
 )
 
-// applyAndWire applies each op to s and encodes the merged call, as a
-// session does.
+// applyAndWire applies each op to s and records the merged call's
+// encoding, as a session does.
 func applyAndWire(t *testing.T, s *merge.State, ops ...op) {
 	t.Helper()
 	for _, o := range ops {
@@ -27,9 +27,11 @@ func applyAndWire(t *testing.T, s *merge.State, ops ...op) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Wire(tc, nil); err != nil {
+		b, err := proto.Marshal(tc)
+		if err != nil {
 			t.Fatal(err)
 		}
+		s.Encoded(tc, b)
 	}
 }
 

@@ -30,8 +30,6 @@ type State struct {
 	calls []entry        // in first-seen order
 	// bytes is the sum of the calls' sizes (see Bytes).
 	bytes int
-	// scratch is Wire's buffer for the fields it marshals anew.
-	scratch []byte
 }
 
 // entry is one tool call's current version plus the State's private append
@@ -48,8 +46,8 @@ type State struct {
 // After Compact, call and buf are nil and wire holds the tool call in its
 // protobuf wire form, until the entry is next used (see load).
 //
-// enc, when not nil, is the encoding of call or of a version before it,
-// kept by Wire for the next version to reuse, until Compact.
+// enc, when not nil, is the encoding of encCall, a version of the call
+// (see Encoded), which compacting it keeps rather than marshal it again.
 //
 // size is the bytes the call took in a snapshot when last encoded (see
 // Bytes), and thin is set while the call is trimmed (see ThinOldest).
@@ -57,9 +55,11 @@ type entry struct {
 	call *acpv2.ToolCall
 	buf  []*acpv2.ToolCallContent
 	wire []byte
-	enc  *callWire
-	size int
-	thin bool
+	enc  []byte
+	// encCall is the version enc encodes.
+	encCall *acpv2.ToolCall
+	size    int
+	thin    bool
 }
 
 // load returns the entry's tool call, decoding it when compacted; keep
@@ -86,7 +86,6 @@ func (e *entry) load(keep bool) *acpv2.ToolCall {
 // out earlier are unaffected; the next ones are equal messages, not the
 // same ones.
 func (s *State) Compact() {
-	s.scratch = nil
 	for i := range s.calls {
 		s.calls[i].compact()
 	}
@@ -96,7 +95,7 @@ func (s *State) Compact() {
 // an unknown id). A session compacts each call as it finishes, during a
 // turn: a long turn's finished calls would otherwise stay whole messages
 // that the garbage collector walks in every cycle until the turn ends.
-// Its encoding is the one Wire or WireRoom made, when made for its
+// Its encoding is the one Encoded recorded, when recorded for its
 // current version, so that compacting a call just encoded marshals
 // nothing.
 func (s *State) CompactCall(id string) {
@@ -112,8 +111,8 @@ func (e *entry) compact() {
 		return
 	}
 	var b []byte
-	if e.enc != nil && e.enc.call == e.call {
-		b = bytes.Clone(e.enc.b) // not the room Wire's buffer had
+	if e.enc != nil && e.encCall == e.call {
+		b = bytes.Clone(e.enc) // not the event's buffer it is within
 	} else {
 		var err error
 		if b, err = proto.Marshal(e.call); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
 // source is the randomness a generator draws from: *rand.Rand for property
@@ -563,55 +564,49 @@ func checkCompact(t testing.TB, ops []op, every int) {
 }
 
 // checkWire applies ops, compacting before each op whose index every
-// divides, and checks that Wire encodes each merged tool call, with the
-// parts of the op that made it (on odd ops) or without, and the version
-// before it, no longer the current one, to bytes that decode to it; and
-// that WireRoom (every third op) gives the same, once, with room before it
-// that the caller may write into.
+// divides, and checks that encoded.Calls encodes each merged tool call as
+// a session does, from the version before it, with the parts of the op
+// that made it (on odd ops) or without, and the version before it, no
+// longer the current one, to bytes that decode to it; and that the
+// event's head, written in the room before the first encoding of a
+// version (every third op), changes nothing the next version reads.
+// (merge does not encode; the session pairs it with encoded.Calls, and
+// this is the pair's property.)
 func checkWire(t testing.TB, ops []op, every int) {
 	t.Helper()
-	s := merge.New()
-	decode := func(i int, what string, tc *acpv2.ToolCall, parts *merge.Parts) {
+	s, c := merge.New(), &encoded.Calls{}
+	decode := func(i int, what string, tc *acpv2.ToolCall, parts *encoded.Parts) {
 		t.Helper()
-		wire, err := s.Wire(tc, parts)
-		if err != nil {
-			t.Fatalf("op %d: Wire(%s): %v", i, what, err)
-		}
+		wire := c.Body(tc, parts).Bytes()
 		back := &acpv2.ToolCall{}
-		if err := proto.Unmarshal(wire, back); err != nil || !proto.Equal(back, tc) {
-			t.Fatalf("op %d: Wire(%s) decodes to %v (%v), want %v", i, what, back, err, tc)
+		if err := proto.Unmarshal(wire, back); wire == nil || err != nil || !proto.Equal(back, tc) {
+			t.Fatalf("op %d: Body(%s) decodes to %v (%v), want %v", i, what, back, err, tc)
 		}
 	}
 	var prev *acpv2.ToolCall
 	for i, o := range ops {
 		if i%every == 0 {
 			s.Compact()
+			c.Reset()
 		}
 		got, err := apply(s, o)
 		if err != nil {
 			continue
 		}
-		var parts *merge.Parts
+		var parts *encoded.Parts
 		if i%2 == 1 {
 			parts = opParts(t, o)
 		}
 		if i%3 == 0 {
-			// With room before it: a header written there changes
-			// nothing the State reads.
-			const room = 16
-			full, ok := s.WireRoom(got, parts, room)
-			if !ok {
-				t.Fatalf("op %d: no room for a version just made", i)
+			// With the event's head written in the room before it.
+			ev := &acpv2.SessionEvent{Seq: uint64(i + 1), Event: &acpv2.SessionEvent_ToolCall{ToolCall: got}}
+			e, marshalled, err := encoded.Numbered([]*acpv2.SessionEvent{ev}, []encoded.Body{c.Body(got, parts)})
+			if err != nil || marshalled != 0 {
+				t.Fatalf("op %d: the merged call's event is not made of its body: marshalled %d, %v", i, marshalled, err)
 			}
-			for j := range room {
-				full[j] = 0xff
-			}
-			back := &acpv2.ToolCall{}
-			if err := proto.Unmarshal(full[room:], back); err != nil || !proto.Equal(back, got) {
-				t.Fatalf("op %d: WireRoom's encoding decodes to %v (%v)", i, back, err)
-			}
-			if _, again := s.WireRoom(got, nil, room); again {
-				t.Fatalf("op %d: the same room handed out twice", i)
+			back := &acpv2.SessionEvent{}
+			if err := proto.Unmarshal(e[0].Proto(), back); err != nil || !proto.Equal(back, ev) {
+				t.Fatalf("op %d: the event decodes to %v (%v)", i, back, err)
 			}
 		}
 		decode(i, "merged", got, parts)
@@ -624,6 +619,7 @@ func checkWire(t testing.TB, ops []op, every int) {
 			// As a session compacts a finished call: the next version
 			// is encoded from the call decoded again.
 			s.CompactCall(got.ToolCallId)
+			c.Forget(got.ToolCallId)
 		}
 	}
 }
@@ -649,8 +645,8 @@ func applyBoth(t testing.TB, i int, o op, a, b *merge.State, how string) (gotA, 
 }
 
 // checkCompactCall applies ops to two States, one of which compacts the
-// call each op touched right after it (half the time once WireRoom has
-// encoded it, as a session compacts a call that finished), and checks that
+// call each op touched right after it (half the time once an encoding of
+// it is recorded, as a session compacts a call that finished), and checks that
 // both give equal results, Previews and Snapshots throughout. It compares
 // Snapshots, not Gets: a Get would expand the call again, and the next op
 // would not find it compacted.
@@ -663,14 +659,16 @@ func checkCompactCall(t testing.TB, ops []op) {
 			continue
 		}
 		if i%2 == 0 {
-			if _, ok := compacted.WireRoom(got2, nil, 16); !ok {
-				t.Fatalf("op %d: no room for a version just made", i)
+			b, err := proto.Marshal(got2)
+			if err != nil {
+				t.Fatal(err)
 			}
+			compacted.Encoded(got2, b)
 		}
 		if i%3 != 2 {
-			// Not after every op: a call encoded by WireRoom at one op and
-			// changed at the next is compacted with an encoding of an
-			// earlier version at hand.
+			// Not after every op: a call encoded at one op and changed
+			// at the next is compacted with an encoding of an earlier
+			// version at hand.
 			compacted.CompactCall(got2.ToolCallId)
 		}
 		compacted.CompactCall("no such call") // nothing happens
@@ -689,20 +687,20 @@ func checkCompactCall(t testing.TB, ops []op) {
 }
 
 // opParts returns the parts of o's update or chunk, from its encoding.
-func opParts(t testing.TB, o op) *merge.Parts {
+func opParts(t testing.TB, o op) *encoded.Parts {
 	t.Helper()
 	if o.u != nil {
 		wire, err := proto.Marshal(o.u)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return merge.UpdateParts(o.u, wire)
+		return encoded.UpdateParts(o.u, wire)
 	}
 	wire, err := proto.Marshal(o.c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return merge.ChunkParts(o.c, wire)
+	return encoded.ChunkParts(o.c, wire)
 }
 
 const propertySeqs = 400

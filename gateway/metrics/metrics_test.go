@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/buildinfo"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -86,7 +86,7 @@ func TestNilSessionDoesNothing(t *testing.T) {
 // failingStore fails every Append.
 type failingStore struct{ statestore.Store }
 
-func (failingStore) Append(context.Context, string, []*acpv2.SessionEvent, [][]byte, []*acpv2.ToolCall) error {
+func (failingStore) Append(context.Context, string, []*encoded.Event, []statestore.Call) error {
 	return errors.New("disk on fire")
 }
 
@@ -111,7 +111,7 @@ func TestInstrumentStoreKeepsLeasesAndCountsFailures(t *testing.T) {
 	if _, err := st.GetSession(ctx, "missing"); !errors.Is(err, statestore.ErrNotFound) {
 		t.Fatalf("GetSession: %v", err)
 	}
-	if err := st.Append(ctx, "s", nil, nil, nil); err == nil {
+	if err := st.Append(ctx, "s", nil, nil); err == nil {
 		t.Fatal("Append did not fail")
 	}
 	want := `

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -63,12 +64,12 @@ func (s *store) SetAgentSession(ctx context.Context, id, agentSessionID string, 
 	return s.Store.SetAgentSession(ctx, id, agentSessionID, version)
 }
 
-func (s *store) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) (err error) {
+func (s *store) Append(ctx context.Context, id string, events []*encoded.Event, changed []statestore.Call) (err error) {
 	defer func(t time.Time) { s.observe("append", t, err) }(time.Now())
-	return s.Store.Append(ctx, id, events, wires, changed)
+	return s.Store.Append(ctx, id, events, changed)
 }
 
-func (s *store) Events(ctx context.Context, id string, after uint64, limit int) (evs []*acpv2.SessionEvent, err error) {
+func (s *store) Events(ctx context.Context, id string, after uint64, limit int) (evs []*encoded.Event, err error) {
 	defer func(t time.Time) { s.observe("events", t, err) }(time.Now())
 	return s.Store.Events(ctx, id, after, limit)
 }

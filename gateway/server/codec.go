@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/eventjson"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
 
 // protoCodec is connect's "proto" codec, except that a stream message
@@ -21,14 +21,13 @@ import (
 // event's encoding: an event is sent by every stream watching its session,
 // and marshalling it (its google.protobuf.Struct values above all) once per
 // stream was the gateway's largest cost with many watchers. A stream sends
-// an eventwire.Reply, with the encoding the session made when it numbered
-// the event (or the bytes a store read it from); a response without one
-// takes its event's encoding from eventwire's shared cache. The output is
-// the bytes proto.Marshal gives for the message (which, like it, writes
-// map entries in no set order).
-type protoCodec struct{ events *eventwire.Cache }
+// an encoded.Reply, with the encoded event the session made when it
+// numbered the event (or a store read back); any other message is
+// marshalled. The output is the bytes proto.Marshal gives for the message
+// (which, like it, writes map entries in no set order).
+type protoCodec struct{}
 
-func newProtoCodec() *protoCodec { return &protoCodec{events: eventwire.Proto} }
+func newProtoCodec() *protoCodec { return &protoCodec{} }
 
 func (*protoCodec) Name() string { return "proto" }
 
@@ -37,19 +36,10 @@ func (*protoCodec) IsBinary() bool { return true }
 func (c *protoCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, m) }
 
 func (c *protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	var wire []byte // the event's encoding, when the sender has it
-	if r, ok := m.(*eventwire.Reply); ok {
-		m, wire = r.Message, r.Event
-	}
-	if ev := soleEvent(m); ev != nil {
-		if wire == nil {
-			var err error
-			if wire, err = c.events.Get(ev); err != nil {
-				return nil, err
-			}
-		}
+	ev, m := replyEvent(m)
+	if ev != nil {
 		dst = protowire.AppendTag(dst, eventField, protowire.BytesType)
-		return protowire.AppendBytes(dst, wire), nil
+		return protowire.AppendBytes(dst, ev.Proto()), nil
 	}
 	pm, ok := m.(proto.Message)
 	if !ok {
@@ -58,9 +48,23 @@ func (c *protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
 }
 
-// soleEvent returns the event of a stream message (a PromptResponse or
-// WatchResponse) whose only field is its event, else nil.
-func soleEvent(m any) *acpv2.SessionEvent {
+// replyEvent returns the encoded event of an encoded.Reply whose message
+// (a PromptResponse or WatchResponse) holds only its event, else nil; and
+// the message, to marshal when there is no such event.
+func replyEvent(m any) (*encoded.Event, any) {
+	r, ok := m.(*encoded.Reply)
+	if !ok {
+		return nil, m
+	}
+	if r.Event == nil || !soleEvent(r.Message) {
+		return nil, r.Message
+	}
+	return r.Event, r.Message
+}
+
+// soleEvent says whether m is a stream message (a PromptResponse or
+// WatchResponse) whose only field is its event.
+func soleEvent(m any) bool {
 	var r interface {
 		proto.Message
 		GetEvent() *acpv2.SessionEvent
@@ -72,12 +76,9 @@ func soleEvent(m any) *acpv2.SessionEvent {
 	case *acpv2.WatchResponse:
 		r = m
 	default:
-		return nil
+		return false
 	}
-	if r.GetHeartbeat() != nil || len(r.ProtoReflect().GetUnknown()) != 0 {
-		return nil
-	}
-	return r.GetEvent()
+	return r.GetEvent() != nil && r.GetHeartbeat() == nil && len(r.ProtoReflect().GetUnknown()) == 0
 }
 
 // eventField is the number of the event field of PromptResponse and
@@ -106,16 +107,14 @@ func (*protoCodec) MarshalStable(m any) ([]byte, error) {
 func errNotProto(m any) error { return fmt.Errorf("%T doesn't implement proto.Message", m) }
 
 // jsonCodec is connect's "json" codec, except that, as protoCodec does, it
-// reuses the encoding of the event of a stream message that holds only
-// one, and that it marshals with eventjson rather than protojson (which
-// was half of the gateway's CPU on this path). Its output is the same JSON
-// as protojson.Marshal's, member by member; not the same bytes, whose
-// spacing protojson varies from build to build.
-type jsonCodec struct{ events *eventwire.Cache }
+// writes an encoded.Reply with its event's JSON, made once however many
+// streams send it, and that it marshals with eventjson rather than
+// protojson (which was half of the gateway's CPU on this path). Its output
+// is the same JSON as protojson.Marshal's, member by member; not the same
+// bytes, whose spacing protojson varies from build to build.
+type jsonCodec struct{}
 
-func newJSONCodec() *jsonCodec {
-	return &jsonCodec{events: eventwire.New(eventwire.DefaultEntries, eventwire.DefaultBytes, eventjson.Marshal)}
-}
+func newJSONCodec() *jsonCodec { return &jsonCodec{} }
 
 func (*jsonCodec) Name() string { return "json" }
 
@@ -128,15 +127,13 @@ func (c *jsonCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil,
 const jsonEventField = `{"event":`
 
 func (c *jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	if r, ok := m.(*eventwire.Reply); ok {
-		m = r.Message // the protobuf encoding is of no use here
-	}
-	if ev := soleEvent(m); ev != nil {
-		wire, err := c.events.Get(ev)
+	ev, m := replyEvent(m)
+	if ev != nil {
+		js, err := ev.JSON()
 		if err != nil {
 			return nil, err
 		}
-		dst = append(append(dst, jsonEventField...), wire...)
+		dst = append(append(dst, jsonEventField...), js...)
 		return append(dst, '}'), nil
 	}
 	pm, ok := m.(proto.Message)

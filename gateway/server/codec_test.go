@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
@@ -38,15 +38,28 @@ func testEvents(t *testing.T) []*acpv2.SessionEvent {
 	return events
 }
 
-// The codec's output is proto.Marshal's, for the responses it encodes
-// from a cached event and for the others. proto.Marshal writes map
-// entries in random order, so messages with maps are compared with a
-// codec whose events are marshalled with map entries in key order; the
-// others with the gateway's.
+// replyOf returns m as a stream sends it: an encoded.Reply with its event
+// encoded by marshal, for a response with one; else m.
+func replyOf(t *testing.T, m proto.Message, marshal func(proto.Message) ([]byte, error)) any {
+	t.Helper()
+	r, ok := m.(interface{ GetEvent() *acpv2.SessionEvent })
+	if !ok || r.GetEvent() == nil {
+		return m
+	}
+	wire, err := marshal(r.GetEvent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &encoded.Reply{Message: m, Event: encoded.Of(r.GetEvent(), wire)}
+}
+
+// The codec's output is proto.Marshal's, for the responses it writes
+// from their encoded event and for the others. proto.Marshal writes map
+// entries in random order, so messages with maps are compared with
+// events marshalled with map entries in key order.
 func TestCodecOutputIsProtoMarshal(t *testing.T) {
 	c := newProtoCodec()
 	det := proto.MarshalOptions{Deterministic: true}
-	detCodec := &protoCodec{events: eventwire.New(eventwire.DefaultEntries, eventwire.DefaultBytes, det.Marshal)}
 	var msgs []proto.Message
 	for _, ev := range testEvents(t) {
 		msgs = append(msgs, &acpv2.PromptResponse{Event: ev}, &acpv2.WatchResponse{Event: ev})
@@ -60,27 +73,32 @@ func TestCodecOutputIsProtoMarshal(t *testing.T) {
 		&acpv2.WatchResponse{}, withUnknown,
 		&acpv2.GetSessionResponse{Session: &acpv2.SessionSnapshot{SessionId: "s", LastSeq: 7}},
 	)
-	for round := range 2 { // the second from the cache
+	for round := range 2 { // the first as messages, the second as Replies
 		for i, m := range msgs {
 			want, err := det.Marshal(m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := detCodec.Marshal(m)
-			if err != nil || !bytes.Equal(got, want) {
+			sent, detSent := any(m), any(m)
+			if round == 1 {
+				sent, detSent = replyOf(t, m, proto.Marshal), replyOf(t, m, det.Marshal)
+			}
+			maps := strings.Contains(protojson.Format(m), `"meta"`) || strings.Contains(protojson.Format(m), `"rawInput"`)
+			got, err := c.Marshal(detSent)
+			if err != nil || (round == 1 || !maps) && !bytes.Equal(got, want) {
 				t.Fatalf("round %d, message %d (%T): codec gives %x (err %v), proto.Marshal %x", round, i, m, got, err, want)
 			}
-			if got, err := c.Marshal(m); err != nil || len(got) != proto.Size(m) {
+			if got, err := c.Marshal(sent); err != nil || len(got) != proto.Size(m) {
 				t.Fatalf("round %d, message %d: %d bytes (err %v), want %d", round, i, len(got), err, proto.Size(m))
 			}
 			prefix := []byte("prefix")
-			got, err = detCodec.MarshalAppend(prefix, m)
-			if err != nil || !bytes.Equal(got, append([]byte("prefix"), want...)) {
+			got, err = c.MarshalAppend(prefix, detSent)
+			if err != nil || (round == 1 || !maps) && !bytes.Equal(got, append([]byte("prefix"), want...)) {
 				t.Fatalf("round %d, message %d: MarshalAppend lost its prefix or differs", round, i)
 			}
 			// The gateway's codec: its output decodes to the message, and
 			// is proto.Marshal's where that does not depend on map order.
-			got, err = c.MarshalAppend(prefix, m)
+			got, err = c.MarshalAppend(prefix, sent)
 			if err != nil || !bytes.Equal(got[:len(prefix)], prefix) {
 				t.Fatalf("round %d, message %d: MarshalAppend lost its prefix: %v", round, i, err)
 			}
@@ -88,8 +106,8 @@ func TestCodecOutputIsProtoMarshal(t *testing.T) {
 			if err := c.Unmarshal(got[len(prefix):], back); err != nil || !proto.Equal(back, m) {
 				t.Fatalf("round %d, message %d: does not decode to itself: %v", round, i, err)
 			}
-			if strings.Contains(protojson.Format(m), `"meta"`) || strings.Contains(protojson.Format(m), `"rawInput"`) {
-				continue // maps: proto.Marshal's order is random
+			if maps {
+				continue // proto.Marshal's order is random
 			}
 			if plain, _ := proto.Marshal(m); !bytes.Equal(got[len(prefix):], plain) {
 				t.Fatalf("round %d, message %d: differs from proto.Marshal", round, i)
@@ -116,13 +134,17 @@ func TestJSONCodecOutputIsProtojson(t *testing.T) {
 	hb := timestamppb.Now()
 	msgs = append(msgs, &acpv2.WatchResponse{Heartbeat: hb}, &acpv2.PromptResponse{Event: testEvents(t)[0], Heartbeat: hb},
 		&acpv2.WatchResponse{}, &acpv2.GetSessionResponse{Session: &acpv2.SessionSnapshot{SessionId: "s", LastSeq: 7}})
-	for round := range 2 { // the second from the cache
+	for round := range 2 { // the first as messages, the second as Replies
 		for i, m := range msgs {
 			want, err := protojson.Marshal(m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := c.MarshalAppend([]byte("prefix"), m)
+			sent := any(m)
+			if round == 1 {
+				sent = replyOf(t, m, proto.Marshal)
+			}
+			got, err := c.MarshalAppend([]byte("prefix"), sent)
 			if err != nil || !bytes.HasPrefix(got, []byte("prefix")) {
 				t.Fatalf("round %d, message %d (%T): codec gives %s (err %v)", round, i, m, got, err)
 			}
@@ -164,19 +186,22 @@ func TestJSONCodecOutputIsProtojson(t *testing.T) {
 	if n := testing.AllocsPerRun(20, func() { _, _ = c.MarshalAppend(buf[:0], snap) }); n > pj/8 {
 		t.Fatalf("the JSON codec made %v allocations for a snapshot, protojson %v: it does not write with eventjson", n, pj)
 	}
-	// The same for events, each new to the cache and marshalled once for
-	// it: a tool call's event took 67 allocations through the cache with
-	// protojson, 3 with eventjson, when measured.
+	// The same for events, each new and its JSON made once: a tool
+	// call's event took 67 allocations with protojson, 3 with eventjson,
+	// when measured.
 	const runs = 20
-	fresh := func() []*acpv2.WatchResponse {
-		var resps []*acpv2.WatchResponse
+	fresh := func() []any {
+		var resps []any
 		for range runs + 1 { // AllocsPerRun calls once more to warm up
-			resps = append(resps, &acpv2.WatchResponse{Event: proto.Clone(testEvents(t)[2]).(*acpv2.SessionEvent)})
+			resps = append(resps, replyOf(t, &acpv2.WatchResponse{Event: proto.Clone(testEvents(t)[2]).(*acpv2.SessionEvent)}, proto.Marshal))
 		}
 		return resps
 	}
 	resps, next := fresh(), 0
-	pj = testing.AllocsPerRun(runs, func() { _, _ = protojson.MarshalOptions{}.MarshalAppend(buf[:0], resps[next]); next++ })
+	pj = testing.AllocsPerRun(runs, func() {
+		_, _ = protojson.MarshalOptions{}.MarshalAppend(buf[:0], resps[next].(*encoded.Reply).Message)
+		next++
+	})
 	resps, next = fresh(), 0
 	if n := testing.AllocsPerRun(runs, func() { _, _ = c.MarshalAppend(buf[:0], resps[next]); next++ }); n > pj/4 {
 		t.Fatalf("the JSON codec made %v allocations for a new event, protojson %v: it does not marshal events with eventjson", n, pj)
@@ -185,9 +210,9 @@ func TestJSONCodecOutputIsProtojson(t *testing.T) {
 
 // A Reply is written with its event's encoding as given, not marshalled
 // again: the given bytes here carry a field the event lacks, which the
-// output then holds. A Reply without an encoding, or whose message is not
-// an event alone (a heartbeat), is its message's encoding; the JSON codec
-// writes the message.
+// output then holds. A Reply without an event, or whose message is not an
+// event alone (a heartbeat), is its message's encoding. The JSON codec
+// writes the Reply's event's JSON, made once.
 func TestCodecWritesAReplysEncoding(t *testing.T) {
 	c, jc := newProtoCodec(), newJSONCodec()
 	ev := testEvents(t)[0]
@@ -197,7 +222,7 @@ func TestCodecWritesAReplysEncoding(t *testing.T) {
 	}
 	wire = append(wire, 0x98, 0x06, 0x01) // field 99, varint 1
 	resp := &acpv2.WatchResponse{Event: ev}
-	got, err := c.MarshalAppend([]byte("prefix"), &eventwire.Reply{Message: resp, Event: wire})
+	got, err := c.MarshalAppend([]byte("prefix"), &encoded.Reply{Message: resp, Event: encoded.Of(ev, wire)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +234,7 @@ func TestCodecWritesAReplysEncoding(t *testing.T) {
 		t.Fatalf("the event was marshalled again, not written as given (unknown fields %x)", u)
 	}
 	hb := &acpv2.WatchResponse{Event: ev, Heartbeat: timestamppb.Now()}
-	for i, r := range []*eventwire.Reply{{Message: resp}, {Message: hb, Event: wire}} {
+	for i, r := range []*encoded.Reply{{Message: resp}, {Message: hb, Event: encoded.Of(ev, wire)}} {
 		got, err := c.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
@@ -219,13 +244,19 @@ func TestCodecWritesAReplysEncoding(t *testing.T) {
 			t.Fatalf("reply %d decodes to %v (%v), want %v", i, back, err, r.Message)
 		}
 	}
-	js, err := jc.Marshal(&eventwire.Reply{Message: resp, Event: wire})
-	want, _ := protojson.Marshal(resp)
+	// The JSON is the Reply's event's (here another event than the
+	// message's, to tell), the same bytes for every stream.
+	other := testEvents(t)[1]
+	e := encoded.Of(other, nil)
+	first, err := jc.Marshal(&encoded.Reply{Message: resp, Event: e})
 	if err != nil {
 		t.Fatalf("JSON codec: %v", err)
 	}
-	testutil.SameJSON(t, js, want)
-	if !jc.events.Held(ev) {
-		t.Fatal("the JSON codec did not write the Reply's event from its cache")
+	want, _ := protojson.Marshal(&acpv2.WatchResponse{Event: other})
+	testutil.SameJSON(t, first, want)
+	js, _ := e.JSON()
+	second, _ := jc.MarshalAppend(nil, &encoded.Reply{Message: resp, Event: e})
+	if !bytes.Equal(first, second) || !bytes.Contains(first, js) {
+		t.Fatalf("the JSON codec wrote %s then %s, not the event's JSON %s", first, second, js)
 	}
 }

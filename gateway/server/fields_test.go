@@ -6,14 +6,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil/protofill"
 )
 
 // The proto codec, which writes a stream message holding only its event
 // by hand (soleEvent, MarshalAppend), keeps every field of the stream
 // messages: for messages that set each field the descriptors name, sent
-// as is and as an eventwire.Reply. A field added to PromptResponse or
+// as is and as an encoded.Reply. A field added to PromptResponse or
 // WatchResponse fails here until soleEvent leaves messages that set it to
 // proto.Marshal.
 func TestProtoCodecKeepsEveryField(t *testing.T) {
@@ -21,14 +21,14 @@ func TestProtoCodecKeepsEveryField(t *testing.T) {
 	c := newProtoCodec()
 	for _, m := range []proto.Message{&acpv2.PromptResponse{}, &acpv2.WatchResponse{}} {
 		for _, v := range protofill.Variants(m) {
-			var ev []byte
-			if e := soleEvent(v); e != nil {
+			var ev *encoded.Event
+			if soleEvent(v) {
 				var err error
-				if ev, err = proto.Marshal(e); err != nil {
+				if ev, err = encoded.New(v.(interface{ GetEvent() *acpv2.SessionEvent }).GetEvent()); err != nil {
 					t.Fatal(err)
 				}
 			}
-			for _, sent := range []any{v, &eventwire.Reply{Message: v, Event: ev}} {
+			for _, sent := range []any{v, &encoded.Reply{Message: v, Event: ev}} {
 				wire, err := c.Marshal(sent)
 				if err != nil {
 					t.Fatal(err)

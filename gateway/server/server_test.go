@@ -22,6 +22,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
@@ -268,17 +269,21 @@ type repeating struct {
 }
 
 func (repeating) Watch(_ context.Context, _ *connect.Request[acpv2.WatchRequest], stream *connect.ServerStream[acpv2.WatchResponse]) error {
+	ev, err := encoded.New(manyKeys)
+	if err != nil {
+		return err
+	}
 	for range 3 {
-		if err := stream.Send(&acpv2.WatchResponse{Event: manyKeys}); err != nil {
+		if err := stream.Conn().Send(&encoded.Reply{Message: &acpv2.WatchResponse{Event: manyKeys}, Event: ev}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// The server's proto codec encodes a stream's event once: every message
-// that carries it has the same bytes, though proto.Marshal writes its map
-// entries in a new order each time.
+// The server's proto codec writes an encoded event as it is: every
+// message that carries it has the same bytes, though proto.Marshal writes
+// its map entries in a new order each time.
 func TestStreamsSendAnEventsOneEncoding(t *testing.T) {
 	t.Parallel()
 	base := start(t, repeating{}, server.Options{})

@@ -18,6 +18,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 // flushCounter is a ResponseWriter that records, at each flush, how much
@@ -93,7 +94,7 @@ func closedSession(t *testing.T, id string, n int, text func(i int) string) stat
 	}
 	events = append(events, &acpv2.SessionEvent{Seq: uint64(n) + 1, Event: &acpv2.SessionEvent_StateChanged{
 		StateChanged: &acpv2.SessionStateChanged{State: string(statestore.StateClosed)}}})
-	if err := store.Append(ctx, id, events, nil, nil); err != nil {
+	if err := store.Append(ctx, id, storetest.Encode(t, events...), nil); err != nil {
 		t.Fatal(err)
 	}
 	return store

@@ -22,7 +22,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/session"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -268,15 +268,19 @@ func (s *Service) Prompt(ctx context.Context, req *connect.Request[acpv2.PromptR
 	// returns. It goes with the event's encoding, which the codec writes
 	// rather than marshal the event.
 	resp := &acpv2.PromptResponse{}
-	reply := &eventwire.Reply{Message: resp}
-	return s.pump(ctx, "Prompt", deltasOnly(sub, m.GetDeltasOnly()), stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
-		resp.Event, resp.Heartbeat, reply.Event = ev.SessionEvent, hb, ev.Wire
-		err := stream.Conn().Send(reply)
+	reply := &encoded.Reply{Message: resp}
+	return s.pump(ctx, "Prompt", deltasOnly(sub, m.GetDeltasOnly()), stream.ResponseHeader(), func(ev *encoded.Event, hb *timestamppb.Timestamp) (bool, error) {
+		msg, err := messageOf(ev)
+		if err != nil {
+			return false, err
+		}
+		resp.Event, resp.Heartbeat, reply.Event = msg, hb, ev
+		err = stream.Conn().Send(reply)
 		resp.Event, resp.Heartbeat, reply.Event = nil, nil, nil
 		if err != nil {
 			return false, err
 		}
-		return ev.GetTurnEnded() != nil, nil
+		return ev != nil && ev.Kind() == encoded.TurnEnded, nil
 	})
 }
 
@@ -291,19 +295,26 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 	}
 	defer sub.Close()
 	resp := &acpv2.WatchResponse{} // as Prompt's
-	reply := &eventwire.Reply{Message: resp}
+	reply := &encoded.Reply{Message: resp}
 	isJSON := jsonCodec(req.Header())
-	err = s.pump(ctx, "Watch", deltasOnly(sub, req.Msg.GetDeltasOnly()), stream.ResponseHeader(), func(ev session.Event, hb *timestamppb.Timestamp) (bool, error) {
-		if snap := ev.GetSnapshot(); snap != nil {
+	err = s.pump(ctx, "Watch", deltasOnly(sub, req.Msg.GetDeltasOnly()), stream.ResponseHeader(), func(ev *encoded.Event, hb *timestamppb.Timestamp) (bool, error) {
+		msg, err := messageOf(ev)
+		if err != nil {
+			return false, err
+		}
+		if snap := msg.GetSnapshot(); snap != nil {
 			// Sent in place of events retention dropped: fitted as
 			// GetSession's, and encoded afresh when trimmed.
 			if fitted := s.fit(snap, isJSON); fitted != snap {
-				ev = session.Event{SessionEvent: &acpv2.SessionEvent{Seq: ev.GetSeq(), Time: ev.GetTime(),
-					Event: &acpv2.SessionEvent_Snapshot{Snapshot: fitted}}}
+				msg = &acpv2.SessionEvent{Seq: msg.GetSeq(), Time: msg.GetTime(),
+					Event: &acpv2.SessionEvent_Snapshot{Snapshot: fitted}}
+				if ev, err = encoded.New(msg); err != nil {
+					return false, err
+				}
 			}
 		}
-		resp.Event, resp.Heartbeat, reply.Event = ev.SessionEvent, hb, ev.Wire
-		err := stream.Conn().Send(reply)
+		resp.Event, resp.Heartbeat, reply.Event = msg, hb, ev
+		err = stream.Conn().Send(reply)
 		resp.Event, resp.Heartbeat, reply.Event = nil, nil, nil
 		return false, err
 	})
@@ -311,6 +322,14 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[acpv2.WatchReq
 		return nil // the session ended: so does the stream
 	}
 	return err
+}
+
+// messageOf returns ev's message, nil for no event (a heartbeat).
+func messageOf(ev *encoded.Event) (*acpv2.SessionEvent, error) {
+	if ev == nil {
+		return nil, nil
+	}
+	return ev.Message()
 }
 
 type header interface{ Set(key, value string) }
@@ -329,7 +348,7 @@ func deltasOnly(sub session.Stream, on bool) session.Stream {
 // left out too.
 type withoutMerged struct{ session.Stream }
 
-func (w withoutMerged) NextBatch(ctx context.Context, dst []session.Event) (int, error) {
+func (w withoutMerged) NextBatch(ctx context.Context, dst []*encoded.Event) (int, error) {
 	for {
 		n, err := w.Stream.NextBatch(ctx, dst)
 		if err != nil {
@@ -337,7 +356,7 @@ func (w withoutMerged) NextBatch(ctx context.Context, dst []session.Event) (int,
 		}
 		kept := 0
 		for _, ev := range dst[:n] {
-			if ev.GetToolCall() == nil {
+			if ev.Kind() != encoded.ToolCall {
 				dst[kept] = ev
 				kept++
 			}
@@ -375,7 +394,7 @@ const batchSize = 64
 // last one. A stream that falls the watch buffer behind is cut off even
 // while a write of it is blocked on a client that reads nothing: the
 // session says so (OnStall) and the write is interrupted.
-func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h header, send func(session.Event, *timestamppb.Timestamp) (bool, error)) error {
+func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h header, send func(*encoded.Event, *timestamppb.Timestamp) (bool, error)) error {
 	defer s.metrics.StreamOpened(rpc)()
 	// Tell buffering proxies (nginx) to pass the stream through.
 	h.Set("X-Accel-Buffering", "no")
@@ -390,10 +409,10 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 	}
 	// Open the stream at once: response headers only reach the client with
 	// the first message, and a watched session may be idle for long.
-	if _, err := send(session.Event{}, timestamppb.Now()); err != nil {
+	if _, err := send(nil, timestamppb.Now()); err != nil {
 		return err
 	}
-	batch := make([]session.Event, batchSize)
+	batch := make([]*encoded.Event, batchSize)
 	last := time.Now() // of the last message sent
 	for {
 		// Waits for events end at this deadline, a heartbeat interval
@@ -415,7 +434,7 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 			return nil // the client went
 		}
 		if now := time.Now(); now.Sub(last) >= s.heartbeat {
-			if _, err := send(session.Event{}, timestamppb.New(now)); err != nil {
+			if _, err := send(nil, timestamppb.New(now)); err != nil {
 				if stalled.Load() { // interrupted as the last batch went
 					return s.cutOff(rpc, sub.LastSeq())
 				}
@@ -430,8 +449,8 @@ func (s *Service) pump(ctx context.Context, rpc string, sub session.Stream, h he
 // false: time for a heartbeat, maybe) or the stream is done. It sets *last
 // to the time of each batch. stalled says the writes were interrupted
 // because the stream was cut off for lagging.
-func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Stream, fw *flush.Writer, batch []session.Event,
-	send func(session.Event, *timestamppb.Timestamp) (bool, error), last *time.Time, stalled *atomic.Bool) (done bool, err error) {
+func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Stream, fw *flush.Writer, batch []*encoded.Event,
+	send func(*encoded.Event, *timestamppb.Timestamp) (bool, error), last *time.Time, stalled *atomic.Bool) (done bool, err error) {
 	for {
 		n, err := sub.NextBatch(wait, batch)
 		switch {
@@ -449,7 +468,7 @@ func (s *Service) sendEvents(wait context.Context, rpc string, sub session.Strea
 		}
 		sent, stop, err := sendBatch(fw, batch[:n], send)
 		s.metrics.EventsSent(rpc, sent)
-		before := batch[0].GetSeq() - 1
+		before := batch[0].Seq() - 1
 		clear(batch[:n])
 		if err != nil && stalled.Load() {
 			// Cut off while blocked in this batch's writes, of which
@@ -473,7 +492,7 @@ func (s *Service) cutOff(rpc string, seq uint64) error {
 
 // sendBatch sends events with their writes gathered and one flush, after
 // the last, until send says stop or fails. It returns how many it sent.
-func sendBatch(fw *flush.Writer, events []session.Event, send func(session.Event, *timestamppb.Timestamp) (bool, error)) (sent int, stop bool, err error) {
+func sendBatch(fw *flush.Writer, events []*encoded.Event, send func(*encoded.Event, *timestamppb.Timestamp) (bool, error)) (sent int, stop bool, err error) {
 	fw.Hold()
 	defer func() {
 		if rerr := fw.Release(); err == nil {

@@ -20,6 +20,7 @@ import (
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 // bigUpdate is a tool-call update of id with status and a rawOutput of
@@ -34,7 +35,7 @@ func bigUpdate(id, status string, size int) agent.Update {
 // ones as "unknown <sessionUpdate> <toolCallId>".
 func kinds(t *testing.T, st statestore.Store) []string {
 	t.Helper()
-	events, err := st.Events(context.Background(), "s1", 0, 0)
+	events, err := decoded(t)(st.Events(context.Background(), "s1", 0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestStoreBytesDropTheOldestClosedSessions(t *testing.T) {
 		}
 		ev := &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
 			Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: strings.Repeat("x", each)}}}}}}
-		if err := st.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, nil); err != nil {
+		if err := st.Append(ctx, id, storetest.Encode(t, ev), nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.SetState(ctx, id, state, ""); err != nil {
@@ -375,7 +376,7 @@ func TestWithdrawnPermissionIsResolvedForEveryClient(t *testing.T) {
 	}
 	withdraw() // once resolved, again: nothing
 	stored(t, s)
-	events, err := st.Events(context.Background(), s.rec.ID, 0, 0)
+	events, err := decoded(t)(st.Events(context.Background(), s.rec.ID, 0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +414,7 @@ func TestPermissionResolvedSaysWhoAnswered(t *testing.T) {
 	}
 	<-outcome // timed out
 	stored(t, s)
-	events, err := st.Events(context.Background(), s.rec.ID, 0, 0)
+	events, err := decoded(t)(st.Events(context.Background(), s.rec.ID, 0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,9 @@
 package session
 
 import (
-	"sync"
-
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 	"github.com/acp-gateway/acp-gateway/internal/together"
 )
 
@@ -71,105 +66,6 @@ func toolCallEvent(tc *acpv2.ToolCall) *acpv2.SessionEvent {
 	return withEvent(acpv2.SessionEvent_ToolCall{ToolCall: tc},
 		func(ev *acpv2.SessionEvent, w *acpv2.SessionEvent_ToolCall) { ev.Event = w })
 }
-
-// Event is a session event with its protobuf encoding, which the store
-// and every stream that sends the event share: it is marshalled once,
-// whatever the number of streams.
-type Event struct {
-	*acpv2.SessionEvent
-	// Wire is the event's encoding (the bytes must not be modified): a
-	// live event's is the session's, a replayed one's the store's; nil
-	// only for a replayed event whose encoding could not be had.
-	Wire []byte
-}
-
-// seq is the event's seq, 0 for no event (an empty slot).
-func (e *Event) seq() uint64 {
-	if e == nil {
-		return 0
-	}
-	return e.GetSeq()
-}
-
-// body is the encoding of an event's event field, made before the event
-// is numbered; with room, b begins with eventwire.Headroom bytes free for
-// the rest of the event's encoding.
-type body struct {
-	b    []byte
-	room bool
-	// field is the number of the event's field that b encodes.
-	field protowire.Number
-}
-
-// wire returns the encoding itself.
-func (bd body) wire() []byte {
-	if bd.room && bd.b != nil {
-		return bd.b[eventwire.Headroom:]
-	}
-	return bd.b
-}
-
-// bodyOf returns the encoding of the message in ev's event field, with
-// room before it, or none when it does not marshal (the store's Append
-// then says why).
-func bodyOf(ev *acpv2.SessionEvent) body {
-	msg, num := eventMessage(ev)
-	if num == 0 {
-		return body{}
-	}
-	scratch := bodyBuffers.Get().(*[]byte)
-	defer bodyBuffers.Put(scratch)
-	b, err := appendUpdate((*scratch)[:0], msg)
-	if err != nil {
-		return body{}
-	}
-	if cap(b) <= maxBodyBuffer {
-		*scratch = b
-	}
-	// One allocation at the size needed: growing the body in place took
-	// several, and left the event's array up to twice its size.
-	out := make([]byte, eventwire.Headroom+len(b))
-	copy(out[eventwire.Headroom:], b)
-	return body{b: out, room: true, field: num}
-}
-
-// The numbers of the commonest event fields, which eventMessage names
-// without reflection.
-var (
-	toolCallUpdateField       = eventFields.ByName("tool_call_update").Number()
-	toolCallContentChunkField = eventFields.ByName("tool_call_content_chunk").Number()
-	agentMessageChunkField    = eventFields.ByName("agent_message_chunk").Number()
-	agentThoughtChunkField    = eventFields.ByName("agent_thought_chunk").Number()
-)
-
-// eventMessage returns the message in ev's event field and the field's
-// number, or 0 when the field is unset or not a message. The commonest
-// kinds are told by a type switch: WhichOneof and Get were a fifth of
-// bodyOf's time (0.15 of 0.69 s in a CPU profile of 200,000 updates on
-// connect+proto, docs/BENCHMARKS.md).
-func eventMessage(ev *acpv2.SessionEvent) (proto.Message, protowire.Number) {
-	switch e := ev.GetEvent().(type) {
-	case *acpv2.SessionEvent_ToolCallUpdate:
-		return e.ToolCallUpdate, toolCallUpdateField
-	case *acpv2.SessionEvent_ToolCallContentChunk:
-		return e.ToolCallContentChunk, toolCallContentChunkField
-	case *acpv2.SessionEvent_AgentMessageChunk:
-		return e.AgentMessageChunk, agentMessageChunkField
-	case *acpv2.SessionEvent_AgentThoughtChunk:
-		return e.AgentThoughtChunk, agentThoughtChunkField
-	}
-	m := ev.ProtoReflect()
-	fd := m.WhichOneof(eventOneof)
-	if fd == nil || fd.Message() == nil {
-		return nil, 0
-	}
-	return m.Get(fd).Message().Interface(), fd.Number()
-}
-
-// bodyBuffers are bodyOf's scratch buffers, up to maxBodyBuffer bytes.
-var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-const maxBodyBuffer = 64 << 10
 
 // updateKind names u's update in snake case (tool_call_update,
 // agent_message_chunk, ...), for the metrics.

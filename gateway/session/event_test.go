@@ -1,11 +1,9 @@
 package session
 
 import (
-	"bytes"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -87,57 +85,5 @@ func TestUpdateKindIsTheVariantsName(t *testing.T) {
 	}
 	if got := updateKind(&acpv2.SessionUpdate{}); got != "unknown" {
 		t.Errorf("updateKind of an empty update = %q, want unknown", got)
-	}
-}
-
-// bodyOf encodes the message of every event variant, the commonest told
-// apart without reflection, as proto.Marshal encodes it, and names its
-// field; an event without a variant has no body. A variant whose message
-// is nil encodes as the empty message, as proto.Marshal has it.
-func TestBodyOfEveryVariant(t *testing.T) {
-	t.Parallel()
-	text := &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "x\ty"}}}
-	title := &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "read"}}
-	filled := map[string]proto.Message{
-		"tool_call_update":        &acpv2.ToolCallUpdate{ToolCallId: "c", Title: title},
-		"tool_call_content_chunk": &acpv2.ToolCallContentChunk{ToolCallId: "c"},
-		"agent_message_chunk":     &acpv2.ContentChunk{Content: text},
-		"agent_thought_chunk":     &acpv2.ContentChunk{Content: text},
-		"tool_call":               &acpv2.ToolCall{ToolCallId: "c", Title: "read"},
-	}
-	fields := eventOneof.Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		if fd.Message() == nil {
-			continue
-		}
-		for _, filledIn := range []bool{false, true} {
-			ev := &acpv2.SessionEvent{Seq: 3}
-			msg := ev.ProtoReflect().NewField(fd)
-			if m, ok := filled[string(fd.Name())]; ok && filledIn {
-				msg = protoreflect.ValueOfMessage(m.ProtoReflect())
-			}
-			ev.ProtoReflect().Set(fd, msg)
-			bd := bodyOf(ev)
-			want, err := proto.Marshal(msg.Message().Interface())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bd.room || bd.field != fd.Number() || !bytes.Equal(bd.wire(), want) {
-				t.Errorf("%s (filled in %v): body %x, field %d; want %x, field %d", fd.Name(), filledIn, bd.wire(), bd.field, want, fd.Number())
-			}
-		}
-	}
-	// A variant set to a nil message: the type switch and reflection agree.
-	for _, ev := range []*acpv2.SessionEvent{
-		{Event: &acpv2.SessionEvent_ToolCallUpdate{}},
-		{Event: &acpv2.SessionEvent_AgentMessageChunk{}},
-	} {
-		if bd := bodyOf(ev); bd.field == 0 || len(bd.wire()) != 0 {
-			t.Errorf("%v: body %x, field %d; want the empty message's", ev, bd.wire(), bd.field)
-		}
-	}
-	if bd := bodyOf(&acpv2.SessionEvent{Seq: 1}); bd.b != nil || bd.field != 0 {
-		t.Errorf("an event without a variant has a body: %+v", bd)
 	}
 }

@@ -1,12 +1,11 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 )
@@ -208,7 +207,7 @@ func (m *Manager) renewed(ctx context.Context, s *Session, start time.Time) {
 			s.log.Error("store: reading the session's log before thawing its agent; it stays frozen", "error", err)
 			return
 		}
-		if rec.LastSeq > numbered || first == nil || len(got) != 1 || !proto.Equal(got[0], first) {
+		if rec.LastSeq > numbered || first == nil || len(got) != 1 || !bytes.Equal(got[0].Proto(), first.Proto()) {
 			s.log.Warn("another replica wrote to the session's log while its lease had lapsed: letting it go",
 				"stored_seq", rec.LastSeq, "numbered_seq", numbered)
 			m.drop(s)

@@ -12,8 +12,10 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 // flakyLeases is a shared store whose lease calls fail while fail is set.
@@ -86,11 +88,11 @@ type flakyStore struct {
 	failAppends atomic.Bool
 }
 
-func (f *flakyStore) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
+func (f *flakyStore) Append(ctx context.Context, id string, events []*encoded.Event, changed []statestore.Call) error {
 	if f.failAppends.Load() {
 		return errors.New("the store is out of reach")
 	}
-	return f.flakyLeases.Append(ctx, id, events, wires, changed)
+	return f.flakyLeases.Append(ctx, id, events, changed)
 }
 
 // A frozen agent is not thawed when another replica wrote to the log at a
@@ -148,7 +150,7 @@ func takeOver(t *testing.T, st *statestore.Memory, id string) {
 	}
 	ev := stateEvent(statestore.StateAgentLost, detailGatewayGone)
 	ev.Seq, ev.Time = rec.LastSeq+1, timestamppb.Now()
-	if err := st.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, nil); err != nil {
+	if err := st.Append(ctx, id, storetest.Encode(t, ev), nil); err != nil {
 		t.Fatal(err)
 	}
 }

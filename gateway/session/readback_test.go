@@ -61,7 +61,7 @@ func agentUpdate(update []byte, v acpjson.Version) (agent.Update, bool) {
 func checkReadBack(t *testing.T, st statestore.Store, s *Session) {
 	t.Helper()
 	ctx := context.Background()
-	events, err := st.Events(ctx, "s1", 0, 0)
+	events, err := decoded(t)(st.Events(ctx, "s1", 0, 0))
 	if err != nil {
 		t.Fatalf("the session's events do not read back: %v", err)
 	}

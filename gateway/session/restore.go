@@ -13,6 +13,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -117,10 +118,14 @@ func (m *Manager) settle(ctx context.Context, rec *statestore.Session, detail st
 		return nil
 	}
 	now := timestamppb.Now()
+	encs := make([]*encoded.Event, len(events))
 	for i, ev := range events {
 		ev.Seq, ev.Time = rec.LastSeq+uint64(i)+1, now
+		if encs[i], err = encoded.New(ev); err != nil {
+			return err
+		}
 	}
-	if err := m.opts.Store.Append(ctx, rec.ID, events, nil, nil); err != nil {
+	if err := m.opts.Store.Append(ctx, rec.ID, encs, nil); err != nil {
 		return err
 	}
 	rec.LastSeq += uint64(len(events))
@@ -164,10 +169,10 @@ func turnLeftOpen(ctx context.Context, st statestore.Store, rec *statestore.Sess
 			return false, err
 		}
 		for i := len(events) - 1; i >= 0; i-- {
-			switch {
-			case events[i].GetTurnEnded() != nil:
+			switch events[i].Kind() {
+			case encoded.TurnEnded:
 				return false, nil
-			case events[i].GetTurnStarted() != nil:
+			case encoded.TurnStarted:
 				return true, nil
 			}
 		}
@@ -182,7 +187,7 @@ func turnLeftOpen(ctx context.Context, st statestore.Store, rec *statestore.Sess
 // keptUpTo returns the events of session id that retention kept from
 // after seq from up to seq end, retention having dropped some of them:
 // it looks for the first kept one by halving the range.
-func keptUpTo(ctx context.Context, st statestore.Store, id string, from, end uint64) ([]*acpv2.SessionEvent, error) {
+func keptUpTo(ctx context.Context, st statestore.Store, id string, from, end uint64) ([]*encoded.Event, error) {
 	lo, hi := from, end // reading after lo fails, after hi does not
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
@@ -254,7 +259,7 @@ func storedSnapshot(ctx context.Context, st statestore.Store, rec *statestore.Se
 // readEvents reads stored events after seq after. Events dropped by
 // retention are replaced by one snapshot event whose seq is the last event
 // it reflects, so a reader never silently misses state.
-func readEvents(ctx context.Context, st statestore.Store, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
+func readEvents(ctx context.Context, st statestore.Store, id string, after uint64, limit int) ([]*encoded.Event, error) {
 	events, err := st.Events(ctx, id, after, limit)
 	if !errors.Is(err, statestore.ErrTrimmed) {
 		return events, err
@@ -267,8 +272,21 @@ func readEvents(ctx context.Context, st statestore.Store, id string, after uint6
 	if err != nil {
 		return nil, err
 	}
-	return []*acpv2.SessionEvent{{Seq: snap.GetLastSeq(), Time: timestamppb.Now(),
-		Event: &acpv2.SessionEvent_Snapshot{Snapshot: snap}}}, nil
+	ev, err := encoded.New(&acpv2.SessionEvent{Seq: snap.GetLastSeq(), Time: timestamppb.Now(),
+		Event: &acpv2.SessionEvent_Snapshot{Snapshot: snap}})
+	if err != nil {
+		return nil, err
+	}
+	return []*encoded.Event{ev}, nil
+}
+
+// closes says whether ev is the session's state changing to closed.
+func closes(ev *encoded.Event) bool {
+	if ev.Kind() != encoded.StateChanged {
+		return false
+	}
+	msg, err := ev.Message()
+	return err == nil && msg.GetStateChanged().GetState() == string(statestore.StateClosed)
 }
 
 // Stream is a source of a session's events in seq order.
@@ -276,7 +294,7 @@ type Stream interface {
 	// NextBatch fills dst with the next events, at least one, waiting for
 	// one if need be, and returns how many it wrote; or why the stream
 	// ended, once every event before the end was returned.
-	NextBatch(ctx context.Context, dst []Event) (int, error)
+	NextBatch(ctx context.Context, dst []*encoded.Event) (int, error)
 	// LastSeq is the seq of the last event NextBatch returned.
 	LastSeq() uint64
 	// Close ends the stream.
@@ -304,11 +322,11 @@ type follower struct {
 	st   statestore.Store
 	id   string
 	next uint64
-	page []*acpv2.SessionEvent
+	page []*encoded.Event
 	done bool
 }
 
-func (f *follower) NextBatch(ctx context.Context, dst []Event) (int, error) {
+func (f *follower) NextBatch(ctx context.Context, dst []*encoded.Event) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
@@ -335,10 +353,10 @@ func (f *follower) NextBatch(ctx context.Context, dst []Event) (int, error) {
 	for n < len(dst) && len(f.page) > 0 {
 		ev := f.page[0]
 		f.page = f.page[1:]
-		dst[n] = storedEvent(ev)
+		dst[n] = ev
 		n++
-		f.next = ev.GetSeq() + 1
-		if ev.GetStateChanged().GetState() == string(statestore.StateClosed) {
+		f.next = ev.Seq() + 1
+		if closes(ev) {
 			f.done, f.page = true, nil
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
 // initialRing is the number of slots a ring starts with; it grows, up to
@@ -12,7 +12,7 @@ import (
 const initialRing = 64
 
 // slotArray holds the event with seq q at q % len.
-type slotArray []atomic.Pointer[Event]
+type slotArray []atomic.Pointer[encoded.Event]
 
 // ring holds a session's last live events, shared by all its
 // subscriptions: publishing an event costs the same whatever the number of
@@ -86,41 +86,35 @@ func (r *ring) sweep(need uint64) {
 		from = to - n + 1
 	}
 	for q := from; q <= to; q++ {
-		if slot := &slots[q%n]; slot.Load().seq() == q {
-			r.bytes -= len(slot.Swap(nil).Wire)
+		if slot := &slots[q%n]; seqOf(slot.Load()) == q {
+			r.bytes -= slot.Swap(nil).Size()
 		}
 	}
 	r.swept = to
 }
 
-// publish appends events, numbered in sequence after the last one, with
-// their encodings (wires[i] is events[i]'s: the store took them), and
-// wakes the readers waiting for them. An event counts its encoding's
-// length in the ring's bytes. need gives the first seq a subscription
-// still has to read, for when the ring must make room.
-func (r *ring) publish(events []*acpv2.SessionEvent, wires [][]byte, need func() uint64) {
+// publish appends events, numbered in sequence after the last one (the
+// store took them), and wakes the readers waiting for them. An event
+// counts its encoding's length in the ring's bytes. need gives the first
+// seq a subscription still has to read, for when the ring must make room.
+func (r *ring) publish(events []*encoded.Event, need func() uint64) {
 	if len(events) == 0 {
 		return
 	}
-	// One allocation for the batch's slots.
-	batch := make([]Event, len(events))
 	incoming := 0
-	for i, ev := range events {
-		batch[i] = Event{SessionEvent: ev, Wire: wires[i]}
-		incoming += len(wires[i])
+	for _, e := range events {
+		incoming += e.Size()
 	}
 	r.makeRoom(len(events), incoming, need)
 	slots := *r.slots.Load()
 	n := uint64(len(slots))
-	for i := range batch {
-		e := &batch[i]
-		j := e.GetSeq() % n
-		if old := slots[j].Swap(e); old != nil {
-			r.bytes -= len(old.Wire) // lapped: a subscription at it is lagging
+	for _, e := range events {
+		if old := slots[e.Seq()%n].Swap(e); old != nil {
+			r.bytes -= old.Size() // lapped: a subscription at it is lagging
 		}
-		r.bytes += len(e.Wire)
+		r.bytes += e.Size()
 	}
-	r.last.Store(events[len(events)-1].GetSeq())
+	r.last.Store(events[len(events)-1].Seq())
 	if r.waiting.Load() {
 		r.mu.Lock()
 		ch := r.wake
@@ -171,7 +165,7 @@ func (r *ring) grow(n int) {
 		from = last - on + 1
 	}
 	for q := from; q <= last; q++ {
-		if ev := old[q%on].Load(); ev.seq() == q {
+		if ev := old[q%on].Load(); seqOf(ev) == q {
 			slots[q%uint64(n)].Store(ev)
 		}
 	}
@@ -182,12 +176,20 @@ func (r *ring) grow(n int) {
 // q must have been published: the array at hands out is then one that q
 // was stored in, or copied to when the ring grew, since both happen before
 // last moves past q.
-func (r *ring) at(q uint64) *Event {
+func (r *ring) at(q uint64) *encoded.Event {
 	slots := *r.slots.Load()
-	if ev := slots[q%uint64(len(slots))].Load(); ev.seq() == q {
+	if ev := slots[q%uint64(len(slots))].Load(); seqOf(ev) == q {
 		return ev
 	}
 	return nil
+}
+
+// seqOf is an event's seq, 0 for no event (an empty slot).
+func seqOf(e *encoded.Event) uint64 {
+	if e == nil {
+		return 0
+	}
+	return e.Seq()
 }
 
 // waiter returns a channel closed at the next publish. A reader calls it,

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,6 @@ import (
 	"unicode"
 
 	"github.com/sourcegraph/jsonrpc2"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -21,7 +21,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -72,6 +72,9 @@ type Session struct {
 	turnCause  string
 	turnTimers []*time.Timer
 	tools      *merge.State
+	// calls encodes the merged calls of tools for their events, each
+	// version from the one before.
+	calls encoded.Calls
 	// seq is the last event's seq, numbered; stored is the last the
 	// store took, which watchers get (writer.go). The queue holds the
 	// events between, unstored bytes of encodings, while writing says the
@@ -84,7 +87,7 @@ type Session struct {
 	progress    chan struct{}
 	halted      chan struct{} // closed to stop the writer (writer.go)
 	// inflight is the first event of the append under way (writer.go).
-	inflight *acpv2.SessionEvent
+	inflight *encoded.Event
 	storeErr error
 	subs     map[*Subscription]struct{}
 	// live holds the last live events for the subscriptions; nil while
@@ -395,59 +398,68 @@ func cancelled() *acpv2.PermissionOutcome {
 	return &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
 }
 
+// toolChange is a tool call that events emitted together changed: the
+// call as it is after them, and the index among them of the merged call's
+// event that holds it (-1 for none: a call trimmed to make room).
+type toolChange struct {
+	call  *acpv2.ToolCall
+	event int
+}
+
 // emitLocked numbers events and queues them for the store, with the tool
 // calls they changed; the watchers get them once stored (writer.go). It
 // fails only when the session no longer writes to its log. s.mu must be
 // held.
-func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []*acpv2.ToolCall) error {
+func (s *Session) emitLocked(events []*acpv2.SessionEvent, changed []toolChange) error {
 	return s.emitBodiesLocked(events, nil, changed)
 }
 
 // emitBodiesLocked is emitLocked with, for each event that has one (bodies
 // may be nil), the encoding of its event field made already: an update's,
 // whose parts its merged call reuses, and a merged call's from
-// merge.State.WireRoom or Wire, made while it was the call's current
-// version. Each event is encoded once, here, for the store and the
-// streams. s.mu must be held.
-func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []body, changed []*acpv2.ToolCall) error {
+// encoded.Calls, made from the version before it. Each event is encoded once, here, for the store and the
+// streams; a changed call whose merged event is among them is stored as
+// the bytes of the call within that event's encoding. s.mu must be held.
+func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []encoded.Body, changed []toolChange) error {
 	if s.moved {
 		return ErrMoved
 	}
 	if s.storeErr != nil {
 		return s.storeErr
 	}
+	if len(events) == 0 {
+		return nil
+	}
 	now := timestamppb.Now()
-	wires := make([][]byte, len(events))
 	for i, ev := range events {
 		ev.Seq = s.seq + uint64(i) + 1
 		ev.Time = now
-		ok := false
-		if i < len(bodies) {
-			switch bd := bodies[i]; {
-			case bd.room:
-				wires[i], ok = eventwire.WithBodyIn(ev, bd.field, bd.b)
-			case bd.b != nil:
-				wires[i], ok = eventwire.WithBody(ev, bd.field, bd.b)
-			}
-		}
-		if !ok {
-			// Left nil when it does not marshal (proto.Marshal returns
-			// what it encoded all the same): the store's Append then
-			// says why.
-			if b, err := proto.Marshal(ev); err == nil {
-				wires[i] = b
-			}
-			s.marshalled++
-		}
 	}
-	if len(events) == 0 {
-		return nil
+	encs, marshalled, invalid := encoded.Numbered(events, bodies)
+	s.marshalled += marshalled
+	if invalid != nil {
+		// Queued all the same, in order: the writer gives up on them, as
+		// the store can never take them.
+		invalid = fmt.Errorf("%w: %w", statestore.ErrInvalid, invalid)
+	}
+	calls := make([]statestore.Call, len(changed))
+	for i, c := range changed {
+		if c.event >= 0 {
+			if b := encs[c.event].Field(encoded.ToolCall); b != nil {
+				calls[i] = statestore.Call{ID: c.call.GetToolCallId(), Proto: b}
+				continue
+			}
+		}
+		var err error
+		if calls[i], err = statestore.CallOf(c.call); err != nil {
+			invalid = cmp.Or(invalid, err)
+		}
 	}
 	if !s.startWriterLocked() {
 		return ErrShutdown // after the manager closed: nothing is stored
 	}
 	s.seq += uint64(len(events))
-	s.enqueueLocked(pending{events: events, wires: wires, changed: changed})
+	s.enqueueLocked(pending{events: encs, changed: calls, invalid: invalid})
 	return nil
 }
 
@@ -460,8 +472,8 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		return // history replayed by session/load
 	}
 	events := make([]*acpv2.SessionEvent, 0, 2*len(updates))
-	bodies := make([]body, 0, 2*len(updates))
-	var changed []*acpv2.ToolCall
+	bodies := make([]encoded.Body, 0, 2*len(updates))
+	var changed []toolChange
 	for _, up := range updates {
 		u, err := up.Update, up.Err
 		if err != nil {
@@ -475,31 +487,32 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 		}
 		s.met.Update(updateKind(u))
 		ev := eventOf(u)
-		bd := bodyOf(ev)
+		bd := encoded.BodyOf(ev)
 		if id, ok := toolCallID(u); ok {
-			trimmed, refusal := s.admitToolLocked(id, len(bd.wire()))
+			trimmed, refusal := s.admitToolLocked(id, len(bd.Bytes()))
 			for _, tc := range trimmed {
-				changed = replaceCall(changed, tc)
+				changed = replaceByID(changed, toolChange{tc, -1}, changeID)
+				s.calls.Forget(tc.GetToolCallId())
 			}
 			if refusal != "" {
 				u = s.refuseToolLocked(u, refusal)
 				ev = eventOf(u)
-				bd = bodyOf(ev)
+				bd = encoded.BodyOf(ev)
 			}
 		}
 		events, bodies = append(events, ev), append(bodies, bd)
 		var merged *acpv2.ToolCall
 		var was string // the call's status before
-		var parts *merge.Parts
+		var parts *encoded.Parts
 		switch {
 		case u.GetToolCallUpdate() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallUpdate().GetToolCallId()))
 			merged, err = s.tools.ApplyUpdate(u.GetToolCallUpdate())
-			parts = merge.UpdateParts(u.GetToolCallUpdate(), bd.wire())
+			parts = encoded.UpdateParts(u.GetToolCallUpdate(), bd.Bytes())
 		case u.GetToolCallContentChunk() != nil:
 			was = toolStatus(s.tools.Get(u.GetToolCallContentChunk().GetToolCallId()))
 			merged, err = s.tools.ApplyChunk(u.GetToolCallContentChunk())
-			parts = merge.ChunkParts(u.GetToolCallContentChunk(), bd.wire())
+			parts = encoded.ChunkParts(u.GetToolCallContentChunk(), bd.Bytes())
 		default:
 			continue
 		}
@@ -508,15 +521,13 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 			continue
 		}
 		s.trackToolLocked(was, merged)
-		changed = replaceCall(changed, merged)
+		changed = replaceByID(changed, toolChange{merged, len(events)}, changeID)
 		// Encoded now, while it is the call's current version, from the
 		// version before and the update's own encoding, with room for the
 		// event's head.
-		bd = body{room: true, field: statestore.ToolCallField}
-		var ok bool
-		if bd.b, ok = s.tools.WireRoom(merged, parts, eventwire.Headroom); !ok {
-			bd.b, _ = s.tools.Wire(merged, parts)
-			bd.room = false
+		bd = s.calls.Body(merged, parts)
+		if b := bd.Bytes(); b != nil {
+			s.tools.Encoded(merged, b)
 		}
 		events = append(events, toolCallEvent(merged))
 		bodies = append(bodies, bd)
@@ -526,6 +537,7 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 			// which the garbage collector walks in every cycle, until the
 			// turn ends and Compact takes them all.
 			s.tools.CompactCall(merged.GetToolCallId())
+			s.calls.Forget(merged.GetToolCallId())
 		}
 	}
 	_ = s.emitBodiesLocked(events, bodies, changed)
@@ -604,16 +616,21 @@ func (s *Session) refuseToolLocked(u *acpv2.SessionUpdate, reason string) *acpv2
 	return kept
 }
 
-// replaceCall adds tc to calls, in place of an earlier version of it.
-func replaceCall(calls []*acpv2.ToolCall, tc *acpv2.ToolCall) []*acpv2.ToolCall {
-	for i, c := range calls {
-		if c.GetToolCallId() == tc.GetToolCallId() {
-			calls[i] = tc
+// replaceByID adds a tool call's change c to calls, in place of an
+// earlier one of the same call (id gives a change's call id).
+func replaceByID[C any](calls []C, c C, id func(C) string) []C {
+	for i, old := range calls {
+		if id(old) == id(c) {
+			calls[i] = c
 			return calls
 		}
 	}
-	return append(calls, tc)
+	return append(calls, c)
 }
+
+func changeID(c toolChange) string { return c.call.GetToolCallId() }
+
+func storedCallID(c statestore.Call) string { return c.ID }
 
 // Who answered a permission request other than a user
 // (PermissionResolved.answered_by).
@@ -853,6 +870,7 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 	// The session may now stay idle for long: its tool calls wait in wire
 	// form until the next update needs them.
 	s.tools.Compact()
+	s.calls.Reset()
 	s.touchLocked()
 }
 

@@ -9,6 +9,7 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 // TestSweepEndsTheTurnOfADeadReplica: a replica that finds the lease of a
@@ -24,11 +25,11 @@ func TestSweepEndsTheTurnOfADeadReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := &acpv2.SessionEvent{Seq: 1, Time: timestamppb.Now(), Event: &acpv2.SessionEvent_TurnStarted{TurnStarted: &acpv2.TurnStarted{}}}
-	if err := st.Append(ctx, "s1", []*acpv2.SessionEvent{started}, nil, nil); err != nil {
+	if err := st.Append(ctx, "s1", storetest.Encode(t, started), nil); err != nil {
 		t.Fatal(err)
 	}
 	m.sweepOrphans(ctx)
-	events, err := st.Events(ctx, "s1", 1, 0)
+	events, err := decoded(t)(st.Events(ctx, "s1", 1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
 
 // replayPage is how many stored events a subscription reads at a time.
@@ -33,7 +32,7 @@ type Subscription struct {
 	// need is the first seq the subscription may still read from the
 	// ring, for the session's sweeps.
 	need atomic.Uint64
-	page []*acpv2.SessionEvent
+	page []*encoded.Event
 
 	// Under s.mu: the ring lapped the subscription (it is ended, with
 	// ErrLagging, and no longer holds the ring's events back); OnStall's
@@ -178,9 +177,9 @@ func (sub *Subscription) OnStall(writing func() uint64, stall func()) {
 // one), waiting for one if need be, and returns how many it wrote. Once
 // every event delivered before the subscription ended has been returned, it
 // returns why it ended (ErrLagging, ErrClosed, ErrShutdown, ErrMoved); or
-// ctx's error. Live events come with the encoding the session made, and
-// replayed ones with the bytes the store read them from.
-func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error) {
+// ctx's error. Live events are the session's, and replayed ones are made
+// from the bytes the store read.
+func (sub *Subscription) NextBatch(ctx context.Context, dst []*encoded.Event) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
@@ -197,7 +196,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 			for _, ev := range events {
 				// A snapshot in place of trimmed events may reflect live
 				// events too: those are then skipped.
-				if ev.GetSeq() < sub.liveFrom || ev.GetSnapshot() != nil {
+				if ev.Seq() < sub.liveFrom || ev.Kind() == encoded.Snapshot {
 					sub.page = append(sub.page, ev)
 				}
 			}
@@ -207,9 +206,10 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 			}
 		}
 		if len(sub.page) > 0 {
-			n := replayed(dst, sub.page)
+			n := copy(dst, sub.page)
+			clear(sub.page[:n])
 			sub.page = sub.page[n:]
-			sub.next = dst[n-1].GetSeq() + 1
+			sub.next = dst[n-1].Seq() + 1
 			sub.need.Store(max(sub.next, sub.liveFrom))
 			return n, nil
 		}
@@ -237,7 +237,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 					}
 					return 0, sub.lagging()
 				}
-				dst[n] = *ev
+				dst[n] = ev
 				sub.next++
 			}
 			sub.need.Store(sub.next)
@@ -257,23 +257,6 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []Event) (int, error
 			return 0, ctx.Err()
 		}
 	}
-}
-
-// replayed fills dst with events read from the store, and returns how
-// many.
-func replayed(dst []Event, events []*acpv2.SessionEvent) int {
-	n := min(len(dst), len(events))
-	for i, ev := range events[:n] {
-		dst[i] = storedEvent(ev)
-	}
-	return n
-}
-
-// storedEvent is an event read from the store, with its encoding from
-// eventwire, where the store's Events left the bytes it decoded.
-func storedEvent(ev *acpv2.SessionEvent) Event {
-	wire, _ := eventwire.Marshal(ev)
-	return Event{SessionEvent: ev, Wire: wire}
 }
 
 // lappedBy says the ring lapped sub: it ended with ErrLagging.

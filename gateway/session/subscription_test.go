@@ -12,7 +12,9 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 func testSession(t *testing.T, buffer int) *Session {
@@ -78,7 +80,7 @@ func TestLaggingWatcherIsCutOffWithoutBlocking(t *testing.T) {
 
 	// Emitting never waits for the slow watcher, which reads nothing; the
 	// fast one keeps up as long as it reads (it reads each step).
-	dst := make([]Event, 2)
+	dst := make([]*encoded.Event, 2)
 	for i := uint64(0); i < 5; i++ {
 		emitText(t, s, 2)
 		checkRun(t, seqsOf(t, fast, dst, 2), 2*i+1)
@@ -128,18 +130,34 @@ func TestReplayLongerThanOnePage(t *testing.T) {
 // next reads sub's next event with NextBatch, and checks that it comes
 // with its encoding.
 func next(ctx context.Context, sub Stream) (*acpv2.SessionEvent, error) {
-	var one [1]Event
+	var one [1]*encoded.Event
 	if _, err := sub.NextBatch(ctx, one[:]); err != nil {
 		return nil, err
 	}
-	return one[0].SessionEvent, checkWire(one[0])
+	if err := checkWire(one[0]); err != nil {
+		return nil, err
+	}
+	return one[0].Message()
 }
 
-// checkWire says whether e's Wire is its event's encoding.
-func checkWire(e Event) error {
+// decoded returns a func that gives the messages of events a store read,
+// failing the test when one does not decode: decoded(t)(st.Events(...)).
+func decoded(t testing.TB) func([]*encoded.Event, error) ([]*acpv2.SessionEvent, error) {
+	return func(events []*encoded.Event, err error) ([]*acpv2.SessionEvent, error) {
+		t.Helper()
+		if err != nil {
+			return nil, err
+		}
+		return storetest.Messages(t, events), nil
+	}
+}
+
+// checkWire says whether e's encoding is its message's, with its seq.
+func checkWire(e *encoded.Event) error {
 	back := &acpv2.SessionEvent{}
-	if err := proto.Unmarshal(e.Wire, back); err != nil || e.Wire == nil || !proto.Equal(back, e.SessionEvent) {
-		return fmt.Errorf("event %d comes with an encoding of %v (%v), want %v", e.GetSeq(), back, err, e.SessionEvent)
+	msg, merr := e.Message()
+	if err := proto.Unmarshal(e.Proto(), back); err != nil || merr != nil || e.Proto() == nil || !proto.Equal(back, msg) || e.Seq() != msg.GetSeq() {
+		return fmt.Errorf("event %d comes with an encoding of %v (%v), want %v (%v)", e.Seq(), back, err, msg, merr)
 	}
 	return nil
 }
@@ -147,7 +165,7 @@ func checkWire(e Event) error {
 // collect reads sub with NextBatch calls of dst's size until it has n
 // events or an error, checking each batch is at most len(dst). It may run
 // in its own goroutine.
-func collect(sub Stream, dst []Event, n int) ([]uint64, error) {
+func collect(sub Stream, dst []*encoded.Event, n int) ([]uint64, error) {
 	var seqs []uint64
 	for len(seqs) < n {
 		got, err := sub.NextBatch(context.Background(), dst)
@@ -161,13 +179,13 @@ func collect(sub Stream, dst []Event, n int) ([]uint64, error) {
 			if err := checkWire(ev); err != nil {
 				return seqs, err
 			}
-			seqs = append(seqs, ev.GetSeq())
+			seqs = append(seqs, ev.Seq())
 		}
 	}
 	return seqs, nil
 }
 
-func seqsOf(t *testing.T, sub Stream, dst []Event, n int) []uint64 {
+func seqsOf(t *testing.T, sub Stream, dst []*encoded.Event, n int) []uint64 {
 	t.Helper()
 	seqs, err := collect(sub, dst, n)
 	if err != nil {
@@ -199,11 +217,11 @@ func TestUnreadSubscriptionsAreCutOffOnlyOffTheRing(t *testing.T) {
 	full, over := s.Watch(0), s.Watch(0)
 	// Exactly a ring's worth: every subscription can still read it all.
 	emitText(t, s, buffer)
-	checkRun(t, seqsOf(t, full, make([]Event, 3), buffer), 1)
+	checkRun(t, seqsOf(t, full, make([]*encoded.Event, 3), buffer), 1)
 	// One more: the subscriptions still at seq 1 fell off; the one that
 	// read on does not.
 	emitText(t, s, 1)
-	if n, err := over.NextBatch(context.Background(), make([]Event, 4)); n != 0 || !errors.Is(err, ErrLagging) {
+	if n, err := over.NextBatch(context.Background(), make([]*encoded.Event, 4)); n != 0 || !errors.Is(err, ErrLagging) {
 		t.Fatalf("a subscription a ring and one behind: %d events, err %v; want ErrLagging", n, err)
 	}
 	if ev, err := next(context.Background(), full); err != nil || ev.GetSeq() != buffer+1 {
@@ -261,12 +279,12 @@ func TestNextBatchKeepsOrderAndEndings(t *testing.T) {
 	emitText(t, s, 5)
 	sub := s.Watch(1) // replays 2..5 from the store
 	emitText(t, s, 10)
-	dst := make([]Event, 3)
+	dst := make([]*encoded.Event, 3)
 	checkRun(t, seqsOf(t, sub, dst, 14), 2)
 	// Waits for the next event.
 	got := make(chan []uint64)
 	go func() {
-		seqs, _ := collect(sub, make([]Event, 8), 1)
+		seqs, _ := collect(sub, make([]*encoded.Event, 8), 1)
 		got <- seqs
 	}()
 	emitText(t, s, 1)
@@ -277,7 +295,7 @@ func TestNextBatchKeepsOrderAndEndings(t *testing.T) {
 	emitText(t, s, 2)
 	s.release(ErrShutdown)
 	emitText(t, s, 1) // after the end: not delivered
-	checkRun(t, seqsOf(t, sub, make([]Event, 8), 2), 17)
+	checkRun(t, seqsOf(t, sub, make([]*encoded.Event, 8), 2), 17)
 	if n, err := sub.NextBatch(context.Background(), dst); n != 0 || !errors.Is(err, ErrShutdown) {
 		t.Fatalf("after the last event: %d events, err %v; want ErrShutdown", n, err)
 	}
@@ -306,9 +324,9 @@ func TestNextBatchEndsAfterTheClosedEvent(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	dst := make([]Event, 8)
+	dst := make([]*encoded.Event, 8)
 	n, err := sub.NextBatch(context.Background(), dst)
-	if err != nil || n != 3 || dst[2].GetStateChanged().GetState() != string(statestore.StateClosed) {
+	if err != nil || n != 3 || !closes(dst[2]) {
 		t.Fatalf("got %d events (%v), err %v; want two and the closed event", n, dst[:n], err)
 	}
 	if _, err := sub.NextBatch(context.Background(), dst); !errors.Is(err, ErrClosed) {
@@ -330,7 +348,7 @@ func TestFollowerNextBatch(t *testing.T) {
 	if _, ok := f.(*follower); !ok {
 		t.Fatalf("Watch of a session the manager does not run gave %T", f)
 	}
-	dst := make([]Event, 2)
+	dst := make([]*encoded.Event, 2)
 	checkRun(t, seqsOf(t, f, dst, 5), 3)
 	type result struct {
 		seqs []uint64
@@ -338,7 +356,7 @@ func TestFollowerNextBatch(t *testing.T) {
 	}
 	got := make(chan result)
 	go func() {
-		seqs, err := collect(f, make([]Event, 8), 3)
+		seqs, err := collect(f, make([]*encoded.Event, 8), 3)
 		got <- result{seqs, err}
 	}()
 	s.mu.Lock()
@@ -376,7 +394,7 @@ func TestRingKeepsOnlyWhatIsStillToBeRead(t *testing.T) {
 	s := testSession(t, buffer)
 	a, b := s.Watch(0), s.Watch(0)
 	r := s.live
-	dst := make([]Event, buffer)
+	dst := make([]*encoded.Event, buffer)
 	emitText(t, s, 500)
 	seqsOf(t, a, dst, 500)
 	// b has read nothing: everything is kept for it.
@@ -423,7 +441,7 @@ func TestRingGrowsWhileAWatcherLags(t *testing.T) {
 	t.Parallel()
 	const buffer = 4096
 	s := testSession(t, buffer)
-	dst := make([]Event, 64)
+	dst := make([]*encoded.Event, 64)
 	keeps := s.Watch(0)
 	for i := range 100 {
 		emitText(t, s, 50)
@@ -481,7 +499,7 @@ func TestRingGrowsUnderItsReaders(t *testing.T) {
 	for range 4 {
 		sub := s.Watch(0)
 		go func() {
-			seqs, err := collect(sub, make([]Event, 7), total)
+			seqs, err := collect(sub, make([]*encoded.Event, 7), total)
 			results <- result{seqs, err}
 		}()
 	}
@@ -506,7 +524,7 @@ func TestLappedSubscriptionIsCutOffWhileItsReaderIsStuck(t *testing.T) {
 	t.Parallel()
 	const buffer = 64
 	s := testSession(t, buffer)
-	dst := make([]Event, 8)
+	dst := make([]*encoded.Event, 8)
 	stuck, moving := s.Watch(0), s.Watch(0)
 	stalled := map[*Subscription]chan struct{}{stuck: make(chan struct{}), moving: make(chan struct{})}
 	writes := uint64(1)

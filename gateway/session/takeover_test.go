@@ -9,6 +9,7 @@ import (
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 // sharedMemory is a memory store with leases, standing in for a store two
@@ -59,7 +60,7 @@ func TestReplicaStepsAsideWhenAnotherWroteTheLog(t *testing.T) {
 	}
 	w := s.Watch(0)
 	// Another replica, believing a's lease lapsed, appends to the log.
-	if err := st.Append(ctx, "s1", []*acpv2.SessionEvent{{Seq: 1}}, nil, nil); err != nil {
+	if err := st.Append(ctx, "s1", storetest.Encode(t, &acpv2.SessionEvent{Seq: 1}), nil); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
@@ -121,7 +122,7 @@ func TestConcurrentRequestsRestoreASessionOnce(t *testing.T) {
 			t.Fatalf("concurrent Get of a session to restore: %v", err)
 		}
 	}
-	events, err := st.Events(ctx, "s1", 0, 0)
+	events, err := decoded(t)(st.Events(ctx, "s1", 0, 0))
 	if err != nil || len(events) != 1 || events[0].GetStateChanged().GetState() != "agent_lost" {
 		t.Fatalf("log after the restore = %v, %v; want one agent_lost event", events, err)
 	}
@@ -171,7 +172,7 @@ func TestSweepWaitsForARestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-swept
-	events, err := st.Events(ctx, "s1", 0, 0)
+	events, err := decoded(t)(st.Events(ctx, "s1", 0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,23 @@ package session
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
 
 // metricValue sums the samples of metric name, those labelled with
@@ -47,10 +54,7 @@ func TestToolCallMetrics(t *testing.T) {
 	}
 	done := &acpv2.ToolCall{ToolCallId: "done", Status: "completed"}
 	running := &acpv2.ToolCall{ToolCallId: "running", Status: "in_progress"}
-	if err := st.Append(ctx, "s1", []*acpv2.SessionEvent{
-		{Seq: 1, Event: &acpv2.SessionEvent_ToolCall{ToolCall: done}},
-		{Seq: 2, Event: &acpv2.SessionEvent_ToolCall{ToolCall: running}},
-	}, nil, []*acpv2.ToolCall{done, running}); err != nil {
+	if err := st.Append(ctx, "s1", storetest.Encode(t, &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_ToolCall{ToolCall: done}}, &acpv2.SessionEvent{Seq: 2, Event: &acpv2.SessionEvent_ToolCall{ToolCall: running}}), storetest.Calls(t, done, running)); err != nil {
 		t.Fatal(err)
 	}
 	met := metrics.New(metrics.Options{MaxSessionSeries: 10})
@@ -108,22 +112,44 @@ type encodedStore struct {
 	others  []bool // of the other events
 	appends int
 	changed [][]*acpv2.ToolCall
+	// within says, for each changed call, whether its bytes are within
+	// those of an event of the same append: its merged event's, shared.
+	within []bool
 }
 
-func (s *encodedStore) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
+func (s *encodedStore) Append(ctx context.Context, id string, events []*encoded.Event, changed []statestore.Call) error {
 	s.mu.Lock()
 	s.appends++
-	s.changed = append(s.changed, changed)
-	for i, ev := range events {
-		encoded := len(wires) == len(events) && checkWire(Event{SessionEvent: ev, Wire: wires[i]}) == nil
-		if ev.GetToolCall() != nil {
-			s.held = append(s.held, encoded)
+	var calls []*acpv2.ToolCall
+	for _, c := range changed {
+		tc := &acpv2.ToolCall{}
+		if err := proto.Unmarshal(c.Proto, tc); err != nil || tc.GetToolCallId() != c.ID {
+			s.mu.Unlock()
+			return fmt.Errorf("changed call %q encodes %v (%v)", c.ID, tc, err)
+		}
+		calls = append(calls, tc)
+		s.within = append(s.within, slices.ContainsFunc(events, func(e *encoded.Event) bool { return contains(e.Proto(), c.Proto) }))
+	}
+	s.changed = append(s.changed, calls)
+	for _, e := range events {
+		ok := checkWire(e) == nil
+		if e.Kind() == encoded.ToolCall {
+			s.held = append(s.held, ok)
 		} else {
-			s.others = append(s.others, encoded)
+			s.others = append(s.others, ok)
 		}
 	}
 	s.mu.Unlock()
-	return s.Store.Append(ctx, id, events, wires, changed)
+	return s.Store.Append(ctx, id, events, changed)
+}
+
+// contains says whether part lies within whole's memory.
+func contains(whole, part []byte) bool {
+	if len(part) == 0 || len(whole) == 0 {
+		return false
+	}
+	w, p := uintptr(unsafe.Pointer(unsafe.SliceData(whole))), uintptr(unsafe.Pointer(unsafe.SliceData(part)))
+	return p >= w && p+uintptr(len(part)) <= w+uintptr(len(whole))
 }
 
 // encodedSession returns a session (s1, restored from the store, with no
@@ -171,7 +197,7 @@ func TestMergedCallEventsComeEncoded(t *testing.T) {
 			t.Fatalf("merged tool-call event %d reached the store without its encoding", i)
 		}
 	}
-	events, err := st.Events(ctx, "s1", 0, 0)
+	events, err := decoded(t)(st.Events(ctx, "s1", 0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +229,7 @@ func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 		{Update: toolUpdate("a", "completed")},
 	})
 	st.mu.Lock()
-	appends, changed, held := st.appends, st.changed, append(st.held, st.others...)
+	appends, changed, held, within := st.appends, st.changed, append(st.held, st.others...), st.within
 	st.mu.Unlock()
 	s.mu.Lock()
 	marshalled := s.marshalled
@@ -217,12 +243,17 @@ func TestUpdatesTogetherAreOneAppend(t *testing.T) {
 	if got := changed[0]; len(got) != 2 || got[0].GetToolCallId() != "a" || got[0].GetStatus() != "completed" || got[1].GetToolCallId() != "b" {
 		t.Fatalf("changed calls %v, want a (completed) then b, once each", got)
 	}
+	for i, w := range within {
+		if !w {
+			t.Errorf("changed call %d is stored as bytes of its own, not its merged event's", i)
+		}
+	}
 	for i, h := range held {
 		if !h {
 			t.Fatalf("event %d (merged ones first) reached the store without its encoding", i)
 		}
 	}
-	events, err := st.Events(ctx, "s1", 0, 0)
+	events, err := decoded(t)(st.Events(ctx, "s1", 0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

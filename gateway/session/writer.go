@@ -1,14 +1,14 @@
 package session
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -52,13 +52,14 @@ const (
 )
 
 // pending is an entry of the queue: events numbered and not stored yet,
-// with their encodings and the tool calls they changed; or a change of the
-// session's state, alone, recorded after the events queued before it.
+// with the tool calls they changed; or a change of the session's state,
+// alone, recorded after the events queued before it. invalid is set when
+// one of them does not encode: the store can never take them.
 type pending struct {
-	events  []*acpv2.SessionEvent
-	wires   [][]byte
-	changed []*acpv2.ToolCall
+	events  []*encoded.Event
+	changed []statestore.Call
 	bytes   int
+	invalid error
 	state   *stateChange
 }
 
@@ -78,8 +79,8 @@ func (s *Session) startWriterLocked() bool {
 // enqueueLocked queues p for the writer, and starts it if it is not
 // running; startWriterLocked must have said it can. s.mu must be held.
 func (s *Session) enqueueLocked(p pending) {
-	for _, w := range p.wires {
-		p.bytes += len(w)
+	for _, e := range p.events {
+		p.bytes += e.Size()
 	}
 	s.queue = append(s.queue, p)
 	s.unstored += p.bytes
@@ -110,19 +111,19 @@ func (s *Session) takeLocked() pending {
 	n := 1
 	if p.state == nil && len(s.queue) > 1 && len(p.events) < maxAppendEvents {
 		p = pending{
-			events:  append([]*acpv2.SessionEvent(nil), p.events...),
-			wires:   append([][]byte(nil), p.wires...),
-			changed: append([]*acpv2.ToolCall(nil), p.changed...),
+			events:  append([]*encoded.Event(nil), p.events...),
+			changed: append([]statestore.Call(nil), p.changed...),
 			bytes:   p.bytes,
+			invalid: p.invalid,
 		}
 		for ; n < len(s.queue) && s.queue[n].state == nil && len(p.events)+len(s.queue[n].events) <= maxAppendEvents; n++ {
 			q := s.queue[n]
 			p.events = append(p.events, q.events...)
-			p.wires = append(p.wires, q.wires...)
-			for _, tc := range q.changed {
-				p.changed = replaceCall(p.changed, tc)
+			for _, c := range q.changed {
+				p.changed = replaceByID(p.changed, c, storedCallID)
 			}
 			p.bytes += q.bytes
+			p.invalid = cmp.Or(p.invalid, q.invalid)
 		}
 	}
 	clear(s.queue[:n])
@@ -277,7 +278,7 @@ func (m *Manager) lostData(s *Session, p pending, err error) error {
 	}
 	ctx, cancel := m.storeContext()
 	defer cancel()
-	took := p.events[0].GetSeq() - 1
+	took := p.events[0].Seq() - 1
 	if rec, rerr := m.opts.Store.GetSession(ctx, s.rec.ID); rerr != nil || rec.LastSeq >= took {
 		return nil // moved on: taken over (or unknown: step aside all the same)
 	}
@@ -288,19 +289,22 @@ func (m *Manager) lostData(s *Session, p pending, err error) error {
 // append refused for its seq may have been stored all the same, the
 // failure being only the answer's: p is then found in the log.
 func (s *Session) append(p pending, retry bool) error {
+	if p.invalid != nil {
+		return p.invalid
+	}
 	ctx, cancel := s.m.storeContext()
 	defer cancel()
-	err := s.m.opts.Store.Append(ctx, s.rec.ID, p.events, p.wires, p.changed)
+	err := s.m.opts.Store.Append(ctx, s.rec.ID, p.events, p.changed)
 	if err == nil || !retry || !errors.Is(err, statestore.ErrSeqConflict) {
 		return err
 	}
-	first := p.events[0].GetSeq()
+	first := p.events[0].Seq()
 	got, rerr := s.m.opts.Store.Events(ctx, s.rec.ID, first-1, len(p.events))
 	if rerr != nil {
 		return rerr // not known either way: tried again
 	}
-	if len(got) == len(p.events) && proto.Equal(got[0], p.events[0]) &&
-		proto.Equal(got[len(got)-1], p.events[len(p.events)-1]) {
+	if len(got) == len(p.events) && bytes.Equal(got[0].Proto(), p.events[0].Proto()) &&
+		bytes.Equal(got[len(got)-1].Proto(), p.events[len(p.events)-1].Proto()) {
 		return nil
 	}
 	return err
@@ -309,7 +313,7 @@ func (s *Session) append(p pending, retry bool) error {
 // firstUnstoredLocked returns the first event numbered and not known to
 // be stored: the first of the append under way, or of the queue; nil when
 // there is none. s.mu must be held.
-func (s *Session) firstUnstoredLocked() *acpv2.SessionEvent {
+func (s *Session) firstUnstoredLocked() *encoded.Event {
 	if s.inflight != nil {
 		return s.inflight
 	}
@@ -329,12 +333,12 @@ func (s *Session) storedLocked(p pending) {
 		s.progressLocked()
 		return
 	}
-	s.stored = p.events[len(p.events)-1].GetSeq()
+	s.stored = p.events[len(p.events)-1].Seq()
 	s.unstored -= p.bytes
 	s.met.Events(len(p.events))
 	if s.live != nil {
 		// The same work however many watch: each reads the ring.
-		s.live.publish(p.events, p.wires, s.needLocked)
+		s.live.publish(p.events, s.needLocked)
 		if s.live.sweepDue() {
 			s.sweepLocked()
 		}

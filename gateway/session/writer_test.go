@@ -9,6 +9,7 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
@@ -63,11 +64,12 @@ type orderStore struct {
 	calls []string
 }
 
-func (o *orderStore) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
-	err := o.Store.Append(ctx, id, events, wires, changed)
+func (o *orderStore) Append(ctx context.Context, id string, events []*encoded.Event, changed []statestore.Call) error {
+	err := o.Store.Append(ctx, id, events, changed)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, ev := range events {
+	for _, e := range events {
+		ev, _ := e.Message()
 		if sc := ev.GetStateChanged(); sc != nil {
 			o.calls = append(o.calls, "event "+sc.GetState())
 		}
@@ -109,7 +111,7 @@ type failingAppends struct {
 
 var errOutage = errors.New("the store is out of reach")
 
-func (f *failingAppends) Append(context.Context, string, []*acpv2.SessionEvent, [][]byte, []*acpv2.ToolCall) error {
+func (f *failingAppends) Append(context.Context, string, []*encoded.Event, []statestore.Call) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tries++

@@ -11,7 +11,6 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
 )
 
 // ScaleResult is the many-sessions phase: Sessions sessions of the
@@ -214,16 +213,8 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 	return res
 }
 
-// idleMemstats reads the gateway's memory once its sessions have been idle
-// long enough for the shared cache of event encodings to let go of theirs,
-// as it does in a gateway whose sessions went quiet.
+// idleMemstats reads the memory of the gateway, whose sessions are idle.
 func idleMemstats(ctx context.Context, g *gatewayProc) (memStats, error) {
-	select {
-	case <-time.After(3 * eventwire.Expiry): // it lets go within two
-
-	case <-ctx.Done():
-		return memStats{}, ctx.Err()
-	}
 	return g.memstats(ctx)
 }
 

@@ -88,7 +88,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -727,28 +727,23 @@ func (s *Store) SetAgentSession(_ context.Context, id, agentSessionID string, pr
 	})
 }
 
-// encoded is a protobuf message ready to be stored.
-type encoded struct {
+// keyed is a protobuf message's encoding and the key it is stored at.
+type keyed struct {
 	key  []byte
 	data []byte
 }
 
 // Append implements statestore.Store.
-func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
-	// Encoded before the write transaction, which holds up every writer.
-	wires, callWires, err := statestore.Wires(id, events, wires, changed, nil)
-	if err != nil {
-		return err
-	}
-	evs := make([]encoded, len(events))
+func (s *Store) Append(_ context.Context, id string, events []*encoded.Event, changed []statestore.Call) error {
+	evs := make([]keyed, len(events))
 	for i, e := range events {
-		evs[i] = encoded{u64(e.GetSeq()), wires[i]}
+		evs[i] = keyed{u64(e.Seq()), e.Proto()}
 	}
-	calls := make([]encoded, len(changed))
-	for i, tc := range changed {
-		calls[i] = encoded{[]byte(tc.GetToolCallId()), callWires[i]}
+	calls := make([]keyed, len(changed))
+	for i, c := range changed {
+		calls[i] = keyed{[]byte(c.ID), c.Proto}
 	}
-	err = s.update("append to", id, func(tx *bolt.Tx) error {
+	err := s.update("append to", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
 		if err != nil {
 			return err
@@ -777,7 +772,7 @@ func (s *Store) Append(_ context.Context, id string, events []*acpv2.SessionEven
 
 // putEvents stores evs, advances r.LastSeq and drops the events beyond the
 // retention caps, the oldest first (the newest is always kept).
-func (s *Store) putEvents(tx *bolt.Tx, r *record, evs []encoded) error {
+func (s *Store) putEvents(tx *bolt.Tx, r *record, evs []keyed) error {
 	b, err := logOf(tx, r.ID, bucketEvents)
 	if err != nil {
 		return err
@@ -809,7 +804,7 @@ func (s *Store) putEvents(tx *bolt.Tx, r *record, evs []encoded) error {
 
 // putCalls stores changed tool calls over their earlier snapshots, gives
 // the new ones the next first-seen index, and counts their bytes in r.
-func putCalls(tx *bolt.Tx, r *record, calls []encoded) error {
+func putCalls(tx *bolt.Tx, r *record, calls []keyed) error {
 	if len(calls) == 0 {
 		return nil
 	}
@@ -852,8 +847,8 @@ func putCalls(tx *bolt.Tx, r *record, calls []encoded) error {
 }
 
 // Events implements statestore.Store.
-func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
-	var out []*acpv2.SessionEvent
+func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([]*encoded.Event, error) {
+	var out []*encoded.Event
 	err := s.view("read events of", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
 		if err != nil {
@@ -869,7 +864,7 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 		c := b.Cursor()
 		for k, v := c.Seek(u64(after + 1)); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
 			// v is the file's memory, valid only in the transaction.
-			e, err := eventwire.Unmarshal(bytes.Clone(v))
+			e, err := encoded.Decode(bytes.Clone(v))
 			if err != nil {
 				return corrupt(fmt.Sprint("event ", binary.BigEndian.Uint64(k)), err)
 			}

@@ -108,7 +108,7 @@ func TestCorruptRecords(t *testing.T) {
 		if err := s.CreateSession(ctx, &statestore.Session{ID: id}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Append(ctx, id, []*acpv2.SessionEvent{storetest.Event(1, "x")}, nil, []*acpv2.ToolCall{{ToolCallId: "c"}}); err != nil {
+		if err := s.Append(ctx, id, storetest.Encode(t, storetest.Event(1, "x")), storetest.Calls(t, &acpv2.ToolCall{ToolCallId: "c"})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestCorruptRecords(t *testing.T) {
 	_, err = s.ListSessions(ctx, "alice") // its owner is unknown
 	check("ListSessions(alice)", "bad", err)
 	check("SetState", "bad", s.SetState(ctx, "bad", statestore.StateReady, ""))
-	check("Append", "bad", s.Append(ctx, "bad", []*acpv2.SessionEvent{storetest.Event(2, "y")}, nil, nil))
+	check("Append", "bad", s.Append(ctx, "bad", storetest.Encode(t, storetest.Event(2, "y")), nil))
 	_, err = s.Events(ctx, "bad", 0, 0)
 	check("Events", "bad", err)
 	_, err = s.Events(ctx, "badlog", 0, 0)
@@ -216,7 +216,7 @@ func TestConcurrentAppendsSurviveReopen(t *testing.T) {
 		wg.Go(func() {
 			for seq := uint64(1); seq <= events; seq++ {
 				ev, tc := toolCallEvent(seq, fmt.Sprint(id, "-call", seq%4))
-				if err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, []*acpv2.ToolCall{tc}); err != nil {
+				if err := s.Append(ctx, id, storetest.Encode(t, ev), storetest.Calls(t, tc)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -244,7 +244,7 @@ func TestConcurrentAppendsSurviveReopen(t *testing.T) {
 		if err != nil || len(got) != events {
 			t.Fatalf("session %s: %d events after reopen, %v", id, len(got), err)
 		}
-		for j, e := range got {
+		for j, e := range storetest.Messages(t, got) {
 			want, _ := toolCallEvent(uint64(j+1), fmt.Sprint(id, "-call", (j+1)%4))
 			if !proto.Equal(e, want) {
 				t.Fatalf("session %s event %d = %v, want %v", id, j+1, e, want)
@@ -284,7 +284,7 @@ func TestRacingWriters(t *testing.T) {
 			wg.Go(func() {
 				for seq := uint64(1); seq <= events; seq++ {
 					ev := storetest.Event(seq, fmt.Sprint("writer ", w))
-					err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, []*acpv2.ToolCall{{ToolCallId: fmt.Sprint(seq), Title: fmt.Sprint(w)}})
+					err := s.Append(ctx, id, storetest.Encode(t, ev), storetest.Calls(t, &acpv2.ToolCall{ToolCallId: fmt.Sprint(seq), Title: fmt.Sprint(w)}))
 					switch {
 					case err == nil:
 						wins[i][seq].Add(1)
@@ -309,7 +309,7 @@ func TestRacingWriters(t *testing.T) {
 			t.Fatalf("session %s = %+v, %v", id, rec, err)
 		}
 		got, err := s.Events(ctx, id, events-25, 0)
-		if err != nil || len(got) != 25 || got[0].GetSeq() != events-24 {
+		if err != nil || len(got) != 25 || got[0].Seq() != events-24 {
 			t.Fatalf("session %s: %d events, %v", id, len(got), err)
 		}
 		calls, _, err := s.ToolCalls(ctx, id)
@@ -341,7 +341,7 @@ func TestClosed(t *testing.T) {
 	}
 	errs := map[string]error{
 		"Create":  s.CreateSession(ctx, &statestore.Session{ID: "b"}),
-		"Append":  s.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(1, "x")}, nil, nil),
+		"Append":  s.Append(ctx, "a", storetest.Encode(t, storetest.Event(1, "x")), nil),
 		"Delete":  s.DeleteSession(ctx, "a"),
 		"Wait":    s.WaitEvents(ctx, "a", 0),
 		"Close":   s.Close(),
@@ -409,7 +409,7 @@ func BenchmarkAppend(b *testing.B) {
 	for b.Loop() {
 		seq++
 		ev, tc := toolCallEvent(seq, "call")
-		if err := s.Append(ctx, "a", []*acpv2.SessionEvent{ev}, nil, []*acpv2.ToolCall{tc}); err != nil {
+		if err := s.Append(ctx, "a", storetest.Encode(b, ev), storetest.Calls(b, tc)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -435,7 +435,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 		for pb.Next() {
 			seq++
 			ev, tc := toolCallEvent(seq, "call")
-			if err := s.Append(ctx, id, []*acpv2.SessionEvent{ev}, nil, []*acpv2.ToolCall{tc}); err != nil {
+			if err := s.Append(ctx, id, storetest.Encode(b, ev), storetest.Calls(b, tc)); err != nil {
 				b.Error(err)
 				return
 			}

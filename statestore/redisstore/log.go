@@ -11,14 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
-
-// marshal encodes deterministically, so that the same message gives the
-// same bytes when an append is retried (an event given with its encoding
-// is retried with the same bytes).
-var marshal = proto.MarshalOptions{Deterministic: true}
 
 // Append implements statestore.Store, in one script: the events and tool
 // calls are stored together or not at all.
@@ -27,26 +22,22 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // already, byte for byte (the writer retries an append whose reply it
 // lost, say to a dropped connection), Append does nothing and returns
 // nil. Other events with taken seqs fail with ErrSeqConflict.
-func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEvent, wires [][]byte, changed []*acpv2.ToolCall) error {
+func (s *Store) Append(ctx context.Context, id string, events []*encoded.Event, changed []statestore.Call) error {
 	var first uint64
 	if len(events) > 0 {
-		first = events[0].GetSeq()
+		first = events[0].Seq()
 		// Consecutive among themselves; the script checks they follow the log.
 		if err := statestore.CheckSeqs(first-1, events); err != nil {
 			return err
 		}
 	}
-	wires, calls, err := statestore.Wires(id, events, wires, changed, marshal.Marshal)
-	if err != nil {
-		return err
-	}
 	args := make([]any, 0, 4+len(events)+2*len(changed))
 	args = append(args, len(events), strconv.FormatUint(first, 10), s.opts.MaxEvents, s.opts.MaxEventBytes)
-	for _, b := range wires {
-		args = append(args, b)
+	for _, e := range events {
+		args = append(args, e.Proto())
 	}
-	for i, tc := range changed {
-		args = append(args, tc.GetToolCallId(), calls[i])
+	for _, c := range changed {
+		args = append(args, c.ID, c.Proto)
 	}
 	reply, err := appendScript.Run(ctx, s.rdb, s.keys(id).data(), args...).Int64Slice()
 	if err != nil {
@@ -67,7 +58,7 @@ func (s *Store) Append(ctx context.Context, id string, events []*acpv2.SessionEv
 
 // Events implements statestore.Store. It reads the record and the events
 // in one script, so they agree.
-func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) ([]*acpv2.SessionEvent, error) {
+func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) ([]*encoded.Event, error) {
 	k := s.keys(id)
 	blobs, trimmed, err := s.read(ctx, id, eventsScript, []string{k.rec, k.ev},
 		strconv.FormatUint(after, 10), "("+streamID(after), max(limit, 0))
@@ -77,9 +68,9 @@ func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) 
 		}
 		return nil, err
 	}
-	var out []*acpv2.SessionEvent
+	var out []*encoded.Event
 	for _, blob := range blobs {
-		e, err := eventwire.Unmarshal([]byte(blob))
+		e, err := encoded.Decode([]byte(blob))
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: corrupt event after seq %d of session %s: %w", after, id, err)
 		}

@@ -147,7 +147,7 @@ func create(t testing.TB, s *Store, id, owner string) {
 
 func appendOne(t testing.TB, s *Store, id string, seq uint64, calls ...*acpv2.ToolCall) {
 	t.Helper()
-	if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{storetest.Event(seq, fmt.Sprint("e", seq))}, nil, calls); err != nil {
+	if err := s.Append(context.Background(), id, storetest.Encode(t, storetest.Event(seq, fmt.Sprint("e", seq))), storetest.Calls(t, calls...)); err != nil {
 		t.Fatalf("append seq %d: %v", seq, err)
 	}
 }
@@ -266,8 +266,8 @@ func TestClientKill(t *testing.T) {
 				return
 			}
 			for _, e := range evs {
-				if e.GetSeq() != after+1 {
-					followed <- fmt.Errorf("watcher read seq %d after %d", e.GetSeq(), after)
+				if e.Seq() != after+1 {
+					followed <- fmt.Errorf("watcher read seq %d after %d", e.Seq(), after)
 					return
 				}
 				after++
@@ -301,13 +301,13 @@ func TestClientKill(t *testing.T) {
 		batch := []*acpv2.SessionEvent{storetest.Event(seq, fmt.Sprint("e", seq))}
 		calls := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("c", seq%5), Title: fmt.Sprint(seq)}}
 		t0 := time.Now()
-		err := s.Append(ctx, "a", batch, nil, calls)
+		err := s.Append(ctx, "a", storetest.Encode(t, batch...), storetest.Calls(t, calls...))
 		slowest = max(slowest, time.Since(t0))
 		// A writer that is told an append failed tries it again.
 		for try := 0; err != nil && try < 5; try++ {
 			failures++
 			t.Logf("append seq %d: %v", seq, err)
-			err = s.Append(ctx, "a", batch, nil, calls)
+			err = s.Append(ctx, "a", storetest.Encode(t, batch...), storetest.Calls(t, calls...))
 		}
 		if err != nil {
 			t.Fatalf("append seq %d: %v", seq, err)
@@ -332,8 +332,8 @@ func TestClientKill(t *testing.T) {
 		t.Errorf("%d events stored, want %d", len(got), n)
 	}
 	for i, e := range got {
-		if e.GetSeq() != uint64(i+1) {
-			t.Fatalf("event %d has seq %d", i, e.GetSeq())
+		if e.Seq() != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, e.Seq())
 		}
 	}
 	select {
@@ -353,13 +353,13 @@ func TestIdempotentRetry(t *testing.T) {
 	batch := []*acpv2.SessionEvent{storetest.Event(1, "x"), storetest.Event(2, "y")}
 	call := []*acpv2.ToolCall{{ToolCallId: "c", Status: "pending"}}
 	for range 2 {
-		if err := s.Append(ctx, "a", batch, nil, call); err != nil {
+		if err := s.Append(ctx, "a", storetest.Encode(t, batch...), storetest.Calls(t, call...)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	appendOne(t, s, "a", 3)
 	// Still recognised once the log has moved on.
-	if err := s.Append(ctx, "a", batch, nil, call); err != nil {
+	if err := s.Append(ctx, "a", storetest.Encode(t, batch...), storetest.Calls(t, call...)); err != nil {
 		t.Fatalf("repeat of a stored batch: %v", err)
 	}
 	for name, b := range map[string][]*acpv2.SessionEvent{
@@ -367,7 +367,7 @@ func TestIdempotentRetry(t *testing.T) {
 		"part of the log":  {storetest.Event(3, "e3"), storetest.Event(4, "new")},
 		"not yet appended": {storetest.Event(5, "e5")},
 	} {
-		if err := s.Append(ctx, "a", b, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+		if err := s.Append(ctx, "a", storetest.Encode(t, b...), nil); !errors.Is(err, statestore.ErrSeqConflict) {
 			t.Errorf("%s: err = %v, want ErrSeqConflict", name, err)
 		}
 	}
@@ -386,10 +386,10 @@ func TestIdempotentRetry(t *testing.T) {
 	for seq := uint64(1); seq <= 4; seq++ {
 		appendOne(t, short, "a", seq)
 	}
-	if err := short.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(1, "e1")}, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+	if err := short.Append(ctx, "a", storetest.Encode(t, storetest.Event(1, "e1")), nil); !errors.Is(err, statestore.ErrSeqConflict) {
 		t.Errorf("repeat of a trimmed event: err = %v, want ErrSeqConflict", err)
 	}
-	if err := short.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(4, "e4")}, nil, nil); err != nil {
+	if err := short.Append(ctx, "a", storetest.Encode(t, storetest.Event(4, "e4")), nil); err != nil {
 		t.Errorf("repeat of a kept event: %v", err)
 	}
 }
@@ -443,8 +443,7 @@ func TestRetryAfterLostReply(t *testing.T) {
 	create(t, s, "a", "")
 	appendOne(t, s, "a", 1)
 	d.armed.Store(true)
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{storetest.Event(2, "e2"), storetest.Event(3, "e3")}, nil,
-		[]*acpv2.ToolCall{{ToolCallId: "c"}}); err != nil {
+	if err := s.Append(ctx, "a", storetest.Encode(t, storetest.Event(2, "e2"), storetest.Event(3, "e3")), storetest.Calls(t, &acpv2.ToolCall{ToolCallId: "c"})); err != nil {
 		t.Fatalf("append whose reply was lost: %v", err)
 	}
 	if d.dropped.Load() != 1 {
@@ -454,7 +453,7 @@ func TestRetryAfterLostReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got[1].GetSeq() != 2 || got[2].GetSeq() != 3 {
+	if len(got) != 3 || got[1].Seq() != 2 || got[2].Seq() != 3 {
 		t.Fatalf("Events = %v", got)
 	}
 	appendOne(t, s, "a", 4)
@@ -545,7 +544,7 @@ func benchAppend(b *testing.B, s *Store, id string, more func() bool) {
 	for seq := uint64(1); more(); seq++ {
 		ev := []*acpv2.SessionEvent{storetest.Event(seq, text)}
 		calls := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("call", seq%8), Title: "run tests", Status: "in_progress"}}
-		if err := s.Append(ctx, id, ev, nil, calls); err != nil {
+		if err := s.Append(ctx, id, storetest.Encode(b, ev...), storetest.Calls(b, calls...)); err != nil {
 			b.Error(err)
 			return
 		}

@@ -212,7 +212,7 @@ func testDeepestEvents(t *testing.T, s statestore.Store) {
 		t.Fatal(err)
 	}
 	events, call := DeepestEvents(t)
-	if err := s.Append(ctx, "a", events, nil, []*acpv2.ToolCall{call}); err != nil {
+	if err := s.Append(ctx, "a", Encode(t, events...), Calls(t, call)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Events(ctx, "a", 0, 0)
@@ -222,7 +222,7 @@ func testDeepestEvents(t *testing.T, s statestore.Store) {
 	if len(got) != len(events) {
 		t.Fatalf("%d events read back of %d", len(got), len(events))
 	}
-	for i, ev := range got {
+	for i, ev := range Messages(t, got) {
 		if !proto.Equal(ev, events[i]) {
 			t.Fatalf("event %d (%s) reads back changed", ev.GetSeq(), ev.ProtoReflect().WhichOneof(ev.ProtoReflect().Descriptor().Oneofs().ByName("event")).Name())
 		}

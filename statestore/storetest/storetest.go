@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/eventwire"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -97,6 +97,46 @@ func session(id, owner string) *statestore.Session {
 	}
 }
 
+// Encode returns events as Append takes them, encoded by proto.Marshal.
+func Encode(t testing.TB, events ...*acpv2.SessionEvent) []*encoded.Event {
+	t.Helper()
+	out := make([]*encoded.Event, len(events))
+	for i, ev := range events {
+		var err error
+		if out[i], err = encoded.New(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// Calls returns tool calls as Append takes them, encoded by proto.Marshal.
+func Calls(t testing.TB, calls ...*acpv2.ToolCall) []statestore.Call {
+	t.Helper()
+	out := make([]statestore.Call, len(calls))
+	for i, tc := range calls {
+		var err error
+		if out[i], err = statestore.CallOf(tc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// Messages returns the messages of events, as Events gave them, failing
+// the test when one does not decode.
+func Messages(t testing.TB, events []*encoded.Event) []*acpv2.SessionEvent {
+	t.Helper()
+	out := make([]*acpv2.SessionEvent, len(events))
+	for i, e := range events {
+		var err error
+		if out[i], err = e.Message(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
 // Event returns a text-chunk event with the given seq.
 func Event(seq uint64, text string) *acpv2.SessionEvent {
 	return &acpv2.SessionEvent{Seq: seq, Event: &acpv2.SessionEvent_AgentMessageChunk{
@@ -152,7 +192,7 @@ func testNotFound(t *testing.T, s statestore.Store) {
 	_, checks["GetSession"] = s.GetSession(ctx, "nope")
 	checks["SetState"] = s.SetState(ctx, "nope", statestore.StateReady, "")
 	checks["SetAgentSession"] = s.SetAgentSession(ctx, "nope", "x", 1)
-	checks["Append"] = s.Append(ctx, "nope", []*acpv2.SessionEvent{Event(1, "x")}, nil, nil)
+	checks["Append"] = s.Append(ctx, "nope", Encode(t, Event(1, "x")), nil)
 	_, checks["Events"] = s.Events(ctx, "nope", 0, 0)
 	_, _, checks["ToolCalls"] = s.ToolCalls(ctx, "nope")
 	checks["DeleteSession"] = s.DeleteSession(ctx, "nope")
@@ -202,7 +242,7 @@ func testAppend(t *testing.T, s statestore.Store) {
 			batch = append(batch, Event(seq, fmt.Sprint("chunk ", seq)))
 			seq++
 		}
-		if err := s.Append(ctx, "a", batch, nil, nil); err != nil {
+		if err := s.Append(ctx, "a", Encode(t, batch...), nil); err != nil {
 			t.Fatal(err)
 		}
 		all = append(all, batch...)
@@ -226,16 +266,15 @@ func testAppend(t *testing.T, s statestore.Store) {
 		if !slices.EqualFunc(got, want, eventEqual) {
 			t.Fatalf("Events(after %d) = %d events, want %d", after, len(got), len(want))
 		}
-		// The events come with their encodings, so streams that send
-		// them do not marshal them again.
-		for _, ev := range got {
-			if !eventwire.Proto.Held(ev) {
-				t.Fatalf("Events(after %d): event %d has no encoding in eventwire", after, ev.GetSeq())
+		// The events come with their encodings and their seqs, read from
+		// those bytes, so streams that send them need not decode them.
+		for i, ev := range got {
+			if ev.Seq() != want[i].GetSeq() {
+				t.Fatalf("Events(after %d): event %d has seq %d", after, want[i].GetSeq(), ev.Seq())
 			}
-			wire, _ := eventwire.Marshal(ev)
 			back := &acpv2.SessionEvent{}
-			if err := proto.Unmarshal(wire, back); err != nil || !eventEqual(back, ev) {
-				t.Fatalf("event %d's encoding decodes to %v (%v)", ev.GetSeq(), back, err)
+			if err := proto.Unmarshal(ev.Proto(), back); err != nil || !proto.Equal(back, want[i]) {
+				t.Fatalf("event %d's encoding decodes to %v (%v)", ev.Seq(), back, err)
 			}
 		}
 	}
@@ -248,11 +287,9 @@ func testAppend(t *testing.T, s statestore.Store) {
 	}
 }
 
-// An event appended with its encoding is stored as those bytes, not
-// marshalled again: the encoding here carries a field the event does not,
-// which the stored event then has. Events without one are marshalled, and
-// a count of encodings that does not match the events' is refused,
-// leaving the log as it was.
+// An event is stored as its bytes, not marshalled again: the encoding
+// here carries a field the event's message does not, which the stored
+// event then has.
 func testAppendEncoded(t *testing.T, s statestore.Store) {
 	ctx := context.Background()
 	if err := s.CreateSession(ctx, session("a", "")); err != nil {
@@ -265,22 +302,23 @@ func testAppendEncoded(t *testing.T, s statestore.Store) {
 	}
 	extra := protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 7)
 	wire = append(wire, extra...)
-	events := []*acpv2.SessionEvent{Event(1, "marshalled"), given}
-	if err := s.Append(ctx, "a", events, [][]byte{nil, wire, nil}, nil); err == nil {
-		t.Fatal("three encodings for two events were taken")
-	}
-	if err := s.Append(ctx, "a", events, [][]byte{nil, wire}, nil); err != nil {
+	events := []*encoded.Event{Encode(t, Event(1, "marshalled"))[0], encoded.Of(given, wire)}
+	if err := s.Append(ctx, "a", events, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Events(ctx, "a", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || !eventEqual(got[0], events[0]) || len(got[0].ProtoReflect().GetUnknown()) != 0 {
+	if len(got) != 2 || !bytes.Equal(got[0].Proto(), events[0].Proto()) {
 		t.Fatalf("stored %v, want %v first", got, events[0])
 	}
-	if u := got[1].ProtoReflect().GetUnknown(); !bytes.Equal(u, extra) {
-		t.Fatalf("the second event was not stored as its given encoding: unknown fields %x, want %x", u, extra)
+	if !bytes.Equal(got[1].Proto(), wire) {
+		t.Fatalf("the second event was not stored as its encoding: %x, want %x", got[1].Proto(), wire)
+	}
+	msg, err := got[1].Message()
+	if err != nil || !bytes.Equal(msg.ProtoReflect().GetUnknown(), extra) {
+		t.Fatalf("the second event decodes to %v (%v), without the field only its encoding has", msg, err)
 	}
 }
 
@@ -289,7 +327,7 @@ func testSeqConflict(t *testing.T, s statestore.Store) {
 	if err := s.CreateSession(ctx, session("a", "")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(1, "x"), Event(2, "y")}, nil, nil); err != nil {
+	if err := s.Append(ctx, "a", Encode(t, Event(1, "x"), Event(2, "y")), nil); err != nil {
 		t.Fatal(err)
 	}
 	for name, batch := range map[string][]*acpv2.SessionEvent{
@@ -299,7 +337,7 @@ func testSeqConflict(t *testing.T, s statestore.Store) {
 		"zero":            {Event(0, "zero")},
 		"second writer 1": {Event(1, "fork")},
 	} {
-		if err := s.Append(ctx, "a", batch, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+		if err := s.Append(ctx, "a", Encode(t, batch...), nil); !errors.Is(err, statestore.ErrSeqConflict) {
 			t.Errorf("%s: err = %v, want ErrSeqConflict", name, err)
 		}
 	}
@@ -327,7 +365,7 @@ func testToolCalls(t *testing.T, s statestore.Store) {
 		{tc("a", "completed")},
 	}
 	for i, changed := range steps {
-		if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(uint64(i+1), "e")}, nil, changed); err != nil {
+		if err := s.Append(ctx, "a", Encode(t, Event(uint64(i+1), "e")), Calls(t, changed...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -362,7 +400,7 @@ func testConcurrent(t *testing.T, s statestore.Store) {
 		go func() {
 			defer wg.Done()
 			for seq := uint64(1); seq <= events; seq++ {
-				if err := s.Append(ctx, id, []*acpv2.SessionEvent{Event(seq, id)}, nil, nil); err != nil {
+				if err := s.Append(ctx, id, Encode(t, Event(seq, id)), nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -394,13 +432,20 @@ func Await(t testing.TB, done <-chan error, d time.Duration, failure string) err
 	}
 }
 
-func eventEqual(a, b *acpv2.SessionEvent) bool { return proto.Equal(a, b) }
+// eventEqual says a stored event decodes to the message appended.
+func eventEqual(a *encoded.Event, b *acpv2.SessionEvent) bool {
+	msg, err := a.Message()
+	return err == nil && proto.Equal(msg, b)
+}
+
+// sameEvent says two stored events are the same bytes.
+func sameEvent(a, b *encoded.Event) bool { return bytes.Equal(a.Proto(), b.Proto()) }
 
 func appendN(t *testing.T, s statestore.Store, id string, from, to uint64) {
 	t.Helper()
 	for seq := from; seq <= to; seq++ {
 		changed := []*acpv2.ToolCall{{ToolCallId: fmt.Sprint("call", seq%3), Title: fmt.Sprint("seq ", seq)}}
-		if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{Event(seq, fmt.Sprint("e", seq))}, nil, changed); err != nil {
+		if err := s.Append(context.Background(), id, Encode(t, Event(seq, fmt.Sprint("e", seq))), Calls(t, changed...)); err != nil {
 			t.Fatalf("append seq %d: %v", seq, err)
 		}
 	}
@@ -445,17 +490,17 @@ func testRetentionBytes(t *testing.T, s statestore.Store) {
 			batch = append(batch, SizedEvent(seq))
 			seq++
 		}
-		if err := s.Append(ctx, "a", batch, nil, nil); err != nil {
+		if err := s.Append(ctx, "a", Encode(t, batch...), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	CheckKept(t, s, "a", 15, 25, "25 events")
 	big := Event(26, strings.Repeat("y", int(20*SizedEventBytes)))
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{big}, nil, nil); err != nil {
+	if err := s.Append(ctx, "a", Encode(t, big), nil); err != nil {
 		t.Fatal(err)
 	}
 	CheckKept(t, s, "a", 25, 26, "an event over the cap")
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{SizedEvent(27)}, nil, nil); err != nil {
+	if err := s.Append(ctx, "a", Encode(t, SizedEvent(27)), nil); err != nil {
 		t.Fatal(err)
 	}
 	CheckKept(t, s, "a", 26, 27, "an event after it")
@@ -466,7 +511,7 @@ func testRetentionBytes(t *testing.T, s statestore.Store) {
 func AppendSized(t testing.TB, s statestore.Store, id string, from, to uint64) {
 	t.Helper()
 	for seq := from; seq <= to; seq++ {
-		if err := s.Append(context.Background(), id, []*acpv2.SessionEvent{SizedEvent(seq)}, nil, nil); err != nil {
+		if err := s.Append(context.Background(), id, Encode(t, SizedEvent(seq)), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -489,7 +534,7 @@ func CheckKept(t testing.TB, s statestore.Store, id string, trimmed, last uint64
 		t.Fatalf("%s: Events(after %d) err = %v, want ErrTrimmed", what, trimmed-1, err)
 	}
 	got, err := s.Events(ctx, id, trimmed, 0)
-	if err != nil || uint64(len(got)) != last-trimmed || len(got) > 0 && got[0].GetSeq() != trimmed+1 {
+	if err != nil || uint64(len(got)) != last-trimmed || len(got) > 0 && got[0].Seq() != trimmed+1 {
 		t.Fatalf("%s: Events(after %d) = %d events (%v), want seqs %d to %d", what, trimmed, len(got), err, trimmed+1, last)
 	}
 }
@@ -528,7 +573,7 @@ func testWaitEvents(t *testing.T, s, w statestore.Store) {
 		t.Fatal(err)
 	}
 	got, err := w.Events(ctx, "a", 2, 0)
-	if err != nil || len(got) != 1 || got[0].GetSeq() != 3 {
+	if err != nil || len(got) != 1 || got[0].Seq() != 3 {
 		t.Fatalf("Events after the wake = %v, %v", got, err)
 	}
 }
@@ -626,7 +671,7 @@ func testRestart(t *testing.T, s statestore.Store, reopen func(*testing.T, state
 		t.Fatalf("session b after restart = %+v", list[1])
 	}
 	gotEvents, err := s.Events(ctx, "a", 10, 0)
-	if err != nil || !slices.EqualFunc(gotEvents, wantEvents, eventEqual) {
+	if err != nil || !slices.EqualFunc(gotEvents, wantEvents, sameEvent) {
 		t.Fatalf("events after restart: %d (err %v), want %d", len(gotEvents), err, len(wantEvents))
 	}
 	gotCalls, asOf, err := s.ToolCalls(ctx, "a")
@@ -635,7 +680,7 @@ func testRestart(t *testing.T, s statestore.Store, reopen func(*testing.T, state
 	}
 	// The log continues where it was.
 	appendN(t, s, "a", 31, 31)
-	if err := s.Append(ctx, "a", []*acpv2.SessionEvent{Event(31, "again")}, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+	if err := s.Append(ctx, "a", Encode(t, Event(31, "again")), nil); !errors.Is(err, statestore.ErrSeqConflict) {
 		t.Fatalf("reused seq after restart: err = %v", err)
 	}
 }
@@ -655,10 +700,10 @@ func testShared(t *testing.T, a, b statestore.Store) {
 		t.Fatalf("Events on the second replica = %d, %v", len(got), err)
 	}
 	// Two writers cannot fork the log: the second one to use a seq loses.
-	if err := b.Append(ctx, "s", []*acpv2.SessionEvent{Event(6, "b")}, nil, nil); err != nil {
+	if err := b.Append(ctx, "s", Encode(t, Event(6, "b")), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Append(ctx, "s", []*acpv2.SessionEvent{Event(6, "a")}, nil, nil); !errors.Is(err, statestore.ErrSeqConflict) {
+	if err := a.Append(ctx, "s", Encode(t, Event(6, "a")), nil); !errors.Is(err, statestore.ErrSeqConflict) {
 		t.Fatalf("second writer of seq 6: err = %v, want ErrSeqConflict", err)
 	}
 }
@@ -754,12 +799,10 @@ func testLeases(t *testing.T, a, b statestore.Store) {
 	}
 }
 
-// A changed tool call is kept as the bytes of its merged event in the same
-// Append, without marshalling it again: given an encoding whose call holds
-// a field the message lacks, ToolCalls has that field. A call with no event
-// of its own is marshalled. Either way ToolCalls hands out messages of its
-// own, which later changes to the appended ones do not reach.
-// (statestore.Wires does it for every store.)
+// A changed tool call is kept as the bytes given, as the session gives
+// a merged call's from within its event's: given bytes whose call holds a
+// field the message lacks, ToolCalls has that field. ToolCalls hands out
+// messages of its own.
 func testCallsFromTheirEvents(t *testing.T, m statestore.Store) {
 	ctx := context.Background()
 	if err := m.CreateSession(ctx, session("a", "")); err != nil {
@@ -767,38 +810,43 @@ func testCallsFromTheirEvents(t *testing.T, m statestore.Store) {
 	}
 	merged := &acpv2.ToolCall{ToolCallId: "c1", Title: "read", Status: "completed"}
 	other := &acpv2.ToolCall{ToolCallId: "c2", Title: "edit"}
-	ev := &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}}
+	msg := &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_ToolCall{ToolCall: merged}}
 	call, err := proto.Marshal(merged)
 	if err != nil {
 		t.Fatal(err)
 	}
 	extra := protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 7)
 	call = append(call, extra...)
-	field := statestore.ToolCallField
 	wire := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1) // seq
-	wire = protowire.AppendBytes(protowire.AppendTag(wire, field, protowire.BytesType), call)
-	if err := m.Append(ctx, "a", []*acpv2.SessionEvent{ev}, [][]byte{wire}, []*acpv2.ToolCall{merged, other}); err != nil {
+	wire = protowire.AppendBytes(protowire.AppendTag(wire, protowire.Number(encoded.ToolCall), protowire.BytesType), call)
+	ev := encoded.Of(msg, wire)
+	changed := append([]statestore.Call{{ID: "c1", Proto: ev.Field(encoded.ToolCall)}}, Calls(t, other)...)
+	if err := m.Append(ctx, "a", []*encoded.Event{ev}, changed); err != nil {
 		t.Fatal(err)
 	}
-	merged.Title, other.Title = "changed", "changed"
 	got, asOf, err := m.ToolCalls(ctx, "a")
 	if err != nil || asOf != 1 || len(got) != 2 {
 		t.Fatalf("ToolCalls = %v as of %d, %v", got, asOf, err)
 	}
 	if got[0].GetTitle() != "read" || !bytes.Equal(got[0].ProtoReflect().GetUnknown(), extra) {
-		t.Errorf("the merged call is %v, unknown fields %x: not its event's bytes", got[0], got[0].ProtoReflect().GetUnknown())
+		t.Errorf("the merged call is %v, unknown fields %x: not the bytes given", got[0], got[0].ProtoReflect().GetUnknown())
 	}
 	if got[1].GetTitle() != "edit" || len(got[1].ProtoReflect().GetUnknown()) != 0 {
 		t.Errorf("the call without an event is %v", got[1])
+	}
+	got[0].Title = "changed"
+	again, _, err := m.ToolCalls(ctx, "a")
+	if err != nil || again[0].GetTitle() != "read" {
+		t.Errorf("a change to a call ToolCalls gave reached the store: %v, %v", again, err)
 	}
 }
 
 // keptBytes is what a session keeping events and calls holds, as
 // statestore.Session.Bytes counts it.
-func keptBytes(events []*acpv2.SessionEvent, calls []*acpv2.ToolCall) int64 {
+func keptBytes(events []*encoded.Event, calls []*acpv2.ToolCall) int64 {
 	n := 0
 	for _, ev := range events {
-		n += proto.Size(ev)
+		n += ev.Size()
 	}
 	for _, tc := range calls {
 		n += proto.Size(tc)
@@ -845,7 +893,7 @@ func testBytes(t *testing.T, s statestore.Store) {
 	check("past retention, calls changed")
 	// A call changed without an event, larger.
 	big := &acpv2.ToolCall{ToolCallId: "call0", Title: strings.Repeat("t", 1000)}
-	if err := s.Append(ctx, "a", nil, nil, []*acpv2.ToolCall{big}); err != nil {
+	if err := s.Append(ctx, "a", nil, Calls(t, big)); err != nil {
 		t.Fatal(err)
 	}
 	check("a call changed alone")

@@ -1,4 +1,4 @@
-package merge_test
+package encoded_test
 
 import (
 	"bytes"
@@ -12,7 +12,43 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 )
+
+// Patches and items, as the updates that make tool calls carry them.
+func strVal(s string) *acpv2.StringPatch {
+	return &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: s}}
+}
+func valueVal(v *structpb.Value) *acpv2.ValuePatch {
+	return &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: v}}
+}
+func metaVal(s *structpb.Struct) *acpv2.StructPatch {
+	return &acpv2.StructPatch{Op: &acpv2.StructPatch_Value{Value: s}}
+}
+func loc(path string, line uint32) *acpv2.ToolCallLocation {
+	return &acpv2.ToolCallLocation{Path: path, Line: &line}
+}
+func contentVal(items ...*acpv2.ToolCallContent) *acpv2.ToolCallContentPatch {
+	return &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Value{Value: &acpv2.ToolCallContentList{Items: items}}}
+}
+func locVal(items ...*acpv2.ToolCallLocation) *acpv2.ToolCallLocationPatch {
+	return &acpv2.ToolCallLocationPatch{Op: &acpv2.ToolCallLocationPatch_Value{Value: &acpv2.ToolCallLocationList{Items: items}}}
+}
+func textItem(s string) *acpv2.ToolCallContent {
+	return &acpv2.ToolCallContent{Item: &acpv2.ToolCallContent_Content{Content: &acpv2.ContentBlock{
+		Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: s}}}}}
+}
+
+// encode returns the encoding Calls.Body makes of tc, failing the test
+// when it makes none.
+func encode(t *testing.T, c *encoded.Calls, tc *acpv2.ToolCall, parts *encoded.Parts) []byte {
+	t.Helper()
+	b := c.Body(tc, parts).Bytes()
+	if b == nil {
+		t.Fatalf("no encoding of %v", tc)
+	}
+	return b
+}
 
 // fieldRecords returns the records of field num in a ToolCall's encoding.
 func fieldRecords(t *testing.T, wire []byte, num protowire.Number) [][]byte {
@@ -55,18 +91,15 @@ func shuffledValue(t *testing.T) *structpb.Value {
 // writes in a new random order each time, stay in the same order across
 // updates that leave rawInput alone, and the content items chunks appended
 // before stay as they were.
-func TestWireReusesUnchangedFields(t *testing.T) {
+func TestCallsReuseUnchangedFields(t *testing.T) {
 	t.Parallel()
 	raw := shuffledValue(t)
-	s := merge.New()
+	s, c := merge.New(), &encoded.Calls{}
 	first, err := s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: "c", Title: strVal("Edit"), RawInput: valueVal(raw)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := s.Wire(first, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wire := encode(t, c, first, nil)
 	input0 := fieldRecords(t, wire, 7)
 	var items [][]byte
 	for i := range 5 {
@@ -79,9 +112,7 @@ func TestWireReusesUnchangedFields(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if wire, err = s.Wire(tc, nil); err != nil {
-			t.Fatal(err)
-		}
+		wire = encode(t, c, tc, nil)
 		if got := fieldRecords(t, wire, 7); len(got) != 1 || !bytes.Equal(got[0], input0[0]) {
 			t.Fatalf("update %d: rawInput encoded again", i)
 		}
@@ -100,8 +131,8 @@ func TestWireReusesUnchangedFields(t *testing.T) {
 }
 
 // A tool call proto.Marshal refuses (a string that is not UTF-8) is
-// refused by Wire too.
-func TestWireRefusesWhatProtoRefuses(t *testing.T) {
+// refused by Calls.Body too.
+func TestCallsRefuseWhatProtoRefuses(t *testing.T) {
 	t.Parallel()
 	s := merge.New()
 	tc, err := s.ApplyUpdate(&acpv2.ToolCallUpdate{ToolCallId: "c", Title: strVal("bad \xff")})
@@ -111,15 +142,15 @@ func TestWireRefusesWhatProtoRefuses(t *testing.T) {
 	if _, want := proto.Marshal(tc); want == nil {
 		t.Fatal("proto.Marshal took invalid UTF-8")
 	}
-	if _, err := s.Wire(tc, nil); err == nil {
-		t.Fatal("Wire encoded a title that is not UTF-8")
+	if b := new(encoded.Calls).Body(tc, nil).Bytes(); b != nil {
+		t.Fatal("Calls.Body encoded a title that is not UTF-8")
 	}
 }
 
-// Wire takes the encodings of the new values from the update that brought
-// them: rawInput's map entries come in the order of the update's own
+// Calls.Body takes the encodings of the new values from the update that
+// brought them: rawInput's map entries come in the order of the update's own
 // encoding (a fresh marshal shuffles them), and so does a chunk's item.
-func TestWireTakesTheUpdatesParts(t *testing.T) {
+func TestCallsTakeTheUpdatesParts(t *testing.T) {
 	t.Parallel()
 	raw := shuffledValue(t)
 	messageOf := func(record []byte) []byte {
@@ -128,9 +159,9 @@ func TestWireTakesTheUpdatesParts(t *testing.T) {
 		return v
 	}
 	for round := range 5 {
-		s := merge.New()
+		s, calls := merge.New(), &encoded.Calls{}
 		u := &acpv2.ToolCallUpdate{ToolCallId: "c", RawInput: valueVal(raw)}
-		_, uw, wire := applyWire(t, s, u)
+		_, uw, wire := applyWire(t, s, calls, u)
 		inUpdate := messageOf(fieldRecords(t, messageOf(fieldRecords(t, uw, 7)[0]), 2)[0])
 		if got := messageOf(fieldRecords(t, wire, 7)[0]); !bytes.Equal(got, inUpdate) {
 			t.Fatalf("round %d: rawInput encoded again, not taken from the update", round)
@@ -147,9 +178,7 @@ func TestWireTakesTheUpdatesParts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if wire, err = s.Wire(tc, merge.ChunkParts(c, cw)); err != nil {
-			t.Fatal(err)
-		}
+		wire = encode(t, calls, tc, encoded.ChunkParts(c, cw))
 		if got := messageOf(fieldRecords(t, wire, 5)[0]); !bytes.Equal(got, messageOf(fieldRecords(t, cw, 2)[0])) {
 			t.Fatalf("round %d: the chunk's item encoded again, not taken from the chunk", round)
 		}
@@ -160,7 +189,7 @@ func TestWireTakesTheUpdatesParts(t *testing.T) {
 // kept inline: each version decodes to the call, and the next reuses
 // every item's and location's record of the one before (their _meta
 // maps would come in a new order if marshalled again).
-func TestWireManyParts(t *testing.T) {
+func TestCallsManyParts(t *testing.T) {
 	t.Parallel()
 	meta := shuffledValue(t).GetStructValue()
 	var items []*acpv2.ToolCallContent
@@ -175,7 +204,7 @@ func TestWireManyParts(t *testing.T) {
 		l.Meta = meta
 		locs = append(locs, l)
 	}
-	s := merge.New()
+	s, c := merge.New(), &encoded.Calls{}
 	var prev []byte
 	for i, u := range []*acpv2.ToolCallUpdate{
 		{ToolCallId: "c", Content: contentVal(items...), Locations: locVal(locs...),
@@ -183,7 +212,7 @@ func TestWireManyParts(t *testing.T) {
 		{ToolCallId: "c", Status: strVal("completed")},
 		{ToolCallId: "c", Title: strVal("t")},
 	} {
-		tc, _, wire := applyWire(t, s, u)
+		tc, _, wire := applyWire(t, s, c, u)
 		back := &acpv2.ToolCall{}
 		if err := proto.Unmarshal(wire, back); err != nil || !proto.Equal(back, tc) {
 			t.Fatalf("version %d decodes to %v (%v), want %v", i, back, err, tc)
@@ -198,8 +227,8 @@ func TestWireManyParts(t *testing.T) {
 }
 
 // applyWire applies u to s, and returns the call, u's encoding and the
-// call's, made with u's parts.
-func applyWire(t *testing.T, s *merge.State, u *acpv2.ToolCallUpdate) (tc *acpv2.ToolCall, uw, wire []byte) {
+// call's, made by c with u's parts.
+func applyWire(t *testing.T, s *merge.State, c *encoded.Calls, u *acpv2.ToolCallUpdate) (tc *acpv2.ToolCall, uw, wire []byte) {
 	t.Helper()
 	uw, err := proto.Marshal(u)
 	if err != nil {
@@ -208,8 +237,5 @@ func applyWire(t *testing.T, s *merge.State, u *acpv2.ToolCallUpdate) (tc *acpv2
 	if tc, err = s.ApplyUpdate(u); err != nil {
 		t.Fatal(err)
 	}
-	if wire, err = s.Wire(tc, merge.UpdateParts(u, uw)); err != nil {
-		t.Fatal(err)
-	}
-	return tc, uw, wire
+	return tc, uw, encode(t, c, tc, encoded.UpdateParts(u, uw))
 }

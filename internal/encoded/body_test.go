@@ -1,4 +1,4 @@
-package session
+package encoded
 
 import (
 	"bytes"
@@ -11,7 +11,11 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil/protofill"
 )
+
+// updateOneof is SessionUpdate's oneof of update kinds.
+var updateOneof = (&acpv2.SessionUpdate{}).ProtoReflect().Descriptor().Oneofs().ByName("update")
 
 // bodyJSON are updates in JSON, in their usual shapes and their odd ones.
 var bodyJSON = []string{
@@ -269,5 +273,130 @@ func BenchmarkAppendUpdate(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// BodyOf encodes the message of every event variant, the commonest told
+// apart without reflection, as proto.Marshal encodes it, and names its
+// field; an event without a variant has no body. A variant whose message
+// is nil encodes as the empty message, as proto.Marshal has it.
+func TestBodyOfEveryVariant(t *testing.T) {
+	t.Parallel()
+	text := &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "x\ty"}}}
+	title := &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "read"}}
+	filled := map[string]proto.Message{
+		"tool_call_update":        &acpv2.ToolCallUpdate{ToolCallId: "c", Title: title},
+		"tool_call_content_chunk": &acpv2.ToolCallContentChunk{ToolCallId: "c"},
+		"agent_message_chunk":     &acpv2.ContentChunk{Content: text},
+		"agent_thought_chunk":     &acpv2.ContentChunk{Content: text},
+		"tool_call":               &acpv2.ToolCall{ToolCallId: "c", Title: "read"},
+	}
+	fields := eventOneof.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.Message() == nil {
+			continue
+		}
+		for _, filledIn := range []bool{false, true} {
+			ev := &acpv2.SessionEvent{Seq: 3}
+			msg := ev.ProtoReflect().NewField(fd)
+			if m, ok := filled[string(fd.Name())]; ok && filledIn {
+				msg = protoreflect.ValueOfMessage(m.ProtoReflect())
+			}
+			ev.ProtoReflect().Set(fd, msg)
+			bd := BodyOf(ev)
+			want, err := proto.Marshal(msg.Message().Interface())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bd.room || bd.field != fd.Number() || !bytes.Equal(bd.Bytes(), want) {
+				t.Errorf("%s (filled in %v): body %x, field %d; want %x, field %d", fd.Name(), filledIn, bd.Bytes(), bd.field, want, fd.Number())
+			}
+		}
+	}
+	// A variant set to a nil message: the type switch and reflection agree.
+	for _, ev := range []*acpv2.SessionEvent{
+		{Event: &acpv2.SessionEvent_ToolCallUpdate{}},
+		{Event: &acpv2.SessionEvent_AgentMessageChunk{}},
+	} {
+		if bd := BodyOf(ev); bd.field == 0 || len(bd.Bytes()) != 0 {
+			t.Errorf("%v: body %x, field %d; want the empty message's", ev, bd.Bytes(), bd.field)
+		}
+	}
+	if bd := BodyOf(&acpv2.SessionEvent{Seq: 1}); bd.b != nil || bd.field != 0 {
+		t.Errorf("an event without a variant has a body: %+v", bd)
+	}
+}
+
+// Every field of every event reaches the event's encoding: the body
+// (appendUpdate, which lists the fields of the commonest updates by hand)
+// and the head written before it decode to the event, for events
+// that set each field the descriptors name, so that a field added to the
+// proto fails here until body.go encodes it, rather than being dropped
+// from every stored and streamed event.
+func TestEventEncodingKeepsEveryField(t *testing.T) {
+	t.Parallel()
+	for _, v := range protofill.Variants(&acpv2.SessionEvent{}) {
+		ev := v.(*acpv2.SessionEvent)
+		msg, num := eventMessage(ev)
+		if num == 0 {
+			continue // no event field: Numbered marshals it
+		}
+		bd := BodyOf(ev)
+		if bd.b == nil {
+			t.Fatalf("%v: no body", ev)
+		}
+		back := msg.ProtoReflect().New().Interface()
+		if err := proto.Unmarshal(bd.Bytes(), back); err != nil || !proto.Equal(back, msg) {
+			t.Fatalf("appendUpdate (internal/encoded/body.go) loses %v of %v (%v): encode the field there, or leave its message to proto.Marshal",
+				protofill.Lost(msg, back), msg, err)
+		}
+		wire, ok := withBodyIn(ev, bd.field, bd.b)
+		if !ok {
+			t.Fatalf("%v: no head", ev)
+		}
+		got := &acpv2.SessionEvent{}
+		if err := proto.Unmarshal(wire, got); err != nil || !proto.Equal(got, ev) {
+			t.Fatalf("withBodyIn (internal/encoded/head.go, head) loses %v of %v (%v): encode the field there", protofill.Lost(ev, got), ev, err)
+		}
+	}
+}
+
+// Numbered makes each event's encoding of its body where it has one, in
+// the body's room, and marshals the others whole, counting them; an event
+// that does not encode is made all the same, without bytes, and named by
+// the error. Each Event has its event's seq and kind.
+func TestNumbered(t *testing.T) {
+	t.Parallel()
+	text := &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "x"}}}
+	chunk := &acpv2.SessionEvent{Seq: 1, Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{Content: text}}}
+	call := &acpv2.SessionEvent{Seq: 2, Event: &acpv2.SessionEvent_ToolCall{ToolCall: &acpv2.ToolCall{ToolCallId: "c"}}}
+	ended := &acpv2.SessionEvent{Seq: 3, Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: &acpv2.TurnEnded{StopReason: "end_turn"}}}
+	bad := &acpv2.SessionEvent{Seq: 4, Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: &acpv2.TurnEnded{StopReason: "\xff"}}}
+	callWire, err := proto.Marshal(call.GetToolCall())
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunkBody := BodyOf(chunk)
+	room := chunkBody.b
+	events := []*acpv2.SessionEvent{chunk, call, ended, bad}
+	got, marshalled, err := Numbered(events, []Body{chunkBody, callBody(callWire, false)})
+	if marshalled != 2 || err == nil || !strings.Contains(err.Error(), "event 4") {
+		t.Fatalf("marshalled %d, err %v; want the last two marshalled, the fourth refused", marshalled, err)
+	}
+	for i, e := range got[:3] {
+		back := &acpv2.SessionEvent{}
+		if err := proto.Unmarshal(e.Proto(), back); err != nil || !proto.Equal(back, events[i]) {
+			t.Errorf("event %d decodes to %v (%v)", i+1, back, err)
+		}
+		if want := Kind(events[i].ProtoReflect().WhichOneof(eventOneof).Number()); e.Seq() != uint64(i+1) || e.Kind() != want {
+			t.Errorf("event %d: seq %d, kind %v; want kind %v", i+1, e.Seq(), e.Kind(), want)
+		}
+	}
+	if p := got[0].Proto(); &p[len(p)-1] != &room[len(room)-1] {
+		t.Error("the first event's encoding is not in its body's room")
+	}
+	if got[3].Proto() != nil || got[3].Seq() != 4 {
+		t.Errorf("the event that does not encode: %x, seq %d", got[3].Proto(), got[3].Seq())
 	}
 }

@@ -1,4 +1,4 @@
-package merge
+package encoded
 
 import (
 	"errors"
@@ -12,18 +12,72 @@ import (
 	"github.com/acp-gateway/acp-gateway/internal/protowalk"
 )
 
-// callWire is the protobuf encoding of an entry's current tool call, with
-// the place in it of each message field, so that the next version's
-// encoding marshals only the fields that changed: a merged tool call
-// shares every unchanged field value with the version before it (see
-// applyUpdate), and each of its updates made an event that carried it
-// whole, rawInput and all, marshalled again.
+// Calls encodes a session's merged tool calls, for their events: each
+// version of a call from the encodings of the fields it shares with the
+// version before it (a merged tool call shares every unchanged field value
+// with the version before, see merge.State) and of those the update that
+// made it carries ([Parts]), so that only what changed is marshalled: each
+// update made an event that carried the call whole, rawInput and all. It
+// keeps each call's last encoding until [Calls.Forget] or [Calls.Reset].
+// The zero Calls is ready for use; it is not safe for concurrent use.
+type Calls struct {
+	last map[string]*callWire
+	// scratch is encodeCall's buffer for the fields it marshals anew.
+	scratch []byte
+}
+
+// Body returns the body of call's merged event (see callBody): call's
+// encoding, proto.Marshal's but for the order of map entries (which
+// proto.Marshal does not fix either), with room for the event's head
+// before it when made here. A second Body of the same version gives the
+// same encoding without the room, which the first may use; a call not
+// encoded by parts (unknown fields) is marshalled whole. It is the zero
+// Body when call does not encode. The encoding is shared: it must not be
+// modified, as the next version's reuses it.
+func (c *Calls) Body(call *acpv2.ToolCall, parts *Parts) Body {
+	id := call.GetToolCallId()
+	prev := c.last[id]
+	if prev != nil && prev.call == call {
+		return callBody(prev.b, false) // encoded already: its room may be in use
+	}
+	enc, err := encodeCall(prev, call, parts, headroom, &c.scratch)
+	if err != nil {
+		delete(c.last, id)
+		b, err := proto.Marshal(call)
+		if err != nil {
+			return Body{}
+		}
+		return callBody(b, false)
+	}
+	if c.last == nil {
+		c.last = map[string]*callWire{}
+	}
+	c.last[id] = enc
+	full := enc.room
+	enc.room = nil
+	if n := headroom + len(enc.b); n > cap(full) || len(enc.b) > 0 && &full[:n][headroom] != &enc.b[0] {
+		return callBody(enc.b, false) // the encoding outgrew its array
+	}
+	return callBody(full[:headroom+len(enc.b)], true)
+}
+
+// Forget lets go of the last encoding of tool call id: the call was
+// compacted or trimmed, and its next version shares nothing with it.
+func (c *Calls) Forget(id string) { delete(c.last, id) }
+
+// Reset lets go of every call's last encoding, and of the scratch buffer:
+// the session may stay idle for long.
+func (c *Calls) Reset() { *c = Calls{} }
+
+// callWire is the protobuf encoding of a tool call, with the place in it
+// of each message field, so that the next version's encoding marshals only
+// the fields that changed.
 type callWire struct {
 	call  *acpv2.ToolCall
 	b     []byte
 	parts [numKinds][]part // by field: content, locations, then the singular ones
 	// room, when not nil, is b's array from its start: free bytes, then
-	// b. WireRoom hands it out once.
+	// b. Body hands it out once.
 	room []byte
 	// inline holds parts when they are few, saving an allocation.
 	inline [4]part
@@ -41,78 +95,12 @@ type part struct {
 // The numbers of ToolCall's message fields. (Their index in
 // callWire.parts is encodeCall's first argument to add.)
 const (
-	fieldStatus                                                 = 4
 	fieldContent, fieldLocations, fieldRawInput, fieldRawOutput = 5, 6, 7, 8
 	fieldMeta, fieldExtra                                       = 14, 15
 )
 
-// errPlain makes Wire marshal a tool call the plain way.
-var errPlain = errors.New("merge: tool call not encoded by parts")
-
-// Wire returns the protobuf encoding of call, proto.Marshal's but for the
-// order of map entries (which proto.Marshal does not fix either). For the
-// current version of a tool call it reuses the encodings of the fields the
-// version before it shared, and of those that parts (nil for none) holds:
-// the update that made the version carries its new values, encoded in the
-// update's own event. The bytes are shared: the caller must not modify
-// them.
-func (s *State) Wire(call *acpv2.ToolCall, parts *Parts) ([]byte, error) {
-	e, done := s.current(call)
-	switch {
-	case e == nil:
-		return proto.Marshal(call) // an earlier version, or a preview
-	case done:
-		return e.enc.b, nil
-	}
-	enc, err := encodeCall(e.enc, call, parts, 0, &s.scratch)
-	if err != nil {
-		e.enc = nil
-		b, err := proto.Marshal(call)
-		if err == nil {
-			s.setSize(e, len(b))
-		}
-		return b, err
-	}
-	e.enc = enc
-	s.setSize(e, len(enc.b))
-	return enc.b, nil
-}
-
-// WireRoom is Wire with room free bytes before the encoding, in the same
-// array, for the caller to write a header into: it returns those bytes
-// and the encoding after them. It does so once, for the current version
-// of a tool call, when it encodes it; otherwise it returns false, and the
-// caller copies what Wire returns. The encoding part must not be
-// modified: the State reads it for the next version.
-func (s *State) WireRoom(call *acpv2.ToolCall, parts *Parts, room int) ([]byte, bool) {
-	e, done := s.current(call)
-	if e == nil || done {
-		return nil, false // not current, or encoded already: its room may be in use
-	}
-	enc, err := encodeCall(e.enc, call, parts, room, &s.scratch)
-	if err != nil || enc.room == nil {
-		return nil, false
-	}
-	e.enc = enc
-	s.setSize(e, len(enc.b))
-	full := enc.room
-	enc.room = nil
-	if n := room + len(enc.b); n > cap(full) || len(enc.b) > 0 && &full[:n][room] != &enc.b[0] {
-		return nil, false // the encoding outgrew its array
-	}
-	return full[:room+len(enc.b)], true
-}
-
-// current returns the entry whose current version is call, or nil, and
-// whether its encoding is made already.
-func (s *State) current(call *acpv2.ToolCall) (e *entry, encoded bool) {
-	i, ok := s.index[call.GetToolCallId()]
-	if !ok || s.calls[i].call != call {
-		return nil, false
-	}
-	e = &s.calls[i]
-	return e, e.enc != nil && e.enc.call == call
-}
+// errPlain makes Body marshal a tool call the plain way.
+var errPlain = errors.New("encoded: tool call not encoded by parts")
 
 // record is a message field's record in the making: the bytes of the
 // version before, or a message's encoding from parts (known), or one
@@ -139,7 +127,7 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, room int, scrat
 			continue
 		}
 		if !utf8.ValidString(s) {
-			return nil, fmt.Errorf("merge: tool call field %d is not valid UTF-8", n+1)
+			return nil, fmt.Errorf("encoded: tool call field %d is not valid UTF-8", n+1)
 		}
 		size += protowire.SizeTag(protowire.Number(n+1)) + protowire.SizeBytes(len(s))
 	}
@@ -235,8 +223,8 @@ func encodeCall(prev *callWire, c *acpv2.ToolCall, parts *Parts, room int, scrat
 
 // Parts are the encodings of the messages an update carries (content
 // items, locations, rawInput and rawOutput, _meta), read from the update's
-// own encoding, for Wire to reuse in the merged call: they are the same
-// messages.
+// own encoding, for Calls.Body to reuse in the merged call: they are the
+// same messages.
 type Parts struct {
 	parts []part
 	// inline holds parts when they are few, saving allocations.
