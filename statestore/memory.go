@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -65,7 +66,9 @@ func (m *Memory) CreateSession(_ context.Context, s *Session) error {
 	if _, ok := m.sessions[s.ID]; ok {
 		return fmt.Errorf("%w: %s", ErrExists, s.ID)
 	}
-	m.sessions[s.ID] = &memSession{rec: *s, calls: map[string]int{}, changed: make(chan struct{})}
+	rec := *s
+	rec.MCPServers = bytes.Clone(s.MCPServers)
+	m.sessions[s.ID] = &memSession{rec: rec, calls: map[string]int{}, changed: make(chan struct{})}
 	m.order = append(m.order, s.ID)
 	return nil
 }
@@ -85,6 +88,7 @@ func (m *Memory) GetSession(_ context.Context, id string) (*Session, error) {
 func (s *memSession) record() *Session {
 	rec := s.rec
 	rec.Bytes = s.bytes + s.callBytes
+	rec.MCPServers = bytes.Clone(rec.MCPServers)
 	return &rec
 }
 

@@ -113,7 +113,11 @@ type Session struct {
 	AgentSessionID string
 	// ProtocolVersion is the ACP version the agent negotiated.
 	ProtocolVersion int
-	CreatedAt       time.Time
+	// MCPServers are the MCP servers the client gave the session, as the
+	// gateway encoded them (opaque to the store, kept as given: they
+	// may hold secrets, and are never shown to clients); nil for none.
+	MCPServers []byte
+	CreatedAt  time.Time
 	// LastSeq is the seq of the last stored event (0 before the first).
 	LastSeq uint64
 	// TrimmedSeq is the seq of the last event dropped by retention (0 when

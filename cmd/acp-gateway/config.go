@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,12 +16,15 @@ import (
 // applyConfig reads the YAML config file at path and sets each flag of fs
 // that the command line did not set. Keys are flag names without dashes;
 // a repeatable flag takes a list, and agent takes a map of name to command
-// line:
+// line; agent-mcp takes a map of agent name to a list of MCP servers (each
+// set as NAME=its JSON):
 //
 //	listen: 0.0.0.0:8080
 //	store: redis://redis:6379/0
 //	agent:
 //	  claude: npx -y @zed-industries/claude-code-acp
+//	agent-mcp:
+//	  claude: [{name: fs, command: /usr/bin/mcp-fs, args: [--ro], env: []}]
 //	cors-origin: [https://app.example.com]
 //
 // An unknown key, or a value a flag refuses, is an error naming it.
@@ -61,6 +65,12 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 			}
 			sort.Strings(names)
 			for _, n := range names {
+				if list, ok := v[n].([]any); ok {
+					for _, e := range list {
+						values = append(values, n+"="+scalar(e))
+					}
+					continue
+				}
 				values = append(values, n+"="+scalar(v[n]))
 			}
 		case nil:
@@ -77,9 +87,18 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 	return nil
 }
 
+// scalar is a setting's value as a flag takes it: a map or a list as
+// JSON.
 func scalar(v any) string {
-	if v == nil {
+	switch v.(type) {
+	case nil:
 		return ""
+	case map[string]any, []any:
+		js, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		return string(js)
 	}
 	return fmt.Sprint(v)
 }

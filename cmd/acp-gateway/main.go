@@ -132,6 +132,8 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 		Egress:             c.egress,
 		EgressHelper:       c.helper,
 		Agents:             cfg.agents,
+		AgentMCP:           cfg.agentMCP,
+		MCPAllow:           cfg.mcpAllow,
 		Env:                agentEnv(cfg.envAllow),
 		Store:              store,
 		Log:                log,
@@ -176,6 +178,8 @@ type serveConfig struct {
 	connIdleTimeout   time.Duration
 	maxConnections    int
 	agents            map[string][]string
+	agentMCP          mcpFlags // --agent-mcp
+	mcpAllow          listFlag // --mcp-allow
 	store             string
 	storeFile         string // --store-file, read into store
 	storeShown        string // store with any password hidden
@@ -276,7 +280,7 @@ func (a agentFlags) Set(v string) error {
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
-	cfg := &serveConfig{agents: agentFlags{}}
+	cfg := &serveConfig{agents: agentFlags{}, agentMCP: mcpFlags{}}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
@@ -286,6 +290,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.connIdleTimeout, "conn-idle-timeout", server.DefaultIdleTimeout, "close a connection that carries no request or stream for this long (0: never)")
 	fs.IntVar(&cfg.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once; further ones are closed as soon as accepted (0: no limit)")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
+	fs.Var(cfg.agentMCP, "agent-mcp", `NAME=SERVER: an MCP server every session of agent NAME is given, as ACP's McpServer JSON: {"name":"fs","command":"/abs/path","args":[],"env":[{"name":"K","value":"V"}]} (stdio) or {"type":"http","name":"docs","url":"https://…","headers":[…]} (http, sse); not subject to --mcp-allow (repeatable)`)
+	fs.Var(&cfg.mcpAllow, "mcp-allow", "an MCP server clients may give a session in CreateSession: a stdio server's command as an absolute path (exactly), or an http or https URL prefix (scheme, host and optional path) for http and sse servers; none by default (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
 	fs.StringVar(&cfg.storeFile, "store-file", "", "read the --store URL from this file, so that a Redis password is neither on the command line nor in the environment (a --store given on the command line wins over a store-file in --config, and the other way round)")
 	fs.StringVar(&cfg.replicaSecretFile, "replica-secret-file", "", "file holding the secret that every replica sharing a redis:// store holds (32 bytes or more: openssl rand -hex 32): a replica forwards requests only to peers that prove it, "+
@@ -404,6 +410,14 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 			return nil, fmt.Errorf("finding the demo agent: %v", err)
 		}
 		cfg.agents["demo"] = []string{self, "demo-agent"}
+	}
+	for name := range cfg.agentMCP {
+		if _, ok := cfg.agents[name]; !ok {
+			return nil, fmt.Errorf("--agent-mcp: no agent is named %q", name)
+		}
+	}
+	if err := session.CheckMCPAllow(cfg.mcpAllow); err != nil {
+		return nil, fmt.Errorf("--mcp-allow: %v", err)
 	}
 	shown, err := storeurl.Check(cfg.store)
 	if err != nil {

@@ -78,6 +78,9 @@ type Client interface {
 type Config struct {
 	// Command is the program and its arguments.
 	Command []string
+	// MCPServers are passed to session/new, session/resume and
+	// session/load; check them with CheckMCP once the agent has started.
+	MCPServers []MCPServer
 	// Dir is the agent's working directory, and the root of the files it may
 	// read and write through the gateway.
 	Dir string
@@ -529,14 +532,14 @@ func (a *Agent) Version() acpjson.Version { return acpjson.Version(a.version.Loa
 // Resume re-attaches to the agent's session id with session/resume, which
 // does not replay the conversation.
 func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) error {
-	return a.call(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": []any{}}, nil)
+	return a.call(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, nil)
 }
 
 // Load re-attaches to the agent's session id with session/load. The agent
 // replays the conversation as session/update notifications before it
 // answers; the Client decides what to do with them.
 func (a *Agent) Load(ctx context.Context, sessionID, cwd string) error {
-	return a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": []any{}}, nil)
+	return a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, nil)
 }
 
 // SetMode sends session/set_mode (ACP v1; v2 has no such method).
@@ -650,7 +653,7 @@ func (a *Agent) NewSession(ctx context.Context, cwd string) (string, error) {
 	var res struct {
 		SessionID string `json:"sessionId"`
 	}
-	if err := a.call(ctx, "session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}, &res); err != nil {
+	if err := a.call(ctx, "session/new", map[string]any{"cwd": cwd, "mcpServers": a.mcpParam()}, &res); err != nil {
 		return "", err
 	}
 	if res.SessionID == "" {

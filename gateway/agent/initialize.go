@@ -38,6 +38,8 @@ type Profile struct {
 	Session []string
 	// Capabilities are the optional methods the gateway uses.
 	Capabilities Capabilities
+	// MCP says which MCP server transports the agent takes.
+	MCP MCPTransports
 }
 
 // Info describes an agent's implementation (ACP Implementation).
@@ -140,6 +142,7 @@ type initializeResult struct {
 		LoadSession         bool                       `json:"loadSession"`
 		PromptCapabilities  map[string]json.RawMessage `json:"promptCapabilities"`
 		SessionCapabilities map[string]json.RawMessage `json:"sessionCapabilities"`
+		MCPCapabilities     map[string]json.RawMessage `json:"mcpCapabilities"`
 	} `json:"agentCapabilities"`
 	// v2
 	Info         *implementation `json:"info"`
@@ -214,6 +217,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		p.Capabilities.Load = res.AgentCapabilities.LoadSession
 		p.Capabilities.Resume = offered(session["resume"])
 		p.Capabilities.Close = offered(session["close"])
+		p.MCP = mcpTransports(v, res.AgentCapabilities.MCPCapabilities, nil)
 		if p.Capabilities.Load {
 			p.Session = append(p.Session, "load")
 		}
@@ -230,6 +234,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 				prompt = sub
 			}
 			delete(session, "prompt")
+			p.MCP = mcpTransports(v, nil, session["mcp"])
 			delete(session, "mcp")
 		}
 	}

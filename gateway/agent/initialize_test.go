@@ -31,7 +31,8 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 				{"id":"tui","name":"Log in","type":"terminal","args":["--login"]},{"name":"no id"}],
 			"agentCapabilities":{"loadSession":true,
 				"promptCapabilities":{"image":true,"audio":false,"embeddedContext":true},
-				"sessionCapabilities":{"resume":{},"list":{},"close":null,"_meta":{}}}}`,
+				"sessionCapabilities":{"resume":{},"list":{},"close":null,"_meta":{}},
+				"mcpCapabilities":{"http":false,"sse":true}}}`,
 		want: Profile{
 			Version: acpjson.V1,
 			Info:    Info{Name: "a1", Title: "Agent One", Version: "1.2.3"},
@@ -42,6 +43,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			Prompt:       PromptCapabilities{Image: true, EmbeddedContext: true},
 			Session:      []string{"list", "load", "resume"},
 			Capabilities: Capabilities{Load: true, Resume: true},
+			MCP:          MCPTransports{Stdio: true, SSE: true},
 		},
 	}, {
 		name:    "v2",
@@ -60,6 +62,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			Prompt:       PromptCapabilities{Image: true},
 			Session:      []string{"delete"},
 			Capabilities: Capabilities{Resume: true, Close: true, Delete: true},
+			MCP:          MCPTransports{HTTP: true},
 		},
 	}, {
 		name:    "v2 with nothing",

@@ -77,6 +77,17 @@ type Script struct {
 	// "_meta: " and the session/prompt request's _meta as JSON ("null"
 	// when it has none), so tests can see what the gateway passed on.
 	EchoMeta bool `json:"echoMeta,omitempty"`
+	// MCPCapabilities are the MCP server transports advertised at
+	// initialize: in ACP v1 http and sse as
+	// agentCapabilities.mcpCapabilities (stdio is baseline there), in v2
+	// objects in capabilities.session.mcp (which makes
+	// capabilities.session an object, as Resume does).
+	MCPCapabilities MCPCapabilities `json:"mcpCapabilities,omitzero"`
+	// EchoMCP starts each turn with an agent_message_chunk whose text is
+	// "mcpServers: " and, as JSON, the mcpServers of the session/new,
+	// session/load or session/resume that made the session known to this
+	// process, so tests can see what the gateway passed on.
+	EchoMCP bool `json:"echoMCP,omitempty"`
 	// IgnoreEOF keeps the agent's process alive once its input closes,
 	// ignoring SIGTERM, SIGHUP and SIGINT too, as a stuck agent would:
 	// only SIGKILL ends it.
@@ -95,6 +106,13 @@ type PromptCapabilities struct {
 	Image           bool `json:"image"`
 	Audio           bool `json:"audio"`
 	EmbeddedContext bool `json:"embeddedContext"`
+}
+
+// MCPCapabilities say which MCP server transports an agent takes.
+type MCPCapabilities struct {
+	Stdio bool `json:"stdio"`
+	HTTP  bool `json:"http"`
+	SSE   bool `json:"sse"`
 }
 
 // Turn is what the agent does for one session/prompt.

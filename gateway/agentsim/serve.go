@@ -1,6 +1,7 @@
 package agentsim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,6 +114,8 @@ type agent struct {
 type session struct {
 	id  string
 	cwd string
+	// mcp is the mcpServers parameter that made the session known.
+	mcp json.RawMessage
 	// active maps the turns in progress to the functions cancelling them.
 	active map[*run]context.CancelFunc
 }
@@ -234,6 +237,13 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close), Delete: offer(a.script.Delete)}
 		res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{Delete: offer(a.script.Delete)}}
 	}
+	if mc := a.script.MCPCapabilities; mc != (MCPCapabilities{}) {
+		res.AgentCapabilities.MCPCapabilities = &mcpCapabilities{HTTP: mc.HTTP, SSE: mc.SSE}
+		if res.Capabilities == nil {
+			res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{}}
+		}
+		res.Capabilities.Session.MCP = &v2MCPCapabilities{Stdio: offer(mc.Stdio), HTTP: offer(mc.HTTP)}
+	}
 	if pc := a.script.PromptCapabilities; pc != (PromptCapabilities{}) {
 		if res.Capabilities == nil {
 			res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{}}
@@ -284,7 +294,8 @@ func (a *agent) newSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		return
 	}
 	var p struct {
-		Cwd string `json:"cwd"`
+		Cwd string          `json:"cwd"`
+		MCP json.RawMessage `json:"mcpServers"`
 	}
 	if e := decodeParams(req, &p); e != nil {
 		a.replyError(conn, req, e)
@@ -293,7 +304,7 @@ func (a *agent) newSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	a.mu.Lock()
 	a.newSessions++
 	id := SessionIDPrefix + strconv.Itoa(a.newSessions)
-	a.sessions[id] = &session{id: id, cwd: p.Cwd, active: map[*run]context.CancelFunc{}}
+	a.sessions[id] = &session{id: id, cwd: p.Cwd, mcp: p.MCP, active: map[*run]context.CancelFunc{}}
 	a.mu.Unlock()
 	a.reply(conn, req, struct {
 		SessionID string `json:"sessionId"`
@@ -334,8 +345,9 @@ func (a *agent) reopen(req *jsonrpc2.Request) (*session, *jsonrpc2.Error) {
 		return nil, e
 	}
 	var p struct {
-		SessionID string `json:"sessionId"`
-		Cwd       string `json:"cwd"`
+		SessionID string          `json:"sessionId"`
+		Cwd       string          `json:"cwd"`
+		MCP       json.RawMessage `json:"mcpServers"`
 	}
 	if e := decodeParams(req, &p); e != nil {
 		return nil, e
@@ -350,7 +362,7 @@ func (a *agent) reopen(req *jsonrpc2.Request) (*session, *jsonrpc2.Error) {
 		s = &session{id: p.SessionID, active: map[*run]context.CancelFunc{}}
 		a.sessions[p.SessionID] = s
 	}
-	s.cwd = p.Cwd
+	s.cwd, s.mcp = p.Cwd, p.MCP
 	return s, nil
 }
 
@@ -416,6 +428,11 @@ func (a *agent) prompt(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 			p.Meta = json.RawMessage("null")
 		}
 		echo := Step{Update: textChunk("agent_message_chunk", "_meta: "+string(p.Meta))}
+		turn.Steps = append([]Step{echo}, turn.Steps...)
+	}
+	if a.script.EchoMCP {
+		mcp := cmp.Or(string(sess.mcp), "null")
+		echo := Step{Update: textChunk("agent_message_chunk", "mcpServers: "+mcp)}
 		turn.Steps = append([]Step{echo}, turn.Steps...)
 	}
 	done := func() {
@@ -594,6 +611,18 @@ type agentCapabilities struct {
 	LoadSession         bool                 `json:"loadSession"`
 	PromptCapabilities  PromptCapabilities   `json:"promptCapabilities"`
 	SessionCapabilities *sessionCapabilities `json:"sessionCapabilities,omitempty"`
+	MCPCapabilities     *mcpCapabilities     `json:"mcpCapabilities,omitempty"`
+}
+
+type mcpCapabilities struct {
+	HTTP bool `json:"http"`
+	SSE  bool `json:"sse"`
+}
+
+// v2MCPCapabilities offers each MCP transport with an object.
+type v2MCPCapabilities struct {
+	Stdio *struct{} `json:"stdio,omitempty"`
+	HTTP  *struct{} `json:"http,omitempty"`
 }
 
 type sessionCapabilities struct {
@@ -608,6 +637,7 @@ type v2Capabilities struct {
 
 type v2SessionCapabilities struct {
 	Prompt *v2PromptCapabilities `json:"prompt,omitempty"`
+	MCP    *v2MCPCapabilities    `json:"mcp,omitempty"`
 	Delete *struct{}             `json:"delete,omitempty"`
 }
 

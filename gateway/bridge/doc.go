@@ -45,8 +45,12 @@
 // what the gateway's agent accepts.
 //
 //   - session/new: CreateSession with the configured agent and the editor's
-//     cwd (or --cwd). The editor's MCP servers are not passed on: the
-//     gateway starts its agents with none.
+//     cwd (or --cwd), and the editor's MCP servers, which the gateway
+//     refuses (-32602 naming the server) unless its --mcp-allow names them
+//     and its agent takes their transport; the bridge advertises every
+//     transport (v1 mcpCapabilities, v2 capabilities.session.mcp) for the
+//     gateway to decide. A re-attach (session/load, session/resume) keeps
+//     the servers the session was created with.
 //   - session/prompt: Prompt, whose events become session/update
 //     notifications (message and thought chunks, plans, tool calls, mode,
 //     config option, command, usage and session info updates, unknown

@@ -62,7 +62,9 @@ type gateway struct {
 	client acpv2connect.SessionServiceClient // authenticated
 }
 
-func startGateway(t *testing.T, scripts map[string]agentsim.Script) *gateway {
+// startGateway runs a gateway with the agents scripts; configure, when
+// given, changes its configuration last.
+func startGateway(t *testing.T, scripts map[string]agentsim.Script, configure ...func(*app.Config)) *gateway {
 	t.Helper()
 	agents := map[string][]string{}
 	for name, s := range scripts {
@@ -72,7 +74,7 @@ func startGateway(t *testing.T, scripts map[string]agentsim.Script) *gateway {
 		}
 		agents[name] = cmd
 	}
-	gw, err := app.New(context.Background(), app.Config{
+	cfg := app.Config{
 		Session: session.Options{
 			Agents:            agents,
 			Env:               []string{"PATH=" + os.Getenv("PATH")},
@@ -84,7 +86,11 @@ func startGateway(t *testing.T, scripts map[string]agentsim.Script) *gateway {
 		Auth:      tokenAuth{},
 		AnyCwd:    true, // the editors' cwd are temporary directories
 		Heartbeat: time.Minute,
-	})
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	gw, err := app.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,9 @@ func (b *bridge) initialize(params json.RawMessage) (any, error) {
 				// Only the baseline: the bridge cannot know what the
 				// gateway's agent accepts.
 				"promptCapabilities": map[string]any{"image": false, "audio": false, "embeddedContext": false},
-				"mcpCapabilities":    map[string]any{"http": false, "sse": false},
+				// The editor's servers are passed on; the gateway
+				// refuses those its allowlist or its agent does not take.
+				"mcpCapabilities": map[string]any{"http": true, "sse": true},
 				"sessionCapabilities": map[string]any{
 					"list": map[string]any{}, "resume": map[string]any{}, "close": map[string]any{},
 				},
@@ -64,8 +66,11 @@ func (b *bridge) initialize(params json.RawMessage) (any, error) {
 		"info":            b.implementation(),
 		// The baseline session methods: new, list, resume, close, prompt,
 		// cancel, update.
-		"capabilities": map[string]any{"session": map[string]any{}},
-		"authMethods":  []any{},
+		"capabilities": map[string]any{"session": map[string]any{
+			// As in v1: the gateway decides.
+			"mcp": map[string]any{"stdio": map[string]any{}, "http": map[string]any{}},
+		}},
+		"authMethods": []any{},
 	}, nil
 }
 
@@ -97,10 +102,11 @@ func (b *bridge) newSession(ctx context.Context, params json.RawMessage) (any, e
 	if cwd == "" || !filepath.IsAbs(cwd) {
 		return nil, invalidParams("session/new: cwd must be an absolute path, got %q", cwd)
 	}
-	if len(p.McpServers) > 0 {
-		b.log.Warn("the editor's MCP servers are not passed on: the gateway starts its agents with none", "count", len(p.McpServers))
+	mcp, err := mcpServers(p.McpServers)
+	if err != nil {
+		return nil, err
 	}
-	res, err := b.client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
+	res, err := b.client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd, McpServers: mcp}))
 	if err != nil {
 		return nil, rpcError("CreateSession", err)
 	}

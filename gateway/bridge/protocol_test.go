@@ -15,7 +15,7 @@ func TestACPv2EditorGetsTheTurnAsStateUpdates(t *testing.T) {
 	init := r.next()
 	res, _ := init["result"].(map[string]any)
 	if init["id"] != float64(0) || res["protocolVersion"] != float64(2) ||
-		!reflect.DeepEqual(res["capabilities"], js(`{"session":{}}`)) || !reflect.DeepEqual(res["authMethods"], js(`[]`)) {
+		!reflect.DeepEqual(res["capabilities"], js(`{"session":{"mcp":{"stdio":{},"http":{}}}}`)) || !reflect.DeepEqual(res["authMethods"], js(`[]`)) {
 		t.Fatalf("initialize answered %v", init)
 	}
 	if info, _ := res["info"].(map[string]any); info["name"] != "acp-gateway" {

@@ -218,7 +218,11 @@ func (s *Service) CreateSession(ctx context.Context, req *connect.Request[acpv2.
 	if len(m.GetAuthMethod()) > maxIDLen {
 		return nil, invalid("auth_method is longer than %d bytes", maxIDLen)
 	}
-	sess, err := s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd(), m.GetAuthMethod())
+	mcp, err := mcpServers(m.GetMcpServers())
+	if err != nil {
+		return nil, err
+	}
+	sess, err := s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd(), m.GetAuthMethod(), mcp...)
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -100,6 +100,13 @@ const (
 type Options struct {
 	// Agents maps an agent name to its command line.
 	Agents map[string][]string
+	// AgentMCP maps an agent name to the MCP servers its sessions are
+	// always given, before those their clients give.
+	AgentMCP map[string][]agent.MCPServer
+	// MCPAllow lists the MCP servers a client may give a session (see
+	// CheckMCPAllow): stdio commands by absolute path, http and sse URLs
+	// by prefix. Empty refuses every one.
+	MCPAllow []string
 	// Env is the environment agents run with.
 	Env []string
 	// Store holds sessions and their events.
@@ -359,10 +366,15 @@ func newID() string {
 // agent demands authentication, authMethod names the method to run. An
 // empty cwd gives the session a new directory of its own (see
 // Options.Workspaces); a cwd the workspace policy refuses is ErrPermission.
-func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod string) (*Session, error) {
+// The agent is given the MCP servers configured for it and mcp, which
+// Options.MCPAllow must allow (else ErrInvalid).
+func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod string, mcp ...agent.MCPServer) (*Session, error) {
 	command, ok := m.opts.Agents[agentName]
 	if !ok {
 		return nil, fmt.Errorf("%w %q (configured: %v)", ErrUnknownAgent, agentName, m.AgentNames())
+	}
+	if err := checkMCP(m.opts.MCPAllow, m.opts.AgentMCP[agentName], mcp); err != nil {
+		return nil, err
 	}
 	id := newID()
 	dir, fresh, err := m.workdir(user, id, cwd)
@@ -378,7 +390,7 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		}
 	}
 	m.creating.Lock()
-	rec, err := m.reserve(ctx, id, user, agentName, dir)
+	rec, err := m.reserve(ctx, id, user, agentName, dir, encodeMCP(mcp))
 	m.creating.Unlock()
 	if err != nil {
 		undo()
@@ -448,8 +460,8 @@ func (m *Manager) workdir(user, id, cwd string) (dir string, fresh bool, err err
 }
 
 // reserve checks the limits and records a new session id, starting, in
-// cwd. m.creating must be held.
-func (m *Manager) reserve(ctx context.Context, id, user, agentName, cwd string) (*statestore.Session, error) {
+// cwd, with the MCP servers its client gave. m.creating must be held.
+func (m *Manager) reserve(ctx context.Context, id, user, agentName, cwd string, mcp []byte) (*statestore.Session, error) {
 	m.mu.Lock()
 	closed, running := m.closed, len(m.sessions)
 	m.mu.Unlock()
@@ -475,7 +487,7 @@ func (m *Manager) reserve(ctx context.Context, id, user, agentName, cwd string) 
 		}
 	}
 	rec := &statestore.Session{
-		ID: id, Owner: user, Agent: agentName, Cwd: cwd,
+		ID: id, Owner: user, Agent: agentName, Cwd: cwd, MCPServers: mcp,
 		State: statestore.StateStarting, CreatedAt: time.Now().UTC(),
 	}
 	if err := m.opts.Store.CreateSession(ctx, rec); err != nil {
@@ -705,6 +717,11 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 		BytesIn:      in,
 		BytesOut:     out,
 	}
+	mcp, err := m.mcpServers(s)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.MCPServers = mcp
 	ws, err := m.openWorkspace(s)
 	if err != nil {
 		return cfg, err

@@ -211,6 +211,12 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		s.setState(statestore.StateAgentLost, err.Error())
 		return err
 	}
+	if err := a.CheckMCP(cfg.MCPServers); err != nil {
+		if reattach {
+			return fail(fmt.Errorf("%w: %v", ErrCannotReattach, err))
+		}
+		return fail(fmt.Errorf("%w: %v", ErrInvalid, err))
+	}
 	if authMethod != "" {
 		if err := authenticate(ctx, a, authMethod); err != nil {
 			return fail(err)

@@ -284,6 +284,7 @@ type record struct {
 	State           string    `json:"state,omitempty"`
 	AgentSessionID  string    `json:"agent_session_id,omitempty"`
 	ProtocolVersion int       `json:"protocol_version,omitempty"`
+	MCPServers      []byte    `json:"mcp_servers,omitempty"`
 	CreatedAt       time.Time `json:"created_at"`
 	LastSeq         uint64    `json:"last_seq,omitempty"`
 	TrimmedSeq      uint64    `json:"trimmed_seq,omitempty"`
@@ -305,7 +306,7 @@ type record struct {
 func toRecord(s *statestore.Session, order uint64) *record {
 	return &record{
 		ID: s.ID, Owner: s.Owner, Agent: s.Agent, Cwd: s.Cwd, State: string(s.State),
-		AgentSessionID: s.AgentSessionID, ProtocolVersion: s.ProtocolVersion, CreatedAt: s.CreatedAt,
+		AgentSessionID: s.AgentSessionID, ProtocolVersion: s.ProtocolVersion, MCPServers: s.MCPServers, CreatedAt: s.CreatedAt,
 		LastSeq: s.LastSeq, TrimmedSeq: s.TrimmedSeq, Detail: s.Detail, StateChangedAt: s.StateChangedAt, Order: order,
 	}
 }
@@ -313,7 +314,7 @@ func toRecord(s *statestore.Session, order uint64) *record {
 func (r *record) session() *statestore.Session {
 	return &statestore.Session{
 		ID: r.ID, Owner: r.Owner, Agent: r.Agent, Cwd: r.Cwd, State: statestore.State(r.State),
-		AgentSessionID: r.AgentSessionID, ProtocolVersion: r.ProtocolVersion, CreatedAt: r.CreatedAt,
+		AgentSessionID: r.AgentSessionID, ProtocolVersion: r.ProtocolVersion, MCPServers: r.MCPServers, CreatedAt: r.CreatedAt,
 		LastSeq: r.LastSeq, TrimmedSeq: r.TrimmedSeq, Detail: r.Detail, StateChangedAt: r.StateChangedAt,
 		Bytes: r.EventBytes + r.CallBytes,
 	}

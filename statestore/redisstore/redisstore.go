@@ -273,6 +273,7 @@ const (
 	fDetail  = "detail"
 	fASID    = "asid"
 	fPV      = "pv"
+	fMCP     = "mcp"
 	fCreated = "created"
 	fLast    = "last"
 	fTrimmed = "trimmed"
@@ -288,7 +289,7 @@ func recordFields(r *statestore.Session) []any {
 	return []any{
 		fID, r.ID, fOwner, r.Owner, fAgent, r.Agent, fCwd, r.Cwd,
 		fState, string(r.State), fDetail, r.Detail,
-		fASID, r.AgentSessionID, fPV, strconv.Itoa(r.ProtocolVersion),
+		fASID, r.AgentSessionID, fPV, strconv.Itoa(r.ProtocolVersion), fMCP, string(r.MCPServers),
 		fCreated, r.CreatedAt.Format(time.RFC3339Nano),
 		fLast, strconv.FormatUint(r.LastSeq, 10), fTrimmed, strconv.FormatUint(r.TrimmedSeq, 10),
 	}
@@ -303,6 +304,9 @@ func parseRecord(h map[string]string) (*statestore.Session, error) {
 	r := &statestore.Session{
 		ID: h[fID], Owner: h[fOwner], Agent: h[fAgent], Cwd: h[fCwd],
 		State: statestore.State(h[fState]), Detail: h[fDetail], AgentSessionID: h[fASID],
+	}
+	if v := h[fMCP]; v != "" {
+		r.MCPServers = []byte(v)
 	}
 	var errs []error
 	var err error

@@ -32,6 +32,7 @@ func Run(t *testing.T, open Opener) {
 	t.Run("CreateGetList", func(t *testing.T) { testCreateGetList(t, plain(t)) })
 	t.Run("NotFound", func(t *testing.T) { testNotFound(t, plain(t)) })
 	t.Run("StateAndAgentSession", func(t *testing.T) { testState(t, plain(t)) })
+	t.Run("MCPServersKept", func(t *testing.T) { testMCPServers(t, plain(t)) })
 	t.Run("AppendAndReplay", func(t *testing.T) { testAppend(t, plain(t)) })
 	t.Run("AppendKeepsEncodings", func(t *testing.T) { testAppendEncoded(t, plain(t)) })
 	t.Run("SeqConflict", func(t *testing.T) { testSeqConflict(t, plain(t)) })
@@ -63,6 +64,7 @@ func Run(t *testing.T, open Opener) {
 // options.
 func RunDurable(t *testing.T, open Opener, reopen func(t *testing.T, s statestore.Store) statestore.Store) {
 	t.Run("SurvivesRestart", func(t *testing.T) { testRestart(t, open(t, statestore.Options{MaxEvents: 20}), reopen) })
+	t.Run("MCPServersSurviveRestart", func(t *testing.T) { testMCPServersRestart(t, open(t, statestore.Options{}), reopen) })
 	t.Run("EndedSessionsCappedAfterRestart", func(t *testing.T) {
 		testEndedCapRestart(t, open(t, statestore.Options{MaxEndedSessions: endedCap}), reopen)
 	})

@@ -1090,7 +1090,15 @@ type CreateSessionRequest struct {
 	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// The id of the agent's authentication method to run before the session
 	// is created, for an agent that demands authentication.
-	AuthMethod    string `protobuf:"bytes,3,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
+	AuthMethod string `protobuf:"bytes,3,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
+	// MCP servers to give the agent in session/new (and again in
+	// session/resume or session/load when the session is re-attached), after
+	// those the operator configured for the agent. Each must be allowed by
+	// the gateway's --mcp-allow (INVALID_ARGUMENT naming it otherwise; none
+	// is by default), and its transport advertised by the agent
+	// (INVALID_ARGUMENT otherwise). Their env and header values are never
+	// shown by GetSession or ListSessions, nor logged.
+	McpServers    []*McpServer `protobuf:"bytes,4,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1146,6 +1154,368 @@ func (x *CreateSessionRequest) GetAuthMethod() string {
 	return ""
 }
 
+func (x *CreateSessionRequest) GetMcpServers() []*McpServer {
+	if x != nil {
+		return x.McpServers
+	}
+	return nil
+}
+
+// McpServer is an MCP server an agent connects to (ACP McpServer).
+type McpServer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Transport:
+	//
+	//	*McpServer_Stdio
+	//	*McpServer_Http
+	//	*McpServer_Sse
+	Transport     isMcpServer_Transport `protobuf_oneof:"transport"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpServer) Reset() {
+	*x = McpServer{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServer) ProtoMessage() {}
+
+func (x *McpServer) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
+func (*McpServer) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *McpServer) GetTransport() isMcpServer_Transport {
+	if x != nil {
+		return x.Transport
+	}
+	return nil
+}
+
+func (x *McpServer) GetStdio() *McpServerStdio {
+	if x != nil {
+		if x, ok := x.Transport.(*McpServer_Stdio); ok {
+			return x.Stdio
+		}
+	}
+	return nil
+}
+
+func (x *McpServer) GetHttp() *McpServerHttp {
+	if x != nil {
+		if x, ok := x.Transport.(*McpServer_Http); ok {
+			return x.Http
+		}
+	}
+	return nil
+}
+
+func (x *McpServer) GetSse() *McpServerSse {
+	if x != nil {
+		if x, ok := x.Transport.(*McpServer_Sse); ok {
+			return x.Sse
+		}
+	}
+	return nil
+}
+
+type isMcpServer_Transport interface {
+	isMcpServer_Transport()
+}
+
+type McpServer_Stdio struct {
+	// A server the agent starts as its child and talks to over stdio.
+	Stdio *McpServerStdio `protobuf:"bytes,1,opt,name=stdio,proto3,oneof"`
+}
+
+type McpServer_Http struct {
+	// A server the agent reaches over streamable HTTP.
+	Http *McpServerHttp `protobuf:"bytes,2,opt,name=http,proto3,oneof"`
+}
+
+type McpServer_Sse struct {
+	// A server the agent reaches over HTTP with server-sent events (ACP
+	// v1 only).
+	Sse *McpServerSse `protobuf:"bytes,3,opt,name=sse,proto3,oneof"`
+}
+
+func (*McpServer_Stdio) isMcpServer_Transport() {}
+
+func (*McpServer_Http) isMcpServer_Transport() {}
+
+func (*McpServer_Sse) isMcpServer_Transport() {}
+
+// McpServerStdio is a stdio MCP server (ACP McpServerStdio).
+type McpServerStdio struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A name identifying the server to the agent.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The server's executable: an absolute path.
+	Command string   `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	Args    []string `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	// Environment variables set for the server.
+	Env           []*McpNameValue `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpServerStdio) Reset() {
+	*x = McpServerStdio{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServerStdio) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServerStdio) ProtoMessage() {}
+
+func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServerStdio.ProtoReflect.Descriptor instead.
+func (*McpServerStdio) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *McpServerStdio) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpServerStdio) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *McpServerStdio) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *McpServerStdio) GetEnv() []*McpNameValue {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+// McpServerHttp is an HTTP MCP server (ACP McpServerHttp).
+type McpServerHttp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A name identifying the server to the agent.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Url  string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// HTTP headers set on the requests to the server.
+	Headers       []*McpNameValue `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpServerHttp) Reset() {
+	*x = McpServerHttp{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServerHttp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServerHttp) ProtoMessage() {}
+
+func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServerHttp.ProtoReflect.Descriptor instead.
+func (*McpServerHttp) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *McpServerHttp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpServerHttp) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *McpServerHttp) GetHeaders() []*McpNameValue {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+// McpServerSse is an SSE MCP server (ACP McpServerSse).
+type McpServerSse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A name identifying the server to the agent.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Url  string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// HTTP headers set on the requests to the server.
+	Headers       []*McpNameValue `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpServerSse) Reset() {
+	*x = McpServerSse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServerSse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServerSse) ProtoMessage() {}
+
+func (x *McpServerSse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServerSse.ProtoReflect.Descriptor instead.
+func (*McpServerSse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *McpServerSse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpServerSse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *McpServerSse) GetHeaders() []*McpNameValue {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+// McpNameValue is an environment variable or an HTTP header of an MCP
+// server (ACP EnvVariable, HttpHeader).
+type McpNameValue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpNameValue) Reset() {
+	*x = McpNameValue{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpNameValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpNameValue) ProtoMessage() {}
+
+func (x *McpNameValue) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpNameValue.ProtoReflect.Descriptor instead.
+func (*McpNameValue) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *McpNameValue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpNameValue) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // CreateSessionResponse returns the new session's id.
 type CreateSessionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1156,7 +1526,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1538,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1551,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateSessionResponse) GetSessionId() string {
@@ -1204,7 +1574,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1586,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1599,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PromptRequest) GetSessionId() string {
@@ -1266,7 +1636,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1648,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1661,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PromptResponse) GetEvent() *SessionEvent {
@@ -1326,7 +1696,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1708,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1721,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchRequest) GetSessionId() string {
@@ -1388,7 +1758,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1770,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1783,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchResponse) GetEvent() *SessionEvent {
@@ -1440,7 +1810,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1822,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1835,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -1484,7 +1854,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1866,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1879,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
 }
 
 // RespondPermissionRequest answers a permission request with an option, or
@@ -1526,7 +1896,7 @@ type RespondPermissionRequest struct {
 
 func (x *RespondPermissionRequest) Reset() {
 	*x = RespondPermissionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1908,7 @@ func (x *RespondPermissionRequest) String() string {
 func (*RespondPermissionRequest) ProtoMessage() {}
 
 func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1921,7 @@ func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionRequest.ProtoReflect.Descriptor instead.
 func (*RespondPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RespondPermissionRequest) GetSessionId() string {
@@ -1591,7 +1961,7 @@ type RespondPermissionResponse struct {
 
 func (x *RespondPermissionResponse) Reset() {
 	*x = RespondPermissionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1973,7 @@ func (x *RespondPermissionResponse) String() string {
 func (*RespondPermissionResponse) ProtoMessage() {}
 
 func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1986,7 @@ func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionResponse.ProtoReflect.Descriptor instead.
 func (*RespondPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
 }
 
 // GetSessionRequest names a session.
@@ -1629,7 +1999,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +2011,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +2024,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -1674,7 +2044,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +2056,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +2069,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetSessionResponse) GetSession() *SessionSnapshot {
@@ -1718,7 +2088,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2100,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2113,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
 }
 
 // ListSessionsResponse lists sessions.
@@ -1756,7 +2126,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +2138,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2151,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -1801,7 +2171,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +2183,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +2196,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1845,7 +2215,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2227,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2240,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
 }
 
 // DeleteSessionRequest names the session to delete.
@@ -1883,7 +2253,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2265,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2278,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -1927,7 +2297,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2309,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2322,7 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
 }
 
 // SetModeRequest names the mode to switch to.
@@ -1966,7 +2336,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2348,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2361,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetModeRequest) GetSessionId() string {
@@ -2017,7 +2387,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2399,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2412,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
 }
 
 // SetConfigOptionRequest sets one configuration option.
@@ -2061,7 +2431,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2443,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2456,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetConfigOptionRequest) GetSessionId() string {
@@ -2156,7 +2526,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2538,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2551,7 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
@@ -2200,7 +2570,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2582,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2595,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
 }
 
 // ListAgentsResponse lists agents, sorted by name.
@@ -2238,7 +2608,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2620,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2633,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
@@ -2307,7 +2677,7 @@ type AgentDescription struct {
 
 func (x *AgentDescription) Reset() {
 	*x = AgentDescription{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2689,7 @@ func (x *AgentDescription) String() string {
 func (*AgentDescription) ProtoMessage() {}
 
 func (x *AgentDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2702,7 @@ func (x *AgentDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
 func (*AgentDescription) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AgentDescription) GetName() string {
@@ -2397,7 +2767,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2779,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2792,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -2460,7 +2830,7 @@ type PromptCapabilities struct {
 
 func (x *PromptCapabilities) Reset() {
 	*x = PromptCapabilities{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2842,7 @@ func (x *PromptCapabilities) String() string {
 func (*PromptCapabilities) ProtoMessage() {}
 
 func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2855,7 @@ func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
 func (*PromptCapabilities) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PromptCapabilities) GetImage() bool {
@@ -2525,7 +2895,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2907,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2920,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -2666,12 +3036,35 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12!\n" +
-	"\fstate_detail\x18\a \x01(\tR\vstateDetail\"_\n" +
+	"\fstate_detail\x18\a \x01(\tR\vstateDetail\"\x93\x01\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x1f\n" +
 	"\vauth_method\x18\x03 \x01(\tR\n" +
-	"authMethod\"6\n" +
+	"authMethod\x122\n" +
+	"\vmcp_servers\x18\x04 \x03(\v2\x11.acp.v2.McpServerR\n" +
+	"mcpServers\"\x9f\x01\n" +
+	"\tMcpServer\x12.\n" +
+	"\x05stdio\x18\x01 \x01(\v2\x16.acp.v2.McpServerStdioH\x00R\x05stdio\x12+\n" +
+	"\x04http\x18\x02 \x01(\v2\x15.acp.v2.McpServerHttpH\x00R\x04http\x12(\n" +
+	"\x03sse\x18\x03 \x01(\v2\x14.acp.v2.McpServerSseH\x00R\x03sseB\v\n" +
+	"\ttransport\"z\n" +
+	"\x0eMcpServerStdio\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x12\n" +
+	"\x04args\x18\x03 \x03(\tR\x04args\x12&\n" +
+	"\x03env\x18\x04 \x03(\v2\x14.acp.v2.McpNameValueR\x03env\"e\n" +
+	"\rMcpServerHttp\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12.\n" +
+	"\aheaders\x18\x03 \x03(\v2\x14.acp.v2.McpNameValueR\aheaders\"d\n" +
+	"\fMcpServerSse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12.\n" +
+	"\aheaders\x18\x03 \x03(\v2\x14.acp.v2.McpNameValueR\aheaders\"8\n" +
+	"\fMcpNameValue\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"6\n" +
 	"\x15CreateSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"}\n" +
@@ -2790,7 +3183,7 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
 	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
@@ -2801,136 +3194,148 @@ var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionSnapshot)(nil),           // 6: acp.v2.SessionSnapshot
 	(*SessionSummary)(nil),            // 7: acp.v2.SessionSummary
 	(*CreateSessionRequest)(nil),      // 8: acp.v2.CreateSessionRequest
-	(*CreateSessionResponse)(nil),     // 9: acp.v2.CreateSessionResponse
-	(*PromptRequest)(nil),             // 10: acp.v2.PromptRequest
-	(*PromptResponse)(nil),            // 11: acp.v2.PromptResponse
-	(*WatchRequest)(nil),              // 12: acp.v2.WatchRequest
-	(*WatchResponse)(nil),             // 13: acp.v2.WatchResponse
-	(*CancelRequest)(nil),             // 14: acp.v2.CancelRequest
-	(*CancelResponse)(nil),            // 15: acp.v2.CancelResponse
-	(*RespondPermissionRequest)(nil),  // 16: acp.v2.RespondPermissionRequest
-	(*RespondPermissionResponse)(nil), // 17: acp.v2.RespondPermissionResponse
-	(*GetSessionRequest)(nil),         // 18: acp.v2.GetSessionRequest
-	(*GetSessionResponse)(nil),        // 19: acp.v2.GetSessionResponse
-	(*ListSessionsRequest)(nil),       // 20: acp.v2.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 21: acp.v2.ListSessionsResponse
-	(*CloseSessionRequest)(nil),       // 22: acp.v2.CloseSessionRequest
-	(*CloseSessionResponse)(nil),      // 23: acp.v2.CloseSessionResponse
-	(*DeleteSessionRequest)(nil),      // 24: acp.v2.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),     // 25: acp.v2.DeleteSessionResponse
-	(*SetModeRequest)(nil),            // 26: acp.v2.SetModeRequest
-	(*SetModeResponse)(nil),           // 27: acp.v2.SetModeResponse
-	(*SetConfigOptionRequest)(nil),    // 28: acp.v2.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),   // 29: acp.v2.SetConfigOptionResponse
-	(*ListAgentsRequest)(nil),         // 30: acp.v2.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 31: acp.v2.ListAgentsResponse
-	(*AgentDescription)(nil),          // 32: acp.v2.AgentDescription
-	(*AgentInfo)(nil),                 // 33: acp.v2.AgentInfo
-	(*PromptCapabilities)(nil),        // 34: acp.v2.PromptCapabilities
-	(*AuthMethod)(nil),                // 35: acp.v2.AuthMethod
-	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 37: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 38: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 39: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 40: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 41: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 42: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 43: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 44: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 45: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 46: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 47: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 48: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 49: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 50: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 51: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 52: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 53: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 54: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 55: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 56: acp.v2.ContentBlock
-	(StopReason)(0),                   // 57: acp.v2.StopReason
-	(*SessionConfigOption)(nil),       // 58: acp.v2.SessionConfigOption
+	(*McpServer)(nil),                 // 9: acp.v2.McpServer
+	(*McpServerStdio)(nil),            // 10: acp.v2.McpServerStdio
+	(*McpServerHttp)(nil),             // 11: acp.v2.McpServerHttp
+	(*McpServerSse)(nil),              // 12: acp.v2.McpServerSse
+	(*McpNameValue)(nil),              // 13: acp.v2.McpNameValue
+	(*CreateSessionResponse)(nil),     // 14: acp.v2.CreateSessionResponse
+	(*PromptRequest)(nil),             // 15: acp.v2.PromptRequest
+	(*PromptResponse)(nil),            // 16: acp.v2.PromptResponse
+	(*WatchRequest)(nil),              // 17: acp.v2.WatchRequest
+	(*WatchResponse)(nil),             // 18: acp.v2.WatchResponse
+	(*CancelRequest)(nil),             // 19: acp.v2.CancelRequest
+	(*CancelResponse)(nil),            // 20: acp.v2.CancelResponse
+	(*RespondPermissionRequest)(nil),  // 21: acp.v2.RespondPermissionRequest
+	(*RespondPermissionResponse)(nil), // 22: acp.v2.RespondPermissionResponse
+	(*GetSessionRequest)(nil),         // 23: acp.v2.GetSessionRequest
+	(*GetSessionResponse)(nil),        // 24: acp.v2.GetSessionResponse
+	(*ListSessionsRequest)(nil),       // 25: acp.v2.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 26: acp.v2.ListSessionsResponse
+	(*CloseSessionRequest)(nil),       // 27: acp.v2.CloseSessionRequest
+	(*CloseSessionResponse)(nil),      // 28: acp.v2.CloseSessionResponse
+	(*DeleteSessionRequest)(nil),      // 29: acp.v2.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),     // 30: acp.v2.DeleteSessionResponse
+	(*SetModeRequest)(nil),            // 31: acp.v2.SetModeRequest
+	(*SetModeResponse)(nil),           // 32: acp.v2.SetModeResponse
+	(*SetConfigOptionRequest)(nil),    // 33: acp.v2.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),   // 34: acp.v2.SetConfigOptionResponse
+	(*ListAgentsRequest)(nil),         // 35: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 36: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),          // 37: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                 // 38: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),        // 39: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                // 40: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),     // 41: google.protobuf.Timestamp
+	(*ContentChunk)(nil),              // 42: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),            // 43: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),      // 44: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                      // 45: acp.v2.Plan
+	(*PlanUpdate)(nil),                // 46: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),   // 47: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),         // 48: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),        // 49: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),         // 50: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),               // 51: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),             // 52: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),               // 53: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),            // 54: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),       // 55: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),             // 56: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                  // 57: acp.v2.ToolCall
+	(*PermissionOption)(nil),          // 58: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),           // 59: google.protobuf.Struct
+	(*PermissionOutcome)(nil),         // 60: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),              // 61: acp.v2.ContentBlock
+	(StopReason)(0),                   // 62: acp.v2.StopReason
+	(*SessionConfigOption)(nil),       // 63: acp.v2.SessionConfigOption
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	36, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	37, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	37, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	37, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	38, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	39, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	40, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	41, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	42, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	43, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	44, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	45, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	46, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	47, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	47, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	47, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	48, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	49, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	50, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	51, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	52, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	41, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	42, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	42, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	42, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	43, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	44, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	45, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	46, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	47, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	48, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	49, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	50, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	51, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	52, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	52, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	52, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	53, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	54, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	55, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	56, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	57, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
 	3,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
 	4,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
 	5,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
 	6,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
 	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
-	38, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	52, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	53, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	54, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	55, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	56, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	57, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	52, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	36, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	36, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	56, // 37: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
-	0,  // 38: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	36, // 39: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	0,  // 40: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	36, // 41: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	6,  // 42: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
-	7,  // 43: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	58, // 44: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	32, // 45: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
-	33, // 46: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
-	34, // 47: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
-	35, // 48: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
-	8,  // 49: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	10, // 50: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	12, // 51: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	14, // 52: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	16, // 53: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	18, // 54: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	20, // 55: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	22, // 56: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	26, // 57: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	28, // 58: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	30, // 59: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
-	24, // 60: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
-	9,  // 61: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	11, // 62: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	13, // 63: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	15, // 64: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	17, // 65: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	19, // 66: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	21, // 67: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	23, // 68: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	27, // 69: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	29, // 70: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	31, // 71: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
-	25, // 72: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
-	61, // [61:73] is the sub-list for method output_type
-	49, // [49:61] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	43, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	57, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	58, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	59, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	60, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	61, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	62, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	57, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	41, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	41, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 37: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
+	10, // 38: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
+	11, // 39: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
+	12, // 40: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
+	13, // 41: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
+	13, // 42: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
+	13, // 43: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
+	61, // 44: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	0,  // 45: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
+	41, // 46: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 47: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
+	41, // 48: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	6,  // 49: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
+	7,  // 50: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
+	63, // 51: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	37, // 52: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	38, // 53: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	39, // 54: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	40, // 55: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	8,  // 56: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	15, // 57: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	17, // 58: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	19, // 59: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	21, // 60: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	23, // 61: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	25, // 62: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	27, // 63: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	31, // 64: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	33, // 65: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	35, // 66: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	29, // 67: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	14, // 68: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	16, // 69: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	18, // 70: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	20, // 71: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	22, // 72: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	24, // 73: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	26, // 74: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	28, // 75: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	32, // 76: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	34, // 77: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	36, // 78: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	30, // 79: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	68, // [68:80] is the sub-list for method output_type
+	56, // [56:68] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -2969,7 +3374,12 @@ func file_acp_v2_session_service_proto_init() {
 		(*SessionEvent_Snapshot)(nil),
 		(*SessionEvent_StateChanged)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[28].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[9].OneofWrappers = []any{
+		(*McpServer_Stdio)(nil),
+		(*McpServer_Http)(nil),
+		(*McpServer_Sse)(nil),
+	}
+	file_acp_v2_session_service_proto_msgTypes[33].OneofWrappers = []any{
 		(*SetConfigOptionRequest_ValueId)(nil),
 		(*SetConfigOptionRequest_Boolean)(nil),
 	}
@@ -2979,7 +3389,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file acp/v2/session_service.proto.
  */
 export const file_acp_v2_session_service: GenFile = /*@__PURE__*/
-  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSLWAQoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiaQoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZRITCgthbnN3ZXJlZF9ieRgDIAEoCSIzCgtUdXJuU3RhcnRlZBIkCgZwcm9tcHQYASADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrImIKCVR1cm5FbmRlZBITCgtzdG9wX3JlYXNvbhgBIAEoCRIiCgZyZWFzb24YAiABKA4yEi5hY3AudjIuU3RvcFJlYXNvbhINCgVlcnJvchgDIAEoCRINCgVjYXVzZRgEIAEoCSLqAQoPU2Vzc2lvblNuYXBzaG90EhIKCnNlc3Npb25faWQYASABKAkSJAoKdG9vbF9jYWxscxgCIAMoCzIQLmFjcC52Mi5Ub29sQ2FsbBINCgVhZ2VudBgDIAEoCRILCgNjd2QYBCABKAkSEAoIbGFzdF9zZXEYBSABKAQSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSFAoMc3RhdGVfZGV0YWlsGAggASgJEhoKEmFnZW50X2NvbnRleHRfbG9zdBgJIAEoCCKnAQoOU2Vzc2lvblN1bW1hcnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVhZ2VudBgCIAEoCRILCgNjd2QYAyABKAkSEAoIbGFzdF9zZXEYBCABKAQSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYBiABKAkSFAoMc3RhdGVfZGV0YWlsGAcgASgJIkcKFENyZWF0ZVNlc3Npb25SZXF1ZXN0Eg0KBWFnZW50GAEgASgJEgsKA2N3ZBgCIAEoCRITCgthdXRoX21ldGhvZBgDIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI+ChJHZXRTZXNzaW9uUmVzcG9uc2USKAoHc2Vzc2lvbhgBIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3QiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCJAChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIoCghzZXNzaW9ucxgBIAMoCzIWLmFjcC52Mi5TZXNzaW9uU3VtbWFyeSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIXChVEZWxldGVTZXNzaW9uUmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24iEwoRTGlzdEFnZW50c1JlcXVlc3QiPgoSTGlzdEFnZW50c1Jlc3BvbnNlEigKBmFnZW50cxgBIAMoCzIYLmFjcC52Mi5BZ2VudERlc2NyaXB0aW9uIusBChBBZ2VudERlc2NyaXB0aW9uEgwKBG5hbWUYASABKAkSHwoEaW5mbxgCIAEoCzIRLmFjcC52Mi5BZ2VudEluZm8SGAoQcHJvdG9jb2xfdmVyc2lvbhgDIAEoDRI3ChNwcm9tcHRfY2FwYWJpbGl0aWVzGAQgASgLMhouYWNwLnYyLlByb21wdENhcGFiaWxpdGllcxIcChRzZXNzaW9uX2NhcGFiaWxpdGllcxgFIAMoCRIoCgxhdXRoX21ldGhvZHMYBiADKAsyEi5hY3AudjIuQXV0aE1ldGhvZBINCgVlcnJvchgHIAEoCSI5CglBZ2VudEluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJIkwKElByb21wdENhcGFiaWxpdGllcxINCgVpbWFnZRgBIAEoCBINCgVhdWRpbxgCIAEoCBIYChBlbWJlZGRlZF9jb250ZXh0GAMgASgIIkkKCkF1dGhNZXRob2QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIMCgR0eXBlGAQgASgJMuIGCg5TZXNzaW9uU2VydmljZRJMCg1DcmVhdGVTZXNzaW9uEhwuYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXNwb25zZRI5CgZQcm9tcHQSFS5hY3AudjIuUHJvbXB0UmVxdWVzdBoWLmFjcC52Mi5Qcm9tcHRSZXNwb25zZTABEjYKBVdhdGNoEhQuYWNwLnYyLldhdGNoUmVxdWVzdBoVLmFjcC52Mi5XYXRjaFJlc3BvbnNlMAESNwoGQ2FuY2VsEhUuYWNwLnYyLkNhbmNlbFJlcXVlc3QaFi5hY3AudjIuQ2FuY2VsUmVzcG9uc2USWAoRUmVzcG9uZFBlcm1pc3Npb24SIC5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0GiEuYWNwLnYyLlJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2USQwoKR2V0U2Vzc2lvbhIZLmFjcC52Mi5HZXRTZXNzaW9uUmVxdWVzdBoaLmFjcC52Mi5HZXRTZXNzaW9uUmVzcG9uc2USSQoMTGlzdFNlc3Npb25zEhsuYWNwLnYyLkxpc3RTZXNzaW9uc1JlcXVlc3QaHC5hY3AudjIuTGlzdFNlc3Npb25zUmVzcG9uc2USSQoMQ2xvc2VTZXNzaW9uEhsuYWNwLnYyLkNsb3NlU2Vzc2lvblJlcXVlc3QaHC5hY3AudjIuQ2xvc2VTZXNzaW9uUmVzcG9uc2USOgoHU2V0TW9kZRIWLmFjcC52Mi5TZXRNb2RlUmVxdWVzdBoXLmFjcC52Mi5TZXRNb2RlUmVzcG9uc2USUgoPU2V0Q29uZmlnT3B0aW9uEh4uYWNwLnYyLlNldENvbmZpZ09wdGlvblJlcXVlc3QaHy5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USQwoKTGlzdEFnZW50cxIZLmFjcC52Mi5MaXN0QWdlbnRzUmVxdWVzdBoaLmFjcC52Mi5MaXN0QWdlbnRzUmVzcG9uc2USTAoNRGVsZXRlU2Vzc2lvbhIcLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVxdWVzdBodLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSLWAQoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiaQoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZRITCgthbnN3ZXJlZF9ieRgDIAEoCSIzCgtUdXJuU3RhcnRlZBIkCgZwcm9tcHQYASADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrImIKCVR1cm5FbmRlZBITCgtzdG9wX3JlYXNvbhgBIAEoCRIiCgZyZWFzb24YAiABKA4yEi5hY3AudjIuU3RvcFJlYXNvbhINCgVlcnJvchgDIAEoCRINCgVjYXVzZRgEIAEoCSLqAQoPU2Vzc2lvblNuYXBzaG90EhIKCnNlc3Npb25faWQYASABKAkSJAoKdG9vbF9jYWxscxgCIAMoCzIQLmFjcC52Mi5Ub29sQ2FsbBINCgVhZ2VudBgDIAEoCRILCgNjd2QYBCABKAkSEAoIbGFzdF9zZXEYBSABKAQSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSFAoMc3RhdGVfZGV0YWlsGAggASgJEhoKEmFnZW50X2NvbnRleHRfbG9zdBgJIAEoCCKnAQoOU2Vzc2lvblN1bW1hcnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVhZ2VudBgCIAEoCRILCgNjd2QYAyABKAkSEAoIbGFzdF9zZXEYBCABKAQSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYBiABKAkSFAoMc3RhdGVfZGV0YWlsGAcgASgJIm8KFENyZWF0ZVNlc3Npb25SZXF1ZXN0Eg0KBWFnZW50GAEgASgJEgsKA2N3ZBgCIAEoCRITCgthdXRoX21ldGhvZBgDIAEoCRImCgttY3Bfc2VydmVycxgEIAMoCzIRLmFjcC52Mi5NY3BTZXJ2ZXIijQEKCU1jcFNlcnZlchInCgVzdGRpbxgBIAEoCzIWLmFjcC52Mi5NY3BTZXJ2ZXJTdGRpb0gAEiUKBGh0dHAYAiABKAsyFS5hY3AudjIuTWNwU2VydmVySHR0cEgAEiMKA3NzZRgDIAEoCzIULmFjcC52Mi5NY3BTZXJ2ZXJTc2VIAEILCgl0cmFuc3BvcnQiYAoOTWNwU2VydmVyU3RkaW8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgwKBGFyZ3MYAyADKAkSIQoDZW52GAQgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSJRCg1NY3BTZXJ2ZXJIdHRwEgwKBG5hbWUYASABKAkSCwoDdXJsGAIgASgJEiUKB2hlYWRlcnMYAyADKAsyFC5hY3AudjIuTWNwTmFtZVZhbHVlIlAKDE1jcFNlcnZlclNzZRIMCgRuYW1lGAEgASgJEgsKA3VybBgCIAEoCRIlCgdoZWFkZXJzGAMgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSIrCgxNY3BOYW1lVmFsdWUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI+ChJHZXRTZXNzaW9uUmVzcG9uc2USKAoHc2Vzc2lvbhgBIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3QiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCJAChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIoCghzZXNzaW9ucxgBIAMoCzIWLmFjcC52Mi5TZXNzaW9uU3VtbWFyeSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIXChVEZWxldGVTZXNzaW9uUmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24iEwoRTGlzdEFnZW50c1JlcXVlc3QiPgoSTGlzdEFnZW50c1Jlc3BvbnNlEigKBmFnZW50cxgBIAMoCzIYLmFjcC52Mi5BZ2VudERlc2NyaXB0aW9uIusBChBBZ2VudERlc2NyaXB0aW9uEgwKBG5hbWUYASABKAkSHwoEaW5mbxgCIAEoCzIRLmFjcC52Mi5BZ2VudEluZm8SGAoQcHJvdG9jb2xfdmVyc2lvbhgDIAEoDRI3ChNwcm9tcHRfY2FwYWJpbGl0aWVzGAQgASgLMhouYWNwLnYyLlByb21wdENhcGFiaWxpdGllcxIcChRzZXNzaW9uX2NhcGFiaWxpdGllcxgFIAMoCRIoCgxhdXRoX21ldGhvZHMYBiADKAsyEi5hY3AudjIuQXV0aE1ldGhvZBINCgVlcnJvchgHIAEoCSI5CglBZ2VudEluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJIkwKElByb21wdENhcGFiaWxpdGllcxINCgVpbWFnZRgBIAEoCBINCgVhdWRpbxgCIAEoCBIYChBlbWJlZGRlZF9jb250ZXh0GAMgASgIIkkKCkF1dGhNZXRob2QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIMCgR0eXBlGAQgASgJMuIGCg5TZXNzaW9uU2VydmljZRJMCg1DcmVhdGVTZXNzaW9uEhwuYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXNwb25zZRI5CgZQcm9tcHQSFS5hY3AudjIuUHJvbXB0UmVxdWVzdBoWLmFjcC52Mi5Qcm9tcHRSZXNwb25zZTABEjYKBVdhdGNoEhQuYWNwLnYyLldhdGNoUmVxdWVzdBoVLmFjcC52Mi5XYXRjaFJlc3BvbnNlMAESNwoGQ2FuY2VsEhUuYWNwLnYyLkNhbmNlbFJlcXVlc3QaFi5hY3AudjIuQ2FuY2VsUmVzcG9uc2USWAoRUmVzcG9uZFBlcm1pc3Npb24SIC5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0GiEuYWNwLnYyLlJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2USQwoKR2V0U2Vzc2lvbhIZLmFjcC52Mi5HZXRTZXNzaW9uUmVxdWVzdBoaLmFjcC52Mi5HZXRTZXNzaW9uUmVzcG9uc2USSQoMTGlzdFNlc3Npb25zEhsuYWNwLnYyLkxpc3RTZXNzaW9uc1JlcXVlc3QaHC5hY3AudjIuTGlzdFNlc3Npb25zUmVzcG9uc2USSQoMQ2xvc2VTZXNzaW9uEhsuYWNwLnYyLkNsb3NlU2Vzc2lvblJlcXVlc3QaHC5hY3AudjIuQ2xvc2VTZXNzaW9uUmVzcG9uc2USOgoHU2V0TW9kZRIWLmFjcC52Mi5TZXRNb2RlUmVxdWVzdBoXLmFjcC52Mi5TZXRNb2RlUmVzcG9uc2USUgoPU2V0Q29uZmlnT3B0aW9uEh4uYWNwLnYyLlNldENvbmZpZ09wdGlvblJlcXVlc3QaHy5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USQwoKTGlzdEFnZW50cxIZLmFjcC52Mi5MaXN0QWdlbnRzUmVxdWVzdBoaLmFjcC52Mi5MaXN0QWdlbnRzUmVzcG9uc2USTAoNRGVsZXRlU2Vzc2lvbhIcLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVxdWVzdBodLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * SessionEvent is one stored, numbered event of a session. The update
@@ -577,6 +577,19 @@ export type CreateSessionRequest = Message<"acp.v2.CreateSessionRequest"> & {
    * @generated from field: string auth_method = 3;
    */
   authMethod: string;
+
+  /**
+   * MCP servers to give the agent in session/new (and again in
+   * session/resume or session/load when the session is re-attached), after
+   * those the operator configured for the agent. Each must be allowed by
+   * the gateway's --mcp-allow (INVALID_ARGUMENT naming it otherwise; none
+   * is by default), and its transport advertised by the agent
+   * (INVALID_ARGUMENT otherwise). Their env and header values are never
+   * shown by GetSession or ListSessions, nor logged.
+   *
+   * @generated from field: repeated acp.v2.McpServer mcp_servers = 4;
+   */
+  mcpServers: McpServer[];
 };
 
 /**
@@ -585,6 +598,181 @@ export type CreateSessionRequest = Message<"acp.v2.CreateSessionRequest"> & {
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
   messageDesc(file_acp_v2_session_service, 8);
+
+/**
+ * McpServer is an MCP server an agent connects to (ACP McpServer).
+ *
+ * @generated from message acp.v2.McpServer
+ */
+export type McpServer = Message<"acp.v2.McpServer"> & {
+  /**
+   * @generated from oneof acp.v2.McpServer.transport
+   */
+  transport: {
+    /**
+     * A server the agent starts as its child and talks to over stdio.
+     *
+     * @generated from field: acp.v2.McpServerStdio stdio = 1;
+     */
+    value: McpServerStdio;
+    case: "stdio";
+  } | {
+    /**
+     * A server the agent reaches over streamable HTTP.
+     *
+     * @generated from field: acp.v2.McpServerHttp http = 2;
+     */
+    value: McpServerHttp;
+    case: "http";
+  } | {
+    /**
+     * A server the agent reaches over HTTP with server-sent events (ACP
+     * v1 only).
+     *
+     * @generated from field: acp.v2.McpServerSse sse = 3;
+     */
+    value: McpServerSse;
+    case: "sse";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message acp.v2.McpServer.
+ * Use `create(McpServerSchema)` to create a new message.
+ */
+export const McpServerSchema: GenMessage<McpServer> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 9);
+
+/**
+ * McpServerStdio is a stdio MCP server (ACP McpServerStdio).
+ *
+ * @generated from message acp.v2.McpServerStdio
+ */
+export type McpServerStdio = Message<"acp.v2.McpServerStdio"> & {
+  /**
+   * A name identifying the server to the agent.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The server's executable: an absolute path.
+   *
+   * @generated from field: string command = 2;
+   */
+  command: string;
+
+  /**
+   * @generated from field: repeated string args = 3;
+   */
+  args: string[];
+
+  /**
+   * Environment variables set for the server.
+   *
+   * @generated from field: repeated acp.v2.McpNameValue env = 4;
+   */
+  env: McpNameValue[];
+};
+
+/**
+ * Describes the message acp.v2.McpServerStdio.
+ * Use `create(McpServerStdioSchema)` to create a new message.
+ */
+export const McpServerStdioSchema: GenMessage<McpServerStdio> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 10);
+
+/**
+ * McpServerHttp is an HTTP MCP server (ACP McpServerHttp).
+ *
+ * @generated from message acp.v2.McpServerHttp
+ */
+export type McpServerHttp = Message<"acp.v2.McpServerHttp"> & {
+  /**
+   * A name identifying the server to the agent.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * HTTP headers set on the requests to the server.
+   *
+   * @generated from field: repeated acp.v2.McpNameValue headers = 3;
+   */
+  headers: McpNameValue[];
+};
+
+/**
+ * Describes the message acp.v2.McpServerHttp.
+ * Use `create(McpServerHttpSchema)` to create a new message.
+ */
+export const McpServerHttpSchema: GenMessage<McpServerHttp> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 11);
+
+/**
+ * McpServerSse is an SSE MCP server (ACP McpServerSse).
+ *
+ * @generated from message acp.v2.McpServerSse
+ */
+export type McpServerSse = Message<"acp.v2.McpServerSse"> & {
+  /**
+   * A name identifying the server to the agent.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * HTTP headers set on the requests to the server.
+   *
+   * @generated from field: repeated acp.v2.McpNameValue headers = 3;
+   */
+  headers: McpNameValue[];
+};
+
+/**
+ * Describes the message acp.v2.McpServerSse.
+ * Use `create(McpServerSseSchema)` to create a new message.
+ */
+export const McpServerSseSchema: GenMessage<McpServerSse> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 12);
+
+/**
+ * McpNameValue is an environment variable or an HTTP header of an MCP
+ * server (ACP EnvVariable, HttpHeader).
+ *
+ * @generated from message acp.v2.McpNameValue
+ */
+export type McpNameValue = Message<"acp.v2.McpNameValue"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string value = 2;
+   */
+  value: string;
+};
+
+/**
+ * Describes the message acp.v2.McpNameValue.
+ * Use `create(McpNameValueSchema)` to create a new message.
+ */
+export const McpNameValueSchema: GenMessage<McpNameValue> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 13);
 
 /**
  * CreateSessionResponse returns the new session's id.
@@ -603,7 +791,7 @@ export type CreateSessionResponse = Message<"acp.v2.CreateSessionResponse"> & {
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 9);
+  messageDesc(file_acp_v2_session_service, 14);
 
 /**
  * PromptRequest sends a user turn.
@@ -634,7 +822,7 @@ export type PromptRequest = Message<"acp.v2.PromptRequest"> & {
  * Use `create(PromptRequestSchema)` to create a new message.
  */
 export const PromptRequestSchema: GenMessage<PromptRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 10);
+  messageDesc(file_acp_v2_session_service, 15);
 
 /**
  * PromptResponse carries one event of the turn, or a heartbeat.
@@ -661,7 +849,7 @@ export type PromptResponse = Message<"acp.v2.PromptResponse"> & {
  * Use `create(PromptResponseSchema)` to create a new message.
  */
 export const PromptResponseSchema: GenMessage<PromptResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 11);
+  messageDesc(file_acp_v2_session_service, 16);
 
 /**
  * WatchRequest subscribes to a session's events.
@@ -698,7 +886,7 @@ export type WatchRequest = Message<"acp.v2.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 12);
+  messageDesc(file_acp_v2_session_service, 17);
 
 /**
  * WatchResponse carries one event, or a heartbeat.
@@ -725,7 +913,7 @@ export type WatchResponse = Message<"acp.v2.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 13);
+  messageDesc(file_acp_v2_session_service, 18);
 
 /**
  * CancelRequest cancels the session's current turn.
@@ -744,7 +932,7 @@ export type CancelRequest = Message<"acp.v2.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 14);
+  messageDesc(file_acp_v2_session_service, 19);
 
 /**
  * CancelResponse is empty.
@@ -759,7 +947,7 @@ export type CancelResponse = Message<"acp.v2.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 15);
+  messageDesc(file_acp_v2_session_service, 20);
 
 /**
  * RespondPermissionRequest answers a permission request with an option, or
@@ -794,7 +982,7 @@ export type RespondPermissionRequest = Message<"acp.v2.RespondPermissionRequest"
  * Use `create(RespondPermissionRequestSchema)` to create a new message.
  */
 export const RespondPermissionRequestSchema: GenMessage<RespondPermissionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 16);
+  messageDesc(file_acp_v2_session_service, 21);
 
 /**
  * RespondPermissionResponse is empty.
@@ -809,7 +997,7 @@ export type RespondPermissionResponse = Message<"acp.v2.RespondPermissionRespons
  * Use `create(RespondPermissionResponseSchema)` to create a new message.
  */
 export const RespondPermissionResponseSchema: GenMessage<RespondPermissionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 17);
+  messageDesc(file_acp_v2_session_service, 22);
 
 /**
  * GetSessionRequest names a session.
@@ -828,7 +1016,7 @@ export type GetSessionRequest = Message<"acp.v2.GetSessionRequest"> & {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 18);
+  messageDesc(file_acp_v2_session_service, 23);
 
 /**
  * GetSessionResponse returns the session's merged state.
@@ -847,7 +1035,7 @@ export type GetSessionResponse = Message<"acp.v2.GetSessionResponse"> & {
  * Use `create(GetSessionResponseSchema)` to create a new message.
  */
 export const GetSessionResponseSchema: GenMessage<GetSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 19);
+  messageDesc(file_acp_v2_session_service, 24);
 
 /**
  * ListSessionsRequest is empty: it lists the caller's sessions.
@@ -862,7 +1050,7 @@ export type ListSessionsRequest = Message<"acp.v2.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 20);
+  messageDesc(file_acp_v2_session_service, 25);
 
 /**
  * ListSessionsResponse lists sessions.
@@ -881,7 +1069,7 @@ export type ListSessionsResponse = Message<"acp.v2.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 21);
+  messageDesc(file_acp_v2_session_service, 26);
 
 /**
  * CloseSessionRequest names the session to end.
@@ -900,7 +1088,7 @@ export type CloseSessionRequest = Message<"acp.v2.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 22);
+  messageDesc(file_acp_v2_session_service, 27);
 
 /**
  * CloseSessionResponse is empty.
@@ -915,7 +1103,7 @@ export type CloseSessionResponse = Message<"acp.v2.CloseSessionResponse"> & {
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 23);
+  messageDesc(file_acp_v2_session_service, 28);
 
 /**
  * DeleteSessionRequest names the session to delete.
@@ -934,7 +1122,7 @@ export type DeleteSessionRequest = Message<"acp.v2.DeleteSessionRequest"> & {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 24);
+  messageDesc(file_acp_v2_session_service, 29);
 
 /**
  * DeleteSessionResponse is empty.
@@ -949,7 +1137,7 @@ export type DeleteSessionResponse = Message<"acp.v2.DeleteSessionResponse"> & {
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 25);
+  messageDesc(file_acp_v2_session_service, 30);
 
 /**
  * SetModeRequest names the mode to switch to.
@@ -973,7 +1161,7 @@ export type SetModeRequest = Message<"acp.v2.SetModeRequest"> & {
  * Use `create(SetModeRequestSchema)` to create a new message.
  */
 export const SetModeRequestSchema: GenMessage<SetModeRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 26);
+  messageDesc(file_acp_v2_session_service, 31);
 
 /**
  * SetModeResponse is empty.
@@ -988,7 +1176,7 @@ export type SetModeResponse = Message<"acp.v2.SetModeResponse"> & {
  * Use `create(SetModeResponseSchema)` to create a new message.
  */
 export const SetModeResponseSchema: GenMessage<SetModeResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 27);
+  messageDesc(file_acp_v2_session_service, 32);
 
 /**
  * SetConfigOptionRequest sets one configuration option.
@@ -1033,7 +1221,7 @@ export type SetConfigOptionRequest = Message<"acp.v2.SetConfigOptionRequest"> & 
  * Use `create(SetConfigOptionRequestSchema)` to create a new message.
  */
 export const SetConfigOptionRequestSchema: GenMessage<SetConfigOptionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 28);
+  messageDesc(file_acp_v2_session_service, 33);
 
 /**
  * SetConfigOptionResponse returns every option with its current value.
@@ -1052,7 +1240,7 @@ export type SetConfigOptionResponse = Message<"acp.v2.SetConfigOptionResponse"> 
  * Use `create(SetConfigOptionResponseSchema)` to create a new message.
  */
 export const SetConfigOptionResponseSchema: GenMessage<SetConfigOptionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 29);
+  messageDesc(file_acp_v2_session_service, 34);
 
 /**
  * ListAgentsRequest is empty: it lists the agents the caller may start.
@@ -1067,7 +1255,7 @@ export type ListAgentsRequest = Message<"acp.v2.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 30);
+  messageDesc(file_acp_v2_session_service, 35);
 
 /**
  * ListAgentsResponse lists agents, sorted by name.
@@ -1086,7 +1274,7 @@ export type ListAgentsResponse = Message<"acp.v2.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 31);
+  messageDesc(file_acp_v2_session_service, 36);
 
 /**
  * AgentDescription is a configured agent and what it said of itself in its
@@ -1160,7 +1348,7 @@ export type AgentDescription = Message<"acp.v2.AgentDescription"> & {
  * Use `create(AgentDescriptionSchema)` to create a new message.
  */
 export const AgentDescriptionSchema: GenMessage<AgentDescription> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 32);
+  messageDesc(file_acp_v2_session_service, 37);
 
 /**
  * AgentInfo is an ACP Implementation.
@@ -1191,7 +1379,7 @@ export type AgentInfo = Message<"acp.v2.AgentInfo"> & {
  * Use `create(AgentInfoSchema)` to create a new message.
  */
 export const AgentInfoSchema: GenMessage<AgentInfo> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 33);
+  messageDesc(file_acp_v2_session_service, 38);
 
 /**
  * PromptCapabilities say which content blocks beyond text and resource
@@ -1223,7 +1411,7 @@ export type PromptCapabilities = Message<"acp.v2.PromptCapabilities"> & {
  * Use `create(PromptCapabilitiesSchema)` to create a new message.
  */
 export const PromptCapabilitiesSchema: GenMessage<PromptCapabilities> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 34);
+  messageDesc(file_acp_v2_session_service, 39);
 
 /**
  * AuthMethod is one of an agent's authentication methods.
@@ -1262,7 +1450,7 @@ export type AuthMethod = Message<"acp.v2.AuthMethod"> & {
  * Use `create(AuthMethodSchema)` to create a new message.
  */
 export const AuthMethodSchema: GenMessage<AuthMethod> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 35);
+  messageDesc(file_acp_v2_session_service, 40);
 
 /**
  * SessionService puts ACP agents on the network: each session runs one agent,
