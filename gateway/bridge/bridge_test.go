@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
@@ -594,6 +596,41 @@ func TestUnreachableGatewayIsAClearError(t *testing.T) {
 	for _, want := range []string{"CreateSession", "unavailable", "gateway"} {
 		if !strings.Contains(rerr.Message, want) {
 			t.Errorf("message %q does not name %q", rerr.Message, want)
+		}
+	}
+}
+
+// A turn whose Prompt stream the gateway cuts off because the bridge fell
+// too far behind (a flood past --watch-buffer) is followed on in the
+// session's log with Watch: the editor gets every update once, in order,
+// and the turn's answer. (The cut-off was the editor's error, and the rest
+// of the turn was lost to it.)
+func TestCutOffTurnIsFollowedInTheLog(t *testing.T) {
+	t.Parallel()
+	const n = 3000
+	flood := agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Flood: &agentsim.Flood{
+		Count: n, Update: []byte(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"{{n}}"}}`)}}}}}}
+	g := startGateway(t, map[string]agentsim.Script{"sim": flood}, func(c *app.Config) {
+		c.Session.WatchBuffer = 16
+	})
+	e := startEditor(t, bridgeOptions(g, "sim"), nil)
+	e.initialize(t)
+	sid := e.newSession(t)
+	res, err := e.prompt(testCtx(t), sid, "flood")
+	if err != nil {
+		t.Fatalf("session/prompt: %v", err)
+	}
+	if res.StopReason != acp.StopReasonEndTurn {
+		t.Errorf("stopReason %q, want end_turn", res.StopReason)
+	}
+	updates, _ := e.rec.snapshot()
+	got := texts(updates)
+	if len(got) != n {
+		t.Fatalf("the editor got %d chunks, want %d", len(got), n)
+	}
+	for i, s := range got {
+		if s != strconv.Itoa(i+1) {
+			t.Fatalf("chunk %d is %q, want %d", i, s, i+1)
 		}
 	}
 }

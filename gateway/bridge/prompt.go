@@ -126,8 +126,22 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 			return b.endTurn(s, te, acked)
 		}
 	}
+	err = stream.Err()
+	s.mu.Lock()
+	started := t.started
+	s.mu.Unlock()
+	if started && resumable(err) {
+		// Cut off mid-turn (the stream fell too far behind, or the
+		// gateway's replicas changed hands): the turn goes on in the
+		// session's log; follow it there from where the editor is.
+		te, werr := b.resumeTurn(ctx, s)
+		if te != nil {
+			return b.endTurn(s, te, acked)
+		}
+		err = werr
+	}
 	var rerr *jsonrpc2.Error
-	if err := stream.Err(); err != nil {
+	if err != nil {
 		rerr = rpcError("Prompt", err)
 	} else {
 		rerr = &jsonrpc2.Error{Code: codeInternal, Message: "acp-gateway: the Prompt stream ended before the turn did"}
@@ -136,6 +150,54 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 		return b.endTurn(s, &acpv2.TurnEnded{Error: rerr.Message}, true)
 	}
 	return nil, rerr
+}
+
+// resumable says whether a stream that ended with err may be taken up
+// again with Watch afterSeq: it was cut off, not refused.
+func resumable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeResourceExhausted, connect.CodeAborted:
+		return true
+	}
+	return false
+}
+
+// resumeTurns bounds the Watch streams a cut-off turn is followed on.
+const resumeTurns = 8
+
+// resumeTurn follows session s's log from where the editor is until the
+// running turn's end, which it returns, sending the editor each event's
+// updates; nil and the last stream's error if it cannot.
+func (b *bridge) resumeTurn(ctx context.Context, s *session) (*acpv2.TurnEnded, error) {
+	var err error
+	for range resumeTurns {
+		s.out.Lock()
+		after := s.lastSeq
+		s.out.Unlock()
+		b.log.Info("the turn's stream was cut off: following the session's log", "session", s.id, "after_seq", after, "error", err)
+		var stream *connect.ServerStreamForClient[acpv2.WatchResponse]
+		stream, err = b.client.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: s.id, AfterSeq: after}))
+		if err != nil {
+			return nil, err
+		}
+		for stream.Receive() {
+			ev := stream.Msg().GetEvent()
+			if ev == nil {
+				continue
+			}
+			b.handleLive(s, ev)
+			if te := ev.GetTurnEnded(); te != nil {
+				_ = stream.Close()
+				return te, nil
+			}
+		}
+		err = stream.Err()
+		_ = stream.Close()
+		if !resumable(err) {
+			return nil, err
+		}
+	}
+	return nil, err
 }
 
 // endTurn answers the prompt for the turn's end: with its stop reason, or
