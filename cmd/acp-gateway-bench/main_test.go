@@ -48,7 +48,7 @@ func TestBenchQuickReport(t *testing.T) {
 		t.Fatalf("last line is not the headline: %q", last)
 	}
 	for _, want := range []string{"pipe (floor)", "websocketd", "gateway memory connect+json", "gateway memory connect+proto",
-		"gateway memory grpc", "gateway bolt connect+proto", "gateway redis connect+proto", "watchers", "scale: 3 sessions"} {
+		"gateway memory grpc", "gateway memory acp", "gateway bolt connect+proto", "gateway redis connect+proto", "watchers", "scale: 3 sessions"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the report does not mention %q:\n%s", want, stdout.String())
 		}
@@ -141,7 +141,7 @@ func TestBenchQuickReport(t *testing.T) {
 			t.Errorf("the gateway path has no ratio to the pipe")
 		}
 	}
-	if got := strings.Join(keys, ","); got != "pipe,websocketd,json,proto,grpc,nogzip,deltas,bolt,redis" {
+	if got := strings.Join(keys, ","); got != "pipe,websocketd,json,proto,grpc,nogzip,deltas,acp,bolt,redis" {
 		t.Errorf("paths %s", got)
 	}
 	if len(rep.Fanout) != 2 || rep.Fanout[0].Watchers != 1 || rep.Fanout[1].Watchers != 3 || rep.Fanout[0].Error != "" || rep.Fanout[1].Error != "" {

@@ -26,7 +26,7 @@ import (
 )
 
 // Path keys, the values of Config.Paths, in the order they run.
-var PathKeys = []string{"pipe", "websocketd", "json", "proto", "grpc", "nogzip", "deltas", "bolt", "redis"}
+var PathKeys = []string{"pipe", "websocketd", "json", "proto", "grpc", "nogzip", "deltas", "acp", "bolt", "redis"}
 
 // ProfilePaths are the values of Config.ProfilePath: the gateway paths
 // (every path key but the pipe and websocketd), fanout and scale.
@@ -373,7 +373,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 		for _, mp := range []struct{ key, protocol string }{
 			{"json", protoConnectJSON}, {"proto", protoConnectProto}, {"grpc", protoGRPC}, {"nogzip", protoConnectIdentity},
-			{"deltas", protoConnectDeltas},
+			{"deltas", protoConnectDeltas}, {"acp", protoACP},
 		} {
 			if want(mp.key) {
 				gatewayRun(mp.key, "memory", "memory:", mp.protocol)
@@ -529,8 +529,11 @@ func pathLine(p PathResult) string {
 
 func gatewayPath(key, store, protocol string) PathResult {
 	transport := "HTTP/1.1"
-	if protocol == protoGRPC {
+	switch protocol {
+	case protoGRPC:
 		transport = "h2c"
+	case protoACP:
+		transport = "a WebSocket (HTTP/1.1 upgrade)"
 	}
 	return PathResult{
 		Name: fmt.Sprintf("gateway %s %s", store, protocol), Key: key, Gateway: true, Store: store,
@@ -588,7 +591,13 @@ func runGatewayPath(ctx context.Context, p *PathResult, g *gatewayProc, tr *tran
 	one := func(t turnSpec) (turnResult, error) {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		r, err := gatewayTurn(tctx, c, t.Protocol, t.Work, cwd, cpu)
+		var r turnResult
+		var err error
+		if p.client == protoACP {
+			r, err = acpTurn(tctx, g.base, t, cwd, cpu)
+		} else {
+			r, err = gatewayTurn(tctx, c, t.Protocol, t.Work, cwd, cpu)
+		}
 		if err != nil {
 			err = fmt.Errorf("%v %s", err, strings.TrimSpace(g.stderr.String()))
 		}

@@ -73,7 +73,7 @@ func TestAgentPlaysAWorkload(t *testing.T) {
 			}
 			return line, err
 		}
-		r, err := lineClient(v, Workload{Updates: 25, Payload: 32}, send, recvWatch, nil)
+		r, err := lineClient(v, Workload{Updates: 25, Payload: 32}, "/", false, send, recvWatch, nil)
 		if err != nil {
 			t.Fatalf("v%d: %v", v, err)
 		}
@@ -238,7 +238,7 @@ func TestAgentShares(t *testing.T) {
 // websocketd, which run no gateway, cannot.
 func TestProfilePaths(t *testing.T) {
 	t.Parallel()
-	want := []string{"json", "proto", "grpc", "nogzip", "deltas", "bolt", "redis", "fanout", "scale"}
+	want := []string{"json", "proto", "grpc", "nogzip", "deltas", "acp", "bolt", "redis", "fanout", "scale"}
 	if got := ProfilePaths(); !slices.Equal(got, want) {
 		t.Fatalf("ProfilePaths() = %q, want %q", got, want)
 	}

@@ -27,6 +27,9 @@ const (
 	// protoConnectDeltas is connect+proto whose streams ask for deltas
 	// only (PromptRequest.deltas_only): no merged tool-call events.
 	protoConnectDeltas = "connect+proto, deltas only"
+	// protoACP is ACP's own JSON-RPC, one message a WebSocket text frame,
+	// at the gateway's /acp (package acpnet, over package bridge).
+	protoACP = "acp"
 )
 
 // transports are the HTTP clients of the gateway paths: HTTP/1.1 for

@@ -13,7 +13,8 @@
 //     by gateway/app as `acp-gateway serve` assembles it, with hooks serve
 //     does not have: its heap after a GC, profiles on demand, its children
 //     left after shutdown) with the memory store, through Connect JSON, Connect
-//     binary, gRPC, and Connect binary without gzip;
+//     binary, gRPC, and Connect binary without gzip, and ACP itself over
+//     a WebSocket to its /acp;
 //   - the gateway with the bolt store and with the Redis store;
 //
 // and the client notes when each update arrives. The gateway also serves

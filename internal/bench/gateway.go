@@ -144,6 +144,7 @@ func serveGateway(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		Auth:             authn,
 		AnyCwd:           authn != nil,
 		AuthFailureLimit: *failureLimit,
+		ACP:              true, // as serve's --acp default
 		Extra: map[string]http.Handler{
 			"GET /bench/memstats":      http.HandlerFunc(memstatsHandler),
 			"POST /bench/profile/{op}": prof,

@@ -40,6 +40,7 @@ type inbound struct {
 		SessionID string `json:"sessionId"`
 		Update    struct {
 			SessionUpdate string `json:"sessionUpdate"`
+			State         string `json:"state"`
 			Meta          struct {
 				Bench struct {
 					N int64  `json:"n"`
@@ -56,29 +57,38 @@ func decodeLine(line []byte, m *inbound) error {
 	return json.Unmarshal(line, m)
 }
 
-// handshake lines a client sends: initialize, session/new, and the prompt
-// (the session id is the synthetic agent's first).
-func handshakeLines(protocol int, w Workload) [3][]byte {
+// handshakeLines are the lines a client sends first: initialize and
+// session/new (in cwd, an absolute path).
+func handshakeLines(protocol int, cwd string) [2][]byte {
+	cwdJSON, _ := json.Marshal(cwd)
+	return [2][]byte{
+		[]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":` + strconv.Itoa(protocol) + `,"clientCapabilities":{}}}`),
+		[]byte(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":` + string(cwdJSON) + `,"mcpServers":[]}}`),
+	}
+}
+
+// promptLine is the session/prompt (request id 3) that makes the agent
+// of session id play w.
+func promptLine(sessionID string, w Workload) []byte {
 	text, _ := json.Marshal(w)
 	prompt, _ := json.Marshal(map[string]any{
 		"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
-		"params": map[string]any{"sessionId": "bench-session-1", "prompt": []any{map[string]any{"type": "text", "text": string(text)}}},
+		"params": map[string]any{"sessionId": sessionID, "prompt": []any{map[string]any{"type": "text", "text": string(text)}}},
 	})
-	return [3][]byte{
-		[]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":` + strconv.Itoa(protocol) + `,"clientCapabilities":{}}}`),
-		[]byte(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}`),
-		prompt,
-	}
+	return prompt
 }
 
 // lineClient runs the client side of one turn over a line transport:
 // send writes one line (without its newline), recv returns the next line.
-// It returns when the prompt (request id 3) is answered.
-func lineClient(protocol int, w Workload, send func([]byte) error, recv func() ([]byte, error), cpu func() time.Duration) (turnResult, error) {
-	hs := handshakeLines(protocol, w)
+// The session is the one session/new (in cwd) answers with. It returns
+// when the turn ends (see below), or with closeSession when
+// the session/close it then sends (id 4) is.
+func lineClient(protocol int, w Workload, cwd string, closeSession bool, send func([]byte) error, recv func() ([]byte, error), cpu func() time.Duration) (turnResult, error) {
+	hs := handshakeLines(protocol, cwd)
 	var k tracker
 	k.r.Samples = make([]int64, 0, w.Updates)
 	var m inbound
+	var sessionID string
 	// initialize and session/new, one at a time.
 	for i := 0; i < 2; i++ {
 		if err := send(hs[i]); err != nil {
@@ -93,6 +103,15 @@ func lineClient(protocol int, w Workload, send func([]byte) error, recv func() (
 				if len(m.Error) > 0 {
 					return k.r, fmt.Errorf("agent refused request %d: %s", i+1, m.Error)
 				}
+				if i == 1 {
+					var res struct {
+						SessionID string `json:"sessionId"`
+					}
+					if err := json.Unmarshal(m.Result, &res); err != nil || res.SessionID == "" {
+						return k.r, fmt.Errorf("session/new answered no session id: %s", m.Result)
+					}
+					sessionID = res.SessionID
+				}
 				break
 			}
 		}
@@ -101,9 +120,13 @@ func lineClient(protocol int, w Workload, send func([]byte) error, recv func() (
 	if cpu != nil {
 		cpu0 = cpu()
 	}
-	if err := send(hs[2]); err != nil {
+	if err := send(promptLine(sessionID, w)); err != nil {
 		return k.r, err
 	}
+	// The turn ends with the prompt's answer, and in v2 with the idle
+	// state_update too, which the gateway sends after answering (it
+	// answers once the turn started), the synthetic agent before.
+	var answered, idle bool
 	for {
 		line, err := recv()
 		if err != nil {
@@ -119,7 +142,16 @@ func lineClient(protocol int, w Workload, send func([]byte) error, recv func() (
 				k.see(b.N, t, recvT)
 			}
 		}
+		if m.Params.Update.SessionUpdate == "state_update" && m.Params.Update.State == "idle" {
+			idle = true
+		}
 		if string(m.ID) == "3" {
+			if len(m.Error) > 0 {
+				return k.r, fmt.Errorf("the prompt failed: %s", m.Error)
+			}
+			answered = true
+		}
+		if answered && (idle || protocol < 2) {
 			break
 		}
 	}
@@ -128,6 +160,23 @@ func lineClient(protocol int, w Workload, send func([]byte) error, recv func() (
 	}
 	if k.r.Updates != w.Updates {
 		return k.r, fmt.Errorf("received %d of %d updates", k.r.Updates, w.Updates)
+	}
+	if closeSession {
+		if err := send([]byte(`{"jsonrpc":"2.0","id":4,"method":"session/close","params":{"sessionId":` + strconv.Quote(sessionID) + `}}`)); err != nil {
+			return k.r, err
+		}
+		for {
+			line, err := recv()
+			if err != nil {
+				return k.r, fmt.Errorf("waiting for session/close: %w", err)
+			}
+			if decodeLine(line, &m) == nil && string(m.ID) == "4" {
+				if len(m.Error) > 0 {
+					return k.r, fmt.Errorf("session/close: %s", m.Error)
+				}
+				break
+			}
+		}
 	}
 	return k.r, nil
 }
@@ -209,7 +258,7 @@ func pipeTurn(ctx context.Context, self []string, runID string, t turnSpec) (tur
 		}
 		return line, nil
 	}
-	r, err := lineClient(t.Protocol, t.Work, send, recv, selfCPU)
+	r, err := lineClient(t.Protocol, t.Work, "/", false, send, recv, selfCPU)
 	_ = stdin.Close()
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cmd.Wait() }()

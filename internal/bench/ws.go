@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/acp-gateway/acp-gateway/gateway/acpnet"
 )
 
 // websocketdProc is a running websocketd serving the synthetic agent: each
@@ -102,11 +104,32 @@ func freePort() (int, error) {
 // wsTurn runs one turn through websocketd: a WebSocket connection (so an
 // agent process), the handshake, the prompt, every message decoded.
 func wsTurn(ctx context.Context, w *websocketdProc, t turnSpec) (turnResult, error) {
+	cpu := func() time.Duration {
+		d, _ := procCPU(w.pid)
+		return d
+	}
+	return wsLineTurn(ctx, w.url+"?protocol="+strconv.Itoa(t.Protocol), nil, t, "/", false, cpu)
+}
+
+// acpTurn runs one turn through the gateway's own ACP endpoint: a
+// WebSocket to /acp/AGENT (the synthetic agent speaking t.Protocol, the
+// client asking for it too), initialize, session/new in cwd, the prompt,
+// every message decoded as websocketd's are; then session/close, so the
+// gateway ends the agent as the Connect paths' CloseSession does (an /acp
+// session outlives its connection). cpu reads the gateway's CPU time.
+func acpTurn(ctx context.Context, base string, t turnSpec, cwd string, cpu func() time.Duration) (turnResult, error) {
+	url := "ws" + strings.TrimPrefix(base, "http") + "/acp/" + agentName(t.Protocol)
+	return wsLineTurn(ctx, url, []string{acpnet.Subprotocol}, t, cwd, true, cpu)
+}
+
+// wsLineTurn runs one turn of lineClient over a WebSocket to url, one
+// JSON-RPC message a text frame; closeSession as lineClient's.
+func wsLineTurn(ctx context.Context, url string, subprotocols []string, t turnSpec, cwd string, closeSession bool, cpu func() time.Duration) (turnResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, w.url+"?protocol="+strconv.Itoa(t.Protocol), &websocket.DialOptions{CompressionMode: websocket.CompressionDisabled})
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{CompressionMode: websocket.CompressionDisabled, Subprotocols: subprotocols})
 	if err != nil {
-		return turnResult{}, fmt.Errorf("websocket dial: %w", err)
+		return turnResult{}, fmt.Errorf("websocket dial %s: %w", url, err)
 	}
 	defer c.CloseNow() //nolint:errcheck
 	c.SetReadLimit(64 << 20)
@@ -115,11 +138,7 @@ func wsTurn(ctx context.Context, w *websocketdProc, t turnSpec) (turnResult, err
 		_, b, err := c.Read(ctx)
 		return b, err
 	}
-	cpu := func() time.Duration {
-		d, _ := procCPU(w.pid)
-		return d
-	}
-	r, err := lineClient(t.Protocol, t.Work, send, recv, cpu)
+	r, err := lineClient(t.Protocol, t.Work, cwd, closeSession, send, recv, cpu)
 	if err != nil {
 		return r, err
 	}
