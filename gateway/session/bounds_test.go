@@ -428,3 +428,55 @@ func TestPermissionResolvedSaysWhoAnswered(t *testing.T) {
 		t.Fatalf("answered by %q, want %q", by, want)
 	}
 }
+
+// A call the agent told of only in its permission request (gemini and
+// qwen put a tool's title and input there) is in the session's calls once
+// the request ends, whatever the answer; a call the agent reported itself
+// is left as the agent has it.
+func TestPermissionRequestsCallIsKept(t *testing.T) {
+	t.Parallel()
+	st, s := storedSession(t, Options{}, acpjson.V2)
+	update(t, s, []agent.Update{{Update: &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: &acpv2.ToolCallUpdate{
+		ToolCallId: "reported", Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "as reported"}}}}}}})
+	for _, id := range []string{"told", "reported"} {
+		params := []byte(`{"toolCall":{"toolCallId":"` + id + `","title":"from the request","kind":"execute","rawInput":{"command":"rm -rf /"}},"options":[{"optionId":"no","name":"No","kind":"reject_once"}]}`)
+		if _, _, err := s.RequestPermission(params); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		rid := fmt.Sprintf("perm-%d", s.seq)
+		s.mu.Unlock()
+		if err := s.RespondPermission(rid, "no", false, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored(t, s)
+	titles := map[string]string{}
+	for _, tc := range s.Snapshot().GetToolCalls() {
+		titles[tc.GetToolCallId()] = tc.GetTitle()
+	}
+	if titles["told"] != "from the request" || titles["reported"] != "as reported" {
+		t.Fatalf("titles after the requests = %q, want told's from the request and reported's as reported", titles)
+	}
+	events, err := st.Events(context.Background(), s.rec.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// told's call is stored, before its request's resolution.
+	stored, resolved := -1, -1
+	for i, ev := range events {
+		m, err := ev.Message()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.GetToolCall().GetToolCallId() == "told" && stored < 0 {
+			stored = i
+		}
+		if m.GetPermissionResolved() != nil && resolved < 0 {
+			resolved = i
+		}
+	}
+	if stored < 0 || stored > resolved {
+		t.Fatalf("told's call stored at event %d, its request resolved at %d: want it stored first", stored, resolved)
+	}
+}
