@@ -7,10 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
-	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
@@ -26,10 +23,6 @@ type permission struct {
 	timedOut bool
 	asked    time.Time
 	timer    *time.Timer
-	// toolCall is the request's tool-call patch, merged into the
-	// session's calls as the request ends if the agent never reported the
-	// call (see resolveLocked).
-	toolCall *acpv2.ToolCallUpdate
 }
 
 func cancelled() *acpv2.PermissionOutcome {
@@ -73,7 +66,7 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 			req.Preview = preview
 		}
 	}
-	p := &permission{options: req.GetOptions(), reply: make(chan *acpv2.PermissionOutcome, 1), asked: time.Now(), toolCall: req.GetToolCall()}
+	p := &permission{options: req.GetOptions(), reply: make(chan *acpv2.PermissionOutcome, 1), asked: time.Now()}
 	s.perms[id] = p
 	s.pending++
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: req}}}, nil); err != nil {
@@ -137,16 +130,6 @@ func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome, by 
 		delete(s.perms, s.answered[0])
 		s.answered = slices.Delete(s.answered, 0, 1)
 	}
-	if tc := p.toolCall; tc != nil && s.tools.Get(tc.GetToolCallId()) == nil {
-		// Some agents (gemini, qwen) tell a call's title and input only in
-		// its permission request, and report nothing more of a call that
-		// was refused: the request's patch is merged as it ends, so that
-		// the call is in the session's calls (GetSession) whatever the
-		// answer. A call the agent reported is left as it has it.
-		patch := proto.CloneOf(tc) // the request's event holds tc
-		s.sessionUpdatesLocked([]agent.Update{{Update: &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: patch}}}})
-	}
-	p.toolCall = nil
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionResolved{
 		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome, AnsweredBy: by}}}}, nil)
 	p.reply <- outcome

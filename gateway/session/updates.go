@@ -126,11 +126,6 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 	if s.loading {
 		return // history replayed by session/load
 	}
-	s.sessionUpdatesLocked(updates)
-}
-
-// sessionUpdatesLocked is sessionUpdates with s.mu held.
-func (s *Session) sessionUpdatesLocked(updates []agent.Update) {
 	events := make([]*acpv2.SessionEvent, 0, 2*len(updates))
 	bodies := make([]encoded.Body, 0, 2*len(updates))
 	var changed []toolChange
