@@ -88,34 +88,39 @@ func lineClient(protocol int, w Workload, cwd string, closeSession bool, send fu
 	var k tracker
 	k.r.Samples = make([]int64, 0, w.Updates)
 	var m inbound
-	var sessionID string
-	// initialize and session/new, one at a time.
-	for i := 0; i < 2; i++ {
-		if err := send(hs[i]); err != nil {
-			return k.r, err
+	// call sends a request line and returns its answer's result (the lines
+	// before it are not the turn's: nothing is measured yet).
+	call := func(id int, what string, line []byte) (json.RawMessage, error) {
+		if err := send(line); err != nil {
+			return nil, err
 		}
 		for {
 			line, err := recv()
 			if err != nil {
-				return k.r, fmt.Errorf("waiting for the answer %d: %w", i+1, err)
+				return nil, fmt.Errorf("waiting for the answer to %s: %w", what, err)
 			}
-			if decodeLine(line, &m) == nil && string(m.ID) == strconv.Itoa(i+1) {
+			if decodeLine(line, &m) == nil && string(m.ID) == strconv.Itoa(id) {
 				if len(m.Error) > 0 {
-					return k.r, fmt.Errorf("agent refused request %d: %s", i+1, m.Error)
+					return nil, fmt.Errorf("%s refused: %s", what, m.Error)
 				}
-				if i == 1 {
-					var res struct {
-						SessionID string `json:"sessionId"`
-					}
-					if err := json.Unmarshal(m.Result, &res); err != nil || res.SessionID == "" {
-						return k.r, fmt.Errorf("session/new answered no session id: %s", m.Result)
-					}
-					sessionID = res.SessionID
-				}
-				break
+				return m.Result, nil
 			}
 		}
 	}
+	if _, err := call(1, "initialize", hs[0]); err != nil {
+		return k.r, err
+	}
+	res, err := call(2, "session/new", hs[1])
+	if err != nil {
+		return k.r, err
+	}
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := json.Unmarshal(res, &created); err != nil || created.SessionID == "" {
+		return k.r, fmt.Errorf("session/new answered no session id: %s", res)
+	}
+	sessionID := created.SessionID
 	var cpu0 time.Duration
 	if cpu != nil {
 		cpu0 = cpu()
@@ -162,20 +167,9 @@ func lineClient(protocol int, w Workload, cwd string, closeSession bool, send fu
 		return k.r, fmt.Errorf("received %d of %d updates", k.r.Updates, w.Updates)
 	}
 	if closeSession {
-		if err := send([]byte(`{"jsonrpc":"2.0","id":4,"method":"session/close","params":{"sessionId":` + strconv.Quote(sessionID) + `}}`)); err != nil {
+		closing := []byte(`{"jsonrpc":"2.0","id":4,"method":"session/close","params":{"sessionId":` + strconv.Quote(sessionID) + `}}`)
+		if _, err := call(4, "session/close", closing); err != nil {
 			return k.r, err
-		}
-		for {
-			line, err := recv()
-			if err != nil {
-				return k.r, fmt.Errorf("waiting for session/close: %w", err)
-			}
-			if decodeLine(line, &m) == nil && string(m.ID) == "4" {
-				if len(m.Error) > 0 {
-					return k.r, fmt.Errorf("session/close: %s", m.Error)
-				}
-				break
-			}
 		}
 	}
 	return k.r, nil
