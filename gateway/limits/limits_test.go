@@ -650,15 +650,11 @@ func TestFreezeWithoutACgroup(t *testing.T) {
 
 // procState is the state letter of process pid, "" when it is gone.
 func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	p, ok := procfs.Stat(pid)
+	if !ok {
 		return ""
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+3 > len(b) {
-		return ""
-	}
-	return string(b[i+2 : i+3])
+	return string(p.State)
 }
 
 // A gateway's directory is its owner's alone: another user could

@@ -21,7 +21,10 @@ const clockTick = 10 * time.Millisecond
 // Process is what /proc/PID/stat says of a process.
 type Process struct {
 	PID, PPID, PGID int
-	Zombie          bool
+	// State is the state letter: R running, S sleeping, T stopped, Z
+	// zombie, and the others proc(5) lists.
+	State  byte
+	Zombie bool
 	// CPU is the process's user and system time (utime + stime, in 10 ms
 	// ticks), its children's not included.
 	CPU time.Duration
@@ -52,6 +55,12 @@ func Stat(pid int) (Process, bool) {
 	if err != nil {
 		return Process{}, false
 	}
+	return ParseStat(pid, stat)
+}
+
+// ParseStat reads the contents of process pid's /proc/PID/stat, read
+// before (a snapshot, say), and reports whether they are whole.
+func ParseStat(pid int, stat []byte) (Process, bool) {
 	// pid (comm) state ppid pgrp ... utime stime ... nice ...: comm may
 	// hold spaces and parentheses; utime and stime are fields 14 and 15,
 	// the 12th and 13th after it, nice field 19, the 17th.
@@ -68,7 +77,7 @@ func Stat(pid int) (Process, bool) {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	nice, _ := strconv.Atoi(f[16])
-	return Process{PID: pid, PPID: ppid, PGID: pgid, Zombie: f[0] == "Z", CPU: time.Duration(ut+st) * clockTick, Nice: nice}, true
+	return Process{PID: pid, PPID: ppid, PGID: pgid, State: f[0][0], Zombie: f[0] == "Z", CPU: time.Duration(ut+st) * clockTick, Nice: nice}, true
 }
 
 // Alive reports whether pid is a living process.

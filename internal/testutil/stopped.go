@@ -1,11 +1,12 @@
 package testutil
 
 import (
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/acp-gateway/acp-gateway/internal/procfs"
 )
 
 // Stopped reports whether process pid runs nothing more of its own: it is
@@ -15,11 +16,11 @@ import (
 // a cgroup v2 freezer holds is none of these: read the group's
 // cgroup.events.
 func Stopped(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return true
 	}
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	status, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	return StoppedIn(string(stat), string(status))
 }
 
@@ -27,11 +28,8 @@ func Stopped(pid int) bool {
 // /proc/PID/status read stat and status; an empty stat is a process that
 // is gone.
 func StoppedIn(stat, status string) bool {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 || i+3 > len(stat) {
-		return true
-	}
-	if st := stat[i+2]; st == 'T' || st == 'Z' || st == 'X' {
+	p, ok := procfs.ParseStat(0, []byte(stat))
+	if !ok || p.State == 'T' || p.State == 'Z' || p.State == 'X' {
 		return true
 	}
 	for line := range strings.Lines(status) {
