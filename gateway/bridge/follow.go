@@ -39,10 +39,7 @@ func (b *bridge) follow(s *session) {
 
 func (b *bridge) followLoop(ctx context.Context, s *session) {
 	for {
-		s.out.Lock()
-		after := s.lastSeq
-		s.out.Unlock()
-		err := b.watchOnce(ctx, s, after)
+		_, err := b.watchOnce(ctx, s, false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -66,21 +63,32 @@ func (b *bridge) followLoop(ctx context.Context, s *session) {
 	}
 }
 
-// watchOnce follows session s from after seq until its Watch ends.
-func (b *bridge) watchOnce(ctx context.Context, s *session, after uint64) error {
+// watchOnce follows session s from the last event handled until its
+// Watch ends or, with untilTurnEnd, until a turn ends, whose end it
+// returns.
+func (b *bridge) watchOnce(ctx context.Context, s *session, untilTurnEnd bool) (*acpv2.TurnEnded, error) {
+	s.out.Lock()
+	after := s.lastSeq
+	s.out.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := b.client.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: s.id, AfterSeq: after}))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for stream.Receive() {
+	var te *acpv2.TurnEnded
+	for te == nil && stream.Receive() {
 		if ev := stream.Msg().GetEvent(); ev != nil {
 			b.handleLive(s, ev)
+			if untilTurnEnd {
+				te = ev.GetTurnEnded()
+			}
 		}
 	}
-	err = stream.Err()
-	cancel()
+	if te == nil {
+		err = stream.Err()
+	}
+	cancel() // so that Close need not wait on a live stream
 	_ = stream.Close()
-	return err
+	return te, err
 }

@@ -171,30 +171,10 @@ const resumeTurns = 8
 func (b *bridge) resumeTurn(ctx context.Context, s *session) (*acpv2.TurnEnded, error) {
 	var err error
 	for range resumeTurns {
-		s.out.Lock()
-		after := s.lastSeq
-		s.out.Unlock()
-		b.log.Info("the turn's stream was cut off: following the session's log", "session", s.id, "after_seq", after, "error", err)
-		var stream *connect.ServerStreamForClient[acpv2.WatchResponse]
-		stream, err = b.client.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: s.id, AfterSeq: after}))
-		if err != nil {
-			return nil, err
-		}
-		for stream.Receive() {
-			ev := stream.Msg().GetEvent()
-			if ev == nil {
-				continue
-			}
-			b.handleLive(s, ev)
-			if te := ev.GetTurnEnded(); te != nil {
-				_ = stream.Close()
-				return te, nil
-			}
-		}
-		err = stream.Err()
-		_ = stream.Close()
-		if !resumable(err) {
-			return nil, err
+		b.log.Info("the turn's stream was cut off: following the session's log", "session", s.id, "error", err)
+		var te *acpv2.TurnEnded
+		if te, err = b.watchOnce(ctx, s, true); te != nil || !resumable(err) {
+			return te, err
 		}
 	}
 	return nil, err
