@@ -43,18 +43,15 @@ func (b *bridge) followLoop(ctx context.Context, s *session) {
 		if ctx.Err() != nil {
 			return
 		}
-		switch connect.CodeOf(err) {
-		case connect.CodeUnavailable, connect.CodeResourceExhausted, connect.CodeAborted,
-			connect.CodeDeadlineExceeded, connect.CodeInternal, connect.CodeUnknown:
-			// Cut off (lagging), or the gateway's replicas changing hands:
-			// watch again from where the editor is.
-			b.log.Info("following the session again", "session", s.id, "error", err)
-		default:
+		if !resumable(err) {
 			if err != nil {
 				b.log.Info("no longer following the session", "session", s.id, "error", err)
 			}
 			return // closed, or not the user's any more
 		}
+		// Cut off (lagging), or the gateway's replicas changing hands:
+		// watch again from where the editor is.
+		b.log.Info("following the session again", "session", s.id, "error", err)
 		select {
 		case <-ctx.Done():
 			return

@@ -156,8 +156,9 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 // again with Watch afterSeq: it was cut off, not refused.
 func resumable(err error) bool {
 	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable, connect.CodeResourceExhausted, connect.CodeAborted:
-		return true
+	case connect.CodeUnavailable, connect.CodeResourceExhausted, connect.CodeAborted,
+		connect.CodeDeadlineExceeded, connect.CodeInternal, connect.CodeUnknown:
+		return err != nil
 	}
 	return false
 }
