@@ -35,22 +35,9 @@ func (f *flakyLeases) AcquireLease(ctx context.Context, id, holder string, ttl t
 // succeeds thaws it while the log is the replica's own, and kills it, the
 // session let go, once another replica wrote to the log.
 func TestFenceFreezesThawsAndKills(t *testing.T) {
-	cmd, err := agentsim.Command(agentsim.Script{ProtocolVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &flakyLeases{sharedMemory: &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}}
-	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: 600 * time.Millisecond,
-		Agents: map[string][]string{"sim": cmd}})
-	defer m.Close()
+	st := &flakyLeases{sharedMemory: newSharedMemory()}
+	m, s, a := startFenced(t, st)
 	ctx := context.Background()
-	s, err := m.Create(ctx, "", "sim", t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	a := s.agent
-	s.mu.Unlock()
 	fenced := func(action string) float64 {
 		return testutil.MetricSum(t, m.opts.Metrics.Registry(), "acp_gateway_agents_fenced_total", "action="+action)
 	}
@@ -99,23 +86,9 @@ func (f *flakyStore) Append(ctx context.Context, id string, events []*encoded.Ev
 // seq this replica numbered but did not store: the log is not this
 // replica's any more, though it is no longer than what it numbered.
 func TestFenceKillsWhenTheLogForkedBelowWhatWasNumbered(t *testing.T) {
-	cmd, err := agentsim.Command(agentsim.Script{ProtocolVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &flakyStore{flakyLeases: &flakyLeases{sharedMemory: &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}}}
-	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: 600 * time.Millisecond,
-		Agents: map[string][]string{"sim": cmd}})
-	defer m.Close()
-	ctx := context.Background()
-	s, err := m.Create(ctx, "", "sim", t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := &flakyStore{flakyLeases: &flakyLeases{sharedMemory: newSharedMemory()}}
+	m, s, a := startFenced(t, st)
 	stored(t, s)
-	s.mu.Lock()
-	a := s.agent
-	s.mu.Unlock()
 
 	// Three events numbered, none stored; then the lease calls fail too.
 	st.failAppends.Store(true)
@@ -137,6 +110,34 @@ func TestFenceKillsWhenTheLogForkedBelowWhatWasNumbered(t *testing.T) {
 	if n := testutil.MetricSum(t, m.opts.Metrics.Registry(), "acp_gateway_agents_fenced_total", "action=thaw"); n != 0 {
 		t.Errorf("the agent was thawed %v times", n)
 	}
+}
+
+// newSharedMemory returns a memory store whose leases are shared, as a
+// store several replicas use.
+func newSharedMemory() *sharedMemory {
+	return &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}
+}
+
+// startFenced starts, as replica "a" of store st with a short lease, a
+// session running the simulated agent, and returns it with its manager
+// (closed as the test ends) and its agent.
+func startFenced(t *testing.T, st statestore.Store) (*Manager, *Session, *agent.Agent) {
+	t.Helper()
+	cmd, err := agentsim.Command(agentsim.Script{ProtocolVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd := t.TempDir() // removed after the manager is closed
+	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: 600 * time.Millisecond,
+		Agents: map[string][]string{"sim": cmd}})
+	t.Cleanup(m.Close)
+	s, err := m.Create(context.Background(), "", "sim", cwd, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return m, s, s.agent
 }
 
 // takeOver writes to session id's log what another replica that took it

@@ -254,11 +254,9 @@ func (s *Session) haltLocked() <-chan struct{} {
 // it sees that it is to stop (s.moved or s.storeErr, set by the caller).
 // s.mu must be held.
 func (s *Session) stopWritingLocked() {
-	if s.halted == nil {
-		s.halted = make(chan struct{})
-	}
+	halt := s.haltLocked()
 	select {
-	case <-s.halted:
+	case <-halt:
 	default:
 		close(s.halted)
 	}
