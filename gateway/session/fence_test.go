@@ -112,12 +112,6 @@ func TestFenceKillsWhenTheLogForkedBelowWhatWasNumbered(t *testing.T) {
 	}
 }
 
-// newSharedMemory returns a memory store whose leases are shared, as a
-// store several replicas use.
-func newSharedMemory() *sharedMemory {
-	return &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}
-}
-
 // startFenced starts, as replica "a" of store st with a short lease, a
 // session running the simulated agent, and returns it with its manager
 // (closed as the test ends) and its agent.

@@ -16,7 +16,7 @@ import (
 // live session lapsed records, after the agent's loss, the end of the turn
 // the dead replica left running.
 func TestSweepEndsTheTurnOfADeadReplica(t *testing.T) {
-	st := &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}
+	st := newSharedMemory()
 	m := NewManager(Options{Store: st, Replica: "b", IdleTimeout: -1, LeaseTTL: time.Hour})
 	defer m.Close()
 	ctx := context.Background()

@@ -20,6 +20,12 @@ type sharedMemory struct {
 	leases map[string]string
 }
 
+// newSharedMemory returns a memory store whose leases are shared, as a
+// store several replicas use.
+func newSharedMemory() *sharedMemory {
+	return &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}
+}
+
 func (s *sharedMemory) AcquireLease(_ context.Context, id, holder string, _ time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -46,7 +52,7 @@ func (s *sharedMemory) LeaseHolder(_ context.Context, id string) (string, error)
 }
 
 func TestReplicaStepsAsideWhenAnotherWroteTheLog(t *testing.T) {
-	st := &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}
+	st := newSharedMemory()
 	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: time.Hour})
 	defer m.Close()
 	ctx := context.Background()
@@ -146,7 +152,7 @@ func (s *sweepDuringRestore) SetState(ctx context.Context, id string, state stat
 // session this replica is restoring, nor release the lease the restore
 // took.
 func TestSweepWaitsForARestore(t *testing.T) {
-	shared := &sharedMemory{Memory: statestore.NewMemory(statestore.Options{}), leases: map[string]string{}}
+	shared := newSharedMemory()
 	st := &sweepDuringRestore{sharedMemory: shared}
 	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: time.Hour})
 	defer m.Close()
