@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -448,10 +449,11 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, c *httpConn) {
 	for {
 		c.mu.Lock()
 		var batch []sseEvent
-		for _, ev := range s.events {
-			if ev.id > after {
-				batch = append(batch, ev)
-			}
+		if n := len(s.events); n > 0 && s.events[n-1].id > after {
+			// The kept events' ids follow one another: those after after
+			// start at its place, not found by a scan of every one.
+			first := s.events[0].id
+			batch = slices.Clone(s.events[max(after+1, first)-first:])
 		}
 		c.mu.Unlock()
 		if len(batch) > 0 {
