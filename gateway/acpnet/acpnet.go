@@ -221,9 +221,9 @@ func newConnectionID() string {
 	return "c_" + hex.EncodeToString(b[:])
 }
 
-// serve runs the bridge on m for the connection of r until it ends.
-func (h *Handler) serve(ctx context.Context, r *http.Request, m bridge.Messages, opts bridge.Options) {
-	ctx = withPeer(ctx, r.RemoteAddr)
+// serve runs the bridge on m, a connection's messages, until it ends, and
+// logs why if it failed.
+func (h *Handler) serve(ctx context.Context, m bridge.Messages, opts bridge.Options) {
 	if err := bridge.ServeMessages(ctx, m, opts); err != nil {
 		h.opts.Log.Error("serving an /acp connection", "error", err)
 	}

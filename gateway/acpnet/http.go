@@ -315,7 +315,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, opts bridge
 			h.remove(c)
 			closed()
 		}()
-		_ = bridge.ServeMessages(ctx, c, opts)
+		h.serve(ctx, c, opts)
 	})
 	defer c.end()
 	c.in <- body

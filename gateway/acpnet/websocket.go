@@ -56,12 +56,12 @@ func (h *Handler) serveWebSocket(w http.ResponseWriter, r *http.Request, opts br
 	c.SetReadLimit(int64(h.opts.ReadMaxBytes))
 	closed := h.opts.Opened("websocket")
 	defer closed()
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(withPeer(r.Context(), r.RemoteAddr))
 	defer cancel()
 	if every := h.opts.PingInterval; every > 0 {
 		h.wg.Go(func() { ping(ctx, c, every, h.opts.WriteTimeout) })
 	}
-	h.serve(ctx, r, &wsMessages{ctx: ctx, c: c, writeTimeout: h.opts.WriteTimeout}, opts)
+	h.serve(ctx, &wsMessages{ctx: ctx, c: c, writeTimeout: h.opts.WriteTimeout}, opts)
 }
 
 // ping pings c every interval until ctx ends, and closes c when a pong
