@@ -168,10 +168,18 @@ func (b *bridge) reattach(ctx context.Context, method string, params json.RawMes
 			return nil, err
 		}
 	}
-	// What follows the history is news.
-	s.out.Lock()
-	s.lastSeq = max(s.lastSeq, lastSeq)
-	s.out.Unlock()
+	// What follows the history is news; unless the session is followed
+	// already, from a point its client had (Resume), which goes on from
+	// there.
+	s.mu.Lock()
+	followed := s.stopFollow != nil
+	s.mu.Unlock()
+	if !followed {
+		s.out.Lock()
+		s.lastSeq = max(s.lastSeq, lastSeq)
+		b.stream.reached(s.id, Position{Seq: s.lastSeq})
+		s.out.Unlock()
+	}
 	b.follow(s)
 	return struct{}{}, nil
 }

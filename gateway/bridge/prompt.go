@@ -123,7 +123,7 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 		}
 		b.handleLive(s, ev)
 		if te := ev.GetTurnEnded(); te != nil {
-			return b.endTurn(s, te, acked)
+			return b.endTurn(s, ev.GetSeq(), te, acked)
 		}
 	}
 	err = stream.Err()
@@ -134,9 +134,9 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 		// Cut off mid-turn (the stream fell too far behind, or the
 		// gateway's replicas changed hands): the turn goes on in the
 		// session's log; follow it there from where the editor is.
-		te, werr := b.resumeTurn(ctx, s)
-		if te != nil {
-			return b.endTurn(s, te, acked)
+		end, werr := b.resumeTurn(ctx, s)
+		if end != nil {
+			return b.endTurn(s, end.GetSeq(), end.GetTurnEnded(), acked)
 		}
 		err = werr
 	}
@@ -147,7 +147,7 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 		rerr = &jsonrpc2.Error{Code: codeInternal, Message: "acp-gateway: the Prompt stream ended before the turn did"}
 	}
 	if acked {
-		return b.endTurn(s, &acpv2.TurnEnded{Error: rerr.Message}, true)
+		return b.endTurn(s, 0, &acpv2.TurnEnded{Error: rerr.Message}, true)
 	}
 	return nil, rerr
 }
@@ -167,25 +167,26 @@ func resumable(err error) bool {
 const resumeTurns = 8
 
 // resumeTurn follows session s's log from where the editor is until the
-// running turn's end, which it returns, sending the editor each event's
-// updates; nil and the last stream's error if it cannot.
-func (b *bridge) resumeTurn(ctx context.Context, s *session) (*acpv2.TurnEnded, error) {
+// running turn's end, whose event it returns, sending the editor each
+// event's updates; nil and the last stream's error if it cannot.
+func (b *bridge) resumeTurn(ctx context.Context, s *session) (*acpv2.SessionEvent, error) {
 	var err error
 	for range resumeTurns {
 		b.log.Info("the turn's stream was cut off: following the session's log", "session", s.id, "error", err)
-		var te *acpv2.TurnEnded
-		if te, err = b.watchOnce(ctx, s, true); te != nil || !resumable(err) {
-			return te, err
+		var end *acpv2.SessionEvent
+		if end, err = b.watchOnce(ctx, s, true); end != nil || !resumable(err) {
+			return end, err
 		}
 	}
 	return nil, err
 }
 
-// endTurn answers the prompt for the turn's end: with its stop reason, or
-// a JSON-RPC error when the turn failed. A v2 editor, answered already,
-// gets an idle state_update instead; a failure shows as an agent message
-// and in the update's _meta.
-func (b *bridge) endTurn(s *session, te *acpv2.TurnEnded, acked bool) (any, error) {
+// endTurn answers the prompt for the turn's end, event seq (0 when the
+// bridge ended the turn itself): with its stop reason, or a JSON-RPC error
+// when the turn failed. A v2 editor, answered already, gets an idle
+// state_update instead; a failure shows as an agent message and in the
+// update's _meta.
+func (b *bridge) endTurn(s *session, seq uint64, te *acpv2.TurnEnded, acked bool) (any, error) {
 	reason := te.GetStopReason()
 	if reason == "" {
 		reason = "end_turn"
@@ -201,30 +202,36 @@ func (b *bridge) endTurn(s *session, te *acpv2.TurnEnded, acked bool) (any, erro
 	}
 	s.out.Lock()
 	defer s.out.Unlock()
-	idle := stateUpdate("idle", reason)
+	b.emitAtLocked(s, seq, b.turnEndUpdates(s, te))
+	return nil, errReplied
+}
+
+// turnEndUpdates returns what a v2 editor gets at a turn's end: an idle
+// state_update with the stop reason, after the failure as an agent message
+// when the turn failed (also in the update's _meta).
+func (b *bridge) turnEndUpdates(s *session, te *acpv2.TurnEnded) []json.RawMessage {
+	idle := stateUpdate("idle", cmp.Or(te.GetStopReason(), "end_turn"))
+	updates := []*acpv2.SessionUpdate{idle}
 	if msg := te.GetError(); msg != "" {
 		id := newMessageID()
-		b.emitUpdateLocked(s, &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
+		updates = []*acpv2.SessionUpdate{{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
 			Content:   &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "acp-gateway: the turn failed: " + msg}}},
 			MessageId: &id,
-		}}})
+		}}}, idle}
 		if meta, err := structpb.NewStruct(map[string]any{"acpGateway": map[string]any{"error": msg}}); err == nil {
 			idle.GetStateUpdate().Meta = meta
 		}
 	}
-	b.emitUpdateLocked(s, idle)
-	return nil, errReplied
-}
-
-// emitUpdateLocked sends the editor one update the bridge made itself.
-// s.out must be held.
-func (b *bridge) emitUpdateLocked(s *session, u *acpv2.SessionUpdate) {
-	js, err := acpjson.EncodeUpdate(u, s.conv.version)
-	if err != nil {
-		b.log.Warn("an update could not be encoded", "session", s.id, "error", err)
-		return
+	out := make([]json.RawMessage, 0, len(updates))
+	for _, u := range updates {
+		js, err := acpjson.EncodeUpdate(u, s.conv.version)
+		if err != nil {
+			b.log.Warn("an update could not be encoded", "session", s.id, "error", err)
+			continue
+		}
+		out = append(out, js)
 	}
-	b.notify(s.id, js)
+	return out
 }
 
 // cancelTurn cancels the editor's turn in session id: at once when the
@@ -289,7 +296,7 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 		}
 	case *acpv2.SessionEvent_TurnEnded:
 		if !ours && !v1 {
-			b.emitUpdateLocked(s, stateUpdate("idle", cmp.Or(e.TurnEnded.GetStopReason(), "end_turn")))
+			b.emitAtLocked(s, ev.GetSeq(), b.turnEndUpdates(s, e.TurnEnded))
 			return
 		}
 	}
