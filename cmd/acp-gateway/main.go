@@ -6,6 +6,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -172,6 +173,8 @@ func noneIfZero(v int) int {
 // serveConfig is the configuration of `acp-gateway serve`.
 type serveConfig struct {
 	listen            string
+	tlsCert, tlsKey   string // --tls-cert, --tls-key
+	tls               *tls.Config
 	allowedHosts      listFlag // --allowed-host
 	insecureNoAuth    bool     // --insecure-no-auth
 	bodyTimeout       time.Duration
@@ -284,6 +287,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "serve HTTPS (HTTP/1.1 and HTTP/2 over TLS) on --listen with this PEM certificate chain, with --tls-key (default: plain HTTP/1.1 and h2c)")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	fs.Var(&cfg.allowedHosts, "allowed-host", "a host name or address, without a port, that requests may name in their Host header, at any port, besides loopback ones, the --listen host and the --advertise host (repeatable; * accepts any Host, unsafe: DNS rebinding)")
 	fs.BoolVar(&cfg.insecureNoAuth, "insecure-no-auth", false, "unsafe: serve without authentication on a --listen address other machines may reach, where anyone who reaches it runs agents as this gateway's user")
 	fs.DurationVar(&cfg.bodyTimeout, "request-body-timeout", server.DefaultBodyTimeout, "cut a request whose body takes longer than this to arrive (deadline_exceeded); streams last as long as they will once their request is read (0: no bound)")
@@ -502,12 +507,30 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.leaseTTL < 300*time.Millisecond {
 		return nil, fmt.Errorf("--lease-ttl must be at least 300ms, got %v", cfg.leaseTTL)
 	}
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if cfg.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert, --tls-key: %v", err)
+		}
+		cfg.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	if cfg.advertise == "" {
 		if host, _, _ := net.SplitHostPort(cfg.listen); host != "" && host != "0.0.0.0" && host != "::" {
-			cfg.advertise = "http://" + cfg.listen
+			cfg.advertise = cfg.scheme() + "://" + cfg.listen
 		}
 	}
 	return cfg, nil
+}
+
+// scheme is the gateway's URL scheme: https with --tls-cert.
+func (cfg *serveConfig) scheme() string {
+	if cfg.tlsCert != "" {
+		return "https"
+	}
+	return "http"
 }
 
 func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
@@ -562,7 +585,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	defer store.Close()
 	advertise := cfg.advertise
 	if advertise == "" || strings.HasSuffix(advertise, ":0") {
-		advertise = "http://" + l.Addr().String() // the port the kernel chose
+		advertise = cfg.scheme() + "://" + l.Addr().String() // the port the kernel chose
 	}
 	allowedHosts := cfg.hostsAllowed(advertise)
 	if cfg.workspaces, cfg.confineCwd, err = cfg.setupWorkspaces(log); err != nil {
@@ -595,6 +618,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		MaxConnections:     cmp.Or(cfg.maxConnections, -1),
 		Console:            cfg.console,
 		ACP:                cfg.acp,
+		TLS:                cfg.tls,
 	})
 	if err != nil {
 		return err
@@ -615,7 +639,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	build := buildinfo.Get()
 	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise, "replica_secret", secret != nil,
-		"auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
+		"tls", cfg.tls != nil, "auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
 	if metricsSrv != nil {
