@@ -69,7 +69,6 @@ func newForwarder(timeout time.Duration, secret *replica.Secret) *forwarder {
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	p.SetHTTP1(true)
-	p.SetHTTP2(true) // replicas that serve TLS (an https:// --advertise)
 	return &forwarder{
 		http: &http.Client{
 			Transport: &http.Transport{
