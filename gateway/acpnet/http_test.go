@@ -1,7 +1,6 @@
 package acpnet_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // httpClient is a raw client of the Streamable HTTP profile.
@@ -102,23 +102,13 @@ func (c *httpClient) stream(session string, header http.Header) (<-chan sseEvent
 		res.Body.Close()
 		c.t.Fatalf("GET (session %q): %d %s", session, res.StatusCode, b)
 	}
+	raw := make(chan testutil.SSEMessage, 1000)
 	events := make(chan sseEvent, 1000)
+	go testutil.ReadSSE(res.Body, raw)
 	go func() {
 		defer close(events)
-		sc := bufio.NewScanner(res.Body)
-		sc.Buffer(nil, 16<<20)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "id: "):
-				ev.id = strings.TrimPrefix(line, "id: ")
-			case strings.HasPrefix(line, "data: "):
-				_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev.msg)
-			case line == "" && ev.msg != nil:
-				events <- ev
-				ev = sseEvent{}
-			}
+		for m := range raw {
+			events <- sseEvent{id: m.ID, msg: m.Msg}
 		}
 	}()
 	return events, func() { res.Body.Close() }

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +13,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/app"
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // acpHTTP is a raw client of /acp's Streamable HTTP profile.
@@ -82,23 +81,15 @@ func (c *acpHTTP) stream(session, lastID string) (events <-chan acpEvent, drop f
 		cancel()
 		c.t.Fatalf("GET %s (Last-Event-ID %q): %d %s", session, lastID, res.StatusCode, b)
 	}
+	raw := make(chan testutil.SSEMessage, 100)
 	ch := make(chan acpEvent, 100)
 	done := make(chan struct{})
+	go testutil.ReadSSE(res.Body, raw)
 	go func() {
 		defer close(done)
 		defer close(ch)
-		sc := bufio.NewScanner(res.Body)
-		var ev acpEvent
-		for sc.Scan() {
-			switch line := sc.Text(); {
-			case strings.HasPrefix(line, "id: "):
-				ev.id = strings.TrimPrefix(line, "id: ")
-			case strings.HasPrefix(line, "data: "):
-				_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev.msg)
-			case line == "" && ev.msg != nil:
-				ch <- ev
-				ev = acpEvent{}
-			}
+		for m := range raw {
+			ch <- acpEvent{id: m.ID, msg: m.Msg}
 		}
 	}()
 	drop = func() {
