@@ -12,6 +12,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
+	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
@@ -112,6 +113,21 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []encode
 	}
 	if !s.startWriterLocked() {
 		return ErrShutdown // after the manager closed: nothing is stored
+	}
+	for _, ev := range events {
+		if s.sstate.Apply(ev) {
+			s.sstateDirty = true
+		}
+	}
+	s.lastTime = now
+	if s.sstateDirty {
+		// The state as these events leave it, stored with them.
+		rec, err := s.sstate.Record()
+		if err != nil {
+			invalid = cmp.Or(invalid, err)
+		}
+		calls = append(calls, statestore.Call{ID: sessionstate.RecordID, Proto: rec})
+		s.sstateDirty = false
 	}
 	s.seq += uint64(len(events))
 	s.enqueueLocked(pending{events: encs, changed: calls, invalid: invalid})
