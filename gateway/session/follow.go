@@ -51,6 +51,9 @@ type storedState struct {
 	state   *sessionstate.State
 	asOf    uint64
 	updated *timestamppb.Timestamp
+	// ended says that the state stored had a turn running or a request
+	// waiting, which the session's agent is no longer there for.
+	ended bool
 }
 
 // readStored reads what the store holds of session rec. A session whose
@@ -66,10 +69,10 @@ func readStored(ctx context.Context, st statestore.Store, rec *statestore.Sessio
 	if err != nil {
 		return nil, fmt.Errorf("session %s: %w", rec.ID, err)
 	}
-	if !live(rec.State) {
-		state.EndTurn()
-	}
 	out := &storedState{calls: calls, state: state, asOf: asOf}
+	if !live(rec.State) {
+		out.ended = state.EndTurn()
+	}
 	if asOf > 0 {
 		last, err := st.Events(ctx, rec.ID, asOf-1, 1)
 		if err != nil {

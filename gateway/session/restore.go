@@ -221,7 +221,7 @@ func (m *Manager) restore(ctx context.Context, rec *statestore.Session) (*Sessio
 	s.seq, s.stored = kept.asOf, kept.asOf
 	// Its agent is gone: no turn runs, no request waits (readStored),
 	// which the store learns with the next events.
-	s.sstate, s.sstateDirty = kept.state, true
+	s.sstate, s.sstateDirty = kept.state, kept.ended
 	s.lastTime = kept.updated
 	s.detail = rec.Detail
 	s.agentSessionID = rec.AgentSessionID

@@ -139,6 +139,9 @@ func TestSnapshotHoldsTheSessionState(t *testing.T) {
 					t.Fatalf("%s, asked: turn running %v from %d (want %d), pending %v", when, snap.GetTurnRunning(), snap.GetTurnStartedSeq(), started, pend)
 				}
 				checkState(t, when, snap)
+				if len(snap.GetToolCalls()) != 0 {
+					t.Errorf("%s, asked: the request's call is among the calls before it was answered: %v", when, snap.GetToolCalls())
+				}
 			}
 			sums, err := m.Summaries(ctx, "")
 			if err != nil || len(sums) != 1 || !sums[0].GetTurnRunning() || sums[0].GetPendingPermissions() != 1 || sums[0].GetTitle() != "Fix the build" {
@@ -162,6 +165,7 @@ func TestSnapshotHoldsTheSessionState(t *testing.T) {
 				t.Errorf("after the turn: running %v, pending %v", snap.GetTurnRunning(), snap.GetPendingPermissions())
 			}
 			checkState(t, "after the turn", snap)
+			checkAskedCall(t, "after the turn", snap)
 			m.Close()
 
 			// Another gateway on the same store.
@@ -178,6 +182,7 @@ func TestSnapshotHoldsTheSessionState(t *testing.T) {
 			}
 			snap = restored.Snapshot()
 			checkState(t, "restored", snap)
+			checkAskedCall(t, "restored", snap)
 			if snap.GetTurnRunning() || len(snap.GetPendingPermissions()) != 0 {
 				t.Errorf("restored: running %v, pending %v", snap.GetTurnRunning(), snap.GetPendingPermissions())
 			}
@@ -211,3 +216,14 @@ func storedOf(ctx context.Context, t *testing.T, st statestore.Store, id string,
 	}
 }
 
+// checkAskedCall fails t unless snap has the call of stateScript's
+// permission request, which the agent never reported itself, as the
+// request gave it: a rejected call is in the session's calls.
+func checkAskedCall(t *testing.T, when string, snap *acpv2.SessionSnapshot) {
+	t.Helper()
+	calls := snap.GetToolCalls()
+	if len(calls) != 1 || calls[0].GetToolCallId() != "ask-1" || calls[0].GetTitle() != "rm -rf build" ||
+		calls[0].GetKind() != "delete" || calls[0].GetRawInput().GetStructValue().GetFields()["path"].GetStringValue() != "build" {
+		t.Errorf("%s: calls %v, want the answered request's ask-1", when, calls)
+	}
+}
