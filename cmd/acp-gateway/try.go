@@ -58,13 +58,24 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out io.Writer) error {
+func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out io.Writer) (err error) {
 	created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
 	if err != nil {
 		return err
 	}
 	id := created.Msg.GetSessionId()
 	fmt.Fprintf(out, "# session %s\n", id)
+	defer func() {
+		if ctx.Err() != nil {
+			// Interrupted (Ctrl-C): the gateway keeps a turn whose stream
+			// drops, so it is cancelled, lest it run on, its permission
+			// request waiting, without us.
+			cancelTurn(ctx, c, id, out)
+			err = ctx.Err()
+			return
+		}
+		showSession(ctx, c, id, out)
+	}()
 	stream, err := c.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: []*acpv2.ContentBlock{
 		{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: prompt}}},
 	}}))
@@ -109,13 +120,7 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 		}
 	}
 	if ctx.Err() != nil {
-		// Interrupted (Ctrl-C): the turn would go on without us.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := c.Cancel(cctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err == nil {
-			fmt.Fprintf(out, "# interrupted: the turn was cancelled\n")
-		}
-		return ctx.Err()
+		return ctx.Err() // the turn is cancelled on the way out
 	}
 	switch {
 	case stream.Err() != nil:
@@ -126,4 +131,32 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 		return fmt.Errorf("the turn failed: %s", ended.GetError())
 	}
 	return nil
+}
+
+// cancelTurn cancels session id's turn after ctx ended, and says what
+// became of it.
+func cancelTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out io.Writer) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := c.Cancel(cctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err != nil {
+		fmt.Fprintf(out, "# interrupted: the turn could not be cancelled (%v): it may run on; see GetSession turnRunning\n", err)
+		return
+	}
+	fmt.Fprintf(out, "# interrupted: the turn was cancelled\n")
+	showSession(cctx, c, id, out)
+}
+
+// showSession prints whether session id runs a turn and which permission
+// requests wait, as GetSession says.
+func showSession(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out io.Writer) {
+	got, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+	if err != nil {
+		return
+	}
+	snap := got.Msg.GetSession()
+	running := "no turn running"
+	if snap.GetTurnRunning() {
+		running = fmt.Sprintf("a turn running since seq %d", snap.GetTurnStartedSeq())
+	}
+	fmt.Fprintf(out, "# session %s: %s, %s, %d permission requests waiting\n", id, snap.GetState(), running, len(snap.GetPendingPermissions()))
 }

@@ -531,15 +531,61 @@ func (a *Agent) Version() acpjson.Version { return acpjson.Version(a.version.Loa
 
 // Resume re-attaches to the agent's session id with session/resume, which
 // does not replay the conversation.
-func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) error {
-	return a.call(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, nil)
+func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) (SessionSetup, error) {
+	var res setupResult
+	err := a.call(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, &res)
+	if err != nil {
+		return SessionSetup{}, err
+	}
+	return res.decode(a.Version()), nil
 }
 
 // Load re-attaches to the agent's session id with session/load. The agent
 // replays the conversation as session/update notifications before it
 // answers; the Client decides what to do with them.
-func (a *Agent) Load(ctx context.Context, sessionID, cwd string) error {
-	return a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, nil)
+func (a *Agent) Load(ctx context.Context, sessionID, cwd string) (SessionSetup, error) {
+	var res setupResult
+	err := a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, &res)
+	if err != nil {
+		return SessionSetup{}, err
+	}
+	return res.decode(a.Version()), nil
+}
+
+// SessionSetup is what an agent's answer to session/new, session/resume
+// or session/load says of the session: its modes and its configuration
+// options, each nil when the answer has none (or they do not decode).
+type SessionSetup struct {
+	Modes         *acpv2.SessionModeState
+	ConfigOptions []*acpv2.SessionConfigOption
+}
+
+// setupResult is the part of those answers that SessionSetup decodes.
+type setupResult struct {
+	Modes         json.RawMessage `json:"modes"`
+	ConfigOptions json.RawMessage `json:"configOptions"`
+}
+
+// decode decodes r for an agent of version v. What does not decode is
+// left out: the session works without it.
+func (r setupResult) decode(v acpjson.Version) SessionSetup {
+	var out SessionSetup
+	if len(r.Modes) > 0 && string(r.Modes) != "null" {
+		m := &acpv2.SessionModeState{}
+		if acpjson.Decode(r.Modes, m, v) == nil {
+			out.Modes = m
+		}
+	}
+	if len(r.ConfigOptions) > 0 && string(r.ConfigOptions) != "null" {
+		u := &acpv2.ConfigOptionUpdate{}
+		if acpjson.Decode([]byte(`{"configOptions":`+string(r.ConfigOptions)+`}`), u, v) == nil {
+			out.ConfigOptions = u.GetConfigOptions()
+			if out.ConfigOptions == nil {
+				out.ConfigOptions = []*acpv2.SessionConfigOption{}
+			}
+		}
+	}
+	return out
 }
 
 // SetMode sends session/set_mode (ACP v1; v2 has no such method).
@@ -650,16 +696,24 @@ func (e *RPCError) Error() string {
 
 // NewSession creates a session at the agent and returns its id.
 func (a *Agent) NewSession(ctx context.Context, cwd string) (string, error) {
+	sid, _, err := a.NewSessionSetup(ctx, cwd)
+	return sid, err
+}
+
+// NewSessionSetup is NewSession that also returns what the agent's
+// answer says of the session.
+func (a *Agent) NewSessionSetup(ctx context.Context, cwd string) (string, SessionSetup, error) {
 	var res struct {
 		SessionID string `json:"sessionId"`
+		setupResult
 	}
 	if err := a.call(ctx, "session/new", map[string]any{"cwd": cwd, "mcpServers": a.mcpParam()}, &res); err != nil {
-		return "", err
+		return "", SessionSetup{}, err
 	}
 	if res.SessionID == "" {
-		return "", errors.New("agent: session/new returned no sessionId")
+		return "", SessionSetup{}, errors.New("agent: session/new returned no sessionId")
 	}
-	return res.SessionID, nil
+	return res.SessionID, res.decode(a.Version()), nil
 }
 
 // Prompt sends a prompt turn and waits for its stop reason, which is empty

@@ -49,6 +49,11 @@ type Script struct {
 	// ConfigOptions is the configOptions array that answers
 	// session/set_config_option; empty means [].
 	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
+	// SessionModes and SessionConfigOptions, when set, are the `modes`
+	// and `configOptions` of the answers to session/new, session/resume
+	// and session/load (left out when empty).
+	SessionModes         json.RawMessage `json:"sessionModes,omitempty"`
+	SessionConfigOptions json.RawMessage `json:"sessionConfigOptions,omitempty"`
 	// AuthMethods are the advertised authentication method ids (ACP v1
 	// `id`; v2 `methodId`, of type `agent`). When it is not empty,
 	// session/new and session/load fail with the JSON-RPC error code

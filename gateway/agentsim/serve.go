@@ -308,7 +308,19 @@ func (a *agent) newSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	a.mu.Unlock()
 	a.reply(conn, req, struct {
 		SessionID string `json:"sessionId"`
-	}{id})
+		sessionSetup
+	}{id, a.setup()})
+}
+
+// sessionSetup is what the answers to session/new, session/resume and
+// session/load say of the session besides its id.
+type sessionSetup struct {
+	Modes         json.RawMessage `json:"modes,omitempty"`
+	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
+}
+
+func (a *agent) setup() sessionSetup {
+	return sessionSetup{Modes: a.script.SessionModes, ConfigOptions: a.script.SessionConfigOptions}
 }
 
 // loadSession serves session/load: it plays LoadReplay, then answers.
@@ -325,7 +337,7 @@ func (a *agent) loadSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	} else if o != next {
 		return
 	}
-	a.reply(conn, req, struct{}{})
+	a.reply(conn, req, a.setup())
 }
 
 // resumeSession serves session/resume, which replays nothing.
@@ -334,7 +346,7 @@ func (a *agent) resumeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 		a.replyError(conn, req, e)
 		return
 	}
-	a.reply(conn, req, struct{}{})
+	a.reply(conn, req, a.setup())
 }
 
 // reopen makes the session named by a session/load or session/resume

@@ -552,18 +552,11 @@ func (s *Service) GetSession(ctx context.Context, req *connect.Request[acpv2.Get
 
 // ListSessions implements acpv2connect.SessionServiceHandler.
 func (s *Service) ListSessions(ctx context.Context, _ *connect.Request[acpv2.ListSessionsRequest]) (*connect.Response[acpv2.ListSessionsResponse], error) {
-	recs, err := s.mgr.List(ctx, s.user(ctx))
+	sums, err := s.mgr.Summaries(ctx, s.user(ctx))
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &acpv2.ListSessionsResponse{}
-	for _, r := range recs {
-		out.Sessions = append(out.Sessions, &acpv2.SessionSummary{
-			SessionId: r.ID, Agent: r.Agent, Cwd: r.Cwd, LastSeq: r.LastSeq, CreatedAt: timestamppb.New(r.CreatedAt),
-			State: string(r.State), StateDetail: r.Detail,
-		})
-	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(&acpv2.ListSessionsResponse{Sessions: sums}), nil
 }
 
 // CloseSession implements acpv2connect.SessionServiceHandler.

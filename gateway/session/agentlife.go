@@ -61,13 +61,14 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	agentSID := s.agentSessionID
 	s.mu.Unlock()
 	var how string
+	var setup agent.SessionSetup
 	caps := a.Capabilities()
 	switch {
 	case !reattach || agentSID == "" || !caps.Resume && !caps.Load:
 		if reattach {
 			how = detailFreshSession
 		}
-		agentSID, err = a.NewSession(ctx, s.rec.Cwd)
+		agentSID, setup, err = a.NewSessionSetup(ctx, s.rec.Cwd)
 		if authErr(err) && reattach {
 			return fail(fmt.Errorf("%w: the agent requires authentication to start a new session", ErrCannotReattach))
 		}
@@ -80,14 +81,14 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		}
 	case caps.Resume:
 		how = "re-attached with session/resume"
-		err = a.Resume(ctx, agentSID, s.rec.Cwd)
+		setup, err = a.Resume(ctx, agentSID, s.rec.Cwd)
 	default:
 		how = "re-attached with session/load"
 		// The agent replays the conversation, which the log holds already.
 		s.mu.Lock()
 		s.loading = true
 		s.mu.Unlock()
-		err = a.Load(ctx, agentSID, s.rec.Cwd)
+		setup, err = a.Load(ctx, agentSID, s.rec.Cwd)
 		s.mu.Lock()
 		s.loading = false
 		s.mu.Unlock()
@@ -107,6 +108,10 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	}
 	s.agent, s.agentSessionID, s.version, s.authMethod = a, agentSID, a.Version(), authMethod
 	s.resumable = caps.Resume || caps.Load
+	// Stored with the next events (a re-attach's ready event below).
+	if s.sstate.Seed(setup.Modes, setup.ConfigOptions) {
+		s.sstateDirty = true
+	}
 	s.mu.Unlock()
 	if err := s.m.opts.Store.SetAgentSession(ctx, s.rec.ID, keptSessionID(agentSID, caps), int(a.Version())); err != nil {
 		s.log.ErrorContext(ctx, "store: recording the agent session", "error", err)

@@ -3,9 +3,11 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
@@ -28,15 +30,92 @@ func (m *Manager) Snapshot(ctx context.Context, user, id string) (*acpv2.Session
 }
 
 func storedSnapshot(ctx context.Context, st statestore.Store, rec *statestore.Session) (*acpv2.SessionSnapshot, error) {
-	calls, asOf, err := st.ToolCalls(ctx, rec.ID)
+	kept, err := readStored(ctx, st, rec)
 	if err != nil {
 		return nil, err
 	}
-	return &acpv2.SessionSnapshot{
-		SessionId: rec.ID, ToolCalls: calls, Agent: rec.Agent, Cwd: rec.Cwd, LastSeq: asOf,
+	snap := &acpv2.SessionSnapshot{
+		SessionId: rec.ID, ToolCalls: kept.calls, Agent: rec.Agent, Cwd: rec.Cwd, LastSeq: kept.asOf,
 		CreatedAt: timestamppb.New(rec.CreatedAt), State: string(rec.State), StateDetail: rec.Detail,
-		AgentContextLost: agentContextLost(rec),
-	}, nil
+		AgentContextLost: agentContextLost(rec), UpdatedAt: kept.updated,
+	}
+	kept.state.Fill(snap)
+	return snap, nil
+}
+
+// storedState is what the store holds of a session besides its record and
+// events: its tool calls and materialised state, the seq of the last
+// event they reflect, and that event's time (nil before any).
+type storedState struct {
+	calls   []*acpv2.ToolCall
+	state   *sessionstate.State
+	asOf    uint64
+	updated *timestamppb.Timestamp
+	// ended says that the state stored had a turn running or a request
+	// waiting, which the session's agent is no longer there for.
+	ended bool
+}
+
+// readStored reads what the store holds of session rec. A session whose
+// agent is gone runs no turn and has no request waiting, whatever the
+// state stored last said (the end of a turn its gateway left running is
+// recorded without it: settle).
+func readStored(ctx context.Context, st statestore.Store, rec *statestore.Session) (*storedState, error) {
+	all, asOf, err := st.ToolCalls(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	calls, state, err := sessionstate.FromCalls(all)
+	if err != nil {
+		return nil, fmt.Errorf("session %s: %w", rec.ID, err)
+	}
+	out := &storedState{calls: calls, state: state, asOf: asOf}
+	if !live(rec.State) {
+		out.ended = state.EndTurn()
+	}
+	if asOf > 0 {
+		last, err := st.Events(ctx, rec.ID, asOf-1, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(last) == 1 {
+			if msg, err := last[0].Message(); err == nil {
+				out.updated = msg.GetTime()
+			}
+		}
+	}
+	return out, nil
+}
+
+// Summaries returns the summaries of user's sessions, oldest first: from
+// this gateway's sessions, or from the store.
+func (m *Manager) Summaries(ctx context.Context, user string) ([]*acpv2.SessionSummary, error) {
+	recs, err := m.List(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*acpv2.SessionSummary, 0, len(recs))
+	for _, r := range recs {
+		if s := m.local(r.ID); s != nil {
+			out = append(out, s.Summary())
+			continue
+		}
+		sum := &acpv2.SessionSummary{
+			SessionId: r.ID, Agent: r.Agent, Cwd: r.Cwd, LastSeq: r.LastSeq, CreatedAt: timestamppb.New(r.CreatedAt),
+			State: string(r.State), StateDetail: r.Detail,
+		}
+		kept, err := readStored(ctx, m.opts.Store, r)
+		switch {
+		case errors.Is(err, statestore.ErrNotFound):
+			continue // deleted meanwhile
+		case err != nil:
+			return nil, err
+		}
+		kept.state.Summarise(sum)
+		sum.UpdatedAt = kept.updated
+		out = append(out, sum)
+	}
+	return out, nil
 }
 
 // readEvents reads stored events after seq after. Events dropped by

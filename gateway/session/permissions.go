@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
@@ -17,7 +18,10 @@ import (
 const maxAnswered = 256
 
 type permission struct {
-	options  []*acpv2.PermissionOption
+	options []*acpv2.PermissionOption
+	// toolCall is the request's tool-call patch, merged into the call's
+	// missing fields once the request is answered (askedCallUpdate).
+	toolCall *acpv2.ToolCallUpdate
 	reply    chan *acpv2.PermissionOutcome
 	resolved bool
 	timedOut bool
@@ -66,7 +70,7 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 			req.Preview = preview
 		}
 	}
-	p := &permission{options: req.GetOptions(), reply: make(chan *acpv2.PermissionOutcome, 1), asked: time.Now()}
+	p := &permission{options: req.GetOptions(), toolCall: req.GetToolCall(), reply: make(chan *acpv2.PermissionOutcome, 1), asked: time.Now()}
 	s.perms[id] = p
 	s.pending++
 	if err := s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: req}}}, nil); err != nil {
@@ -123,8 +127,9 @@ func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome, by 
 		p.timer.Stop()
 	}
 	s.met.PermissionAnswered(p.outcomeLabel(outcome), time.Since(p.asked))
+	asked := p.toolCall
 	// What an answered request keeps: that it was answered, for a while.
-	p.options, p.timer = nil, nil
+	p.options, p.timer, p.toolCall = nil, nil, nil
 	s.answered = append(s.answered, id)
 	if len(s.answered) > maxAnswered {
 		delete(s.perms, s.answered[0])
@@ -132,6 +137,11 @@ func (s *Session) resolveLocked(id string, outcome *acpv2.PermissionOutcome, by 
 	}
 	_ = s.emitLocked([]*acpv2.SessionEvent{{Event: &acpv2.SessionEvent_PermissionResolved{
 		PermissionResolved: &acpv2.PermissionResolved{RequestId: id, Outcome: outcome, AnsweredBy: by}}}}, nil)
+	if u := askedCallUpdate(s.tools.Get(asked.GetToolCallId()), asked); u != nil {
+		// Before the agent hears the outcome, and so before its own
+		// updates that follow it.
+		s.mergeLocked([]agent.Update{{Update: &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: u}}}}, false)
+	}
 	p.reply <- outcome
 	close(p.reply)
 }
@@ -164,4 +174,42 @@ func (s *Session) RespondPermission(id, optionID string, cancel bool, user strin
 	}
 	s.resolveLocked(id, &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: optionID}}, user)
 	return nil
+}
+
+// askedCallUpdate returns the update that makes an answered permission
+// request's tool call (asked, its patch) part of the session's calls,
+// stored the call's current state (nil for a call never reported): the
+// whole patch for a call the agent never reported (some agents put a
+// call's title and input only in the request), else the patch's fields
+// that the call lacks (its title, kind, locations, rawInput and content
+// when empty), so that a request never overwrites what the agent
+// reported. Nil when there is nothing to add.
+func askedCallUpdate(stored *acpv2.ToolCall, asked *acpv2.ToolCallUpdate) *acpv2.ToolCallUpdate {
+	if asked.GetToolCallId() == "" {
+		return nil
+	}
+	if stored == nil {
+		return asked
+	}
+	u := &acpv2.ToolCallUpdate{ToolCallId: asked.GetToolCallId()}
+	set := false
+	if stored.GetTitle() == "" && asked.GetTitle().GetValue() != "" {
+		u.Title, set = asked.GetTitle(), true
+	}
+	if stored.GetKind() == "" && asked.GetKind().GetValue() != "" {
+		u.Kind, set = asked.GetKind(), true
+	}
+	if len(stored.GetLocations()) == 0 && len(asked.GetLocations().GetValue().GetItems()) > 0 {
+		u.Locations, set = asked.GetLocations(), true
+	}
+	if stored.GetRawInput() == nil && asked.GetRawInput().GetValue() != nil {
+		u.RawInput, set = asked.GetRawInput(), true
+	}
+	if len(stored.GetContent()) == 0 && len(asked.GetContent().GetValue().GetItems()) > 0 {
+		u.Content, set = asked.GetContent(), true
+	}
+	if !set {
+		return nil
+	}
+	return u
 }

@@ -885,8 +885,43 @@ type SessionSnapshot struct {
 	// (the log keeps them, and goes on); a `stateChanged` `ready` event
 	// marks where the new agent session begins.
 	AgentContextLost bool `protobuf:"varint,9,opt,name=agent_context_lost,json=agentContextLost,proto3" json:"agent_context_lost,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The current mode and the modes the agent offers: from session/new's,
+	// session/resume's or session/load's `modes`, then current_mode_update.
+	// Unset when the agent never reported modes.
+	Modes *SessionModeState `protobuf:"bytes,10,opt,name=modes,proto3" json:"modes,omitempty"`
+	// The session's configuration options with their values: from
+	// session/new's, session/resume's or session/load's `configOptions`,
+	// then config_option_update (and SetConfigOption's answer).
+	ConfigOptions []*SessionConfigOption `protobuf:"bytes,11,rep,name=config_options,json=configOptions,proto3" json:"config_options,omitempty"`
+	// The commands the agent offers (the latest available_commands_update).
+	AvailableCommands []*AvailableCommand `protobuf:"bytes,12,rep,name=available_commands,json=availableCommands,proto3" json:"available_commands,omitempty"`
+	// The session's title (session_info_update); empty when none was given.
+	Title string `protobuf:"bytes,13,opt,name=title,proto3" json:"title,omitempty"`
+	// The latest usage_update.
+	Usage *UsageUpdate `protobuf:"bytes,14,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The latest plan: a v1 `plan` (as `items`) or the content of a v2
+	// plan_update, which replaces it.
+	Plan *PlanContent `protobuf:"bytes,15,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The agent's display terminals (ACP v2 terminal_update and
+	// terminal_output_chunk), in the order first seen; at most 16, the
+	// oldest let go first.
+	Terminals []*SessionTerminal `protobuf:"bytes,16,rep,name=terminals,proto3" json:"terminals,omitempty"`
+	// The permission requests waiting for an answer, oldest first, without
+	// their preview; each is answered with RespondPermission.
+	PendingPermissions []*PermissionRequest `protobuf:"bytes,17,rep,name=pending_permissions,json=pendingPermissions,proto3" json:"pending_permissions,omitempty"`
+	// Whether a prompt turn is running: its turn_started event has no
+	// turn_ended yet. A turn keeps running when the Prompt stream that
+	// started it drops; Cancel ends it.
+	TurnRunning bool `protobuf:"varint,18,opt,name=turn_running,json=turnRunning,proto3" json:"turn_running,omitempty"`
+	// While a turn runs: the seq and time of its turn_started event.
+	TurnStartedSeq uint64                 `protobuf:"varint,19,opt,name=turn_started_seq,json=turnStartedSeq,proto3" json:"turn_started_seq,omitempty"`
+	TurnStartedAt  *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=turn_started_at,json=turnStartedAt,proto3" json:"turn_started_at,omitempty"`
+	// The time of the session's last event.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The text of the session's first prompt, cut to 256 bytes.
+	FirstPrompt   string `protobuf:"bytes,22,opt,name=first_prompt,json=firstPrompt,proto3" json:"first_prompt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionSnapshot) Reset() {
@@ -982,6 +1017,190 @@ func (x *SessionSnapshot) GetAgentContextLost() bool {
 	return false
 }
 
+func (x *SessionSnapshot) GetModes() *SessionModeState {
+	if x != nil {
+		return x.Modes
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetConfigOptions() []*SessionConfigOption {
+	if x != nil {
+		return x.ConfigOptions
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetAvailableCommands() []*AvailableCommand {
+	if x != nil {
+		return x.AvailableCommands
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *SessionSnapshot) GetUsage() *UsageUpdate {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetPlan() *PlanContent {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetTerminals() []*SessionTerminal {
+	if x != nil {
+		return x.Terminals
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetPendingPermissions() []*PermissionRequest {
+	if x != nil {
+		return x.PendingPermissions
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetTurnRunning() bool {
+	if x != nil {
+		return x.TurnRunning
+	}
+	return false
+}
+
+func (x *SessionSnapshot) GetTurnStartedSeq() uint64 {
+	if x != nil {
+		return x.TurnStartedSeq
+	}
+	return 0
+}
+
+func (x *SessionSnapshot) GetTurnStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TurnStartedAt
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetFirstPrompt() string {
+	if x != nil {
+		return x.FirstPrompt
+	}
+	return ""
+}
+
+// SessionTerminal is an agent-owned display terminal (ACP v2) as its
+// terminal_update and terminal_output_chunk events left it.
+type SessionTerminal struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TerminalId string                 `protobuf:"bytes,1,opt,name=terminal_id,json=terminalId,proto3" json:"terminal_id,omitempty"`
+	// The command it runs; empty when unknown.
+	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// The command's working directory; empty when unknown.
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The terminal's output bytes: the latest `output` snapshot with the
+	// chunks after it appended, its last 16 KiB kept.
+	Output []byte `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	// Set when output lost its beginning to the 16 KiB cap.
+	OutputTruncated bool `protobuf:"varint,5,opt,name=output_truncated,json=outputTruncated,proto3" json:"output_truncated,omitempty"`
+	// The exit status (ACP TerminalExitStatus: `exitCode`, `signal`), set
+	// once the command exited.
+	ExitStatus    *structpb.Struct `protobuf:"bytes,6,opt,name=exit_status,json=exitStatus,proto3" json:"exit_status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionTerminal) Reset() {
+	*x = SessionTerminal{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionTerminal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionTerminal) ProtoMessage() {}
+
+func (x *SessionTerminal) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionTerminal.ProtoReflect.Descriptor instead.
+func (*SessionTerminal) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SessionTerminal) GetTerminalId() string {
+	if x != nil {
+		return x.TerminalId
+	}
+	return ""
+}
+
+func (x *SessionTerminal) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *SessionTerminal) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *SessionTerminal) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *SessionTerminal) GetOutputTruncated() bool {
+	if x != nil {
+		return x.OutputTruncated
+	}
+	return false
+}
+
+func (x *SessionTerminal) GetExitStatus() *structpb.Struct {
+	if x != nil {
+		return x.ExitStatus
+	}
+	return nil
+}
+
 // SessionSummary describes a session without its tool calls.
 type SessionSummary struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -993,14 +1212,28 @@ type SessionSummary struct {
 	// `starting`, `ready`, `agent_lost` or `closed`.
 	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
 	// Why the session is in its state, e.g. how its agent ended.
-	StateDetail   string `protobuf:"bytes,7,opt,name=state_detail,json=stateDetail,proto3" json:"state_detail,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateDetail string `protobuf:"bytes,7,opt,name=state_detail,json=stateDetail,proto3" json:"state_detail,omitempty"`
+	// The session's title (session_info_update); empty when none was given.
+	Title string `protobuf:"bytes,8,opt,name=title,proto3" json:"title,omitempty"`
+	// The text of the session's first prompt, cut to 256 bytes: a name for
+	// a session without a title.
+	FirstPrompt string `protobuf:"bytes,9,opt,name=first_prompt,json=firstPrompt,proto3" json:"first_prompt,omitempty"`
+	// The time of the session's last event.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Whether a prompt turn is running, and since which event and when.
+	TurnRunning    bool                   `protobuf:"varint,11,opt,name=turn_running,json=turnRunning,proto3" json:"turn_running,omitempty"`
+	TurnStartedSeq uint64                 `protobuf:"varint,12,opt,name=turn_started_seq,json=turnStartedSeq,proto3" json:"turn_started_seq,omitempty"`
+	TurnStartedAt  *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=turn_started_at,json=turnStartedAt,proto3" json:"turn_started_at,omitempty"`
+	// How many permission requests wait for an answer (GetSession lists
+	// them).
+	PendingPermissions uint32 `protobuf:"varint,14,opt,name=pending_permissions,json=pendingPermissions,proto3" json:"pending_permissions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1245,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1258,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -1077,6 +1310,55 @@ func (x *SessionSummary) GetStateDetail() string {
 	return ""
 }
 
+func (x *SessionSummary) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *SessionSummary) GetFirstPrompt() string {
+	if x != nil {
+		return x.FirstPrompt
+	}
+	return ""
+}
+
+func (x *SessionSummary) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *SessionSummary) GetTurnRunning() bool {
+	if x != nil {
+		return x.TurnRunning
+	}
+	return false
+}
+
+func (x *SessionSummary) GetTurnStartedSeq() uint64 {
+	if x != nil {
+		return x.TurnStartedSeq
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetTurnStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TurnStartedAt
+	}
+	return nil
+}
+
+func (x *SessionSummary) GetPendingPermissions() uint32 {
+	if x != nil {
+		return x.PendingPermissions
+	}
+	return 0
+}
+
 // CreateSessionRequest names the agent and its working directory.
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1105,7 +1387,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1399,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1412,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateSessionRequest) GetAgent() string {
@@ -1176,7 +1458,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1470,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1483,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *McpServer) GetTransport() isMcpServer_Transport {
@@ -1280,7 +1562,7 @@ type McpServerStdio struct {
 
 func (x *McpServerStdio) Reset() {
 	*x = McpServerStdio{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1574,7 @@ func (x *McpServerStdio) String() string {
 func (*McpServerStdio) ProtoMessage() {}
 
 func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1587,7 @@ func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerStdio.ProtoReflect.Descriptor instead.
 func (*McpServerStdio) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *McpServerStdio) GetName() string {
@@ -1350,7 +1632,7 @@ type McpServerHttp struct {
 
 func (x *McpServerHttp) Reset() {
 	*x = McpServerHttp{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1644,7 @@ func (x *McpServerHttp) String() string {
 func (*McpServerHttp) ProtoMessage() {}
 
 func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1657,7 @@ func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerHttp.ProtoReflect.Descriptor instead.
 func (*McpServerHttp) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *McpServerHttp) GetName() string {
@@ -1413,7 +1695,7 @@ type McpServerSse struct {
 
 func (x *McpServerSse) Reset() {
 	*x = McpServerSse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1707,7 @@ func (x *McpServerSse) String() string {
 func (*McpServerSse) ProtoMessage() {}
 
 func (x *McpServerSse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1720,7 @@ func (x *McpServerSse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerSse.ProtoReflect.Descriptor instead.
 func (*McpServerSse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *McpServerSse) GetName() string {
@@ -1474,7 +1756,7 @@ type McpNameValue struct {
 
 func (x *McpNameValue) Reset() {
 	*x = McpNameValue{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1768,7 @@ func (x *McpNameValue) String() string {
 func (*McpNameValue) ProtoMessage() {}
 
 func (x *McpNameValue) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1781,7 @@ func (x *McpNameValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpNameValue.ProtoReflect.Descriptor instead.
 func (*McpNameValue) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *McpNameValue) GetName() string {
@@ -1526,7 +1808,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1820,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1833,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateSessionResponse) GetSessionId() string {
@@ -1574,7 +1856,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1868,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1881,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PromptRequest) GetSessionId() string {
@@ -1636,7 +1918,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1930,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1943,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PromptResponse) GetEvent() *SessionEvent {
@@ -1696,7 +1978,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1990,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +2003,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchRequest) GetSessionId() string {
@@ -1758,7 +2040,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +2052,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +2065,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchResponse) GetEvent() *SessionEvent {
@@ -1810,7 +2092,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2104,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2117,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -1854,7 +2136,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2148,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2161,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
 }
 
 // RespondPermissionRequest answers a permission request with an option, or
@@ -1896,7 +2178,7 @@ type RespondPermissionRequest struct {
 
 func (x *RespondPermissionRequest) Reset() {
 	*x = RespondPermissionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2190,7 @@ func (x *RespondPermissionRequest) String() string {
 func (*RespondPermissionRequest) ProtoMessage() {}
 
 func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2203,7 @@ func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionRequest.ProtoReflect.Descriptor instead.
 func (*RespondPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RespondPermissionRequest) GetSessionId() string {
@@ -1961,7 +2243,7 @@ type RespondPermissionResponse struct {
 
 func (x *RespondPermissionResponse) Reset() {
 	*x = RespondPermissionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2255,7 @@ func (x *RespondPermissionResponse) String() string {
 func (*RespondPermissionResponse) ProtoMessage() {}
 
 func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2268,7 @@ func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionResponse.ProtoReflect.Descriptor instead.
 func (*RespondPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
 }
 
 // GetSessionRequest names a session.
@@ -1999,7 +2281,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2293,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2306,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2044,7 +2326,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2338,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2351,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetSessionResponse) GetSession() *SessionSnapshot {
@@ -2088,7 +2370,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2382,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2395,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 // ListSessionsResponse lists sessions.
@@ -2126,7 +2408,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2420,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2433,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -2171,7 +2453,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2465,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2478,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2215,7 +2497,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2509,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2522,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
 }
 
 // DeleteSessionRequest names the session to delete.
@@ -2253,7 +2535,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2547,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2560,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -2297,7 +2579,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2591,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2604,7 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
 }
 
 // SetModeRequest names the mode to switch to.
@@ -2336,7 +2618,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2630,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2643,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetModeRequest) GetSessionId() string {
@@ -2387,7 +2669,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2681,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2694,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
 }
 
 // SetConfigOptionRequest sets one configuration option.
@@ -2431,7 +2713,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2725,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2738,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetConfigOptionRequest) GetSessionId() string {
@@ -2526,7 +2808,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2820,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2833,7 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
@@ -2570,7 +2852,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2864,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2877,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
 }
 
 // ListAgentsResponse lists agents, sorted by name.
@@ -2608,7 +2890,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2902,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2915,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
@@ -2677,7 +2959,7 @@ type AgentDescription struct {
 
 func (x *AgentDescription) Reset() {
 	*x = AgentDescription{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2971,7 @@ func (x *AgentDescription) String() string {
 func (*AgentDescription) ProtoMessage() {}
 
 func (x *AgentDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2984,7 @@ func (x *AgentDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
 func (*AgentDescription) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AgentDescription) GetName() string {
@@ -2767,7 +3049,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3061,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3074,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -2830,7 +3112,7 @@ type PromptCapabilities struct {
 
 func (x *PromptCapabilities) Reset() {
 	*x = PromptCapabilities{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3124,7 @@ func (x *PromptCapabilities) String() string {
 func (*PromptCapabilities) ProtoMessage() {}
 
 func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3137,7 @@ func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
 func (*PromptCapabilities) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PromptCapabilities) GetImage() bool {
@@ -2895,7 +3177,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3189,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3202,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -3013,7 +3295,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"stopReason\x12*\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x12.acp.v2.StopReasonR\x06reason\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x14\n" +
-	"\x05cause\x18\x04 \x01(\tR\x05cause\"\xc6\x02\n" +
+	"\x05cause\x18\x04 \x01(\tR\x05cause\"\xdf\a\n" +
 	"\x0fSessionSnapshot\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
@@ -3026,7 +3308,31 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12!\n" +
 	"\fstate_detail\x18\b \x01(\tR\vstateDetail\x12,\n" +
-	"\x12agent_context_lost\x18\t \x01(\bR\x10agentContextLost\"\xe6\x01\n" +
+	"\x12agent_context_lost\x18\t \x01(\bR\x10agentContextLost\x12.\n" +
+	"\x05modes\x18\n" +
+	" \x01(\v2\x18.acp.v2.SessionModeStateR\x05modes\x12B\n" +
+	"\x0econfig_options\x18\v \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\x12G\n" +
+	"\x12available_commands\x18\f \x03(\v2\x18.acp.v2.AvailableCommandR\x11availableCommands\x12\x14\n" +
+	"\x05title\x18\r \x01(\tR\x05title\x12)\n" +
+	"\x05usage\x18\x0e \x01(\v2\x13.acp.v2.UsageUpdateR\x05usage\x12'\n" +
+	"\x04plan\x18\x0f \x01(\v2\x13.acp.v2.PlanContentR\x04plan\x125\n" +
+	"\tterminals\x18\x10 \x03(\v2\x17.acp.v2.SessionTerminalR\tterminals\x12J\n" +
+	"\x13pending_permissions\x18\x11 \x03(\v2\x19.acp.v2.PermissionRequestR\x12pendingPermissions\x12!\n" +
+	"\fturn_running\x18\x12 \x01(\bR\vturnRunning\x12(\n" +
+	"\x10turn_started_seq\x18\x13 \x01(\x04R\x0eturnStartedSeq\x12B\n" +
+	"\x0fturn_started_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rturnStartedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
+	"\ffirst_prompt\x18\x16 \x01(\tR\vfirstPrompt\"\xdb\x01\n" +
+	"\x0fSessionTerminal\x12\x1f\n" +
+	"\vterminal_id\x18\x01 \x01(\tR\n" +
+	"terminalId\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12\x16\n" +
+	"\x06output\x18\x04 \x01(\fR\x06output\x12)\n" +
+	"\x10output_truncated\x18\x05 \x01(\bR\x0foutputTruncated\x128\n" +
+	"\vexit_status\x18\x06 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"exitStatus\"\x9c\x04\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3036,7 +3342,16 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12!\n" +
-	"\fstate_detail\x18\a \x01(\tR\vstateDetail\"\x93\x01\n" +
+	"\fstate_detail\x18\a \x01(\tR\vstateDetail\x12\x14\n" +
+	"\x05title\x18\b \x01(\tR\x05title\x12!\n" +
+	"\ffirst_prompt\x18\t \x01(\tR\vfirstPrompt\x129\n" +
+	"\n" +
+	"updated_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
+	"\fturn_running\x18\v \x01(\bR\vturnRunning\x12(\n" +
+	"\x10turn_started_seq\x18\f \x01(\x04R\x0eturnStartedSeq\x12B\n" +
+	"\x0fturn_started_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rturnStartedAt\x12/\n" +
+	"\x13pending_permissions\x18\x0e \x01(\rR\x12pendingPermissions\"\x93\x01\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x1f\n" +
@@ -3183,7 +3498,7 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
 	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
@@ -3192,150 +3507,166 @@ var file_acp_v2_session_service_proto_goTypes = []any{
 	(*TurnStarted)(nil),               // 4: acp.v2.TurnStarted
 	(*TurnEnded)(nil),                 // 5: acp.v2.TurnEnded
 	(*SessionSnapshot)(nil),           // 6: acp.v2.SessionSnapshot
-	(*SessionSummary)(nil),            // 7: acp.v2.SessionSummary
-	(*CreateSessionRequest)(nil),      // 8: acp.v2.CreateSessionRequest
-	(*McpServer)(nil),                 // 9: acp.v2.McpServer
-	(*McpServerStdio)(nil),            // 10: acp.v2.McpServerStdio
-	(*McpServerHttp)(nil),             // 11: acp.v2.McpServerHttp
-	(*McpServerSse)(nil),              // 12: acp.v2.McpServerSse
-	(*McpNameValue)(nil),              // 13: acp.v2.McpNameValue
-	(*CreateSessionResponse)(nil),     // 14: acp.v2.CreateSessionResponse
-	(*PromptRequest)(nil),             // 15: acp.v2.PromptRequest
-	(*PromptResponse)(nil),            // 16: acp.v2.PromptResponse
-	(*WatchRequest)(nil),              // 17: acp.v2.WatchRequest
-	(*WatchResponse)(nil),             // 18: acp.v2.WatchResponse
-	(*CancelRequest)(nil),             // 19: acp.v2.CancelRequest
-	(*CancelResponse)(nil),            // 20: acp.v2.CancelResponse
-	(*RespondPermissionRequest)(nil),  // 21: acp.v2.RespondPermissionRequest
-	(*RespondPermissionResponse)(nil), // 22: acp.v2.RespondPermissionResponse
-	(*GetSessionRequest)(nil),         // 23: acp.v2.GetSessionRequest
-	(*GetSessionResponse)(nil),        // 24: acp.v2.GetSessionResponse
-	(*ListSessionsRequest)(nil),       // 25: acp.v2.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 26: acp.v2.ListSessionsResponse
-	(*CloseSessionRequest)(nil),       // 27: acp.v2.CloseSessionRequest
-	(*CloseSessionResponse)(nil),      // 28: acp.v2.CloseSessionResponse
-	(*DeleteSessionRequest)(nil),      // 29: acp.v2.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),     // 30: acp.v2.DeleteSessionResponse
-	(*SetModeRequest)(nil),            // 31: acp.v2.SetModeRequest
-	(*SetModeResponse)(nil),           // 32: acp.v2.SetModeResponse
-	(*SetConfigOptionRequest)(nil),    // 33: acp.v2.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),   // 34: acp.v2.SetConfigOptionResponse
-	(*ListAgentsRequest)(nil),         // 35: acp.v2.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 36: acp.v2.ListAgentsResponse
-	(*AgentDescription)(nil),          // 37: acp.v2.AgentDescription
-	(*AgentInfo)(nil),                 // 38: acp.v2.AgentInfo
-	(*PromptCapabilities)(nil),        // 39: acp.v2.PromptCapabilities
-	(*AuthMethod)(nil),                // 40: acp.v2.AuthMethod
-	(*timestamppb.Timestamp)(nil),     // 41: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 42: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 43: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 44: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 45: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 46: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 47: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 48: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 49: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 50: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 51: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 52: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 53: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 54: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 55: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 56: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 57: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 58: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 59: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 60: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 61: acp.v2.ContentBlock
-	(StopReason)(0),                   // 62: acp.v2.StopReason
-	(*SessionConfigOption)(nil),       // 63: acp.v2.SessionConfigOption
+	(*SessionTerminal)(nil),           // 7: acp.v2.SessionTerminal
+	(*SessionSummary)(nil),            // 8: acp.v2.SessionSummary
+	(*CreateSessionRequest)(nil),      // 9: acp.v2.CreateSessionRequest
+	(*McpServer)(nil),                 // 10: acp.v2.McpServer
+	(*McpServerStdio)(nil),            // 11: acp.v2.McpServerStdio
+	(*McpServerHttp)(nil),             // 12: acp.v2.McpServerHttp
+	(*McpServerSse)(nil),              // 13: acp.v2.McpServerSse
+	(*McpNameValue)(nil),              // 14: acp.v2.McpNameValue
+	(*CreateSessionResponse)(nil),     // 15: acp.v2.CreateSessionResponse
+	(*PromptRequest)(nil),             // 16: acp.v2.PromptRequest
+	(*PromptResponse)(nil),            // 17: acp.v2.PromptResponse
+	(*WatchRequest)(nil),              // 18: acp.v2.WatchRequest
+	(*WatchResponse)(nil),             // 19: acp.v2.WatchResponse
+	(*CancelRequest)(nil),             // 20: acp.v2.CancelRequest
+	(*CancelResponse)(nil),            // 21: acp.v2.CancelResponse
+	(*RespondPermissionRequest)(nil),  // 22: acp.v2.RespondPermissionRequest
+	(*RespondPermissionResponse)(nil), // 23: acp.v2.RespondPermissionResponse
+	(*GetSessionRequest)(nil),         // 24: acp.v2.GetSessionRequest
+	(*GetSessionResponse)(nil),        // 25: acp.v2.GetSessionResponse
+	(*ListSessionsRequest)(nil),       // 26: acp.v2.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 27: acp.v2.ListSessionsResponse
+	(*CloseSessionRequest)(nil),       // 28: acp.v2.CloseSessionRequest
+	(*CloseSessionResponse)(nil),      // 29: acp.v2.CloseSessionResponse
+	(*DeleteSessionRequest)(nil),      // 30: acp.v2.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),     // 31: acp.v2.DeleteSessionResponse
+	(*SetModeRequest)(nil),            // 32: acp.v2.SetModeRequest
+	(*SetModeResponse)(nil),           // 33: acp.v2.SetModeResponse
+	(*SetConfigOptionRequest)(nil),    // 34: acp.v2.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),   // 35: acp.v2.SetConfigOptionResponse
+	(*ListAgentsRequest)(nil),         // 36: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 37: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),          // 38: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                 // 39: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),        // 40: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                // 41: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),     // 42: google.protobuf.Timestamp
+	(*ContentChunk)(nil),              // 43: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),            // 44: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),      // 45: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                      // 46: acp.v2.Plan
+	(*PlanUpdate)(nil),                // 47: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),   // 48: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),         // 49: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),        // 50: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),         // 51: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),               // 52: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),             // 53: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),               // 54: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),            // 55: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),       // 56: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),             // 57: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                  // 58: acp.v2.ToolCall
+	(*PermissionOption)(nil),          // 59: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),           // 60: google.protobuf.Struct
+	(*PermissionOutcome)(nil),         // 61: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),              // 62: acp.v2.ContentBlock
+	(StopReason)(0),                   // 63: acp.v2.StopReason
+	(*SessionModeState)(nil),          // 64: acp.v2.SessionModeState
+	(*SessionConfigOption)(nil),       // 65: acp.v2.SessionConfigOption
+	(*AvailableCommand)(nil),          // 66: acp.v2.AvailableCommand
+	(*PlanContent)(nil),               // 67: acp.v2.PlanContent
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	41, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	42, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	42, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	42, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	43, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	44, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	45, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	46, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	47, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	48, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	49, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	50, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	51, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	52, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	52, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	52, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	53, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	54, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	55, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	56, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	57, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	42, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	43, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	43, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	43, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	44, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	45, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	46, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	47, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	48, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	49, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	50, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	51, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	52, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	53, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	53, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	53, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	54, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	55, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	56, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	57, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	58, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
 	3,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
 	4,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
 	5,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
 	6,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
 	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
-	43, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	57, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	58, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	59, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	60, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	61, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	62, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	57, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	41, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	41, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	9,  // 37: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
-	10, // 38: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
-	11, // 39: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
-	12, // 40: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
-	13, // 41: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
-	13, // 42: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
-	13, // 43: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
-	61, // 44: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
-	0,  // 45: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	41, // 46: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	0,  // 47: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	41, // 48: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	6,  // 49: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
-	7,  // 50: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	63, // 51: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	37, // 52: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
-	38, // 53: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
-	39, // 54: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
-	40, // 55: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
-	8,  // 56: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	15, // 57: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	17, // 58: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	19, // 59: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	21, // 60: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	23, // 61: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	25, // 62: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	27, // 63: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	31, // 64: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	33, // 65: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	35, // 66: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
-	29, // 67: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
-	14, // 68: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	16, // 69: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	18, // 70: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	20, // 71: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	22, // 72: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	24, // 73: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	26, // 74: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	28, // 75: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	32, // 76: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	34, // 77: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	36, // 78: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
-	30, // 79: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
-	68, // [68:80] is the sub-list for method output_type
-	56, // [56:68] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	44, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	58, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	59, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	60, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	61, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	62, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	63, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	58, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	42, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	64, // 36: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
+	65, // 37: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
+	66, // 38: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
+	52, // 39: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
+	67, // 40: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
+	7,  // 41: acp.v2.SessionSnapshot.terminals:type_name -> acp.v2.SessionTerminal
+	2,  // 42: acp.v2.SessionSnapshot.pending_permissions:type_name -> acp.v2.PermissionRequest
+	42, // 43: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
+	42, // 44: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
+	60, // 45: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
+	42, // 46: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	42, // 47: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 48: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
+	10, // 49: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
+	11, // 50: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
+	12, // 51: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
+	13, // 52: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
+	14, // 53: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
+	14, // 54: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
+	14, // 55: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
+	62, // 56: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	0,  // 57: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
+	42, // 58: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 59: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
+	42, // 60: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	6,  // 61: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
+	8,  // 62: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
+	65, // 63: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	38, // 64: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	39, // 65: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	40, // 66: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	41, // 67: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	9,  // 68: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	16, // 69: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	18, // 70: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	20, // 71: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	22, // 72: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	24, // 73: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	26, // 74: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	28, // 75: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	32, // 76: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	34, // 77: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	36, // 78: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	30, // 79: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	15, // 80: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	17, // 81: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	19, // 82: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	21, // 83: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	23, // 84: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	25, // 85: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	27, // 86: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	29, // 87: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	33, // 88: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	35, // 89: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	37, // 90: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	31, // 91: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	80, // [80:92] is the sub-list for method output_type
+	68, // [68:80] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -3374,12 +3705,12 @@ func file_acp_v2_session_service_proto_init() {
 		(*SessionEvent_Snapshot)(nil),
 		(*SessionEvent_StateChanged)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[9].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[10].OneofWrappers = []any{
 		(*McpServer_Stdio)(nil),
 		(*McpServer_Http)(nil),
 		(*McpServer_Sse)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[33].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[34].OneofWrappers = []any{
 		(*SetConfigOptionRequest_ValueId)(nil),
 		(*SetConfigOptionRequest_Boolean)(nil),
 	}
@@ -3389,7 +3720,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -64,11 +64,17 @@ async function refreshSessions(): Promise<void> {
       ...sessions
         .sort((a, b) => time(b) - time(a))
         .map((s) => {
+          // An honest turn: a running turn, and requests waiting for an answer.
+          const busy = s.pendingPermissions
+            ? ` · waiting for you (${s.pendingPermissions})`
+            : s.turnRunning
+              ? " · turn running"
+              : "";
           const b = h(
             "button",
-            { type: "button", "data-session-id": s.sessionId },
-            h("span", { class: "id" }, s.sessionId),
-            h("span", { class: "meta" }, `${s.agent} · ${s.state.replaceAll("_", " ")} · ${s.cwd}`),
+            { type: "button", "data-session-id": s.sessionId, "data-turn-running": String(s.turnRunning) },
+            h("span", { class: "id" }, s.title || s.firstPrompt || s.sessionId),
+            h("span", { class: "meta" }, `${s.agent} · ${s.state.replaceAll("_", " ")}${busy} · ${s.cwd}`),
           );
           b.addEventListener("click", () => open(s.sessionId));
           return h("li", s.sessionId === current?.id ? { class: "selected" } : {}, b);
@@ -124,7 +130,9 @@ async function open(id: string): Promise<void> {
     const atBottom = ui.transcript.scrollHeight - ui.transcript.scrollTop - ui.transcript.clientHeight < 80;
     controls();
     if (atBottom) ui.transcript.scrollTop = ui.transcript.scrollHeight;
-    if (ev.event.case === "turnEnded" || ev.event.case === "stateChanged") void refreshSessions();
+    const kind = ev.event.case;
+    const changesSummary = ["turnStarted", "turnEnded", "stateChanged", "permissionRequest", "permissionResolved"];
+    if (kind && changesSummary.includes(kind)) void refreshSessions();
   };
   ui.transcript.replaceChildren(view.el);
   ui.title.textContent = id;

@@ -6,7 +6,7 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ContentBlock } from "./content_pb.js";
 import { file_acp_v2_content } from "./content_pb.js";
-import type { AvailableCommandsUpdate, ConfigOptionUpdate, ContentChunk, CurrentModeUpdate, MessageUpdate, PermissionOption, PermissionOutcome, Plan, PlanUpdate, SessionConfigOption, SessionInfoUpdate, StateUpdate, StopReason, TerminalOutputChunk, TerminalUpdate, UnknownUpdate, UsageUpdate } from "./session_update_pb.js";
+import type { AvailableCommand, AvailableCommandsUpdate, ConfigOptionUpdate, ContentChunk, CurrentModeUpdate, MessageUpdate, PermissionOption, PermissionOutcome, Plan, PlanContent, PlanUpdate, SessionConfigOption, SessionInfoUpdate, SessionModeState, StateUpdate, StopReason, TerminalOutputChunk, TerminalUpdate, UnknownUpdate, UsageUpdate } from "./session_update_pb.js";
 import { file_acp_v2_session_update } from "./session_update_pb.js";
 import type { ToolCall, ToolCallContentChunk, ToolCallUpdate } from "./tool_call_pb.js";
 import { file_acp_v2_tool_call } from "./tool_call_pb.js";
@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file acp/v2/session_service.proto.
  */
 export const file_acp_v2_session_service: GenFile = /*@__PURE__*/
-  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSLWAQoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiaQoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZRITCgthbnN3ZXJlZF9ieRgDIAEoCSIzCgtUdXJuU3RhcnRlZBIkCgZwcm9tcHQYASADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrImIKCVR1cm5FbmRlZBITCgtzdG9wX3JlYXNvbhgBIAEoCRIiCgZyZWFzb24YAiABKA4yEi5hY3AudjIuU3RvcFJlYXNvbhINCgVlcnJvchgDIAEoCRINCgVjYXVzZRgEIAEoCSLqAQoPU2Vzc2lvblNuYXBzaG90EhIKCnNlc3Npb25faWQYASABKAkSJAoKdG9vbF9jYWxscxgCIAMoCzIQLmFjcC52Mi5Ub29sQ2FsbBINCgVhZ2VudBgDIAEoCRILCgNjd2QYBCABKAkSEAoIbGFzdF9zZXEYBSABKAQSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSFAoMc3RhdGVfZGV0YWlsGAggASgJEhoKEmFnZW50X2NvbnRleHRfbG9zdBgJIAEoCCKnAQoOU2Vzc2lvblN1bW1hcnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVhZ2VudBgCIAEoCRILCgNjd2QYAyABKAkSEAoIbGFzdF9zZXEYBCABKAQSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYBiABKAkSFAoMc3RhdGVfZGV0YWlsGAcgASgJIm8KFENyZWF0ZVNlc3Npb25SZXF1ZXN0Eg0KBWFnZW50GAEgASgJEgsKA2N3ZBgCIAEoCRITCgthdXRoX21ldGhvZBgDIAEoCRImCgttY3Bfc2VydmVycxgEIAMoCzIRLmFjcC52Mi5NY3BTZXJ2ZXIijQEKCU1jcFNlcnZlchInCgVzdGRpbxgBIAEoCzIWLmFjcC52Mi5NY3BTZXJ2ZXJTdGRpb0gAEiUKBGh0dHAYAiABKAsyFS5hY3AudjIuTWNwU2VydmVySHR0cEgAEiMKA3NzZRgDIAEoCzIULmFjcC52Mi5NY3BTZXJ2ZXJTc2VIAEILCgl0cmFuc3BvcnQiYAoOTWNwU2VydmVyU3RkaW8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgwKBGFyZ3MYAyADKAkSIQoDZW52GAQgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSJRCg1NY3BTZXJ2ZXJIdHRwEgwKBG5hbWUYASABKAkSCwoDdXJsGAIgASgJEiUKB2hlYWRlcnMYAyADKAsyFC5hY3AudjIuTWNwTmFtZVZhbHVlIlAKDE1jcFNlcnZlclNzZRIMCgRuYW1lGAEgASgJEgsKA3VybBgCIAEoCRIlCgdoZWFkZXJzGAMgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSIrCgxNY3BOYW1lVmFsdWUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI+ChJHZXRTZXNzaW9uUmVzcG9uc2USKAoHc2Vzc2lvbhgBIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3QiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCJAChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIoCghzZXNzaW9ucxgBIAMoCzIWLmFjcC52Mi5TZXNzaW9uU3VtbWFyeSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIXChVEZWxldGVTZXNzaW9uUmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24iEwoRTGlzdEFnZW50c1JlcXVlc3QiPgoSTGlzdEFnZW50c1Jlc3BvbnNlEigKBmFnZW50cxgBIAMoCzIYLmFjcC52Mi5BZ2VudERlc2NyaXB0aW9uIusBChBBZ2VudERlc2NyaXB0aW9uEgwKBG5hbWUYASABKAkSHwoEaW5mbxgCIAEoCzIRLmFjcC52Mi5BZ2VudEluZm8SGAoQcHJvdG9jb2xfdmVyc2lvbhgDIAEoDRI3ChNwcm9tcHRfY2FwYWJpbGl0aWVzGAQgASgLMhouYWNwLnYyLlByb21wdENhcGFiaWxpdGllcxIcChRzZXNzaW9uX2NhcGFiaWxpdGllcxgFIAMoCRIoCgxhdXRoX21ldGhvZHMYBiADKAsyEi5hY3AudjIuQXV0aE1ldGhvZBINCgVlcnJvchgHIAEoCSI5CglBZ2VudEluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJIkwKElByb21wdENhcGFiaWxpdGllcxINCgVpbWFnZRgBIAEoCBINCgVhdWRpbxgCIAEoCBIYChBlbWJlZGRlZF9jb250ZXh0GAMgASgIIkkKCkF1dGhNZXRob2QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIMCgR0eXBlGAQgASgJMuIGCg5TZXNzaW9uU2VydmljZRJMCg1DcmVhdGVTZXNzaW9uEhwuYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXNwb25zZRI5CgZQcm9tcHQSFS5hY3AudjIuUHJvbXB0UmVxdWVzdBoWLmFjcC52Mi5Qcm9tcHRSZXNwb25zZTABEjYKBVdhdGNoEhQuYWNwLnYyLldhdGNoUmVxdWVzdBoVLmFjcC52Mi5XYXRjaFJlc3BvbnNlMAESNwoGQ2FuY2VsEhUuYWNwLnYyLkNhbmNlbFJlcXVlc3QaFi5hY3AudjIuQ2FuY2VsUmVzcG9uc2USWAoRUmVzcG9uZFBlcm1pc3Npb24SIC5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0GiEuYWNwLnYyLlJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2USQwoKR2V0U2Vzc2lvbhIZLmFjcC52Mi5HZXRTZXNzaW9uUmVxdWVzdBoaLmFjcC52Mi5HZXRTZXNzaW9uUmVzcG9uc2USSQoMTGlzdFNlc3Npb25zEhsuYWNwLnYyLkxpc3RTZXNzaW9uc1JlcXVlc3QaHC5hY3AudjIuTGlzdFNlc3Npb25zUmVzcG9uc2USSQoMQ2xvc2VTZXNzaW9uEhsuYWNwLnYyLkNsb3NlU2Vzc2lvblJlcXVlc3QaHC5hY3AudjIuQ2xvc2VTZXNzaW9uUmVzcG9uc2USOgoHU2V0TW9kZRIWLmFjcC52Mi5TZXRNb2RlUmVxdWVzdBoXLmFjcC52Mi5TZXRNb2RlUmVzcG9uc2USUgoPU2V0Q29uZmlnT3B0aW9uEh4uYWNwLnYyLlNldENvbmZpZ09wdGlvblJlcXVlc3QaHy5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USQwoKTGlzdEFnZW50cxIZLmFjcC52Mi5MaXN0QWdlbnRzUmVxdWVzdBoaLmFjcC52Mi5MaXN0QWdlbnRzUmVzcG9uc2USTAoNRGVsZXRlU2Vzc2lvbhIcLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVxdWVzdBodLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSLWAQoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiaQoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZRITCgthbnN3ZXJlZF9ieRgDIAEoCSIzCgtUdXJuU3RhcnRlZBIkCgZwcm9tcHQYASADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrImIKCVR1cm5FbmRlZBITCgtzdG9wX3JlYXNvbhgBIAEoCRIiCgZyZWFzb24YAiABKA4yEi5hY3AudjIuU3RvcFJlYXNvbhINCgVlcnJvchgDIAEoCRINCgVjYXVzZRgEIAEoCSLjBQoPU2Vzc2lvblNuYXBzaG90EhIKCnNlc3Npb25faWQYASABKAkSJAoKdG9vbF9jYWxscxgCIAMoCzIQLmFjcC52Mi5Ub29sQ2FsbBINCgVhZ2VudBgDIAEoCRILCgNjd2QYBCABKAkSEAoIbGFzdF9zZXEYBSABKAQSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSFAoMc3RhdGVfZGV0YWlsGAggASgJEhoKEmFnZW50X2NvbnRleHRfbG9zdBgJIAEoCBInCgVtb2RlcxgKIAEoCzIYLmFjcC52Mi5TZXNzaW9uTW9kZVN0YXRlEjMKDmNvbmZpZ19vcHRpb25zGAsgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24SNAoSYXZhaWxhYmxlX2NvbW1hbmRzGAwgAygLMhguYWNwLnYyLkF2YWlsYWJsZUNvbW1hbmQSDQoFdGl0bGUYDSABKAkSIgoFdXNhZ2UYDiABKAsyEy5hY3AudjIuVXNhZ2VVcGRhdGUSIQoEcGxhbhgPIAEoCzITLmFjcC52Mi5QbGFuQ29udGVudBIqCgl0ZXJtaW5hbHMYECADKAsyFy5hY3AudjIuU2Vzc2lvblRlcm1pbmFsEjYKE3BlbmRpbmdfcGVybWlzc2lvbnMYESADKAsyGS5hY3AudjIuUGVybWlzc2lvblJlcXVlc3QSFAoMdHVybl9ydW5uaW5nGBIgASgIEhgKEHR1cm5fc3RhcnRlZF9zZXEYEyABKAQSMwoPdHVybl9zdGFydGVkX2F0GBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxmaXJzdF9wcm9tcHQYFiABKAkinAEKD1Nlc3Npb25UZXJtaW5hbBITCgt0ZXJtaW5hbF9pZBgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgsKA2N3ZBgDIAEoCRIOCgZvdXRwdXQYBCABKAwSGAoQb3V0cHV0X3RydW5jYXRlZBgFIAEoCBIsCgtleGl0X3N0YXR1cxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Qi/gIKDlNlc3Npb25TdW1tYXJ5EhIKCnNlc3Npb25faWQYASABKAkSDQoFYWdlbnQYAiABKAkSCwoDY3dkGAMgASgJEhAKCGxhc3Rfc2VxGAQgASgEEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXN0YXRlGAYgASgJEhQKDHN0YXRlX2RldGFpbBgHIAEoCRINCgV0aXRsZRgIIAEoCRIUCgxmaXJzdF9wcm9tcHQYCSABKAkSLgoKdXBkYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMdHVybl9ydW5uaW5nGAsgASgIEhgKEHR1cm5fc3RhcnRlZF9zZXEYDCABKAQSMwoPdHVybl9zdGFydGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNwZW5kaW5nX3Blcm1pc3Npb25zGA4gASgNIm8KFENyZWF0ZVNlc3Npb25SZXF1ZXN0Eg0KBWFnZW50GAEgASgJEgsKA2N3ZBgCIAEoCRITCgthdXRoX21ldGhvZBgDIAEoCRImCgttY3Bfc2VydmVycxgEIAMoCzIRLmFjcC52Mi5NY3BTZXJ2ZXIijQEKCU1jcFNlcnZlchInCgVzdGRpbxgBIAEoCzIWLmFjcC52Mi5NY3BTZXJ2ZXJTdGRpb0gAEiUKBGh0dHAYAiABKAsyFS5hY3AudjIuTWNwU2VydmVySHR0cEgAEiMKA3NzZRgDIAEoCzIULmFjcC52Mi5NY3BTZXJ2ZXJTc2VIAEILCgl0cmFuc3BvcnQiYAoOTWNwU2VydmVyU3RkaW8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgwKBGFyZ3MYAyADKAkSIQoDZW52GAQgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSJRCg1NY3BTZXJ2ZXJIdHRwEgwKBG5hbWUYASABKAkSCwoDdXJsGAIgASgJEiUKB2hlYWRlcnMYAyADKAsyFC5hY3AudjIuTWNwTmFtZVZhbHVlIlAKDE1jcFNlcnZlclNzZRIMCgRuYW1lGAEgASgJEgsKA3VybBgCIAEoCRIlCgdoZWFkZXJzGAMgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSIrCgxNY3BOYW1lVmFsdWUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI+ChJHZXRTZXNzaW9uUmVzcG9uc2USKAoHc2Vzc2lvbhgBIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3QiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCJAChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIoCghzZXNzaW9ucxgBIAMoCzIWLmFjcC52Mi5TZXNzaW9uU3VtbWFyeSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIXChVEZWxldGVTZXNzaW9uUmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24iEwoRTGlzdEFnZW50c1JlcXVlc3QiPgoSTGlzdEFnZW50c1Jlc3BvbnNlEigKBmFnZW50cxgBIAMoCzIYLmFjcC52Mi5BZ2VudERlc2NyaXB0aW9uIusBChBBZ2VudERlc2NyaXB0aW9uEgwKBG5hbWUYASABKAkSHwoEaW5mbxgCIAEoCzIRLmFjcC52Mi5BZ2VudEluZm8SGAoQcHJvdG9jb2xfdmVyc2lvbhgDIAEoDRI3ChNwcm9tcHRfY2FwYWJpbGl0aWVzGAQgASgLMhouYWNwLnYyLlByb21wdENhcGFiaWxpdGllcxIcChRzZXNzaW9uX2NhcGFiaWxpdGllcxgFIAMoCRIoCgxhdXRoX21ldGhvZHMYBiADKAsyEi5hY3AudjIuQXV0aE1ldGhvZBINCgVlcnJvchgHIAEoCSI5CglBZ2VudEluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJIkwKElByb21wdENhcGFiaWxpdGllcxINCgVpbWFnZRgBIAEoCBINCgVhdWRpbxgCIAEoCBIYChBlbWJlZGRlZF9jb250ZXh0GAMgASgIIkkKCkF1dGhNZXRob2QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIMCgR0eXBlGAQgASgJMuIGCg5TZXNzaW9uU2VydmljZRJMCg1DcmVhdGVTZXNzaW9uEhwuYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXNwb25zZRI5CgZQcm9tcHQSFS5hY3AudjIuUHJvbXB0UmVxdWVzdBoWLmFjcC52Mi5Qcm9tcHRSZXNwb25zZTABEjYKBVdhdGNoEhQuYWNwLnYyLldhdGNoUmVxdWVzdBoVLmFjcC52Mi5XYXRjaFJlc3BvbnNlMAESNwoGQ2FuY2VsEhUuYWNwLnYyLkNhbmNlbFJlcXVlc3QaFi5hY3AudjIuQ2FuY2VsUmVzcG9uc2USWAoRUmVzcG9uZFBlcm1pc3Npb24SIC5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0GiEuYWNwLnYyLlJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2USQwoKR2V0U2Vzc2lvbhIZLmFjcC52Mi5HZXRTZXNzaW9uUmVxdWVzdBoaLmFjcC52Mi5HZXRTZXNzaW9uUmVzcG9uc2USSQoMTGlzdFNlc3Npb25zEhsuYWNwLnYyLkxpc3RTZXNzaW9uc1JlcXVlc3QaHC5hY3AudjIuTGlzdFNlc3Npb25zUmVzcG9uc2USSQoMQ2xvc2VTZXNzaW9uEhsuYWNwLnYyLkNsb3NlU2Vzc2lvblJlcXVlc3QaHC5hY3AudjIuQ2xvc2VTZXNzaW9uUmVzcG9uc2USOgoHU2V0TW9kZRIWLmFjcC52Mi5TZXRNb2RlUmVxdWVzdBoXLmFjcC52Mi5TZXRNb2RlUmVzcG9uc2USUgoPU2V0Q29uZmlnT3B0aW9uEh4uYWNwLnYyLlNldENvbmZpZ09wdGlvblJlcXVlc3QaHy5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USQwoKTGlzdEFnZW50cxIZLmFjcC52Mi5MaXN0QWdlbnRzUmVxdWVzdBoaLmFjcC52Mi5MaXN0QWdlbnRzUmVzcG9uc2USTAoNRGVsZXRlU2Vzc2lvbhIcLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVxdWVzdBodLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * SessionEvent is one stored, numbered event of a session. The update
@@ -484,6 +484,105 @@ export type SessionSnapshot = Message<"acp.v2.SessionSnapshot"> & {
    * @generated from field: bool agent_context_lost = 9;
    */
   agentContextLost: boolean;
+
+  /**
+   * The current mode and the modes the agent offers: from session/new's,
+   * session/resume's or session/load's `modes`, then current_mode_update.
+   * Unset when the agent never reported modes.
+   *
+   * @generated from field: acp.v2.SessionModeState modes = 10;
+   */
+  modes?: SessionModeState | undefined;
+
+  /**
+   * The session's configuration options with their values: from
+   * session/new's, session/resume's or session/load's `configOptions`,
+   * then config_option_update (and SetConfigOption's answer).
+   *
+   * @generated from field: repeated acp.v2.SessionConfigOption config_options = 11;
+   */
+  configOptions: SessionConfigOption[];
+
+  /**
+   * The commands the agent offers (the latest available_commands_update).
+   *
+   * @generated from field: repeated acp.v2.AvailableCommand available_commands = 12;
+   */
+  availableCommands: AvailableCommand[];
+
+  /**
+   * The session's title (session_info_update); empty when none was given.
+   *
+   * @generated from field: string title = 13;
+   */
+  title: string;
+
+  /**
+   * The latest usage_update.
+   *
+   * @generated from field: acp.v2.UsageUpdate usage = 14;
+   */
+  usage?: UsageUpdate | undefined;
+
+  /**
+   * The latest plan: a v1 `plan` (as `items`) or the content of a v2
+   * plan_update, which replaces it.
+   *
+   * @generated from field: acp.v2.PlanContent plan = 15;
+   */
+  plan?: PlanContent | undefined;
+
+  /**
+   * The agent's display terminals (ACP v2 terminal_update and
+   * terminal_output_chunk), in the order first seen; at most 16, the
+   * oldest let go first.
+   *
+   * @generated from field: repeated acp.v2.SessionTerminal terminals = 16;
+   */
+  terminals: SessionTerminal[];
+
+  /**
+   * The permission requests waiting for an answer, oldest first, without
+   * their preview; each is answered with RespondPermission.
+   *
+   * @generated from field: repeated acp.v2.PermissionRequest pending_permissions = 17;
+   */
+  pendingPermissions: PermissionRequest[];
+
+  /**
+   * Whether a prompt turn is running: its turn_started event has no
+   * turn_ended yet. A turn keeps running when the Prompt stream that
+   * started it drops; Cancel ends it.
+   *
+   * @generated from field: bool turn_running = 18;
+   */
+  turnRunning: boolean;
+
+  /**
+   * While a turn runs: the seq and time of its turn_started event.
+   *
+   * @generated from field: uint64 turn_started_seq = 19;
+   */
+  turnStartedSeq: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp turn_started_at = 20;
+   */
+  turnStartedAt?: Timestamp | undefined;
+
+  /**
+   * The time of the session's last event.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 21;
+   */
+  updatedAt?: Timestamp | undefined;
+
+  /**
+   * The text of the session's first prompt, cut to 256 bytes.
+   *
+   * @generated from field: string first_prompt = 22;
+   */
+  firstPrompt: string;
 };
 
 /**
@@ -492,6 +591,63 @@ export type SessionSnapshot = Message<"acp.v2.SessionSnapshot"> & {
  */
 export const SessionSnapshotSchema: GenMessage<SessionSnapshot> = /*@__PURE__*/
   messageDesc(file_acp_v2_session_service, 6);
+
+/**
+ * SessionTerminal is an agent-owned display terminal (ACP v2) as its
+ * terminal_update and terminal_output_chunk events left it.
+ *
+ * @generated from message acp.v2.SessionTerminal
+ */
+export type SessionTerminal = Message<"acp.v2.SessionTerminal"> & {
+  /**
+   * @generated from field: string terminal_id = 1;
+   */
+  terminalId: string;
+
+  /**
+   * The command it runs; empty when unknown.
+   *
+   * @generated from field: string command = 2;
+   */
+  command: string;
+
+  /**
+   * The command's working directory; empty when unknown.
+   *
+   * @generated from field: string cwd = 3;
+   */
+  cwd: string;
+
+  /**
+   * The terminal's output bytes: the latest `output` snapshot with the
+   * chunks after it appended, its last 16 KiB kept.
+   *
+   * @generated from field: bytes output = 4;
+   */
+  output: Uint8Array;
+
+  /**
+   * Set when output lost its beginning to the 16 KiB cap.
+   *
+   * @generated from field: bool output_truncated = 5;
+   */
+  outputTruncated: boolean;
+
+  /**
+   * The exit status (ACP TerminalExitStatus: `exitCode`, `signal`), set
+   * once the command exited.
+   *
+   * @generated from field: google.protobuf.Struct exit_status = 6;
+   */
+  exitStatus?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message acp.v2.SessionTerminal.
+ * Use `create(SessionTerminalSchema)` to create a new message.
+ */
+export const SessionTerminalSchema: GenMessage<SessionTerminal> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 7);
 
 /**
  * SessionSummary describes a session without its tool calls.
@@ -537,6 +693,53 @@ export type SessionSummary = Message<"acp.v2.SessionSummary"> & {
    * @generated from field: string state_detail = 7;
    */
   stateDetail: string;
+
+  /**
+   * The session's title (session_info_update); empty when none was given.
+   *
+   * @generated from field: string title = 8;
+   */
+  title: string;
+
+  /**
+   * The text of the session's first prompt, cut to 256 bytes: a name for
+   * a session without a title.
+   *
+   * @generated from field: string first_prompt = 9;
+   */
+  firstPrompt: string;
+
+  /**
+   * The time of the session's last event.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 10;
+   */
+  updatedAt?: Timestamp | undefined;
+
+  /**
+   * Whether a prompt turn is running, and since which event and when.
+   *
+   * @generated from field: bool turn_running = 11;
+   */
+  turnRunning: boolean;
+
+  /**
+   * @generated from field: uint64 turn_started_seq = 12;
+   */
+  turnStartedSeq: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp turn_started_at = 13;
+   */
+  turnStartedAt?: Timestamp | undefined;
+
+  /**
+   * How many permission requests wait for an answer (GetSession lists
+   * them).
+   *
+   * @generated from field: uint32 pending_permissions = 14;
+   */
+  pendingPermissions: number;
 };
 
 /**
@@ -544,7 +747,7 @@ export type SessionSummary = Message<"acp.v2.SessionSummary"> & {
  * Use `create(SessionSummarySchema)` to create a new message.
  */
 export const SessionSummarySchema: GenMessage<SessionSummary> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 7);
+  messageDesc(file_acp_v2_session_service, 8);
 
 /**
  * CreateSessionRequest names the agent and its working directory.
@@ -597,7 +800,7 @@ export type CreateSessionRequest = Message<"acp.v2.CreateSessionRequest"> & {
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 8);
+  messageDesc(file_acp_v2_session_service, 9);
 
 /**
  * McpServer is an MCP server an agent connects to (ACP McpServer).
@@ -641,7 +844,7 @@ export type McpServer = Message<"acp.v2.McpServer"> & {
  * Use `create(McpServerSchema)` to create a new message.
  */
 export const McpServerSchema: GenMessage<McpServer> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 9);
+  messageDesc(file_acp_v2_session_service, 10);
 
 /**
  * McpServerStdio is a stdio MCP server (ACP McpServerStdio).
@@ -681,7 +884,7 @@ export type McpServerStdio = Message<"acp.v2.McpServerStdio"> & {
  * Use `create(McpServerStdioSchema)` to create a new message.
  */
 export const McpServerStdioSchema: GenMessage<McpServerStdio> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 10);
+  messageDesc(file_acp_v2_session_service, 11);
 
 /**
  * McpServerHttp is an HTTP MCP server (ACP McpServerHttp).
@@ -714,7 +917,7 @@ export type McpServerHttp = Message<"acp.v2.McpServerHttp"> & {
  * Use `create(McpServerHttpSchema)` to create a new message.
  */
 export const McpServerHttpSchema: GenMessage<McpServerHttp> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 11);
+  messageDesc(file_acp_v2_session_service, 12);
 
 /**
  * McpServerSse is an SSE MCP server (ACP McpServerSse).
@@ -747,7 +950,7 @@ export type McpServerSse = Message<"acp.v2.McpServerSse"> & {
  * Use `create(McpServerSseSchema)` to create a new message.
  */
 export const McpServerSseSchema: GenMessage<McpServerSse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 12);
+  messageDesc(file_acp_v2_session_service, 13);
 
 /**
  * McpNameValue is an environment variable or an HTTP header of an MCP
@@ -772,7 +975,7 @@ export type McpNameValue = Message<"acp.v2.McpNameValue"> & {
  * Use `create(McpNameValueSchema)` to create a new message.
  */
 export const McpNameValueSchema: GenMessage<McpNameValue> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 13);
+  messageDesc(file_acp_v2_session_service, 14);
 
 /**
  * CreateSessionResponse returns the new session's id.
@@ -791,7 +994,7 @@ export type CreateSessionResponse = Message<"acp.v2.CreateSessionResponse"> & {
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 14);
+  messageDesc(file_acp_v2_session_service, 15);
 
 /**
  * PromptRequest sends a user turn.
@@ -822,7 +1025,7 @@ export type PromptRequest = Message<"acp.v2.PromptRequest"> & {
  * Use `create(PromptRequestSchema)` to create a new message.
  */
 export const PromptRequestSchema: GenMessage<PromptRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 15);
+  messageDesc(file_acp_v2_session_service, 16);
 
 /**
  * PromptResponse carries one event of the turn, or a heartbeat.
@@ -849,7 +1052,7 @@ export type PromptResponse = Message<"acp.v2.PromptResponse"> & {
  * Use `create(PromptResponseSchema)` to create a new message.
  */
 export const PromptResponseSchema: GenMessage<PromptResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 16);
+  messageDesc(file_acp_v2_session_service, 17);
 
 /**
  * WatchRequest subscribes to a session's events.
@@ -886,7 +1089,7 @@ export type WatchRequest = Message<"acp.v2.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 17);
+  messageDesc(file_acp_v2_session_service, 18);
 
 /**
  * WatchResponse carries one event, or a heartbeat.
@@ -913,7 +1116,7 @@ export type WatchResponse = Message<"acp.v2.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 18);
+  messageDesc(file_acp_v2_session_service, 19);
 
 /**
  * CancelRequest cancels the session's current turn.
@@ -932,7 +1135,7 @@ export type CancelRequest = Message<"acp.v2.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 19);
+  messageDesc(file_acp_v2_session_service, 20);
 
 /**
  * CancelResponse is empty.
@@ -947,7 +1150,7 @@ export type CancelResponse = Message<"acp.v2.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 20);
+  messageDesc(file_acp_v2_session_service, 21);
 
 /**
  * RespondPermissionRequest answers a permission request with an option, or
@@ -982,7 +1185,7 @@ export type RespondPermissionRequest = Message<"acp.v2.RespondPermissionRequest"
  * Use `create(RespondPermissionRequestSchema)` to create a new message.
  */
 export const RespondPermissionRequestSchema: GenMessage<RespondPermissionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 21);
+  messageDesc(file_acp_v2_session_service, 22);
 
 /**
  * RespondPermissionResponse is empty.
@@ -997,7 +1200,7 @@ export type RespondPermissionResponse = Message<"acp.v2.RespondPermissionRespons
  * Use `create(RespondPermissionResponseSchema)` to create a new message.
  */
 export const RespondPermissionResponseSchema: GenMessage<RespondPermissionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 22);
+  messageDesc(file_acp_v2_session_service, 23);
 
 /**
  * GetSessionRequest names a session.
@@ -1016,7 +1219,7 @@ export type GetSessionRequest = Message<"acp.v2.GetSessionRequest"> & {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 23);
+  messageDesc(file_acp_v2_session_service, 24);
 
 /**
  * GetSessionResponse returns the session's merged state.
@@ -1035,7 +1238,7 @@ export type GetSessionResponse = Message<"acp.v2.GetSessionResponse"> & {
  * Use `create(GetSessionResponseSchema)` to create a new message.
  */
 export const GetSessionResponseSchema: GenMessage<GetSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 24);
+  messageDesc(file_acp_v2_session_service, 25);
 
 /**
  * ListSessionsRequest is empty: it lists the caller's sessions.
@@ -1050,7 +1253,7 @@ export type ListSessionsRequest = Message<"acp.v2.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 25);
+  messageDesc(file_acp_v2_session_service, 26);
 
 /**
  * ListSessionsResponse lists sessions.
@@ -1069,7 +1272,7 @@ export type ListSessionsResponse = Message<"acp.v2.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 26);
+  messageDesc(file_acp_v2_session_service, 27);
 
 /**
  * CloseSessionRequest names the session to end.
@@ -1088,7 +1291,7 @@ export type CloseSessionRequest = Message<"acp.v2.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 27);
+  messageDesc(file_acp_v2_session_service, 28);
 
 /**
  * CloseSessionResponse is empty.
@@ -1103,7 +1306,7 @@ export type CloseSessionResponse = Message<"acp.v2.CloseSessionResponse"> & {
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 28);
+  messageDesc(file_acp_v2_session_service, 29);
 
 /**
  * DeleteSessionRequest names the session to delete.
@@ -1122,7 +1325,7 @@ export type DeleteSessionRequest = Message<"acp.v2.DeleteSessionRequest"> & {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 29);
+  messageDesc(file_acp_v2_session_service, 30);
 
 /**
  * DeleteSessionResponse is empty.
@@ -1137,7 +1340,7 @@ export type DeleteSessionResponse = Message<"acp.v2.DeleteSessionResponse"> & {
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 30);
+  messageDesc(file_acp_v2_session_service, 31);
 
 /**
  * SetModeRequest names the mode to switch to.
@@ -1161,7 +1364,7 @@ export type SetModeRequest = Message<"acp.v2.SetModeRequest"> & {
  * Use `create(SetModeRequestSchema)` to create a new message.
  */
 export const SetModeRequestSchema: GenMessage<SetModeRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 31);
+  messageDesc(file_acp_v2_session_service, 32);
 
 /**
  * SetModeResponse is empty.
@@ -1176,7 +1379,7 @@ export type SetModeResponse = Message<"acp.v2.SetModeResponse"> & {
  * Use `create(SetModeResponseSchema)` to create a new message.
  */
 export const SetModeResponseSchema: GenMessage<SetModeResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 32);
+  messageDesc(file_acp_v2_session_service, 33);
 
 /**
  * SetConfigOptionRequest sets one configuration option.
@@ -1221,7 +1424,7 @@ export type SetConfigOptionRequest = Message<"acp.v2.SetConfigOptionRequest"> & 
  * Use `create(SetConfigOptionRequestSchema)` to create a new message.
  */
 export const SetConfigOptionRequestSchema: GenMessage<SetConfigOptionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 33);
+  messageDesc(file_acp_v2_session_service, 34);
 
 /**
  * SetConfigOptionResponse returns every option with its current value.
@@ -1240,7 +1443,7 @@ export type SetConfigOptionResponse = Message<"acp.v2.SetConfigOptionResponse"> 
  * Use `create(SetConfigOptionResponseSchema)` to create a new message.
  */
 export const SetConfigOptionResponseSchema: GenMessage<SetConfigOptionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 34);
+  messageDesc(file_acp_v2_session_service, 35);
 
 /**
  * ListAgentsRequest is empty: it lists the agents the caller may start.
@@ -1255,7 +1458,7 @@ export type ListAgentsRequest = Message<"acp.v2.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 35);
+  messageDesc(file_acp_v2_session_service, 36);
 
 /**
  * ListAgentsResponse lists agents, sorted by name.
@@ -1274,7 +1477,7 @@ export type ListAgentsResponse = Message<"acp.v2.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 36);
+  messageDesc(file_acp_v2_session_service, 37);
 
 /**
  * AgentDescription is a configured agent and what it said of itself in its
@@ -1348,7 +1551,7 @@ export type AgentDescription = Message<"acp.v2.AgentDescription"> & {
  * Use `create(AgentDescriptionSchema)` to create a new message.
  */
 export const AgentDescriptionSchema: GenMessage<AgentDescription> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 37);
+  messageDesc(file_acp_v2_session_service, 38);
 
 /**
  * AgentInfo is an ACP Implementation.
@@ -1379,7 +1582,7 @@ export type AgentInfo = Message<"acp.v2.AgentInfo"> & {
  * Use `create(AgentInfoSchema)` to create a new message.
  */
 export const AgentInfoSchema: GenMessage<AgentInfo> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 38);
+  messageDesc(file_acp_v2_session_service, 39);
 
 /**
  * PromptCapabilities say which content blocks beyond text and resource
@@ -1411,7 +1614,7 @@ export type PromptCapabilities = Message<"acp.v2.PromptCapabilities"> & {
  * Use `create(PromptCapabilitiesSchema)` to create a new message.
  */
 export const PromptCapabilitiesSchema: GenMessage<PromptCapabilities> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 39);
+  messageDesc(file_acp_v2_session_service, 40);
 
 /**
  * AuthMethod is one of an agent's authentication methods.
@@ -1450,7 +1653,7 @@ export type AuthMethod = Message<"acp.v2.AuthMethod"> & {
  * Use `create(AuthMethodSchema)` to create a new message.
  */
 export const AuthMethodSchema: GenMessage<AuthMethod> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 40);
+  messageDesc(file_acp_v2_session_service, 41);
 
 /**
  * SessionService puts ACP agents on the network: each session runs one agent,
