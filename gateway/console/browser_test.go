@@ -52,10 +52,7 @@ func TestBrowser(t *testing.T) {
 
 	shots := t.ArtifactDir()
 	if *updateScreenshots {
-		shots = filepath.Join(repoRoot, "docs", "screenshots")
-		if err := os.MkdirAll(shots, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		shots = screenshotDir(t)
 	}
 	shots, _ = filepath.Abs(shots)
 
@@ -100,6 +97,19 @@ func TestBrowser(t *testing.T) {
 	if !resumed {
 		t.Errorf("after the streams were cut, the page's Watch calls had afterSeq %v, want one > 0", after)
 	}
+}
+
+// screenshotDir returns docs/screenshots, absolute, made if missing.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join(repoRoot, "docs", "screenshots"))
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // browserScript returns node running web/console/test/NAME against g, with
@@ -151,7 +161,9 @@ type gateway struct {
 	dropAt  int      // len(watches) when the connections were cut
 }
 
-func startGateway(t *testing.T, token string) *gateway {
+// startGateway starts a gateway with the demo agent as "demo"; each of
+// configure may change its session options (add agents, use a store).
+func startGateway(t *testing.T, token string, configure ...func(*session.Options)) *gateway {
 	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte(token+" tester\n"), 0o600); err != nil {
@@ -166,14 +178,18 @@ func startGateway(t *testing.T, token string) *gateway {
 		t.Fatal(err)
 	}
 	g := &gateway{dropAt: -1}
+	opts := session.Options{
+		Agents:         map[string][]string{"demo": demo},
+		Env:            []string{"PATH=" + os.Getenv("PATH")},
+		Store:          statestore.NewMemory(statestore.Options{}),
+		AgentStopGrace: 500 * time.Millisecond,
+		IdleTimeout:    -1,
+	}
+	for _, f := range configure {
+		f(&opts)
+	}
 	gw, err := app.New(context.Background(), app.Config{
-		Session: session.Options{
-			Agents:         map[string][]string{"demo": demo},
-			Env:            []string{"PATH=" + os.Getenv("PATH")},
-			Store:          statestore.NewMemory(statestore.Options{}),
-			AgentStopGrace: 500 * time.Millisecond,
-			IdleTimeout:    -1,
-		},
+		Session:      opts,
 		Auth:         authn,
 		AnyCwd:       true, // the page's cwd is a temporary directory
 		Interceptors: []connect.Interceptor{watchRecorder{g}},

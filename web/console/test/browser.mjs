@@ -36,7 +36,7 @@ setTimeout(() => {
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--headless"],
+  args: ["--no-sandbox", "--headless", "--disable-background-networking", "--disable-component-update"],
 });
 const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
 page.setDefaultTimeout(timeout);
@@ -93,7 +93,7 @@ async function run() {
     ],
   );
   assert.equal(await page.isEnabled("#cancel"), true, "Cancel is enabled during a turn");
-  await choices.first().scrollIntoViewIfNeeded();
+  await page.locator("#waiting").filter({ hasText: /waiting for you/ }).waitFor();
   await page.screenshot({ path: path.join(shots, "console-permission.png") });
 
   // Fail the first Watch the page reopens, so it has to retry once more.
@@ -166,9 +166,11 @@ async function checkTurn(sessionId) {
 
   const diff = page.locator(".tool[data-tool-call-id=demo-edit] .diff");
   assert.equal(await diff.locator(".path").textContent(), `${cwd}/hello.go`);
-  assert.deepEqual(await diff.locator(".old .del").allTextContents(), ['\tfmt.Println("hello")\n']);
-  assert.deepEqual(await diff.locator(".new .add").allTextContents(), ['\tfmt.Println("hello, ACP gateway!")\n']);
-  assert.match(await diff.locator(".new pre").textContent(), /^package main\n/);
+  assert.deepEqual(await diff.locator(".unified .line.del .code").allTextContents(), ['-\tfmt.Println("hello")']);
+  assert.deepEqual(await diff.locator(".unified .line.add .code").allTextContents(), ['+\tfmt.Println("hello, ACP gateway!")']);
+  // Lines 1 and 2 fold away; 3 lines of context before the change, 1 after.
+  assert.deepEqual(await diff.locator(".fold").evaluateAll((bs) => bs.map((b) => b.dataset.lines)), ["2"]);
+  assert.match(await diff.locator(".sides .new pre").textContent(), /^package main\n/);
 
   assert.deepEqual(await page.locator(".tool[data-tool-call-id=demo-exec] .content pre.text").allTextContents(), [
     "=== RUN   TestGreeting",
@@ -191,7 +193,7 @@ async function checkTurn(sessionId) {
   assert.deepEqual(await page.locator(".bubble.thought .body").allTextContents(), [
     "The user wants a tour. I'll read the README, make a small edit, and run the tests.",
   ]);
-  assert.deepEqual(await page.locator(".bubble.message .body").allTextContents(), [
+  assert.deepEqual((await page.locator(".bubble.message .body").allTextContents()).map((t) => t.trim()), [
     "Hi! I'm the acp-gateway demo agent. I'll read a file, propose an edit, and run a command.",
     "All done: I read README.md, proposed an edit to hello.go, and the tests pass.",
   ]);
