@@ -50,11 +50,7 @@ func TestBrowser(t *testing.T) {
 	token := "console-test-token"
 	g := startGateway(t, token)
 
-	shots := t.ArtifactDir()
-	if *updateScreenshots {
-		shots = screenshotDir(t)
-	}
-	shots, _ = filepath.Abs(shots)
+	shots := screenshotDir(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -62,20 +58,12 @@ func TestBrowser(t *testing.T) {
 		"CONSOLE_DROP_URL="+g.base+"/test/drop",
 		"CONSOLE_SCREENSHOTS="+shots,
 	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("browser.mjs: %v\nstdout:\n%s\nstderr:\n%s\nscreenshots in %s (kept with go test -artifacts)", err, stdout.String(), stderr.String(), shots)
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var got struct {
 		SessionID  string `json:"sessionId"`
 		LastSeq    string `json:"lastSeq"`
 		Reconnects int    `json:"reconnects"`
 	}
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
-		t.Fatalf("browser.mjs output %q: %v", stdout.String(), err)
-	}
+	runBrowserScript(t, cmd, shots, &got)
 
 	t.Logf("session %s: the page showed seq 1 to %s, reconnected %d times; Watch afterSeq after the cut: %v",
 		got.SessionID, got.LastSeq, got.Reconnects, g.watchesSinceDrop())
@@ -99,12 +87,36 @@ func TestBrowser(t *testing.T) {
 	}
 }
 
-// screenshotDir returns docs/screenshots, absolute, made if missing.
+// runBrowserScript runs cmd, a browser script, and decodes the last line of
+// its output into result; it fails the test with the script's output when
+// the script fails.
+func runBrowserScript(t *testing.T, cmd *exec.Cmd, shots string, result any) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	name := filepath.Base(cmd.Args[len(cmd.Args)-1])
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s\nscreenshots in %s (kept with go test -artifacts)", name, err, stdout.String(), stderr.String(), shots)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), result); err != nil {
+		t.Fatalf("%s output %q: %v", name, stdout.String(), err)
+	}
+}
+
+// screenshotDir returns where a browser script writes its screenshots,
+// absolute: docs/screenshots (made if missing) with -update-screenshots,
+// else the test's artifact directory.
 func screenshotDir(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join(repoRoot, "docs", "screenshots"))
-	if err == nil {
+	dir := t.ArtifactDir()
+	var err error
+	if *updateScreenshots {
+		dir = filepath.Join(repoRoot, "docs", "screenshots")
 		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		dir, err = filepath.Abs(dir)
 	}
 	if err != nil {
 		t.Fatal(err)

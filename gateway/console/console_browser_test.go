@@ -1,11 +1,9 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,29 +49,17 @@ func TestBrowserConsole(t *testing.T) {
 		o.Store = store
 	})
 
-	shots := t.ArtifactDir()
-	if *updateScreenshots {
-		shots = screenshotDir(t)
-	}
-	shots, _ = filepath.Abs(shots)
+	shots := screenshotDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := browserScript(ctx, t, node, chromium, "console.mjs", g, token,
 		"CONSOLE_SCREENSHOTS="+shots,
 		"CONSOLE_RETIRED="+retiredSession,
 	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("console.mjs: %v\nstdout:\n%s\nstderr:\n%s\nscreenshots in %s (kept with go test -artifacts)", err, stdout.String(), stderr.String(), shots)
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var got struct {
 		Sizes []string `json:"sizes"`
 	}
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
-		t.Fatalf("console.mjs output %q: %v", stdout.String(), err)
-	}
+	runBrowserScript(t, cmd, shots, &got)
 	if want := []string{"1280x800", "390x844"}; fmt.Sprint(got.Sizes) != fmt.Sprint(want) {
 		t.Errorf("console.mjs checked sizes %v, want %v", got.Sizes, want)
 	}

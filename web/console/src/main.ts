@@ -119,13 +119,21 @@ async function refreshSessions(): Promise<void> {
   }
 }
 
-async function loadAgents(): Promise<void> {
-  try {
-    const { agents } = await client.listAgents({});
-    configured = new Set(agents.map((a) => a.name));
-  } catch {
-    configured = null; // unknown: mark nothing
-  }
+// ListAgents is asked once per page and token: an agent that failed to
+// start is started again at each call.
+let agentsAsked: Promise<void> | null = null;
+
+function loadAgents(): Promise<void> {
+  agentsAsked ??= client.listAgents({}).then(
+    ({ agents }) => {
+      configured = new Set(agents.map((a) => a.name));
+    },
+    () => {
+      configured = null; // unknown: mark nothing, ask again next time
+      agentsAsked = null;
+    },
+  );
+  return agentsAsked;
 }
 
 async function deleteSession(id: string): Promise<void> {
@@ -330,6 +338,7 @@ ui.tokenForm.addEventListener("submit", (e) => {
   e.preventDefault();
   setToken(ui.token.value.trim());
   showStatus(ui.token.value ? "Token saved for this tab." : "Token cleared.");
+  agentsAsked = null;
   void refreshSessions();
   if (current) {
     const id = current.id;

@@ -15,13 +15,8 @@
 // On success the last line of stdout is JSON: {sessionId, lastSeq, reconnects}.
 import assert from "node:assert/strict";
 import path from "node:path";
-import { chromium } from "playwright-core";
+import { env, launch, watchdog, watchProblems } from "./lib.mjs";
 
-function env(name) {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-}
 const url = env("CONSOLE_URL");
 const tokenValue = env("CONSOLE_TOKEN");
 const cwd = env("CONSOLE_CWD");
@@ -29,24 +24,13 @@ const dropURL = env("CONSOLE_DROP_URL");
 const shots = env("CONSOLE_SCREENSHOTS");
 const timeout = 20_000;
 
-setTimeout(() => {
-  console.error("browser test: timed out after 120s");
-  process.exit(1);
-}, 120_000).unref();
+watchdog("browser test", 120_000);
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--headless", "--disable-background-networking", "--disable-component-update"],
-});
+const browser = await launch();
 const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
 page.setDefaultTimeout(timeout);
 const problems = [];
-page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
-page.on("console", (m) => {
-  // Failed loads (the 401 before the token, the cut streams) are expected;
-  // a policy violation is not.
-  if (m.type() === "error" && /Content Security Policy|Refused to/i.test(m.text())) problems.push(`console: ${m.text()}`);
-});
+watchProblems(page, problems);
 
 try {
   await run();

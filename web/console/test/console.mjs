@@ -24,13 +24,8 @@
 // session), CHROMIUM. On success the last line of stdout is JSON: {sizes}.
 import assert from "node:assert/strict";
 import path from "node:path";
-import { chromium } from "playwright-core";
+import { env, launch, watchdog, watchProblems } from "./lib.mjs";
 
-function env(name) {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-}
 const url = env("CONSOLE_URL");
 const tokenValue = env("CONSOLE_TOKEN");
 const cwd = env("CONSOLE_CWD");
@@ -38,15 +33,9 @@ const shots = env("CONSOLE_SCREENSHOTS");
 const retired = env("CONSOLE_RETIRED");
 const timeout = 20_000;
 
-setTimeout(() => {
-  console.error("console test: timed out after 150s");
-  process.exit(1);
-}, 150_000).unref();
+watchdog("console test", 150_000);
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--headless", "--disable-background-networking", "--disable-component-update"],
-});
+const browser = await launch();
 const sizes = [];
 let page;
 try {
@@ -58,10 +47,7 @@ try {
     page = await context.newPage();
     page.setDefaultTimeout(timeout);
     const problems = [];
-    page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
-    page.on("console", (m) => {
-      if (m.type() === "error" && /Content Security Policy|Refused to/i.test(m.text())) problems.push(`console: ${m.text()}`);
-    });
+    watchProblems(page, problems);
     try {
       await run(width, height);
     } catch (e) {
