@@ -143,9 +143,15 @@ async function run(width, height) {
   await thought.locator("summary").click();
   assert.equal(await thought.evaluate((d) => d.open), true);
 
-  // Answer: the page stops waiting, the turn ends.
-  await perm.locator("button[data-option-id=allow-once]").click();
+  // Answer from a transcript scrolled up to read: the rest of the turn
+  // does not pull the reader down. The page stops waiting, the turn ends.
+  await page.evaluate(() => {
+    document.querySelector("#transcript").scrollTop = 0;
+  });
+  await perm.locator("button[data-option-id=allow-once]").evaluate((b) => b.click());
   await page.locator(".turn-end").first().waitFor();
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  assert.equal(await page.evaluate(() => document.querySelector("#transcript").scrollTop), 0, "a reader scrolled up stays put");
   assert.equal(await page.isHidden("#waiting"), true);
   assert.equal(await page.getAttribute("body", "data-waiting"), "0");
   assert.equal(await page.getAttribute(".tool[data-tool-call-id=edit-big]", "data-status"), "completed");
