@@ -59,8 +59,8 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 				{ID: "oauth", Name: "OAuth", Type: AuthAgent},
 				{ID: "x", Name: "X", Type: "_custom"},
 			},
-			Prompt:       PromptCapabilities{Image: true},
-			Session:      []string{"delete"},
+			Prompt:  PromptCapabilities{Image: true},
+			Session: []string{"delete"},
 			// v2 agents with authentication methods offer auth/logout.
 			Capabilities: Capabilities{Resume: true, Close: true, Delete: true, Logout: true},
 			MCP:          MCPTransports{HTTP: true},
