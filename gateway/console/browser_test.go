@@ -153,6 +153,13 @@ type gateway struct {
 
 func startGateway(t *testing.T, token string) *gateway {
 	t.Helper()
+	return startGatewayWith(t, token, nil)
+}
+
+// startGatewayWith starts a gateway with the demo agent and agents, by
+// name, as startGateway does.
+func startGatewayWith(t *testing.T, token string, agents map[string]agentsim.Script) *gateway {
+	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte(token+" tester\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -165,10 +172,16 @@ func startGateway(t *testing.T, token string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	commands := map[string][]string{"demo": demo}
+	for name, script := range agents {
+		if commands[name], err = agentsim.Command(script); err != nil {
+			t.Fatal(err)
+		}
+	}
 	g := &gateway{dropAt: -1}
 	gw, err := app.New(context.Background(), app.Config{
 		Session: session.Options{
-			Agents:         map[string][]string{"demo": demo},
+			Agents:         commands,
 			Env:            []string{"PATH=" + os.Getenv("PATH")},
 			Store:          statestore.NewMemory(statestore.Options{}),
 			AgentStopGrace: 500 * time.Millisecond,

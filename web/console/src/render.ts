@@ -12,6 +12,7 @@ import type {
   ToolCall,
   ToolCallContent,
 } from "@acp-gateway/client";
+import { permissionDetails, v2DiffView } from "./v2diff.js";
 
 type Child = Node | string | null | undefined | false;
 
@@ -138,6 +139,7 @@ export class ToolCard {
       "div",
       { class: "permission", "data-request-id": req.requestId },
       h("p", {}, req.title || "The agent asks for permission:"),
+      ...permissionDetails(req),
       h("div", { class: "choices" }, ...buttons),
     );
     this.requests.set(req.requestId, { el, options: req.options });
@@ -165,7 +167,7 @@ function contentItem(c: ToolCallContent): Node {
     case "content":
       return h("pre", { class: "text" }, blockText(item.value));
     case "diff":
-      return diffView(item.value);
+      return v2DiffView(item.value) ?? diffView(item.value);
     case "terminal":
       return h("p", { class: "terminal" }, `terminal ${item.value.terminalId}`);
     case "unknown":
