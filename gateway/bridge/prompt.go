@@ -407,7 +407,7 @@ func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json
 		meta[k] = f.AsInterface()
 	}
 	// A gateway before the typed subject kept it in meta.
-	var subject any = meta["subject"]
+	subject := meta["subject"]
 	delete(meta, "subject")
 	if len(meta) > 0 {
 		params["_meta"] = meta
