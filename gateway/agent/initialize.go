@@ -87,6 +87,9 @@ type Capabilities struct {
 	// Delete: session/delete (v1 sessionCapabilities.delete, v2
 	// capabilities.session.delete).
 	Delete bool
+	// Logout: v1 logout (agentCapabilities.auth.logout), v2 auth/logout
+	// (offered by every agent that lists authentication methods).
+	Logout bool
 }
 
 // Profile returns what the agent said of itself at initialize.
@@ -125,6 +128,21 @@ func (a *Agent) Authenticate(ctx context.Context, id string) error {
 	return a.call(ctx, method, map[string]any{"methodId": id}, nil)
 }
 
+// Logout asks the agent to end what it authenticated: ACP v2 auth/logout,
+// v1 logout. It returns ErrUnsupported for an agent that does not offer it
+// (v1: no agentCapabilities.auth.logout; v2: no authentication methods, when
+// a client must not call it).
+func (a *Agent) Logout(ctx context.Context) error {
+	if !a.Capabilities().Logout {
+		return ErrUnsupported
+	}
+	method := "logout"
+	if a.Version() >= acpjson.V2 {
+		method = "auth/logout"
+	}
+	return a.call(ctx, method, map[string]any{}, nil)
+}
+
 // initializeResult is the answer to initialize, in the names of both ACP
 // versions.
 type initializeResult struct {
@@ -143,6 +161,9 @@ type initializeResult struct {
 		PromptCapabilities  map[string]json.RawMessage `json:"promptCapabilities"`
 		SessionCapabilities map[string]json.RawMessage `json:"sessionCapabilities"`
 		MCPCapabilities     map[string]json.RawMessage `json:"mcpCapabilities"`
+		Auth                struct {
+			Logout json.RawMessage `json:"logout"`
+		} `json:"auth"`
 	} `json:"agentCapabilities"`
 	// v2
 	Info         *implementation `json:"info"`
@@ -239,6 +260,13 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		}
 	}
 	p.Capabilities.Delete = offered(session["delete"])
+	if v == acpjson.V1 {
+		p.Capabilities.Logout = offered(res.AgentCapabilities.Auth.Logout)
+	} else {
+		// v2: "Agents MUST support this method when their initialize
+		// response advertised at least one valid authentication method."
+		p.Capabilities.Logout = len(p.AuthMethods) > 0
+	}
 	p.Prompt = PromptCapabilities{Image: offered(prompt["image"]), Audio: offered(prompt["audio"]), EmbeddedContext: offered(prompt["embeddedContext"])}
 	for name, raw := range session {
 		if name != "_meta" && offered(raw) {

@@ -32,7 +32,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			"agentCapabilities":{"loadSession":true,
 				"promptCapabilities":{"image":true,"audio":false,"embeddedContext":true},
 				"sessionCapabilities":{"resume":{},"list":{},"close":null,"_meta":{}},
-				"mcpCapabilities":{"http":false,"sse":true}}}`,
+				"mcpCapabilities":{"http":false,"sse":true},"auth":{"logout":{}}}}`,
 		want: Profile{
 			Version: acpjson.V1,
 			Info:    Info{Name: "a1", Title: "Agent One", Version: "1.2.3"},
@@ -42,7 +42,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			},
 			Prompt:       PromptCapabilities{Image: true, EmbeddedContext: true},
 			Session:      []string{"list", "load", "resume"},
-			Capabilities: Capabilities{Load: true, Resume: true},
+			Capabilities: Capabilities{Load: true, Resume: true, Logout: true},
 			MCP:          MCPTransports{Stdio: true, SSE: true},
 		},
 	}, {
@@ -59,9 +59,10 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 				{ID: "oauth", Name: "OAuth", Type: AuthAgent},
 				{ID: "x", Name: "X", Type: "_custom"},
 			},
-			Prompt:       PromptCapabilities{Image: true},
-			Session:      []string{"delete"},
-			Capabilities: Capabilities{Resume: true, Close: true, Delete: true},
+			Prompt:  PromptCapabilities{Image: true},
+			Session: []string{"delete"},
+			// v2 agents with authentication methods offer auth/logout.
+			Capabilities: Capabilities{Resume: true, Close: true, Delete: true, Logout: true},
 			MCP:          MCPTransports{HTTP: true},
 		},
 	}, {

@@ -647,7 +647,7 @@ func TestServeRejectsInvalidScript(t *testing.T) {
 		{name: "two actions", script: oneTurn(agentsim.Step{Update: msg("x"), Raw: "y"}), want: "turns[0].steps[0] does more than one thing"},
 		{name: "update not object", script: oneTurn(agentsim.Step{Update: raw(`[1]`)}), want: "turns[0].steps[0].update"},
 		{name: "bad json", script: agentsim.Script{Startup: []agentsim.Step{{Update: raw(`{"a":`)}}}, want: "startup[0].update"},
-		{name: "missing tool call", script: oneTurn(agentsim.Step{Permission: &agentsim.Permission{}}), want: "permission.toolCall"},
+		{name: "missing tool call", script: oneTurn(agentsim.Step{Permission: &agentsim.Permission{}}), want: "permission: needs a toolCall"},
 		{name: "nested", script: oneTurn(agentsim.Step{Permission: &agentsim.Permission{
 			ToolCall: raw(`{"toolCallId":"c"}`),
 			Rejected: []agentsim.Step{{Sleep: -1}},

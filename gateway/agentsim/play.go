@@ -212,10 +212,13 @@ func (r *run) permission(p *Permission) (outcome, error) {
 	}
 	options = r.expandJSON(options)
 	params := struct {
-		SessionID string          `json:"sessionId"`
-		ToolCall  json.RawMessage `json:"toolCall"`
-		Options   json.RawMessage `json:"options"`
-	}{r.sess.id, r.expandJSON(p.ToolCall), options}
+		SessionID   string          `json:"sessionId"`
+		ToolCall    json.RawMessage `json:"toolCall,omitempty"`
+		Title       string          `json:"title,omitempty"`
+		Description string          `json:"description,omitempty"`
+		Subject     json.RawMessage `json:"subject,omitempty"`
+		Options     json.RawMessage `json:"options"`
+	}{r.sess.id, r.expandJSON(p.ToolCall), p.Title, p.Description, r.expandJSON(p.Subject), options}
 	var res struct {
 		Outcome struct {
 			Outcome  string `json:"outcome"`

@@ -44,8 +44,15 @@ type Script struct {
 	// session/delete is an unknown method.
 	Delete bool `json:"delete,omitempty"`
 	// SessionsFile, when set, gets a line "close ID" or "delete ID"
-	// appended for each session/close and session/delete served.
+	// appended for each session/close and session/delete served, and
+	// "logout" for each logout.
 	SessionsFile string `json:"sessionsFile,omitempty"`
+	// Logout advertises v1 logout (agentCapabilities.auth.logout) and
+	// serves it, and serves v2 auth/logout, which v2 agents with
+	// authentication methods offer without advertising it: either ends
+	// the authentication, so that the next session/new needs it again.
+	// Without it both are unknown methods.
+	Logout bool `json:"logout,omitempty"`
 	// ConfigOptions is the configOptions array that answers
 	// session/set_config_option; empty means [].
 	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
@@ -203,8 +210,14 @@ type Flood struct {
 // the client must answer it (ACP says with the cancelled outcome), and the
 // turn then ends "cancelled" whatever the answer.
 type Permission struct {
-	// ToolCall is the ToolCallUpdate object sent as params.toolCall.
-	ToolCall json.RawMessage `json:"toolCall"`
+	// ToolCall is the ToolCallUpdate object sent as params.toolCall (ACP
+	// v1); left out when empty.
+	ToolCall json.RawMessage `json:"toolCall,omitempty"`
+	// Title, Description and Subject are sent as params.title,
+	// params.description and params.subject (ACP v2) when set.
+	Title       string          `json:"title,omitempty"`
+	Description string          `json:"description,omitempty"`
+	Subject     json.RawMessage `json:"subject,omitempty"`
 	// Options is the PermissionOption array sent as params.options; empty
 	// means DefaultPermissionOptions.
 	Options json.RawMessage `json:"options,omitempty"`
@@ -313,8 +326,19 @@ func (st Step) validate(where string) error {
 	}
 	if st.Permission != nil {
 		actions = append(actions, "permission")
-		if err := jsonKind(st.Permission.ToolCall, '{'); err != nil {
-			return fmt.Errorf("agentsim: %s.permission.toolCall: %w", where, err)
+		p := st.Permission
+		if len(p.ToolCall) == 0 && len(p.Subject) == 0 {
+			return fmt.Errorf("agentsim: %s.permission: needs a toolCall (v1) or a subject (v2)", where)
+		}
+		if len(p.ToolCall) > 0 {
+			if err := jsonKind(p.ToolCall, '{'); err != nil {
+				return fmt.Errorf("agentsim: %s.permission.toolCall: %w", where, err)
+			}
+		}
+		if len(p.Subject) > 0 {
+			if err := jsonKind(p.Subject, '{'); err != nil {
+				return fmt.Errorf("agentsim: %s.permission.subject: %w", where, err)
+			}
 		}
 		if len(st.Permission.Options) > 0 {
 			if err := jsonKind(st.Permission.Options, '['); err != nil {

@@ -170,6 +170,13 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 			return
 		}
 		a.authenticate(conn, req)
+	case "logout", "auth/logout":
+		// v1 logout, v2 auth/logout: each only in its version.
+		if !a.script.Logout || (req.Method == "auth/logout") != (a.protocolVersion() >= 2) {
+			a.methodNotFound(conn, req)
+			return
+		}
+		a.logout(conn, req)
 	case "session/new":
 		a.newSession(conn, req)
 	case "session/load":
@@ -232,6 +239,9 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	}
 	if pv >= 2 {
 		res.Info = &res.AgentInfo
+	}
+	if a.script.Logout && pv < 2 {
+		res.AgentCapabilities.Auth = &authCapabilities{Logout: &struct{}{}}
 	}
 	if a.script.Resume || a.script.Close || a.script.Delete {
 		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close), Delete: offer(a.script.Delete)}
@@ -518,6 +528,26 @@ func (a *agent) endSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	a.reply(conn, req, struct{}{})
 }
 
+// logout serves logout (v1) and auth/logout (v2): the authentication
+// ends, and SessionsFile, when set, gets the line "logout".
+func (a *agent) logout(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	a.mu.Lock()
+	a.authenticated = false
+	a.mu.Unlock()
+	if f := a.script.SessionsFile; f != "" {
+		out, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err == nil {
+			_, err = fmt.Fprintln(out, "logout")
+			err = errors.Join(err, out.Close())
+		}
+		if err != nil {
+			a.replyError(conn, req, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: err.Error()})
+			return
+		}
+	}
+	a.reply(conn, req, struct{}{})
+}
+
 func (a *agent) cancel(req *jsonrpc2.Request) {
 	var p struct {
 		SessionID string `json:"sessionId"`
@@ -624,6 +654,12 @@ type agentCapabilities struct {
 	PromptCapabilities  PromptCapabilities   `json:"promptCapabilities"`
 	SessionCapabilities *sessionCapabilities `json:"sessionCapabilities,omitempty"`
 	MCPCapabilities     *mcpCapabilities     `json:"mcpCapabilities,omitempty"`
+	Auth                *authCapabilities    `json:"auth,omitempty"`
+}
+
+// authCapabilities are v1 agentCapabilities.auth.
+type authCapabilities struct {
+	Logout *struct{} `json:"logout,omitempty"`
 }
 
 type mcpCapabilities struct {

@@ -392,8 +392,8 @@ func (b *bridge) permissionResolved(s *session, requestID string) {
 
 // permissionParams returns the params of the session/request_permission
 // for pr, in the editor's ACP version: v1 carries the tool call as
-// `toolCall` (made up from the request's title when the agent named none),
-// v2 a `title` and a `subject`.
+// `toolCall` (made up when the agent named none: see [permissionCall]),
+// v2 a `title`, a `description` and a `subject`.
 func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json.RawMessage, error) {
 	v := s.conv.version
 	opts := pr.GetOptions()
@@ -413,20 +413,23 @@ func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json
 	for k, f := range pr.GetMeta().GetFields() {
 		meta[k] = f.AsInterface()
 	}
+	// A gateway before the typed subject kept it in meta.
 	subject := meta["subject"]
 	delete(meta, "subject")
 	if len(meta) > 0 {
 		params["_meta"] = meta
 	}
+	if pr.GetSubject() != nil {
+		js, err := acpjson.Encode(pr.GetSubject(), acpjson.V2)
+		if err != nil {
+			return nil, err
+		}
+		subject = json.RawMessage(js)
+	}
 	tc := pr.GetToolCall()
 	if v == acpjson.V1 {
 		if tc == nil {
-			title := pr.GetTitle()
-			if title == "" {
-				title = "Permission requested"
-			}
-			tc = &acpv2.ToolCallUpdate{ToolCallId: "permission-" + pr.GetRequestId(),
-				Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: title}}}
+			tc = permissionCall(pr)
 		}
 		js, err := acpjson.Encode(v1Patch(tc), acpjson.V1)
 		if err != nil {
@@ -442,9 +445,12 @@ func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json
 			title = "Permission requested"
 		}
 		params["title"] = title
+		if pr.Description != nil {
+			params["description"] = pr.GetDescription()
+		}
 		switch {
 		case tc != nil:
-			js, err := acpjson.Encode(tc, acpjson.V2)
+			js, err := acpjson.Encode(v2Patch(tc), acpjson.V2)
 			if err != nil {
 				return nil, err
 			}
@@ -454,4 +460,30 @@ func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json
 		}
 	}
 	return json.Marshal(params)
+}
+
+// permissionCall makes up the v1 tool call of a permission request that
+// names none (a v2 request about a command, say): titled with the
+// request's title, else the command, else "Permission requested"; for a
+// command, of kind execute with the command and its cwd as rawInput; with
+// the request's description as its content.
+func permissionCall(pr *acpv2.PermissionRequest) *acpv2.ToolCallUpdate {
+	str := func(v string) *acpv2.StringPatch { return &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: v}} }
+	cmd := pr.GetSubject().GetCommand()
+	title := cmp.Or(pr.GetTitle(), cmd.GetCommand(), "Permission requested")
+	tc := &acpv2.ToolCallUpdate{ToolCallId: "permission-" + pr.GetRequestId(), Title: str(title)}
+	if cmd != nil {
+		tc.Kind = str("execute")
+		tc.RawInput = &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"command": structpb.NewStringValue(cmd.GetCommand()),
+			"cwd":     structpb.NewStringValue(cmd.GetCwd()),
+		}})}}
+	}
+	if pr.Description != nil {
+		tc.Content = &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Value{Value: &acpv2.ToolCallContentList{Items: []*acpv2.ToolCallContent{{
+			Item: &acpv2.ToolCallContent_Content{Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{
+				Text: &acpv2.TextContent{Text: pr.GetDescription()}}}},
+		}}}}}
+	}
+	return tc
 }

@@ -330,3 +330,18 @@ func (l *conns) closeExcept(remote string) int {
 	}
 	return len(victims)
 }
+
+// startGatewayWith starts a gateway as startGateway does, with agents, by
+// name, beside the demo agent.
+func startGatewayWith(t *testing.T, token string, agents map[string]agentsim.Script) *gateway {
+	t.Helper()
+	return startGateway(t, token, func(o *session.Options) {
+		for name, script := range agents {
+			cmd, err := agentsim.Command(script)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Agents[name] = cmd
+		}
+	})
+}

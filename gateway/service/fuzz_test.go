@@ -57,6 +57,7 @@ var procedures = []procedure{
 	{"SetConfigOption", false, func() proto.Message { return &acpv2.SetConfigOptionResponse{} }},
 	{"ListAgents", false, func() proto.Message { return &acpv2.ListAgentsResponse{} }},
 	{"DeleteSession", false, func() proto.Message { return &acpv2.DeleteSessionResponse{} }},
+	{"Logout", false, func() proto.Message { return &acpv2.LogoutResponse{} }},
 }
 
 // Placeholders in a fuzzed body: the id of a live session, and a directory

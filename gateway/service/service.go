@@ -575,6 +575,14 @@ func (s *Service) DeleteSession(ctx context.Context, req *connect.Request[acpv2.
 		})
 }
 
+// Logout implements acpv2connect.SessionServiceHandler.
+func (s *Service) Logout(ctx context.Context, req *connect.Request[acpv2.LogoutRequest]) (*connect.Response[acpv2.LogoutResponse], error) {
+	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.Logout,
+		func(sess *session.Session) (*acpv2.LogoutResponse, error) {
+			return &acpv2.LogoutResponse{}, sess.Logout(ctx)
+		})
+}
+
 // SetMode implements acpv2connect.SessionServiceHandler.
 func (s *Service) SetMode(ctx context.Context, req *connect.Request[acpv2.SetModeRequest]) (*connect.Response[acpv2.SetModeResponse], error) {
 	if err := checkID("mode_id", req.Msg.GetModeId()); err != nil {

@@ -589,8 +589,15 @@ type PermissionRequest struct {
 	Preview *ToolCall           `protobuf:"bytes,3,opt,name=preview,proto3" json:"preview,omitempty"`
 	Options []*PermissionOption `protobuf:"bytes,4,rep,name=options,proto3" json:"options,omitempty"`
 	// The request's title, when the agent gives one (ACP v2).
-	Title         string           `protobuf:"bytes,5,opt,name=title,proto3" json:"title,omitempty"`
-	Meta          *structpb.Struct `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
+	Title string `protobuf:"bytes,5,opt,name=title,proto3" json:"title,omitempty"`
+	// Why permission is needed, when the agent says (ACP v2 `description`).
+	Description *string `protobuf:"bytes,6,opt,name=description,proto3,oneof" json:"description,omitempty"`
+	// What the request is about when it is not a tool call (ACP v2
+	// `subject` of another type than `tool_call`, whose tool call is
+	// `tool_call`): a command, or a subject of a type the gateway does not
+	// know. Absent for a tool call and for a request without a subject.
+	Subject       *PermissionSubject `protobuf:"bytes,7,opt,name=subject,proto3" json:"subject,omitempty"`
+	Meta          *structpb.Struct   `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -660,9 +667,199 @@ func (x *PermissionRequest) GetTitle() string {
 	return ""
 }
 
+func (x *PermissionRequest) GetDescription() string {
+	if x != nil && x.Description != nil {
+		return *x.Description
+	}
+	return ""
+}
+
+func (x *PermissionRequest) GetSubject() *PermissionSubject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
 func (x *PermissionRequest) GetMeta() *structpb.Struct {
 	if x != nil {
 		return x.Meta
+	}
+	return nil
+}
+
+// PermissionSubject is the operation a v2 permission request asks about,
+// other than a tool call.
+type PermissionSubject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Subject:
+	//
+	//	*PermissionSubject_Command
+	//	*PermissionSubject_Unknown
+	Subject       isPermissionSubject_Subject `protobuf_oneof:"subject"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PermissionSubject) Reset() {
+	*x = PermissionSubject{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PermissionSubject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PermissionSubject) ProtoMessage() {}
+
+func (x *PermissionSubject) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PermissionSubject.ProtoReflect.Descriptor instead.
+func (*PermissionSubject) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PermissionSubject) GetSubject() isPermissionSubject_Subject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *PermissionSubject) GetCommand() *CommandSubject {
+	if x != nil {
+		if x, ok := x.Subject.(*PermissionSubject_Command); ok {
+			return x.Command
+		}
+	}
+	return nil
+}
+
+func (x *PermissionSubject) GetUnknown() *structpb.Struct {
+	if x != nil {
+		if x, ok := x.Subject.(*PermissionSubject_Unknown); ok {
+			return x.Unknown
+		}
+	}
+	return nil
+}
+
+type isPermissionSubject_Subject interface {
+	isPermissionSubject_Subject()
+}
+
+type PermissionSubject_Command struct {
+	// ACP `{"type": "command", "command": ..., "cwd": ...}`.
+	Command *CommandSubject `protobuf:"bytes,1,opt,name=command,proto3,oneof"`
+}
+
+type PermissionSubject_Unknown struct {
+	// A subject of a `type` this gateway does not know: the whole ACP JSON
+	// object, `type` included.
+	Unknown *structpb.Struct `protobuf:"bytes,15,opt,name=unknown,proto3,oneof"`
+}
+
+func (*PermissionSubject_Command) isPermissionSubject_Subject() {}
+
+func (*PermissionSubject_Unknown) isPermissionSubject_Subject() {}
+
+// CommandSubject is a command an agent asks permission to run.
+type CommandSubject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The command line that would run.
+	Command string `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	// Its absolute working directory.
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The tool call it belongs to, when known.
+	ToolCallId *string `protobuf:"bytes,3,opt,name=tool_call_id,json=toolCallId,proto3,oneof" json:"tool_call_id,omitempty"`
+	// The terminal it would run in, when known.
+	TerminalId    *string          `protobuf:"bytes,4,opt,name=terminal_id,json=terminalId,proto3,oneof" json:"terminal_id,omitempty"`
+	Meta          *structpb.Struct `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
+	Extra         *structpb.Struct `protobuf:"bytes,15,opt,name=extra,proto3" json:"extra,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandSubject) Reset() {
+	*x = CommandSubject{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandSubject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandSubject) ProtoMessage() {}
+
+func (x *CommandSubject) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandSubject.ProtoReflect.Descriptor instead.
+func (*CommandSubject) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CommandSubject) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *CommandSubject) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *CommandSubject) GetToolCallId() string {
+	if x != nil && x.ToolCallId != nil {
+		return *x.ToolCallId
+	}
+	return ""
+}
+
+func (x *CommandSubject) GetTerminalId() string {
+	if x != nil && x.TerminalId != nil {
+		return *x.TerminalId
+	}
+	return ""
+}
+
+func (x *CommandSubject) GetMeta() *structpb.Struct {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *CommandSubject) GetExtra() *structpb.Struct {
+	if x != nil {
+		return x.Extra
 	}
 	return nil
 }
@@ -684,7 +881,7 @@ type PermissionResolved struct {
 
 func (x *PermissionResolved) Reset() {
 	*x = PermissionResolved{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	mi := &file_acp_v2_session_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +893,7 @@ func (x *PermissionResolved) String() string {
 func (*PermissionResolved) ProtoMessage() {}
 
 func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	mi := &file_acp_v2_session_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +906,7 @@ func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionResolved.ProtoReflect.Descriptor instead.
 func (*PermissionResolved) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{3}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PermissionResolved) GetRequestId() string {
@@ -743,7 +940,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	mi := &file_acp_v2_session_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +952,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	mi := &file_acp_v2_session_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +965,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{4}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TurnStarted) GetPrompt() []*ContentBlock {
@@ -805,7 +1002,7 @@ type TurnEnded struct {
 
 func (x *TurnEnded) Reset() {
 	*x = TurnEnded{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[5]
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1014,7 @@ func (x *TurnEnded) String() string {
 func (*TurnEnded) ProtoMessage() {}
 
 func (x *TurnEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[5]
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1027,7 @@ func (x *TurnEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnEnded.ProtoReflect.Descriptor instead.
 func (*TurnEnded) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{5}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TurnEnded) GetStopReason() string {
@@ -926,7 +1123,7 @@ type SessionSnapshot struct {
 
 func (x *SessionSnapshot) Reset() {
 	*x = SessionSnapshot{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1135,7 @@ func (x *SessionSnapshot) String() string {
 func (*SessionSnapshot) ProtoMessage() {}
 
 func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1148,7 @@ func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshot.ProtoReflect.Descriptor instead.
 func (*SessionSnapshot) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{6}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionSnapshot) GetSessionId() string {
@@ -1131,7 +1328,7 @@ type SessionTerminal struct {
 
 func (x *SessionTerminal) Reset() {
 	*x = SessionTerminal{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1340,7 @@ func (x *SessionTerminal) String() string {
 func (*SessionTerminal) ProtoMessage() {}
 
 func (x *SessionTerminal) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1353,7 @@ func (x *SessionTerminal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTerminal.ProtoReflect.Descriptor instead.
 func (*SessionTerminal) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionTerminal) GetTerminalId() string {
@@ -1233,7 +1430,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1442,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1455,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -1387,7 +1584,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1596,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1609,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateSessionRequest) GetAgent() string {
@@ -1458,7 +1655,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1667,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1680,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *McpServer) GetTransport() isMcpServer_Transport {
@@ -1562,7 +1759,7 @@ type McpServerStdio struct {
 
 func (x *McpServerStdio) Reset() {
 	*x = McpServerStdio{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1771,7 @@ func (x *McpServerStdio) String() string {
 func (*McpServerStdio) ProtoMessage() {}
 
 func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1784,7 @@ func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerStdio.ProtoReflect.Descriptor instead.
 func (*McpServerStdio) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *McpServerStdio) GetName() string {
@@ -1632,7 +1829,7 @@ type McpServerHttp struct {
 
 func (x *McpServerHttp) Reset() {
 	*x = McpServerHttp{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1841,7 @@ func (x *McpServerHttp) String() string {
 func (*McpServerHttp) ProtoMessage() {}
 
 func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1854,7 @@ func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerHttp.ProtoReflect.Descriptor instead.
 func (*McpServerHttp) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *McpServerHttp) GetName() string {
@@ -1695,7 +1892,7 @@ type McpServerSse struct {
 
 func (x *McpServerSse) Reset() {
 	*x = McpServerSse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1904,7 @@ func (x *McpServerSse) String() string {
 func (*McpServerSse) ProtoMessage() {}
 
 func (x *McpServerSse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1917,7 @@ func (x *McpServerSse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerSse.ProtoReflect.Descriptor instead.
 func (*McpServerSse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *McpServerSse) GetName() string {
@@ -1756,7 +1953,7 @@ type McpNameValue struct {
 
 func (x *McpNameValue) Reset() {
 	*x = McpNameValue{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1965,7 @@ func (x *McpNameValue) String() string {
 func (*McpNameValue) ProtoMessage() {}
 
 func (x *McpNameValue) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1978,7 @@ func (x *McpNameValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpNameValue.ProtoReflect.Descriptor instead.
 func (*McpNameValue) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *McpNameValue) GetName() string {
@@ -1808,7 +2005,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2017,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2030,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateSessionResponse) GetSessionId() string {
@@ -1856,7 +2053,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2065,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2078,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PromptRequest) GetSessionId() string {
@@ -1918,7 +2115,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2127,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2140,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PromptResponse) GetEvent() *SessionEvent {
@@ -1978,7 +2175,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2187,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2200,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchRequest) GetSessionId() string {
@@ -2040,7 +2237,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2249,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2262,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchResponse) GetEvent() *SessionEvent {
@@ -2092,7 +2289,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2301,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2314,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -2136,7 +2333,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2345,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2358,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
 }
 
 // RespondPermissionRequest answers a permission request with an option, or
@@ -2178,7 +2375,7 @@ type RespondPermissionRequest struct {
 
 func (x *RespondPermissionRequest) Reset() {
 	*x = RespondPermissionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2387,7 @@ func (x *RespondPermissionRequest) String() string {
 func (*RespondPermissionRequest) ProtoMessage() {}
 
 func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2400,7 @@ func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionRequest.ProtoReflect.Descriptor instead.
 func (*RespondPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RespondPermissionRequest) GetSessionId() string {
@@ -2243,7 +2440,7 @@ type RespondPermissionResponse struct {
 
 func (x *RespondPermissionResponse) Reset() {
 	*x = RespondPermissionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2452,7 @@ func (x *RespondPermissionResponse) String() string {
 func (*RespondPermissionResponse) ProtoMessage() {}
 
 func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2465,7 @@ func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionResponse.ProtoReflect.Descriptor instead.
 func (*RespondPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
 }
 
 // GetSessionRequest names a session.
@@ -2281,7 +2478,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2490,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2503,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2326,7 +2523,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2535,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2548,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetSessionResponse) GetSession() *SessionSnapshot {
@@ -2370,7 +2567,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2579,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2592,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
 }
 
 // ListSessionsResponse lists sessions.
@@ -2408,7 +2605,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2617,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2630,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -2453,7 +2650,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2662,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2675,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2497,7 +2694,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2706,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2719,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
 }
 
 // DeleteSessionRequest names the session to delete.
@@ -2535,7 +2732,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2744,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2757,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -2579,7 +2776,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2788,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2801,88 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
+}
+
+// LogoutRequest names the session whose agent is to log out.
+type LogoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogoutRequest) Reset() {
+	*x = LogoutRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogoutRequest) ProtoMessage() {}
+
+func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogoutRequest.ProtoReflect.Descriptor instead.
+func (*LogoutRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *LogoutRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type LogoutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogoutResponse) Reset() {
+	*x = LogoutResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogoutResponse) ProtoMessage() {}
+
+func (x *LogoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogoutResponse.ProtoReflect.Descriptor instead.
+func (*LogoutResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
 }
 
 // SetModeRequest names the mode to switch to.
@@ -2618,7 +2896,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2908,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2921,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetModeRequest) GetSessionId() string {
@@ -2669,7 +2947,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +2959,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +2972,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
 }
 
 // SetConfigOptionRequest sets one configuration option.
@@ -2713,7 +2991,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +3003,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +3016,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetConfigOptionRequest) GetSessionId() string {
@@ -2808,7 +3086,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +3098,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +3111,7 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
@@ -2852,7 +3130,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3142,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3155,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
 }
 
 // ListAgentsResponse lists agents, sorted by name.
@@ -2890,7 +3168,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3180,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3193,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
@@ -2959,7 +3237,7 @@ type AgentDescription struct {
 
 func (x *AgentDescription) Reset() {
 	*x = AgentDescription{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3249,7 @@ func (x *AgentDescription) String() string {
 func (*AgentDescription) ProtoMessage() {}
 
 func (x *AgentDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3262,7 @@ func (x *AgentDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
 func (*AgentDescription) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AgentDescription) GetName() string {
@@ -3049,7 +3327,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3339,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3352,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3112,7 +3390,7 @@ type PromptCapabilities struct {
 
 func (x *PromptCapabilities) Reset() {
 	*x = PromptCapabilities{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3402,7 @@ func (x *PromptCapabilities) String() string {
 func (*PromptCapabilities) ProtoMessage() {}
 
 func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3415,7 @@ func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
 func (*PromptCapabilities) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PromptCapabilities) GetImage() bool {
@@ -3177,7 +3455,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[41]
+	mi := &file_acp_v2_session_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3467,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[41]
+	mi := &file_acp_v2_session_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3480,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{41}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -3273,15 +3551,33 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x05event\"C\n" +
 	"\x13SessionStateChanged\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x8a\x02\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xf6\x02\n" +
 	"\x11PermissionRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
 	"\ttool_call\x18\x02 \x01(\v2\x16.acp.v2.ToolCallUpdateR\btoolCall\x12*\n" +
 	"\apreview\x18\x03 \x01(\v2\x10.acp.v2.ToolCallR\apreview\x122\n" +
 	"\aoptions\x18\x04 \x03(\v2\x18.acp.v2.PermissionOptionR\aoptions\x12\x14\n" +
-	"\x05title\x18\x05 \x01(\tR\x05title\x12+\n" +
-	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"\x89\x01\n" +
+	"\x05title\x18\x05 \x01(\tR\x05title\x12%\n" +
+	"\vdescription\x18\x06 \x01(\tH\x00R\vdescription\x88\x01\x01\x123\n" +
+	"\asubject\x18\a \x01(\v2\x19.acp.v2.PermissionSubjectR\asubject\x12+\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04metaB\x0e\n" +
+	"\f_description\"\x87\x01\n" +
+	"\x11PermissionSubject\x122\n" +
+	"\acommand\x18\x01 \x01(\v2\x16.acp.v2.CommandSubjectH\x00R\acommand\x123\n" +
+	"\aunknown\x18\x0f \x01(\v2\x17.google.protobuf.StructH\x00R\aunknownB\t\n" +
+	"\asubject\"\x86\x02\n" +
+	"\x0eCommandSubject\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12%\n" +
+	"\ftool_call_id\x18\x03 \x01(\tH\x00R\n" +
+	"toolCallId\x88\x01\x01\x12$\n" +
+	"\vterminal_id\x18\x04 \x01(\tH\x01R\n" +
+	"terminalId\x88\x01\x01\x12+\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\x12-\n" +
+	"\x05extra\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x05extraB\x0f\n" +
+	"\r_tool_call_idB\x0e\n" +
+	"\f_terminal_id\"\x89\x01\n" +
 	"\x12PermissionResolved\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
@@ -3428,7 +3724,11 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
-	"\x15DeleteSessionResponse\"H\n" +
+	"\x15DeleteSessionResponse\".\n" +
+	"\rLogoutRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x10\n" +
+	"\x0eLogoutResponse\"H\n" +
 	"\x0eSetModeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -3467,7 +3767,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\tR\x04type2\xe2\x06\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type2\x9b\a\n" +
 	"\x0eSessionService\x12L\n" +
 	"\rCreateSession\x12\x1c.acp.v2.CreateSessionRequest\x1a\x1d.acp.v2.CreateSessionResponse\x129\n" +
 	"\x06Prompt\x12\x15.acp.v2.PromptRequest\x1a\x16.acp.v2.PromptResponse0\x01\x126\n" +
@@ -3482,7 +3782,8 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x0fSetConfigOption\x12\x1e.acp.v2.SetConfigOptionRequest\x1a\x1f.acp.v2.SetConfigOptionResponse\x12C\n" +
 	"\n" +
 	"ListAgents\x12\x19.acp.v2.ListAgentsRequest\x1a\x1a.acp.v2.ListAgentsResponse\x12L\n" +
-	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponseB\x8f\x01\n" +
+	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponse\x127\n" +
+	"\x06Logout\x12\x15.acp.v2.LogoutRequest\x1a\x16.acp.v2.LogoutResponseB\x8f\x01\n" +
 	"\n" +
 	"com.acp.v2B\x13SessionServiceProtoP\x01Z3github.com/acp-gateway/acp-gateway/gen/acp/v2;acpv2\xa2\x02\x03AXX\xaa\x02\x06Acp.V2\xca\x02\x06Acp\\V2\xe2\x02\x12Acp\\V2\\GPBMetadata\xea\x02\aAcp::V2b\x06proto3"
 
@@ -3498,175 +3799,186 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
 	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
 	(*PermissionRequest)(nil),         // 2: acp.v2.PermissionRequest
-	(*PermissionResolved)(nil),        // 3: acp.v2.PermissionResolved
-	(*TurnStarted)(nil),               // 4: acp.v2.TurnStarted
-	(*TurnEnded)(nil),                 // 5: acp.v2.TurnEnded
-	(*SessionSnapshot)(nil),           // 6: acp.v2.SessionSnapshot
-	(*SessionTerminal)(nil),           // 7: acp.v2.SessionTerminal
-	(*SessionSummary)(nil),            // 8: acp.v2.SessionSummary
-	(*CreateSessionRequest)(nil),      // 9: acp.v2.CreateSessionRequest
-	(*McpServer)(nil),                 // 10: acp.v2.McpServer
-	(*McpServerStdio)(nil),            // 11: acp.v2.McpServerStdio
-	(*McpServerHttp)(nil),             // 12: acp.v2.McpServerHttp
-	(*McpServerSse)(nil),              // 13: acp.v2.McpServerSse
-	(*McpNameValue)(nil),              // 14: acp.v2.McpNameValue
-	(*CreateSessionResponse)(nil),     // 15: acp.v2.CreateSessionResponse
-	(*PromptRequest)(nil),             // 16: acp.v2.PromptRequest
-	(*PromptResponse)(nil),            // 17: acp.v2.PromptResponse
-	(*WatchRequest)(nil),              // 18: acp.v2.WatchRequest
-	(*WatchResponse)(nil),             // 19: acp.v2.WatchResponse
-	(*CancelRequest)(nil),             // 20: acp.v2.CancelRequest
-	(*CancelResponse)(nil),            // 21: acp.v2.CancelResponse
-	(*RespondPermissionRequest)(nil),  // 22: acp.v2.RespondPermissionRequest
-	(*RespondPermissionResponse)(nil), // 23: acp.v2.RespondPermissionResponse
-	(*GetSessionRequest)(nil),         // 24: acp.v2.GetSessionRequest
-	(*GetSessionResponse)(nil),        // 25: acp.v2.GetSessionResponse
-	(*ListSessionsRequest)(nil),       // 26: acp.v2.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 27: acp.v2.ListSessionsResponse
-	(*CloseSessionRequest)(nil),       // 28: acp.v2.CloseSessionRequest
-	(*CloseSessionResponse)(nil),      // 29: acp.v2.CloseSessionResponse
-	(*DeleteSessionRequest)(nil),      // 30: acp.v2.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),     // 31: acp.v2.DeleteSessionResponse
-	(*SetModeRequest)(nil),            // 32: acp.v2.SetModeRequest
-	(*SetModeResponse)(nil),           // 33: acp.v2.SetModeResponse
-	(*SetConfigOptionRequest)(nil),    // 34: acp.v2.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),   // 35: acp.v2.SetConfigOptionResponse
-	(*ListAgentsRequest)(nil),         // 36: acp.v2.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 37: acp.v2.ListAgentsResponse
-	(*AgentDescription)(nil),          // 38: acp.v2.AgentDescription
-	(*AgentInfo)(nil),                 // 39: acp.v2.AgentInfo
-	(*PromptCapabilities)(nil),        // 40: acp.v2.PromptCapabilities
-	(*AuthMethod)(nil),                // 41: acp.v2.AuthMethod
-	(*timestamppb.Timestamp)(nil),     // 42: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 43: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 44: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 45: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 46: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 47: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 48: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 49: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 50: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 51: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 52: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 53: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 54: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 55: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 56: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 57: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 58: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 59: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 60: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 61: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 62: acp.v2.ContentBlock
-	(StopReason)(0),                   // 63: acp.v2.StopReason
-	(*SessionModeState)(nil),          // 64: acp.v2.SessionModeState
-	(*SessionConfigOption)(nil),       // 65: acp.v2.SessionConfigOption
-	(*AvailableCommand)(nil),          // 66: acp.v2.AvailableCommand
-	(*PlanContent)(nil),               // 67: acp.v2.PlanContent
+	(*PermissionSubject)(nil),         // 3: acp.v2.PermissionSubject
+	(*CommandSubject)(nil),            // 4: acp.v2.CommandSubject
+	(*PermissionResolved)(nil),        // 5: acp.v2.PermissionResolved
+	(*TurnStarted)(nil),               // 6: acp.v2.TurnStarted
+	(*TurnEnded)(nil),                 // 7: acp.v2.TurnEnded
+	(*SessionSnapshot)(nil),           // 8: acp.v2.SessionSnapshot
+	(*SessionTerminal)(nil),           // 9: acp.v2.SessionTerminal
+	(*SessionSummary)(nil),            // 10: acp.v2.SessionSummary
+	(*CreateSessionRequest)(nil),      // 11: acp.v2.CreateSessionRequest
+	(*McpServer)(nil),                 // 12: acp.v2.McpServer
+	(*McpServerStdio)(nil),            // 13: acp.v2.McpServerStdio
+	(*McpServerHttp)(nil),             // 14: acp.v2.McpServerHttp
+	(*McpServerSse)(nil),              // 15: acp.v2.McpServerSse
+	(*McpNameValue)(nil),              // 16: acp.v2.McpNameValue
+	(*CreateSessionResponse)(nil),     // 17: acp.v2.CreateSessionResponse
+	(*PromptRequest)(nil),             // 18: acp.v2.PromptRequest
+	(*PromptResponse)(nil),            // 19: acp.v2.PromptResponse
+	(*WatchRequest)(nil),              // 20: acp.v2.WatchRequest
+	(*WatchResponse)(nil),             // 21: acp.v2.WatchResponse
+	(*CancelRequest)(nil),             // 22: acp.v2.CancelRequest
+	(*CancelResponse)(nil),            // 23: acp.v2.CancelResponse
+	(*RespondPermissionRequest)(nil),  // 24: acp.v2.RespondPermissionRequest
+	(*RespondPermissionResponse)(nil), // 25: acp.v2.RespondPermissionResponse
+	(*GetSessionRequest)(nil),         // 26: acp.v2.GetSessionRequest
+	(*GetSessionResponse)(nil),        // 27: acp.v2.GetSessionResponse
+	(*ListSessionsRequest)(nil),       // 28: acp.v2.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 29: acp.v2.ListSessionsResponse
+	(*CloseSessionRequest)(nil),       // 30: acp.v2.CloseSessionRequest
+	(*CloseSessionResponse)(nil),      // 31: acp.v2.CloseSessionResponse
+	(*DeleteSessionRequest)(nil),      // 32: acp.v2.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),     // 33: acp.v2.DeleteSessionResponse
+	(*LogoutRequest)(nil),             // 34: acp.v2.LogoutRequest
+	(*LogoutResponse)(nil),            // 35: acp.v2.LogoutResponse
+	(*SetModeRequest)(nil),            // 36: acp.v2.SetModeRequest
+	(*SetModeResponse)(nil),           // 37: acp.v2.SetModeResponse
+	(*SetConfigOptionRequest)(nil),    // 38: acp.v2.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),   // 39: acp.v2.SetConfigOptionResponse
+	(*ListAgentsRequest)(nil),         // 40: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 41: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),          // 42: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                 // 43: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),        // 44: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                // 45: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),     // 46: google.protobuf.Timestamp
+	(*ContentChunk)(nil),              // 47: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),            // 48: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),      // 49: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                      // 50: acp.v2.Plan
+	(*PlanUpdate)(nil),                // 51: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),   // 52: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),         // 53: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),        // 54: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),         // 55: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),               // 56: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),             // 57: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),               // 58: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),            // 59: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),       // 60: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),             // 61: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                  // 62: acp.v2.ToolCall
+	(*PermissionOption)(nil),          // 63: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),           // 64: google.protobuf.Struct
+	(*PermissionOutcome)(nil),         // 65: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),              // 66: acp.v2.ContentBlock
+	(StopReason)(0),                   // 67: acp.v2.StopReason
+	(*SessionModeState)(nil),          // 68: acp.v2.SessionModeState
+	(*SessionConfigOption)(nil),       // 69: acp.v2.SessionConfigOption
+	(*AvailableCommand)(nil),          // 70: acp.v2.AvailableCommand
+	(*PlanContent)(nil),               // 71: acp.v2.PlanContent
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	42, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	43, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	43, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	43, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	44, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	45, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	46, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	47, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	48, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	49, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	50, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	51, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	52, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	53, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	53, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	53, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	54, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	55, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	56, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	57, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	58, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	46, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	47, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	47, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	47, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	48, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	49, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	50, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	51, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	52, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	53, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	54, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	55, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	56, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	57, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	57, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	57, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	58, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	59, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	60, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	61, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	62, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
-	3,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
-	4,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
-	5,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
-	6,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
+	5,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
+	6,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
+	7,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
+	8,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
 	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
-	44, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	58, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	59, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	60, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	61, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	62, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	63, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	58, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	42, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	64, // 36: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
-	65, // 37: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
-	66, // 38: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
-	52, // 39: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
-	67, // 40: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
-	7,  // 41: acp.v2.SessionSnapshot.terminals:type_name -> acp.v2.SessionTerminal
-	2,  // 42: acp.v2.SessionSnapshot.pending_permissions:type_name -> acp.v2.PermissionRequest
-	42, // 43: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
-	42, // 44: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
-	60, // 45: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
-	42, // 46: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	42, // 47: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 48: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
-	10, // 49: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
-	11, // 50: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
-	12, // 51: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
-	13, // 52: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
-	14, // 53: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
-	14, // 54: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
-	14, // 55: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
-	62, // 56: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
-	0,  // 57: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	42, // 58: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	0,  // 59: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	42, // 60: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	6,  // 61: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
-	8,  // 62: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	65, // 63: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	38, // 64: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
-	39, // 65: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
-	40, // 66: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
-	41, // 67: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
-	9,  // 68: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	16, // 69: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	18, // 70: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	20, // 71: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	22, // 72: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	24, // 73: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	26, // 74: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	28, // 75: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	32, // 76: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	34, // 77: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	36, // 78: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
-	30, // 79: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
-	15, // 80: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	17, // 81: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	19, // 82: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	21, // 83: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	23, // 84: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	25, // 85: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	27, // 86: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	29, // 87: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	33, // 88: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	35, // 89: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	37, // 90: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
-	31, // 91: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
-	80, // [80:92] is the sub-list for method output_type
-	68, // [68:80] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	48, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	62, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	63, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	3,  // 30: acp.v2.PermissionRequest.subject:type_name -> acp.v2.PermissionSubject
+	64, // 31: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	4,  // 32: acp.v2.PermissionSubject.command:type_name -> acp.v2.CommandSubject
+	64, // 33: acp.v2.PermissionSubject.unknown:type_name -> google.protobuf.Struct
+	64, // 34: acp.v2.CommandSubject.meta:type_name -> google.protobuf.Struct
+	64, // 35: acp.v2.CommandSubject.extra:type_name -> google.protobuf.Struct
+	65, // 36: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	66, // 37: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	67, // 38: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	62, // 39: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	46, // 40: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	68, // 41: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
+	69, // 42: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
+	70, // 43: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
+	56, // 44: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
+	71, // 45: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
+	9,  // 46: acp.v2.SessionSnapshot.terminals:type_name -> acp.v2.SessionTerminal
+	2,  // 47: acp.v2.SessionSnapshot.pending_permissions:type_name -> acp.v2.PermissionRequest
+	46, // 48: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
+	46, // 49: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
+	64, // 50: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
+	46, // 51: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	46, // 52: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
+	46, // 53: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
+	12, // 54: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
+	13, // 55: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
+	14, // 56: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
+	15, // 57: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
+	16, // 58: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
+	16, // 59: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
+	16, // 60: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
+	66, // 61: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	0,  // 62: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
+	46, // 63: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 64: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
+	46, // 65: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	8,  // 66: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
+	10, // 67: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
+	69, // 68: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	42, // 69: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	43, // 70: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	44, // 71: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	45, // 72: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	11, // 73: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	18, // 74: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	20, // 75: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	22, // 76: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	24, // 77: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	26, // 78: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	28, // 79: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	30, // 80: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	36, // 81: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	38, // 82: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	40, // 83: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	32, // 84: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	34, // 85: acp.v2.SessionService.Logout:input_type -> acp.v2.LogoutRequest
+	17, // 86: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	19, // 87: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	21, // 88: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	23, // 89: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	25, // 90: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	27, // 91: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	29, // 92: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	31, // 93: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	37, // 94: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	39, // 95: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	41, // 96: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	33, // 97: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	35, // 98: acp.v2.SessionService.Logout:output_type -> acp.v2.LogoutResponse
+	86, // [86:99] is the sub-list for method output_type
+	73, // [73:86] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -3705,12 +4017,18 @@ func file_acp_v2_session_service_proto_init() {
 		(*SessionEvent_Snapshot)(nil),
 		(*SessionEvent_StateChanged)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[10].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[2].OneofWrappers = []any{}
+	file_acp_v2_session_service_proto_msgTypes[3].OneofWrappers = []any{
+		(*PermissionSubject_Command)(nil),
+		(*PermissionSubject_Unknown)(nil),
+	}
+	file_acp_v2_session_service_proto_msgTypes[4].OneofWrappers = []any{}
+	file_acp_v2_session_service_proto_msgTypes[12].OneofWrappers = []any{
 		(*McpServer_Stdio)(nil),
 		(*McpServer_Http)(nil),
 		(*McpServer_Sse)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[34].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[38].OneofWrappers = []any{
 		(*SetConfigOptionRequest_ValueId)(nil),
 		(*SetConfigOptionRequest_Boolean)(nil),
 	}
@@ -3720,7 +4038,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

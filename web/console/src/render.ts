@@ -14,6 +14,7 @@ import type {
 } from "@acp-gateway/client";
 import { diffView } from "./diffview.js";
 import { h } from "./dom.js";
+import { permissionDetails, v2DiffView } from "./v2diff.js";
 
 export { h } from "./dom.js";
 
@@ -132,6 +133,7 @@ export class ToolCard {
       "div",
       { class: "permission", "data-request-id": req.requestId },
       h("p", {}, h("strong", { class: "waiting-label" }, "Waiting for you · "), req.title || "The agent asks for permission:"),
+      ...permissionDetails(req),
       h("div", { class: "choices" }, ...buttons),
     );
     this.requests.set(req.requestId, { el, options: req.options });
@@ -160,7 +162,7 @@ function contentItem(c: ToolCallContent): Node {
     case "content":
       return item.value.block.case === "image" ? blockElement(item.value) : h("pre", { class: "text" }, blockText(item.value));
     case "diff":
-      return diffView(item.value);
+      return v2DiffView(item.value) ?? diffView(item.value);
     case "terminal":
       return h("p", { class: "terminal" }, `terminal ${item.value.terminalId}`);
     case "unknown":

@@ -65,6 +65,8 @@ const (
 	// SessionServiceDeleteSessionProcedure is the fully-qualified name of the SessionService's
 	// DeleteSession RPC.
 	SessionServiceDeleteSessionProcedure = "/acp.v2.SessionService/DeleteSession"
+	// SessionServiceLogoutProcedure is the fully-qualified name of the SessionService's Logout RPC.
+	SessionServiceLogoutProcedure = "/acp.v2.SessionService/Logout"
 )
 
 // SessionServiceClient is a client for the acp.v2.SessionService service.
@@ -97,6 +99,10 @@ type SessionServiceClient interface {
 	// history of it (ACP `session/delete`, when the agent runs and offers
 	// it), and removes the gateway's record and log of it.
 	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
+	// Logout asks the session's agent to end what it authenticated (ACP v2
+	// `auth/logout`, v1 `logout`): the agent's login, which lives in the
+	// user's agent home, not in the one session.
+	Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error)
 }
 
 // NewSessionServiceClient constructs a client for the acp.v2.SessionService service. By default, it
@@ -182,6 +188,12 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
 			connect.WithClientOptions(opts...),
 		),
+		logout: connect.NewClient[v2.LogoutRequest, v2.LogoutResponse](
+			httpClient,
+			baseURL+SessionServiceLogoutProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("Logout")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -199,6 +211,7 @@ type sessionServiceClient struct {
 	setConfigOption   *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
 	listAgents        *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
 	deleteSession     *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
+	logout            *connect.Client[v2.LogoutRequest, v2.LogoutResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -261,6 +274,11 @@ func (c *sessionServiceClient) DeleteSession(ctx context.Context, req *connect.R
 	return c.deleteSession.CallUnary(ctx, req)
 }
 
+// Logout calls acp.v2.SessionService.Logout.
+func (c *sessionServiceClient) Logout(ctx context.Context, req *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error) {
+	return c.logout.CallUnary(ctx, req)
+}
+
 // SessionServiceHandler is an implementation of the acp.v2.SessionService service.
 type SessionServiceHandler interface {
 	// CreateSession starts an agent for a new session.
@@ -291,6 +309,10 @@ type SessionServiceHandler interface {
 	// history of it (ACP `session/delete`, when the agent runs and offers
 	// it), and removes the gateway's record and log of it.
 	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
+	// Logout asks the session's agent to end what it authenticated (ACP v2
+	// `auth/logout`, v1 `logout`): the agent's login, which lives in the
+	// user's agent home, not in the one session.
+	Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error)
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -372,6 +394,12 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServiceLogoutHandler := connect.NewUnaryHandler(
+		SessionServiceLogoutProcedure,
+		svc.Logout,
+		connect.WithSchema(sessionServiceMethods.ByName("Logout")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/acp.v2.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceCreateSessionProcedure:
@@ -398,6 +426,8 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceListAgentsHandler.ServeHTTP(w, r)
 		case SessionServiceDeleteSessionProcedure:
 			sessionServiceDeleteSessionHandler.ServeHTTP(w, r)
+		case SessionServiceLogoutProcedure:
+			sessionServiceLogoutHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -453,4 +483,8 @@ func (UnimplementedSessionServiceHandler) ListAgents(context.Context, *connect.R
 
 func (UnimplementedSessionServiceHandler) DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.DeleteSession is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.Logout is not implemented"))
 }

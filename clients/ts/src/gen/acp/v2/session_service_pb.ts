@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file acp/v2/session_service.proto.
  */
 export const file_acp_v2_session_service: GenFile = /*@__PURE__*/
-  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSLWAQoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiaQoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZRITCgthbnN3ZXJlZF9ieRgDIAEoCSIzCgtUdXJuU3RhcnRlZBIkCgZwcm9tcHQYASADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrImIKCVR1cm5FbmRlZBITCgtzdG9wX3JlYXNvbhgBIAEoCRIiCgZyZWFzb24YAiABKA4yEi5hY3AudjIuU3RvcFJlYXNvbhINCgVlcnJvchgDIAEoCRINCgVjYXVzZRgEIAEoCSLjBQoPU2Vzc2lvblNuYXBzaG90EhIKCnNlc3Npb25faWQYASABKAkSJAoKdG9vbF9jYWxscxgCIAMoCzIQLmFjcC52Mi5Ub29sQ2FsbBINCgVhZ2VudBgDIAEoCRILCgNjd2QYBCABKAkSEAoIbGFzdF9zZXEYBSABKAQSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSFAoMc3RhdGVfZGV0YWlsGAggASgJEhoKEmFnZW50X2NvbnRleHRfbG9zdBgJIAEoCBInCgVtb2RlcxgKIAEoCzIYLmFjcC52Mi5TZXNzaW9uTW9kZVN0YXRlEjMKDmNvbmZpZ19vcHRpb25zGAsgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24SNAoSYXZhaWxhYmxlX2NvbW1hbmRzGAwgAygLMhguYWNwLnYyLkF2YWlsYWJsZUNvbW1hbmQSDQoFdGl0bGUYDSABKAkSIgoFdXNhZ2UYDiABKAsyEy5hY3AudjIuVXNhZ2VVcGRhdGUSIQoEcGxhbhgPIAEoCzITLmFjcC52Mi5QbGFuQ29udGVudBIqCgl0ZXJtaW5hbHMYECADKAsyFy5hY3AudjIuU2Vzc2lvblRlcm1pbmFsEjYKE3BlbmRpbmdfcGVybWlzc2lvbnMYESADKAsyGS5hY3AudjIuUGVybWlzc2lvblJlcXVlc3QSFAoMdHVybl9ydW5uaW5nGBIgASgIEhgKEHR1cm5fc3RhcnRlZF9zZXEYEyABKAQSMwoPdHVybl9zdGFydGVkX2F0GBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxmaXJzdF9wcm9tcHQYFiABKAkinAEKD1Nlc3Npb25UZXJtaW5hbBITCgt0ZXJtaW5hbF9pZBgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgsKA2N3ZBgDIAEoCRIOCgZvdXRwdXQYBCABKAwSGAoQb3V0cHV0X3RydW5jYXRlZBgFIAEoCBIsCgtleGl0X3N0YXR1cxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Qi/gIKDlNlc3Npb25TdW1tYXJ5EhIKCnNlc3Npb25faWQYASABKAkSDQoFYWdlbnQYAiABKAkSCwoDY3dkGAMgASgJEhAKCGxhc3Rfc2VxGAQgASgEEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXN0YXRlGAYgASgJEhQKDHN0YXRlX2RldGFpbBgHIAEoCRINCgV0aXRsZRgIIAEoCRIUCgxmaXJzdF9wcm9tcHQYCSABKAkSLgoKdXBkYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMdHVybl9ydW5uaW5nGAsgASgIEhgKEHR1cm5fc3RhcnRlZF9zZXEYDCABKAQSMwoPdHVybl9zdGFydGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNwZW5kaW5nX3Blcm1pc3Npb25zGA4gASgNIm8KFENyZWF0ZVNlc3Npb25SZXF1ZXN0Eg0KBWFnZW50GAEgASgJEgsKA2N3ZBgCIAEoCRITCgthdXRoX21ldGhvZBgDIAEoCRImCgttY3Bfc2VydmVycxgEIAMoCzIRLmFjcC52Mi5NY3BTZXJ2ZXIijQEKCU1jcFNlcnZlchInCgVzdGRpbxgBIAEoCzIWLmFjcC52Mi5NY3BTZXJ2ZXJTdGRpb0gAEiUKBGh0dHAYAiABKAsyFS5hY3AudjIuTWNwU2VydmVySHR0cEgAEiMKA3NzZRgDIAEoCzIULmFjcC52Mi5NY3BTZXJ2ZXJTc2VIAEILCgl0cmFuc3BvcnQiYAoOTWNwU2VydmVyU3RkaW8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgwKBGFyZ3MYAyADKAkSIQoDZW52GAQgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSJRCg1NY3BTZXJ2ZXJIdHRwEgwKBG5hbWUYASABKAkSCwoDdXJsGAIgASgJEiUKB2hlYWRlcnMYAyADKAsyFC5hY3AudjIuTWNwTmFtZVZhbHVlIlAKDE1jcFNlcnZlclNzZRIMCgRuYW1lGAEgASgJEgsKA3VybBgCIAEoCRIlCgdoZWFkZXJzGAMgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSIrCgxNY3BOYW1lVmFsdWUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI+ChJHZXRTZXNzaW9uUmVzcG9uc2USKAoHc2Vzc2lvbhgBIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3QiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCJAChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIoCghzZXNzaW9ucxgBIAMoCzIWLmFjcC52Mi5TZXNzaW9uU3VtbWFyeSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIXChVEZWxldGVTZXNzaW9uUmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24iEwoRTGlzdEFnZW50c1JlcXVlc3QiPgoSTGlzdEFnZW50c1Jlc3BvbnNlEigKBmFnZW50cxgBIAMoCzIYLmFjcC52Mi5BZ2VudERlc2NyaXB0aW9uIusBChBBZ2VudERlc2NyaXB0aW9uEgwKBG5hbWUYASABKAkSHwoEaW5mbxgCIAEoCzIRLmFjcC52Mi5BZ2VudEluZm8SGAoQcHJvdG9jb2xfdmVyc2lvbhgDIAEoDRI3ChNwcm9tcHRfY2FwYWJpbGl0aWVzGAQgASgLMhouYWNwLnYyLlByb21wdENhcGFiaWxpdGllcxIcChRzZXNzaW9uX2NhcGFiaWxpdGllcxgFIAMoCRIoCgxhdXRoX21ldGhvZHMYBiADKAsyEi5hY3AudjIuQXV0aE1ldGhvZBINCgVlcnJvchgHIAEoCSI5CglBZ2VudEluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJIkwKElByb21wdENhcGFiaWxpdGllcxINCgVpbWFnZRgBIAEoCBINCgVhdWRpbxgCIAEoCBIYChBlbWJlZGRlZF9jb250ZXh0GAMgASgIIkkKCkF1dGhNZXRob2QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIMCgR0eXBlGAQgASgJMuIGCg5TZXNzaW9uU2VydmljZRJMCg1DcmVhdGVTZXNzaW9uEhwuYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXNwb25zZRI5CgZQcm9tcHQSFS5hY3AudjIuUHJvbXB0UmVxdWVzdBoWLmFjcC52Mi5Qcm9tcHRSZXNwb25zZTABEjYKBVdhdGNoEhQuYWNwLnYyLldhdGNoUmVxdWVzdBoVLmFjcC52Mi5XYXRjaFJlc3BvbnNlMAESNwoGQ2FuY2VsEhUuYWNwLnYyLkNhbmNlbFJlcXVlc3QaFi5hY3AudjIuQ2FuY2VsUmVzcG9uc2USWAoRUmVzcG9uZFBlcm1pc3Npb24SIC5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0GiEuYWNwLnYyLlJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2USQwoKR2V0U2Vzc2lvbhIZLmFjcC52Mi5HZXRTZXNzaW9uUmVxdWVzdBoaLmFjcC52Mi5HZXRTZXNzaW9uUmVzcG9uc2USSQoMTGlzdFNlc3Npb25zEhsuYWNwLnYyLkxpc3RTZXNzaW9uc1JlcXVlc3QaHC5hY3AudjIuTGlzdFNlc3Npb25zUmVzcG9uc2USSQoMQ2xvc2VTZXNzaW9uEhsuYWNwLnYyLkNsb3NlU2Vzc2lvblJlcXVlc3QaHC5hY3AudjIuQ2xvc2VTZXNzaW9uUmVzcG9uc2USOgoHU2V0TW9kZRIWLmFjcC52Mi5TZXRNb2RlUmVxdWVzdBoXLmFjcC52Mi5TZXRNb2RlUmVzcG9uc2USUgoPU2V0Q29uZmlnT3B0aW9uEh4uYWNwLnYyLlNldENvbmZpZ09wdGlvblJlcXVlc3QaHy5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USQwoKTGlzdEFnZW50cxIZLmFjcC52Mi5MaXN0QWdlbnRzUmVxdWVzdBoaLmFjcC52Mi5MaXN0QWdlbnRzUmVzcG9uc2USTAoNRGVsZXRlU2Vzc2lvbhIcLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVxdWVzdBodLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSKsAgoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSGAoLZGVzY3JpcHRpb24YBiABKAlIAIgBARIqCgdzdWJqZWN0GAcgASgLMhkuYWNwLnYyLlBlcm1pc3Npb25TdWJqZWN0EiUKBG1ldGEYDiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg4KDF9kZXNjcmlwdGlvbiJ1ChFQZXJtaXNzaW9uU3ViamVjdBIpCgdjb21tYW5kGAEgASgLMhYuYWNwLnYyLkNvbW1hbmRTdWJqZWN0SAASKgoHdW5rbm93bhgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAEIJCgdzdWJqZWN0ItMBCg5Db21tYW5kU3ViamVjdBIPCgdjb21tYW5kGAEgASgJEgsKA2N3ZBgCIAEoCRIZCgx0b29sX2NhbGxfaWQYAyABKAlIAIgBARIYCgt0ZXJtaW5hbF9pZBgEIAEoCUgBiAEBEiUKBG1ldGEYDiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIPCg1fdG9vbF9jYWxsX2lkQg4KDF90ZXJtaW5hbF9pZCJpChJQZXJtaXNzaW9uUmVzb2x2ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRIqCgdvdXRjb21lGAIgASgLMhkuYWNwLnYyLlBlcm1pc3Npb25PdXRjb21lEhMKC2Fuc3dlcmVkX2J5GAMgASgJIjMKC1R1cm5TdGFydGVkEiQKBnByb21wdBgBIAMoCzIULmFjcC52Mi5Db250ZW50QmxvY2siYgoJVHVybkVuZGVkEhMKC3N0b3BfcmVhc29uGAEgASgJEiIKBnJlYXNvbhgCIAEoDjISLmFjcC52Mi5TdG9wUmVhc29uEg0KBWVycm9yGAMgASgJEg0KBWNhdXNlGAQgASgJIuMFCg9TZXNzaW9uU25hcHNob3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIkCgp0b29sX2NhbGxzGAIgAygLMhAuYWNwLnYyLlRvb2xDYWxsEg0KBWFnZW50GAMgASgJEgsKA2N3ZBgEIAEoCRIQCghsYXN0X3NlcRgFIAEoBBIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzdGF0ZRgHIAEoCRIUCgxzdGF0ZV9kZXRhaWwYCCABKAkSGgoSYWdlbnRfY29udGV4dF9sb3N0GAkgASgIEicKBW1vZGVzGAogASgLMhguYWNwLnYyLlNlc3Npb25Nb2RlU3RhdGUSMwoOY29uZmlnX29wdGlvbnMYCyADKAsyGy5hY3AudjIuU2Vzc2lvbkNvbmZpZ09wdGlvbhI0ChJhdmFpbGFibGVfY29tbWFuZHMYDCADKAsyGC5hY3AudjIuQXZhaWxhYmxlQ29tbWFuZBINCgV0aXRsZRgNIAEoCRIiCgV1c2FnZRgOIAEoCzITLmFjcC52Mi5Vc2FnZVVwZGF0ZRIhCgRwbGFuGA8gASgLMhMuYWNwLnYyLlBsYW5Db250ZW50EioKCXRlcm1pbmFscxgQIAMoCzIXLmFjcC52Mi5TZXNzaW9uVGVybWluYWwSNgoTcGVuZGluZ19wZXJtaXNzaW9ucxgRIAMoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdBIUCgx0dXJuX3J1bm5pbmcYEiABKAgSGAoQdHVybl9zdGFydGVkX3NlcRgTIAEoBBIzCg90dXJuX3N0YXJ0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYFSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGZpcnN0X3Byb21wdBgWIAEoCSKcAQoPU2Vzc2lvblRlcm1pbmFsEhMKC3Rlcm1pbmFsX2lkGAEgASgJEg8KB2NvbW1hbmQYAiABKAkSCwoDY3dkGAMgASgJEg4KBm91dHB1dBgEIAEoDBIYChBvdXRwdXRfdHJ1bmNhdGVkGAUgASgIEiwKC2V4aXRfc3RhdHVzGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCL+AgoOU2Vzc2lvblN1bW1hcnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVhZ2VudBgCIAEoCRILCgNjd2QYAyABKAkSEAoIbGFzdF9zZXEYBCABKAQSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYBiABKAkSFAoMc3RhdGVfZGV0YWlsGAcgASgJEg0KBXRpdGxlGAggASgJEhQKDGZpcnN0X3Byb21wdBgJIAEoCRIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgx0dXJuX3J1bm5pbmcYCyABKAgSGAoQdHVybl9zdGFydGVkX3NlcRgMIAEoBBIzCg90dXJuX3N0YXJ0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3BlbmRpbmdfcGVybWlzc2lvbnMYDiABKA0ibwoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSDQoFYWdlbnQYASABKAkSCwoDY3dkGAIgASgJEhMKC2F1dGhfbWV0aG9kGAMgASgJEiYKC21jcF9zZXJ2ZXJzGAQgAygLMhEuYWNwLnYyLk1jcFNlcnZlciKNAQoJTWNwU2VydmVyEicKBXN0ZGlvGAEgASgLMhYuYWNwLnYyLk1jcFNlcnZlclN0ZGlvSAASJQoEaHR0cBgCIAEoCzIVLmFjcC52Mi5NY3BTZXJ2ZXJIdHRwSAASIwoDc3NlGAMgASgLMhQuYWNwLnYyLk1jcFNlcnZlclNzZUgAQgsKCXRyYW5zcG9ydCJgCg5NY3BTZXJ2ZXJTdGRpbxIMCgRuYW1lGAEgASgJEg8KB2NvbW1hbmQYAiABKAkSDAoEYXJncxgDIAMoCRIhCgNlbnYYBCADKAsyFC5hY3AudjIuTWNwTmFtZVZhbHVlIlEKDU1jcFNlcnZlckh0dHASDAoEbmFtZRgBIAEoCRILCgN1cmwYAiABKAkSJQoHaGVhZGVycxgDIAMoCzIULmFjcC52Mi5NY3BOYW1lVmFsdWUiUAoMTWNwU2VydmVyU3NlEgwKBG5hbWUYASABKAkSCwoDdXJsGAIgASgJEiUKB2hlYWRlcnMYAyADKAsyFC5hY3AudjIuTWNwTmFtZVZhbHVlIisKDE1jcE5hbWVWYWx1ZRIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJIisKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRISCgpzZXNzaW9uX2lkGAEgASgJIl4KDVByb21wdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIkCgZwcm9tcHQYAiADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrEhMKC2RlbHRhc19vbmx5GAMgASgIImQKDlByb21wdFJlc3BvbnNlEiMKBWV2ZW50GAEgASgLMhQuYWNwLnYyLlNlc3Npb25FdmVudBItCgloZWFydGJlYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkoKDFdhdGNoUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKCWFmdGVyX3NlcRgCIAEoBBITCgtkZWx0YXNfb25seRgDIAEoCCJjCg1XYXRjaFJlc3BvbnNlEiMKBWV2ZW50GAEgASgLMhQuYWNwLnYyLlNlc3Npb25FdmVudBItCgloZWFydGJlYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiMKDUNhbmNlbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIQCg5DYW5jZWxSZXNwb25zZSJoChhSZXNwb25kUGVybWlzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEhEKCW9wdGlvbl9pZBgDIAEoCRIRCgljYW5jZWxsZWQYBCABKAgiGwoZUmVzcG9uZFBlcm1pc3Npb25SZXNwb25zZSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIj4KEkdldFNlc3Npb25SZXNwb25zZRIoCgdzZXNzaW9uGAEgASgLMhcuYWNwLnYyLlNlc3Npb25TbmFwc2hvdCIVChNMaXN0U2Vzc2lvbnNSZXF1ZXN0IkAKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEigKCHNlc3Npb25zGAEgAygLMhYuYWNwLnYyLlNlc3Npb25TdW1tYXJ5IikKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIWChRDbG9zZVNlc3Npb25SZXNwb25zZSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIhcKFURlbGV0ZVNlc3Npb25SZXNwb25zZSIjCg1Mb2dvdXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOTG9nb3V0UmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24iEwoRTGlzdEFnZW50c1JlcXVlc3QiPgoSTGlzdEFnZW50c1Jlc3BvbnNlEigKBmFnZW50cxgBIAMoCzIYLmFjcC52Mi5BZ2VudERlc2NyaXB0aW9uIusBChBBZ2VudERlc2NyaXB0aW9uEgwKBG5hbWUYASABKAkSHwoEaW5mbxgCIAEoCzIRLmFjcC52Mi5BZ2VudEluZm8SGAoQcHJvdG9jb2xfdmVyc2lvbhgDIAEoDRI3ChNwcm9tcHRfY2FwYWJpbGl0aWVzGAQgASgLMhouYWNwLnYyLlByb21wdENhcGFiaWxpdGllcxIcChRzZXNzaW9uX2NhcGFiaWxpdGllcxgFIAMoCRIoCgxhdXRoX21ldGhvZHMYBiADKAsyEi5hY3AudjIuQXV0aE1ldGhvZBINCgVlcnJvchgHIAEoCSI5CglBZ2VudEluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJIkwKElByb21wdENhcGFiaWxpdGllcxINCgVpbWFnZRgBIAEoCBINCgVhdWRpbxgCIAEoCBIYChBlbWJlZGRlZF9jb250ZXh0GAMgASgIIkkKCkF1dGhNZXRob2QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIMCgR0eXBlGAQgASgJMpsHCg5TZXNzaW9uU2VydmljZRJMCg1DcmVhdGVTZXNzaW9uEhwuYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXNwb25zZRI5CgZQcm9tcHQSFS5hY3AudjIuUHJvbXB0UmVxdWVzdBoWLmFjcC52Mi5Qcm9tcHRSZXNwb25zZTABEjYKBVdhdGNoEhQuYWNwLnYyLldhdGNoUmVxdWVzdBoVLmFjcC52Mi5XYXRjaFJlc3BvbnNlMAESNwoGQ2FuY2VsEhUuYWNwLnYyLkNhbmNlbFJlcXVlc3QaFi5hY3AudjIuQ2FuY2VsUmVzcG9uc2USWAoRUmVzcG9uZFBlcm1pc3Npb24SIC5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0GiEuYWNwLnYyLlJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2USQwoKR2V0U2Vzc2lvbhIZLmFjcC52Mi5HZXRTZXNzaW9uUmVxdWVzdBoaLmFjcC52Mi5HZXRTZXNzaW9uUmVzcG9uc2USSQoMTGlzdFNlc3Npb25zEhsuYWNwLnYyLkxpc3RTZXNzaW9uc1JlcXVlc3QaHC5hY3AudjIuTGlzdFNlc3Npb25zUmVzcG9uc2USSQoMQ2xvc2VTZXNzaW9uEhsuYWNwLnYyLkNsb3NlU2Vzc2lvblJlcXVlc3QaHC5hY3AudjIuQ2xvc2VTZXNzaW9uUmVzcG9uc2USOgoHU2V0TW9kZRIWLmFjcC52Mi5TZXRNb2RlUmVxdWVzdBoXLmFjcC52Mi5TZXRNb2RlUmVzcG9uc2USUgoPU2V0Q29uZmlnT3B0aW9uEh4uYWNwLnYyLlNldENvbmZpZ09wdGlvblJlcXVlc3QaHy5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USQwoKTGlzdEFnZW50cxIZLmFjcC52Mi5MaXN0QWdlbnRzUmVxdWVzdBoaLmFjcC52Mi5MaXN0QWdlbnRzUmVzcG9uc2USTAoNRGVsZXRlU2Vzc2lvbhIcLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVxdWVzdBodLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVzcG9uc2USNwoGTG9nb3V0EhUuYWNwLnYyLkxvZ291dFJlcXVlc3QaFi5hY3AudjIuTG9nb3V0UmVzcG9uc2ViBnByb3RvMw", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * SessionEvent is one stored, numbered event of a session. The update
@@ -299,6 +299,23 @@ export type PermissionRequest = Message<"acp.v2.PermissionRequest"> & {
   title: string;
 
   /**
+   * Why permission is needed, when the agent says (ACP v2 `description`).
+   *
+   * @generated from field: optional string description = 6;
+   */
+  description?: string | undefined;
+
+  /**
+   * What the request is about when it is not a tool call (ACP v2
+   * `subject` of another type than `tool_call`, whose tool call is
+   * `tool_call`): a command, or a subject of a type the gateway does not
+   * know. Absent for a tool call and for a request without a subject.
+   *
+   * @generated from field: acp.v2.PermissionSubject subject = 7;
+   */
+  subject?: PermissionSubject | undefined;
+
+  /**
    * @generated from field: google.protobuf.Struct meta = 14;
    */
   meta?: JsonObject | undefined;
@@ -310,6 +327,95 @@ export type PermissionRequest = Message<"acp.v2.PermissionRequest"> & {
  */
 export const PermissionRequestSchema: GenMessage<PermissionRequest> = /*@__PURE__*/
   messageDesc(file_acp_v2_session_service, 2);
+
+/**
+ * PermissionSubject is the operation a v2 permission request asks about,
+ * other than a tool call.
+ *
+ * @generated from message acp.v2.PermissionSubject
+ */
+export type PermissionSubject = Message<"acp.v2.PermissionSubject"> & {
+  /**
+   * @generated from oneof acp.v2.PermissionSubject.subject
+   */
+  subject: {
+    /**
+     * ACP `{"type": "command", "command": ..., "cwd": ...}`.
+     *
+     * @generated from field: acp.v2.CommandSubject command = 1;
+     */
+    value: CommandSubject;
+    case: "command";
+  } | {
+    /**
+     * A subject of a `type` this gateway does not know: the whole ACP JSON
+     * object, `type` included.
+     *
+     * @generated from field: google.protobuf.Struct unknown = 15;
+     */
+    value: JsonObject;
+    case: "unknown";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message acp.v2.PermissionSubject.
+ * Use `create(PermissionSubjectSchema)` to create a new message.
+ */
+export const PermissionSubjectSchema: GenMessage<PermissionSubject> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 3);
+
+/**
+ * CommandSubject is a command an agent asks permission to run.
+ *
+ * @generated from message acp.v2.CommandSubject
+ */
+export type CommandSubject = Message<"acp.v2.CommandSubject"> & {
+  /**
+   * The command line that would run.
+   *
+   * @generated from field: string command = 1;
+   */
+  command: string;
+
+  /**
+   * Its absolute working directory.
+   *
+   * @generated from field: string cwd = 2;
+   */
+  cwd: string;
+
+  /**
+   * The tool call it belongs to, when known.
+   *
+   * @generated from field: optional string tool_call_id = 3;
+   */
+  toolCallId?: string | undefined;
+
+  /**
+   * The terminal it would run in, when known.
+   *
+   * @generated from field: optional string terminal_id = 4;
+   */
+  terminalId?: string | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Struct meta = 14;
+   */
+  meta?: JsonObject | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Struct extra = 15;
+   */
+  extra?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message acp.v2.CommandSubject.
+ * Use `create(CommandSubjectSchema)` to create a new message.
+ */
+export const CommandSubjectSchema: GenMessage<CommandSubject> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 4);
 
 /**
  * PermissionResolved says how a permission request ended.
@@ -344,7 +450,7 @@ export type PermissionResolved = Message<"acp.v2.PermissionResolved"> & {
  * Use `create(PermissionResolvedSchema)` to create a new message.
  */
 export const PermissionResolvedSchema: GenMessage<PermissionResolved> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 3);
+  messageDesc(file_acp_v2_session_service, 5);
 
 /**
  * TurnStarted records the prompt that began a turn.
@@ -363,7 +469,7 @@ export type TurnStarted = Message<"acp.v2.TurnStarted"> & {
  * Use `create(TurnStartedSchema)` to create a new message.
  */
 export const TurnStartedSchema: GenMessage<TurnStarted> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 4);
+  messageDesc(file_acp_v2_session_service, 6);
 
 /**
  * TurnEnded ends a prompt turn.
@@ -415,7 +521,7 @@ export type TurnEnded = Message<"acp.v2.TurnEnded"> & {
  * Use `create(TurnEndedSchema)` to create a new message.
  */
 export const TurnEndedSchema: GenMessage<TurnEnded> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 5);
+  messageDesc(file_acp_v2_session_service, 7);
 
 /**
  * SessionSnapshot is the merged state of a session.
@@ -590,7 +696,7 @@ export type SessionSnapshot = Message<"acp.v2.SessionSnapshot"> & {
  * Use `create(SessionSnapshotSchema)` to create a new message.
  */
 export const SessionSnapshotSchema: GenMessage<SessionSnapshot> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 6);
+  messageDesc(file_acp_v2_session_service, 8);
 
 /**
  * SessionTerminal is an agent-owned display terminal (ACP v2) as its
@@ -647,7 +753,7 @@ export type SessionTerminal = Message<"acp.v2.SessionTerminal"> & {
  * Use `create(SessionTerminalSchema)` to create a new message.
  */
 export const SessionTerminalSchema: GenMessage<SessionTerminal> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 7);
+  messageDesc(file_acp_v2_session_service, 9);
 
 /**
  * SessionSummary describes a session without its tool calls.
@@ -747,7 +853,7 @@ export type SessionSummary = Message<"acp.v2.SessionSummary"> & {
  * Use `create(SessionSummarySchema)` to create a new message.
  */
 export const SessionSummarySchema: GenMessage<SessionSummary> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 8);
+  messageDesc(file_acp_v2_session_service, 10);
 
 /**
  * CreateSessionRequest names the agent and its working directory.
@@ -800,7 +906,7 @@ export type CreateSessionRequest = Message<"acp.v2.CreateSessionRequest"> & {
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 9);
+  messageDesc(file_acp_v2_session_service, 11);
 
 /**
  * McpServer is an MCP server an agent connects to (ACP McpServer).
@@ -844,7 +950,7 @@ export type McpServer = Message<"acp.v2.McpServer"> & {
  * Use `create(McpServerSchema)` to create a new message.
  */
 export const McpServerSchema: GenMessage<McpServer> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 10);
+  messageDesc(file_acp_v2_session_service, 12);
 
 /**
  * McpServerStdio is a stdio MCP server (ACP McpServerStdio).
@@ -884,7 +990,7 @@ export type McpServerStdio = Message<"acp.v2.McpServerStdio"> & {
  * Use `create(McpServerStdioSchema)` to create a new message.
  */
 export const McpServerStdioSchema: GenMessage<McpServerStdio> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 11);
+  messageDesc(file_acp_v2_session_service, 13);
 
 /**
  * McpServerHttp is an HTTP MCP server (ACP McpServerHttp).
@@ -917,7 +1023,7 @@ export type McpServerHttp = Message<"acp.v2.McpServerHttp"> & {
  * Use `create(McpServerHttpSchema)` to create a new message.
  */
 export const McpServerHttpSchema: GenMessage<McpServerHttp> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 12);
+  messageDesc(file_acp_v2_session_service, 14);
 
 /**
  * McpServerSse is an SSE MCP server (ACP McpServerSse).
@@ -950,7 +1056,7 @@ export type McpServerSse = Message<"acp.v2.McpServerSse"> & {
  * Use `create(McpServerSseSchema)` to create a new message.
  */
 export const McpServerSseSchema: GenMessage<McpServerSse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 13);
+  messageDesc(file_acp_v2_session_service, 15);
 
 /**
  * McpNameValue is an environment variable or an HTTP header of an MCP
@@ -975,7 +1081,7 @@ export type McpNameValue = Message<"acp.v2.McpNameValue"> & {
  * Use `create(McpNameValueSchema)` to create a new message.
  */
 export const McpNameValueSchema: GenMessage<McpNameValue> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 14);
+  messageDesc(file_acp_v2_session_service, 16);
 
 /**
  * CreateSessionResponse returns the new session's id.
@@ -994,7 +1100,7 @@ export type CreateSessionResponse = Message<"acp.v2.CreateSessionResponse"> & {
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 15);
+  messageDesc(file_acp_v2_session_service, 17);
 
 /**
  * PromptRequest sends a user turn.
@@ -1025,7 +1131,7 @@ export type PromptRequest = Message<"acp.v2.PromptRequest"> & {
  * Use `create(PromptRequestSchema)` to create a new message.
  */
 export const PromptRequestSchema: GenMessage<PromptRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 16);
+  messageDesc(file_acp_v2_session_service, 18);
 
 /**
  * PromptResponse carries one event of the turn, or a heartbeat.
@@ -1052,7 +1158,7 @@ export type PromptResponse = Message<"acp.v2.PromptResponse"> & {
  * Use `create(PromptResponseSchema)` to create a new message.
  */
 export const PromptResponseSchema: GenMessage<PromptResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 17);
+  messageDesc(file_acp_v2_session_service, 19);
 
 /**
  * WatchRequest subscribes to a session's events.
@@ -1089,7 +1195,7 @@ export type WatchRequest = Message<"acp.v2.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 18);
+  messageDesc(file_acp_v2_session_service, 20);
 
 /**
  * WatchResponse carries one event, or a heartbeat.
@@ -1116,7 +1222,7 @@ export type WatchResponse = Message<"acp.v2.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 19);
+  messageDesc(file_acp_v2_session_service, 21);
 
 /**
  * CancelRequest cancels the session's current turn.
@@ -1135,7 +1241,7 @@ export type CancelRequest = Message<"acp.v2.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 20);
+  messageDesc(file_acp_v2_session_service, 22);
 
 /**
  * CancelResponse is empty.
@@ -1150,7 +1256,7 @@ export type CancelResponse = Message<"acp.v2.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 21);
+  messageDesc(file_acp_v2_session_service, 23);
 
 /**
  * RespondPermissionRequest answers a permission request with an option, or
@@ -1185,7 +1291,7 @@ export type RespondPermissionRequest = Message<"acp.v2.RespondPermissionRequest"
  * Use `create(RespondPermissionRequestSchema)` to create a new message.
  */
 export const RespondPermissionRequestSchema: GenMessage<RespondPermissionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 22);
+  messageDesc(file_acp_v2_session_service, 24);
 
 /**
  * RespondPermissionResponse is empty.
@@ -1200,7 +1306,7 @@ export type RespondPermissionResponse = Message<"acp.v2.RespondPermissionRespons
  * Use `create(RespondPermissionResponseSchema)` to create a new message.
  */
 export const RespondPermissionResponseSchema: GenMessage<RespondPermissionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 23);
+  messageDesc(file_acp_v2_session_service, 25);
 
 /**
  * GetSessionRequest names a session.
@@ -1219,7 +1325,7 @@ export type GetSessionRequest = Message<"acp.v2.GetSessionRequest"> & {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 24);
+  messageDesc(file_acp_v2_session_service, 26);
 
 /**
  * GetSessionResponse returns the session's merged state.
@@ -1238,7 +1344,7 @@ export type GetSessionResponse = Message<"acp.v2.GetSessionResponse"> & {
  * Use `create(GetSessionResponseSchema)` to create a new message.
  */
 export const GetSessionResponseSchema: GenMessage<GetSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 25);
+  messageDesc(file_acp_v2_session_service, 27);
 
 /**
  * ListSessionsRequest is empty: it lists the caller's sessions.
@@ -1253,7 +1359,7 @@ export type ListSessionsRequest = Message<"acp.v2.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 26);
+  messageDesc(file_acp_v2_session_service, 28);
 
 /**
  * ListSessionsResponse lists sessions.
@@ -1272,7 +1378,7 @@ export type ListSessionsResponse = Message<"acp.v2.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 27);
+  messageDesc(file_acp_v2_session_service, 29);
 
 /**
  * CloseSessionRequest names the session to end.
@@ -1291,7 +1397,7 @@ export type CloseSessionRequest = Message<"acp.v2.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 28);
+  messageDesc(file_acp_v2_session_service, 30);
 
 /**
  * CloseSessionResponse is empty.
@@ -1306,7 +1412,7 @@ export type CloseSessionResponse = Message<"acp.v2.CloseSessionResponse"> & {
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 29);
+  messageDesc(file_acp_v2_session_service, 31);
 
 /**
  * DeleteSessionRequest names the session to delete.
@@ -1325,7 +1431,7 @@ export type DeleteSessionRequest = Message<"acp.v2.DeleteSessionRequest"> & {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 30);
+  messageDesc(file_acp_v2_session_service, 32);
 
 /**
  * DeleteSessionResponse is empty.
@@ -1340,7 +1446,39 @@ export type DeleteSessionResponse = Message<"acp.v2.DeleteSessionResponse"> & {
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 31);
+  messageDesc(file_acp_v2_session_service, 33);
+
+/**
+ * LogoutRequest names the session whose agent is to log out.
+ *
+ * @generated from message acp.v2.LogoutRequest
+ */
+export type LogoutRequest = Message<"acp.v2.LogoutRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message acp.v2.LogoutRequest.
+ * Use `create(LogoutRequestSchema)` to create a new message.
+ */
+export const LogoutRequestSchema: GenMessage<LogoutRequest> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 34);
+
+/**
+ * @generated from message acp.v2.LogoutResponse
+ */
+export type LogoutResponse = Message<"acp.v2.LogoutResponse"> & {
+};
+
+/**
+ * Describes the message acp.v2.LogoutResponse.
+ * Use `create(LogoutResponseSchema)` to create a new message.
+ */
+export const LogoutResponseSchema: GenMessage<LogoutResponse> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 35);
 
 /**
  * SetModeRequest names the mode to switch to.
@@ -1364,7 +1502,7 @@ export type SetModeRequest = Message<"acp.v2.SetModeRequest"> & {
  * Use `create(SetModeRequestSchema)` to create a new message.
  */
 export const SetModeRequestSchema: GenMessage<SetModeRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 32);
+  messageDesc(file_acp_v2_session_service, 36);
 
 /**
  * SetModeResponse is empty.
@@ -1379,7 +1517,7 @@ export type SetModeResponse = Message<"acp.v2.SetModeResponse"> & {
  * Use `create(SetModeResponseSchema)` to create a new message.
  */
 export const SetModeResponseSchema: GenMessage<SetModeResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 33);
+  messageDesc(file_acp_v2_session_service, 37);
 
 /**
  * SetConfigOptionRequest sets one configuration option.
@@ -1424,7 +1562,7 @@ export type SetConfigOptionRequest = Message<"acp.v2.SetConfigOptionRequest"> & 
  * Use `create(SetConfigOptionRequestSchema)` to create a new message.
  */
 export const SetConfigOptionRequestSchema: GenMessage<SetConfigOptionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 34);
+  messageDesc(file_acp_v2_session_service, 38);
 
 /**
  * SetConfigOptionResponse returns every option with its current value.
@@ -1443,7 +1581,7 @@ export type SetConfigOptionResponse = Message<"acp.v2.SetConfigOptionResponse"> 
  * Use `create(SetConfigOptionResponseSchema)` to create a new message.
  */
 export const SetConfigOptionResponseSchema: GenMessage<SetConfigOptionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 35);
+  messageDesc(file_acp_v2_session_service, 39);
 
 /**
  * ListAgentsRequest is empty: it lists the agents the caller may start.
@@ -1458,7 +1596,7 @@ export type ListAgentsRequest = Message<"acp.v2.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 36);
+  messageDesc(file_acp_v2_session_service, 40);
 
 /**
  * ListAgentsResponse lists agents, sorted by name.
@@ -1477,7 +1615,7 @@ export type ListAgentsResponse = Message<"acp.v2.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 37);
+  messageDesc(file_acp_v2_session_service, 41);
 
 /**
  * AgentDescription is a configured agent and what it said of itself in its
@@ -1551,7 +1689,7 @@ export type AgentDescription = Message<"acp.v2.AgentDescription"> & {
  * Use `create(AgentDescriptionSchema)` to create a new message.
  */
 export const AgentDescriptionSchema: GenMessage<AgentDescription> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 38);
+  messageDesc(file_acp_v2_session_service, 42);
 
 /**
  * AgentInfo is an ACP Implementation.
@@ -1582,7 +1720,7 @@ export type AgentInfo = Message<"acp.v2.AgentInfo"> & {
  * Use `create(AgentInfoSchema)` to create a new message.
  */
 export const AgentInfoSchema: GenMessage<AgentInfo> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 39);
+  messageDesc(file_acp_v2_session_service, 43);
 
 /**
  * PromptCapabilities say which content blocks beyond text and resource
@@ -1614,7 +1752,7 @@ export type PromptCapabilities = Message<"acp.v2.PromptCapabilities"> & {
  * Use `create(PromptCapabilitiesSchema)` to create a new message.
  */
 export const PromptCapabilitiesSchema: GenMessage<PromptCapabilities> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 40);
+  messageDesc(file_acp_v2_session_service, 44);
 
 /**
  * AuthMethod is one of an agent's authentication methods.
@@ -1653,7 +1791,7 @@ export type AuthMethod = Message<"acp.v2.AuthMethod"> & {
  * Use `create(AuthMethodSchema)` to create a new message.
  */
 export const AuthMethodSchema: GenMessage<AuthMethod> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 41);
+  messageDesc(file_acp_v2_session_service, 45);
 
 /**
  * SessionService puts ACP agents on the network: each session runs one agent,
@@ -1790,6 +1928,18 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof DeleteSessionRequestSchema;
     output: typeof DeleteSessionResponseSchema;
+  },
+  /**
+   * Logout asks the session's agent to end what it authenticated (ACP v2
+   * `auth/logout`, v1 `logout`): the agent's login, which lives in the
+   * user's agent home, not in the one session.
+   *
+   * @generated from rpc acp.v2.SessionService.Logout
+   */
+  logout: {
+    methodKind: "unary";
+    input: typeof LogoutRequestSchema;
+    output: typeof LogoutResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_acp_v2_session_service, 0);
