@@ -89,9 +89,11 @@ type Session struct {
 	// there is none.
 	live  *ring
 	turn  bool
-	perms map[string]*permission
-	// pending counts the requests of perms not answered yet; answered
-	// holds the ids of those answered, oldest first, which perms keeps
+	// asks holds the agent's permission requests and elicitations
+	// (permissions.go).
+	asks map[string]*ask
+	// pending counts the requests of asks not answered yet; answered
+	// holds the ids of those answered, oldest first, which asks keeps
 	// (to tell a late answer so) up to maxAnswered of.
 	pending  int
 	answered []string
@@ -120,7 +122,7 @@ func newSession(m *Manager, rec *statestore.Session, command []string) *Session 
 		state:       rec.State,
 		tools:       merge.New(),
 		subs:        map[*Subscription]struct{}{},
-		perms:       map[string]*permission{},
+		asks:        map[string]*ask{},
 		toolStarted: map[string]time.Time{},
 	}
 }
@@ -200,6 +202,8 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 
 		// The next agent cannot take back the lost one's session.
 		AgentContextLost: s.state == statestore.StateAgentLost && !s.resumable,
+
+		PendingElicitations: s.pendingElicitationsLocked(),
 	}
 }
 
