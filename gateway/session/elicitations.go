@@ -133,9 +133,9 @@ func (s *Session) pendingElicitations() []*acpv2.ElicitationRequest {
 // schema's top-level properties, each of the property's type (`string`,
 // `number`, `integer`, `boolean`, or for `array` a list of strings), a
 // string or list item among the property's `enum` when it has one; and
-// every `required` property is given. A property of another type is not
-// checked; nor are formats, lengths or ranges. Any other mode takes no
-// content.
+// every `required` property is given. A property of another type takes
+// any value ACP allows in content (checkValue); formats, lengths and
+// ranges are not checked. Any other mode takes no content.
 func checkContent(req *acpv2.ElicitationRequest, content *structpb.Struct) error {
 	if req.GetMode() != acpjson.ElicitForm {
 		if len(content.GetFields()) > 0 {
@@ -164,8 +164,21 @@ func checkContent(req *acpv2.ElicitationRequest, content *structpb.Struct) error
 	return nil
 }
 
-// checkValue checks v against property schema prop (checkContent).
+// checkValue checks v against property schema prop (checkContent). Any
+// value must be one ACP's ElicitationContentValue allows: a string, a
+// number, a boolean or an array of strings.
 func checkValue(prop map[string]*structpb.Value, v *structpb.Value) error {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue, *structpb.Value_NumberValue, *structpb.Value_BoolValue:
+	case *structpb.Value_ListValue:
+		for _, item := range k.ListValue.GetValues() {
+			if _, ok := item.GetKind().(*structpb.Value_StringValue); !ok {
+				return fmt.Errorf("want a string, a number, a boolean or an array of strings")
+			}
+		}
+	default:
+		return fmt.Errorf("want a string, a number, a boolean or an array of strings")
+	}
 	typ := prop["type"].GetStringValue()
 	switch typ {
 	case "string":
@@ -193,11 +206,7 @@ func checkValue(prop map[string]*structpb.Value, v *structpb.Value) error {
 		}
 		items := prop["items"].GetStructValue().GetFields()
 		for _, item := range list.ListValue.GetValues() {
-			str, ok := item.GetKind().(*structpb.Value_StringValue)
-			if !ok {
-				return fmt.Errorf("want an array of strings")
-			}
-			if err := inEnum(items, str.StringValue); err != nil {
+			if err := inEnum(items, item.GetStringValue()); err != nil {
 				return err
 			}
 		}

@@ -87,8 +87,8 @@ type Session struct {
 	subs     map[*Subscription]struct{}
 	// live holds the last live events for the subscriptions; nil while
 	// there is none.
-	live  *ring
-	turn  bool
+	live *ring
+	turn bool
 	// asks holds the agent's permission requests and elicitations
 	// (permissions.go).
 	asks map[string]*ask
