@@ -12,6 +12,8 @@ import (
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
+	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
 const (
@@ -248,5 +250,36 @@ func TestMalformedElicitationIsRefused(t *testing.T) {
 	}
 	if events := elicitationEvents(t, s); len(events) != 0 {
 		t.Fatalf("stored %v after malformed elicitations", events)
+	}
+}
+
+// A Watch from before what retention kept starts with a snapshot, which
+// holds the elicitations still pending although their events are gone.
+func TestRetentionSnapshotHoldsPendingElicitations(t *testing.T) {
+	t.Parallel()
+	_, s := storedSession(t, Options{Store: statestore.NewMemory(statestore.Options{MaxEvents: 2})}, acpjson.V2)
+	if _, _, err := s.Elicit([]byte(urlElicitation)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s.ElicitationComplete([]byte(`{"elicitationId":"other"}`))
+	}
+	stored(t, s)
+	sub := s.Watch(0)
+	defer sub.Close()
+	dst := make([]*encoded.Event, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := sub.NextBatch(ctx, dst)
+	if err != nil || n == 0 {
+		t.Fatalf("NextBatch: %d, %v", n, err)
+	}
+	msg, err := dst[0].Message()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := msg.GetSnapshot().GetPendingElicitations()
+	if len(pending) != 1 || pending[0].GetRequestId() != "elicit-1" || pending[0].GetUrl() != "https://example.com/login" {
+		t.Fatalf("the first event is %v, want a snapshot with elicit-1 pending", msg)
 	}
 }
