@@ -16,7 +16,7 @@ import (
 )
 
 // callTimeout bounds the short gateway calls the bridge makes on its own
-// (Cancel, RespondPermission).
+// (Cancel, RespondPermission, RespondElicitation).
 const callTimeout = 30 * time.Second
 
 // turn is a prompt turn the editor started. Its fields are guarded by the
@@ -30,7 +30,8 @@ type turn struct {
 	started bool
 }
 
-// ask is a session/request_permission the bridge sent the editor.
+// ask is a session/request_permission or elicitation/create the bridge
+// sent the editor.
 type ask struct {
 	editorID jsonrpc2.ID
 	// done: the editor answered, or the gateway resolved the request.
@@ -281,7 +282,9 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 	v1 := s.conv.version == acpjson.V1
 	switch e := ev.GetEvent().(type) {
 	case *acpv2.SessionEvent_PermissionResolved:
-		b.permissionResolved(s, e.PermissionResolved.GetRequestId())
+		b.resolved(s, e.PermissionResolved.GetRequestId())
+	case *acpv2.SessionEvent_ElicitationResolved:
+		b.resolved(s, e.ElicitationResolved.GetRequestId())
 	case *acpv2.SessionEvent_TurnStarted:
 		if !ours && v1 {
 			b.emitLocked(s, ev, true) // the prompt, as replayed
@@ -297,6 +300,11 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 	if pr := ev.GetPermissionRequest(); pr != nil {
 		s.mu.Lock()
 		b.askLocked(s, pr)
+		s.mu.Unlock()
+	}
+	if er := ev.GetElicitationRequest(); er != nil && b.elicits(er.GetMode()) {
+		s.mu.Lock()
+		b.elicitLocked(s, er)
 		s.mu.Unlock()
 	}
 }
@@ -365,11 +373,11 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 	}
 }
 
-// permissionResolved handles the gateway's word that a permission request
-// was resolved. When the editor has not answered it (the turn was
-// cancelled, the request timed out or another client answered), the editor
-// gets a $/cancel_request for it.
-func (b *bridge) permissionResolved(s *session, requestID string) {
+// resolved handles the gateway's word that a permission request or an
+// elicitation was resolved. When the editor has not answered it (the turn
+// was cancelled, the request timed out, was withdrawn by the agent, or
+// another client answered), the editor gets a $/cancel_request for it.
+func (b *bridge) resolved(s *session, requestID string) {
 	s.mu.Lock()
 	a := s.asks[requestID]
 	delete(s.asks, requestID)
