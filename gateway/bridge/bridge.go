@@ -141,9 +141,9 @@ type bridge struct {
 	// apart from the ids of the editor's requests.
 	nextID atomic.Uint64
 
-	mu       sync.Mutex
-	closing  bool
-	version  acpjson.Version
+	mu      sync.Mutex
+	closing bool
+	version acpjson.Version
 	// elicit holds the elicitation modes the editor advertised at
 	// initialize (elicit.go).
 	elicit   map[string]bool
