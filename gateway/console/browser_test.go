@@ -151,7 +151,9 @@ type gateway struct {
 	dropAt  int      // len(watches) when the connections were cut
 }
 
-func startGateway(t *testing.T, token string) *gateway {
+// startGateway runs a gateway with the demo agent, and the agents of
+// extra, when given.
+func startGateway(t *testing.T, token string, extra ...map[string]agentsim.Script) *gateway {
 	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte(token+" tester\n"), 0o600); err != nil {
@@ -165,10 +167,18 @@ func startGateway(t *testing.T, token string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	agents := map[string][]string{"demo": demo}
+	for _, more := range extra {
+		for name, script := range more {
+			if agents[name], err = agentsim.Command(script); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	g := &gateway{dropAt: -1}
 	gw, err := app.New(context.Background(), app.Config{
 		Session: session.Options{
-			Agents:         map[string][]string{"demo": demo},
+			Agents:         agents,
 			Env:            []string{"PATH=" + os.Getenv("PATH")},
 			Store:          statestore.NewMemory(statestore.Options{}),
 			AgentStopGrace: 500 * time.Millisecond,

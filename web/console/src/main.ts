@@ -4,6 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { SessionSummary } from "@acp-gateway/client";
 import { loadConfig, newClient, setToken, token } from "./api.js";
+import { Elicitations } from "./elicitation.js";
 import { follow, type FollowState } from "./follow.js";
 import { h } from "./render.js";
 import { Transcript } from "./transcript.js";
@@ -118,15 +119,24 @@ async function open(id: string): Promise<void> {
       throw e;
     }
   });
+  const elicitations = new Elicitations(async (requestId, action, content) => {
+    try {
+      await client.respondElicitation({ sessionId: id, requestId, action, content });
+    } catch (e) {
+      showError("Answering the elicitation", e);
+      throw e;
+    }
+  });
   const c: Current = { id, view, abort, sending: false };
   current = c;
   view.onChange = (ev) => {
     const atBottom = ui.transcript.scrollHeight - ui.transcript.scrollTop - ui.transcript.clientHeight < 80;
+    elicitations.apply(ev);
     controls();
     if (atBottom) ui.transcript.scrollTop = ui.transcript.scrollHeight;
     if (ev.event.case === "turnEnded" || ev.event.case === "stateChanged") void refreshSessions();
   };
-  ui.transcript.replaceChildren(view.el);
+  ui.transcript.replaceChildren(view.el, elicitations.el);
   ui.title.textContent = id;
   ui.meta.textContent = "";
   ui.session.hidden = false;
