@@ -129,6 +129,9 @@ func TestFormElicitationFirstAnswerWins(t *testing.T) {
 	if strings.Join(kinds, " ") != "request resolved" {
 		t.Fatalf("the watcher saw %q, want the request and its resolution", kinds)
 	}
+	m := g.scrape(t)
+	m.want(t, 1, "acp_gateway_elicitations_total", "agent=form", "mode=form", "action=accept")
+	m.want(t, 1, "acp_gateway_elicitation_answer_duration_seconds", "agent=form")
 }
 
 // A url elicitation carries its url; declined, the agent gets decline,
@@ -189,5 +192,35 @@ func TestElicitationEndsWithItsTurn(t *testing.T) {
 				t.Fatalf("pending elicitations after the turn: %v", pending)
 			}
 		})
+	}
+}
+
+// An elicitation whose agent dies before anyone answers is cancelled with
+// the loss, not left pending for a client to answer in vain.
+func TestElicitationEndsWithItsAgent(t *testing.T) {
+	t.Parallel()
+	exit1 := 1
+	g := startGateway(t, gatewayOpts{agents: map[string][]string{
+		"dies": agentCommand(t, agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{
+			// Asked without waiting for the answer, then gone.
+			{Raw: `{"jsonrpc":"2.0","id":"e","method":"elicitation/create","params":{"sessionId":"x","mode":"url","message":"Log in","url":"https://example.com/","elicitationId":"e-1"}}`},
+			{Exit: &exit1},
+		}}}}),
+	}})
+	id := g.create(t, "dies")
+	events := turn(t, g.connect, id, nil)
+	var asked, resolved bool
+	for _, ev := range events {
+		asked = asked || ev.GetElicitationRequest() != nil
+		if r := ev.GetElicitationResolved(); r != nil {
+			resolved = r.GetAction() == "cancel" && r.GetAnsweredBy() == "cancel"
+		}
+	}
+	if !asked || !resolved {
+		t.Fatalf("events %v: want the elicitation, then its cancel", events)
+	}
+	snap := snapshot(t, g, id)
+	if snap.GetState() != "agent_lost" || len(snap.GetPendingElicitations()) != 0 {
+		t.Fatalf("after the agent's loss: state %q, pending %v", snap.GetState(), snap.GetPendingElicitations())
 	}
 }
