@@ -62,11 +62,7 @@ func (b *bridge) relayElicitation(ctx context.Context, s *session, a *ask, er *a
 	if err == nil {
 		err = call.Wait(ctx, &res)
 	}
-	s.mu.Lock()
-	resolved := a.done
-	a.done = true
-	s.mu.Unlock()
-	if resolved {
+	if !s.claim(a) {
 		return // the gateway resolved it meanwhile, and the editor was told
 	}
 	req := &acpv2.RespondElicitationRequest{SessionId: s.id, RequestId: er.GetRequestId(), Action: acpjson.ElicitCancel}
@@ -92,13 +88,7 @@ func (b *bridge) relayElicitation(ctx context.Context, s *session, a *ask, er *a
 		req.Action, req.Content = acpjson.ElicitCancel, nil
 		_, err = b.client.RespondElicitation(rctx, connect.NewRequest(req))
 	}
-	if err != nil {
-		switch connect.CodeOf(err) {
-		case connect.CodeFailedPrecondition, connect.CodeNotFound: // answered or ended meanwhile
-		default:
-			b.log.Warn("relaying an elicitation answer", "session", s.id, "request", er.GetRequestId(), "error", err)
-		}
-	}
+	b.relayed(s, "elicitation", er.GetRequestId(), err)
 }
 
 // elicitationParams returns the params of the elicitation/create for er,

@@ -346,11 +346,7 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 			err = call.Wait(ctx, &res)
 		}
 	}
-	s.mu.Lock()
-	resolved := a.done
-	a.done = true
-	s.mu.Unlock()
-	if resolved {
+	if !s.claim(a) {
 		return // the gateway resolved it meanwhile, and the editor was told
 	}
 	req := &acpv2.RespondPermissionRequest{SessionId: s.id, RequestId: requestID}
@@ -364,11 +360,29 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 	}
 	rctx, cancel := context.WithTimeout(b.base, callTimeout)
 	defer cancel()
-	if _, err := b.client.RespondPermission(rctx, connect.NewRequest(req)); err != nil {
-		switch connect.CodeOf(err) {
-		case connect.CodeFailedPrecondition, connect.CodeNotFound: // answered or ended meanwhile
-		default:
-			b.log.Warn("relaying a permission answer", "session", s.id, "request", requestID, "error", err)
+	_, err = b.client.RespondPermission(rctx, connect.NewRequest(req))
+	b.relayed(s, "permission", requestID, err)
+}
+
+// claim marks the editor's answer to a as the one to relay, and reports
+// false when the gateway resolved a first (the editor was then told).
+func (s *session) claim(a *ask) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resolved := a.done
+	a.done = true
+	return !resolved
+}
+
+// relayed logs how relaying the editor's answer to what (permission,
+// elicitation) request requestID went, err being the gateway's word: an
+// answer that came late (answered or ended meanwhile) is not news.
+func (b *bridge) relayed(s *session, what, requestID string, err error) {
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition, connect.CodeNotFound:
+	default:
+		if err != nil {
+			b.log.Warn("relaying a "+what+" answer", "session", s.id, "request", requestID, "error", err)
 		}
 	}
 }
