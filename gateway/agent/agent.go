@@ -52,11 +52,11 @@ type Update struct {
 const clientProtocolVersion = 2
 
 // Client receives what the agent sends, in the order the agent sent it.
-// RequestPermission is called from the agent's read loop, and
-// SessionUpdates from a goroutine that runs beside it (the read loop
-// decodes the next updates meanwhile, and waits for it before it handles
-// any other message): neither may block for long. RequestPermission
-// returns a channel that is answered later.
+// RequestPermission, Elicit and ElicitationComplete are called from the
+// agent's read loop, and SessionUpdates from a goroutine that runs beside
+// it (the read loop decodes the next updates meanwhile, and waits for it
+// before it handles any other message): none may block for long.
+// RequestPermission and Elicit return a channel that is answered later.
 type Client interface {
 	// SessionUpdates receives the `update` of session/update
 	// notifications, at least one: all those the read loop decoded while
@@ -72,6 +72,15 @@ type Client interface {
 	// that: the Client then answers it cancelled, at once. An error is
 	// returned to the agent as the request's error.
 	RequestPermission(params json.RawMessage) (outcome <-chan *acpv2.PermissionOutcome, withdraw func(), err error)
+	// Elicit receives the params of an elicitation/create request, as
+	// RequestPermission does a permission request's: the agent gets the
+	// answer sent on the returned channel (its action, and its content
+	// with accept), or cancel when the channel is closed without a
+	// value; withdraw is called if the agent withdraws the request first.
+	Elicit(params json.RawMessage) (answer <-chan *acpv2.ElicitationResolved, withdraw func(), err error)
+	// ElicitationComplete receives the params of an elicitation/complete
+	// notification.
+	ElicitationComplete(params json.RawMessage)
 }
 
 // Config describes an agent to run.
@@ -895,26 +904,31 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 		if err != nil {
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
 		}
-		id := req.ID
-		// By pointer: a request id the agent reuses while the first is
-		// pending is the second's, and the first's end leaves it alone.
-		w := &withdraw
-		if withdraw != nil {
-			a.asked.Store(id, w)
-		}
-		go func() {
-			defer a.asked.CompareAndDelete(id, w)
+		return a.answerLater(conn, req.ID, withdraw, func() []byte {
 			outcome, ok := <-ch
 			if !ok || outcome == nil {
 				outcome = &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
 			}
-			res := json.RawMessage(acpjson.EncodePermissionResponse(outcome))
-			_ = conn.Reply(context.Background(), id, &res)
-		}()
-		return deferred{}, nil
+			return acpjson.EncodePermissionResponse(outcome)
+		}), nil
+	case "elicitation/create":
+		ch, withdraw, err := a.cfg.Client.Elicit(params)
+		if err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
+		}
+		return a.answerLater(conn, req.ID, withdraw, func() []byte {
+			res, ok := <-ch
+			if !ok || res == nil {
+				res = &acpv2.ElicitationResolved{Action: acpjson.ElicitCancel}
+			}
+			return acpjson.EncodeElicitationResponse(res)
+		}), nil
+	case "elicitation/complete":
+		a.cfg.Client.ElicitationComplete(params)
+		return nil, nil
 	case "$/cancel_request":
 		// The agent withdraws a request of its own: only a permission
-		// request waits for an answer here.
+		// request or an elicitation waits for an answer here.
 		var p struct {
 			RequestID *jsonrpc2.ID `json:"requestId"`
 		}
@@ -936,6 +950,24 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			Message: "terminals are not offered by this gateway (clientCapabilities.terminal is false)"}
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not supported by the gateway: " + req.Method}
+}
+
+// answerLater answers the agent's request id with what answer returns,
+// from a goroutine of its own, and returns deferred. withdraw, when set,
+// is called if the agent withdraws the request ($/cancel_request) first.
+func (a *Agent) answerLater(conn *jsonrpc2.Conn, id jsonrpc2.ID, withdraw func(), answer func() []byte) deferred {
+	// By pointer: a request id the agent reuses while the first is
+	// pending is the second's, and the first's end leaves it alone.
+	w := &withdraw
+	if withdraw != nil {
+		a.asked.Store(id, w)
+	}
+	go func() {
+		defer a.asked.CompareAndDelete(id, w)
+		res := json.RawMessage(answer())
+		_ = conn.Reply(context.Background(), id, &res)
+	}()
+	return deferred{}
 }
 
 func closeAll(cs []io.Closer) {

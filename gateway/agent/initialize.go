@@ -185,6 +185,11 @@ func offered(raw json.RawMessage) bool {
 	return len(raw) > 0 && (raw[0] == '{' || string(raw) == "true")
 }
 
+// elicitationCapability is the gateway's clientCapabilities.elicitation
+// (v1) and capabilities.elicitation (v2), the same shape in both: form and
+// url elicitations are relayed to the session's clients.
+var elicitationCapability = map[string]any{"form": map[string]any{}, "url": map[string]any{}}
+
 func (a *Agent) initialize(ctx context.Context) error {
 	params := map[string]any{
 		"protocolVersion": clientProtocolVersion,
@@ -192,11 +197,13 @@ func (a *Agent) initialize(ctx context.Context) error {
 		"clientCapabilities": map[string]any{
 			"fs":       map[string]any{"readTextFile": true, "writeTextFile": true},
 			"terminal": false,
+			// Relayed to the session's clients, as permission requests are.
+			"elicitation": elicitationCapability,
 		},
 		"clientInfo": map[string]any{"name": "acp-gateway", "version": clientVersion},
 		// v2 names.
 		"info":         map[string]any{"name": "acp-gateway", "version": clientVersion},
-		"capabilities": map[string]any{},
+		"capabilities": map[string]any{"elicitation": elicitationCapability},
 	}
 	var res initializeResult
 	if err := a.call(ctx, "initialize", params, &res); err != nil {

@@ -129,3 +129,27 @@ func TestInitializeTellsTheGatewaysVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// initialize advertises form and url elicitation, in v1's
+// clientCapabilities and v2's capabilities alike (the same shape in both).
+func TestInitializeAdvertisesElicitation(t *testing.T) {
+	t.Parallel()
+	p := newPipeAgent(t, &recorder{}, DefaultMaxLine, acpjson.V1)
+	done := make(chan error, 1)
+	go func() { done <- p.initialize(context.Background()) }()
+	req := p.next(t)
+	params, _ := req["params"].(map[string]any)
+	for _, field := range []string{"clientCapabilities", "capabilities"} {
+		caps, _ := params[field].(map[string]any)
+		el, _ := caps["elicitation"].(map[string]any)
+		form, isForm := el["form"].(map[string]any)
+		url, isURL := el["url"].(map[string]any)
+		if !isForm || !isURL || len(form) != 0 || len(url) != 0 {
+			t.Errorf("initialize's %s.elicitation is %v, want {form: {}, url: {}}", field, caps["elicitation"])
+		}
+	}
+	p.send(t, `{"jsonrpc":"2.0","id":`+strconv.Itoa(int(req["id"].(float64)))+`,"result":{"protocolVersion":2}}`+"\n")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

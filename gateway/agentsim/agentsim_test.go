@@ -189,6 +189,21 @@ func TestCwdEscaping(t *testing.T) {
 	}
 }
 
+// An elicit step sends elicitation/create with the script's params and
+// the prompt's session, and reports the client's answer.
+func TestElicit(t *testing.T) {
+	t.Parallel()
+	s := oneTurn(agentsim.Step{Elicit: raw(`{"mode":"form","message":"in {{cwd}}","requestedSchema":{"type":"object"}}`)})
+	h := start(t, s, clientConfig{})
+	h.initialize()
+	id := h.newSession("/p")
+	h.run(id)
+	want := []string{`elicit accept {"message":"in /p","session":"` + id + `"}`}
+	if got := texts(h.allUpdates()); !reflect.DeepEqual(got, want) {
+		t.Errorf("texts = %q, want %q", got, want)
+	}
+}
+
 func TestPermission(t *testing.T) {
 	t.Parallel()
 	toolCall := raw(`{"toolCallId":"c1","title":"Edit {{cwd}}/main.go","kind":"edit"}`)

@@ -145,6 +145,13 @@ type Step struct {
 	Update json.RawMessage `json:"update,omitempty"`
 	// Permission sends session/request_permission and waits for the answer.
 	Permission *Permission `json:"permission,omitempty"`
+	// Elicit sends elicitation/create with these params (an object; its
+	// sessionId is set to the prompt's session), waits for the answer, and
+	// reports it as an agent_message_chunk text update "elicit <action>"
+	// followed by " <content JSON>" when the answer has content, or
+	// "elicit: <error message>". It uses Serve's context, as a permission
+	// request does.
+	Elicit json.RawMessage `json:"elicit,omitempty"`
 	// Sleep pauses; session/cancel interrupts it at once. In JSON it is a Go
 	// duration string such as "50ms".
 	Sleep Duration `json:"sleep,omitempty"`
@@ -322,6 +329,12 @@ func (st Step) validate(where string) error {
 		actions = append(actions, "update")
 		if err := jsonKind(st.Update, '{'); err != nil {
 			return fmt.Errorf("agentsim: %s.update: %w", where, err)
+		}
+	}
+	if len(st.Elicit) > 0 {
+		actions = append(actions, "elicit")
+		if err := jsonKind(st.Elicit, '{'); err != nil {
+			return fmt.Errorf("agentsim: %s.elicit: %w", where, err)
 		}
 	}
 	if st.Permission != nil {

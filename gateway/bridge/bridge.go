@@ -148,9 +148,12 @@ type bridge struct {
 	// apart from the ids of the editor's requests.
 	nextID atomic.Uint64
 
-	mu       sync.Mutex
-	closing  bool
-	version  acpjson.Version
+	mu      sync.Mutex
+	closing bool
+	version acpjson.Version
+	// elicit holds the elicitation modes the editor advertised at
+	// initialize (elicit.go).
+	elicit   map[string]bool
 	sessions map[string]*session
 	// inflight maps the editor's pending requests to what cancels them,
 	// for $/cancel_request.
@@ -174,8 +177,8 @@ type session struct {
 	// editor.
 	mu   sync.Mutex
 	turn *turn
-	// asks are the editor's permission requests, by the gateway's request
-	// id.
+	// asks are the editor's permission requests and elicitations, by the
+	// gateway's request id.
 	asks map[string]*ask
 	// stopFollow ends the session's follower (Options.Follow); nil when
 	// none runs.

@@ -138,11 +138,11 @@ func (c *converter) updates(ev *acpv2.SessionEvent, replay bool) ([]json.RawMess
 		if err == nil && !replay && c.version != acpjson.V1 {
 			err = add(stateUpdate("running", ""))
 		}
-	case *acpv2.SessionEvent_PermissionRequest:
+	case *acpv2.SessionEvent_PermissionRequest, *acpv2.SessionEvent_ElicitationRequest:
 		if !replay && c.version != acpjson.V1 {
 			err = add(stateUpdate("requires_action", ""))
 		}
-	case *acpv2.SessionEvent_PermissionResolved:
+	case *acpv2.SessionEvent_PermissionResolved, *acpv2.SessionEvent_ElicitationResolved:
 		if !replay && c.version != acpjson.V1 {
 			err = add(stateUpdate("running", ""))
 		}

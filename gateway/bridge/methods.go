@@ -28,17 +28,23 @@ func (b *bridge) implementation() map[string]any {
 func (b *bridge) initialize(params json.RawMessage) (any, error) {
 	var p struct {
 		ProtocolVersion json.Number `json:"protocolVersion"`
+		// v1 names, v2 names.
+		ClientCapabilities clientCapabilities `json:"clientCapabilities"`
+		Capabilities       clientCapabilities `json:"capabilities"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil {
 		return nil, invalidParams("initialize: %v", err)
 	}
 	asked, _ := p.ProtocolVersion.Float64()
 	v := acpjson.V1
+	caps := p.ClientCapabilities
 	if asked >= 2 {
 		v = acpjson.V2
+		caps = p.Capabilities
 	}
 	b.mu.Lock()
 	b.version = v
+	b.elicit = caps.elicitModes()
 	b.mu.Unlock()
 	if v == acpjson.V1 {
 		return map[string]any{

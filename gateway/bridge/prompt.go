@@ -16,7 +16,7 @@ import (
 )
 
 // callTimeout bounds the short gateway calls the bridge makes on its own
-// (Cancel, RespondPermission).
+// (Cancel, RespondPermission, RespondElicitation).
 const callTimeout = 30 * time.Second
 
 // turn is a prompt turn the editor started. Its fields are guarded by the
@@ -30,7 +30,8 @@ type turn struct {
 	started bool
 }
 
-// ask is a session/request_permission the bridge sent the editor.
+// ask is a session/request_permission or elicitation/create the bridge
+// sent the editor.
 type ask struct {
 	editorID jsonrpc2.ID
 	// done: the editor answered, or the gateway resolved the request.
@@ -288,7 +289,9 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 	v1 := s.conv.version == acpjson.V1
 	switch e := ev.GetEvent().(type) {
 	case *acpv2.SessionEvent_PermissionResolved:
-		b.permissionResolved(s, e.PermissionResolved.GetRequestId())
+		b.resolved(s, e.PermissionResolved.GetRequestId())
+	case *acpv2.SessionEvent_ElicitationResolved:
+		b.resolved(s, e.ElicitationResolved.GetRequestId())
 	case *acpv2.SessionEvent_TurnStarted:
 		if !ours && v1 {
 			b.emitLocked(s, ev, true) // the prompt, as replayed
@@ -304,6 +307,11 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 	if pr := ev.GetPermissionRequest(); pr != nil {
 		s.mu.Lock()
 		b.askLocked(s, pr)
+		s.mu.Unlock()
+	}
+	if er := ev.GetElicitationRequest(); er != nil && b.elicits(er.GetMode()) {
+		s.mu.Lock()
+		b.elicitLocked(s, er)
 		s.mu.Unlock()
 	}
 }
@@ -345,11 +353,7 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 			err = call.Wait(ctx, &res)
 		}
 	}
-	s.mu.Lock()
-	resolved := a.done
-	a.done = true
-	s.mu.Unlock()
-	if resolved {
+	if !s.claim(a) {
 		return // the gateway resolved it meanwhile, and the editor was told
 	}
 	req := &acpv2.RespondPermissionRequest{SessionId: s.id, RequestId: requestID}
@@ -363,20 +367,38 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 	}
 	rctx, cancel := context.WithTimeout(b.base, callTimeout)
 	defer cancel()
-	if _, err := b.client.RespondPermission(rctx, connect.NewRequest(req)); err != nil {
-		switch connect.CodeOf(err) {
-		case connect.CodeFailedPrecondition, connect.CodeNotFound: // answered or ended meanwhile
-		default:
-			b.log.Warn("relaying a permission answer", "session", s.id, "request", requestID, "error", err)
+	_, err = b.client.RespondPermission(rctx, connect.NewRequest(req))
+	b.relayed(s, "permission", requestID, err)
+}
+
+// claim marks the editor's answer to a as the one to relay, and reports
+// false when the gateway resolved a first (the editor was then told).
+func (s *session) claim(a *ask) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resolved := a.done
+	a.done = true
+	return !resolved
+}
+
+// relayed logs how relaying the editor's answer to what (permission,
+// elicitation) request requestID went, err being the gateway's word: an
+// answer that came late (answered or ended meanwhile) is not news.
+func (b *bridge) relayed(s *session, what, requestID string, err error) {
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition, connect.CodeNotFound:
+	default:
+		if err != nil {
+			b.log.Warn("relaying a "+what+" answer", "session", s.id, "request", requestID, "error", err)
 		}
 	}
 }
 
-// permissionResolved handles the gateway's word that a permission request
-// was resolved. When the editor has not answered it (the turn was
-// cancelled, the request timed out or another client answered), the editor
-// gets a $/cancel_request for it.
-func (b *bridge) permissionResolved(s *session, requestID string) {
+// resolved handles the gateway's word that a permission request or an
+// elicitation was resolved. When the editor has not answered it (the turn
+// was cancelled, the request timed out, was withdrawn by the agent, or
+// another client answered), the editor gets a $/cancel_request for it.
+func (b *bridge) resolved(s *session, requestID string) {
 	s.mu.Lock()
 	a := s.asks[requestID]
 	delete(s.asks, requestID)

@@ -538,6 +538,18 @@ func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[ac
 		})
 }
 
+// RespondElicitation implements acpv2connect.SessionServiceHandler.
+func (s *Service) RespondElicitation(ctx context.Context, req *connect.Request[acpv2.RespondElicitationRequest]) (*connect.Response[acpv2.RespondElicitationResponse], error) {
+	m := req.Msg
+	if err := checkID("request_id", m.GetRequestId()); err != nil {
+		return nil, err
+	}
+	return onSession(ctx, s, req, m.GetSessionId(), acpv2connect.SessionServiceClient.RespondElicitation,
+		func(sess *session.Session) (*acpv2.RespondElicitationResponse, error) {
+			return &acpv2.RespondElicitationResponse{}, sess.RespondElicitation(m.GetRequestId(), m.GetAction(), m.GetContent(), s.user(ctx))
+		})
+}
+
 // GetSession implements acpv2connect.SessionServiceHandler.
 func (s *Service) GetSession(ctx context.Context, req *connect.Request[acpv2.GetSessionRequest]) (*connect.Response[acpv2.GetSessionResponse], error) {
 	if err := checkID("session_id", req.Msg.GetSessionId()); err != nil {

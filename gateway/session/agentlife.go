@@ -187,9 +187,7 @@ func (s *Session) agentLostLocked(a *agent.Agent) {
 	// a.Err, which the turn checks, is set just before Done is closed.
 	<-a.Done()
 	s.met.AgentExited(a.Reason())
-	for id := range s.perms {
-		s.resolveLocked(id, cancelled(), AnsweredByCancel)
-	}
+	s.cancelAsksLocked(AnsweredByCancel)
 	if s.state != statestore.StateClosed && !s.moved {
 		s.log.Warn("agent lost", "reason", a.Err())
 		detail := a.Err().Error()

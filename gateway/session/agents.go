@@ -211,3 +211,9 @@ func (probeClient) SessionUpdates([]agent.Update) {}
 func (probeClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionOutcome, func(), error) {
 	return nil, nil, errors.New("no session")
 }
+
+func (probeClient) Elicit(json.RawMessage) (<-chan *acpv2.ElicitationResolved, func(), error) {
+	return nil, nil, errors.New("no session")
+}
+
+func (probeClient) ElicitationComplete(json.RawMessage) {}

@@ -45,8 +45,8 @@ var (
 	ErrCannotReattach  = errors.New("the session's agent ended and cannot be re-attached")
 	ErrUnsupported     = errors.New("not supported by the session's agent")
 	ErrAgentRefused    = errors.New("the agent refused the request")
-	ErrAlreadyAnswered = errors.New("permission request already answered")
-	ErrNoRequest       = errors.New("no such permission request")
+	ErrAlreadyAnswered = errors.New("request already answered")
+	ErrNoRequest       = errors.New("no such request")
 	ErrLagging         = errors.New("watcher fell too far behind")
 	ErrShutdown        = errors.New("gateway is shutting down")
 	ErrMoved           = errors.New("the session moved to another gateway replica")
@@ -120,8 +120,8 @@ type Options struct {
 	// CancelGrace is how long an agent has to end its turn after
 	// session/cancel (Cancel, or TurnTimeout) before it is stopped.
 	CancelGrace time.Duration
-	// PermissionTimeout answers a permission request left unanswered this
-	// long with cancelled.
+	// PermissionTimeout answers a permission request (or an elicitation)
+	// left unanswered this long with cancelled.
 	PermissionTimeout time.Duration
 	// WatchBuffer and WatchBufferBytes bound how far a watcher may fall
 	// behind the live events, in events and in their encoded bytes, before
@@ -156,9 +156,9 @@ type Options struct {
 	// refused as bad agent output. Zero means DefaultMaxToolCallBytes;
 	// less than zero, no cap.
 	MaxToolCallBytes int
-	// MaxPendingPermissions caps a session's permission requests waiting
-	// for an answer: the agent's request past it is answered with an
-	// error. Zero means DefaultMaxPendingPermissions; less than zero, no
+	// MaxPendingPermissions caps a session's permission requests and
+	// elicitations waiting for an answer, counted together: the agent's
+	// request past it is answered with an error. Zero means DefaultMaxPendingPermissions; less than zero, no
 	// cap.
 	MaxPendingPermissions int
 	// MaxStoreBytes bounds what the store keeps of the sessions' logs

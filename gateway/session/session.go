@@ -88,11 +88,13 @@ type Session struct {
 	subs     map[*Subscription]struct{}
 	// live holds the last live events for the subscriptions; nil while
 	// there is none.
-	live  *ring
-	turn  bool
-	perms map[string]*permission
-	// pending counts the requests of perms not answered yet; answered
-	// holds the ids of those answered, oldest first, which perms keeps
+	live *ring
+	turn bool
+	// asks holds the agent's permission requests and elicitations
+	// (permissions.go).
+	asks map[string]*ask
+	// pending counts the requests of asks not answered yet; answered
+	// holds the ids of those answered, oldest first, which asks keeps
 	// (to tell a late answer so) up to maxAnswered of.
 	pending  int
 	answered []string
@@ -128,7 +130,7 @@ func newSession(m *Manager, rec *statestore.Session, command []string) *Session 
 		state:       rec.State,
 		tools:       merge.New(),
 		subs:        map[*Subscription]struct{}{},
-		perms:       map[string]*permission{},
+		asks:        map[string]*ask{},
 		toolStarted: map[string]time.Time{},
 		sstate:      &sessionstate.State{},
 	}
@@ -209,6 +211,8 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 
 		// The next agent cannot take back the lost one's session.
 		AgentContextLost: s.state == statestore.StateAgentLost && !s.resumable,
+
+		PendingElicitations: s.pendingElicitationsLocked(),
 	}
 	s.sstate.Fill(snap)
 	snap.UpdatedAt = s.lastTime

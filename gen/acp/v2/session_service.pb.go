@@ -60,6 +60,9 @@ type SessionEvent struct {
 	//	*SessionEvent_TurnEnded
 	//	*SessionEvent_Snapshot
 	//	*SessionEvent_StateChanged
+	//	*SessionEvent_ElicitationRequest
+	//	*SessionEvent_ElicitationResolved
+	//	*SessionEvent_ElicitationComplete
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -350,6 +353,33 @@ func (x *SessionEvent) GetStateChanged() *SessionStateChanged {
 	return nil
 }
 
+func (x *SessionEvent) GetElicitationRequest() *ElicitationRequest {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ElicitationRequest); ok {
+			return x.ElicitationRequest
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetElicitationResolved() *ElicitationResolved {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ElicitationResolved); ok {
+			return x.ElicitationResolved
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetElicitationComplete() *ElicitationComplete {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ElicitationComplete); ok {
+			return x.ElicitationComplete
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -469,6 +499,22 @@ type SessionEvent_StateChanged struct {
 	StateChanged *SessionStateChanged `protobuf:"bytes,46,opt,name=state_changed,json=stateChanged,proto3,oneof"`
 }
 
+type SessionEvent_ElicitationRequest struct {
+	// The agent asks the user for input (ACP `elicitation/create`).
+	ElicitationRequest *ElicitationRequest `protobuf:"bytes,47,opt,name=elicitation_request,json=elicitationRequest,proto3,oneof"`
+}
+
+type SessionEvent_ElicitationResolved struct {
+	// An elicitation was answered, withdrawn or cancelled.
+	ElicitationResolved *ElicitationResolved `protobuf:"bytes,48,opt,name=elicitation_resolved,json=elicitationResolved,proto3,oneof"`
+}
+
+type SessionEvent_ElicitationComplete struct {
+	// The agent says a url-mode elicitation is complete (ACP
+	// `elicitation/complete`).
+	ElicitationComplete *ElicitationComplete `protobuf:"bytes,49,opt,name=elicitation_complete,json=elicitationComplete,proto3,oneof"`
+}
+
 func (*SessionEvent_UserMessageChunk) isSessionEvent_Event() {}
 
 func (*SessionEvent_AgentMessageChunk) isSessionEvent_Event() {}
@@ -520,6 +566,12 @@ func (*SessionEvent_TurnEnded) isSessionEvent_Event() {}
 func (*SessionEvent_Snapshot) isSessionEvent_Event() {}
 
 func (*SessionEvent_StateChanged) isSessionEvent_Event() {}
+
+func (*SessionEvent_ElicitationRequest) isSessionEvent_Event() {}
+
+func (*SessionEvent_ElicitationResolved) isSessionEvent_Event() {}
+
+func (*SessionEvent_ElicitationComplete) isSessionEvent_Event() {}
 
 // SessionStateChanged records a change of the session's agent: `ready`
 // (attached, or re-attached after a loss), `agent_lost` (the agent process
@@ -930,6 +982,238 @@ func (x *PermissionResolved) GetAnsweredBy() string {
 	return ""
 }
 
+// ElicitationRequest is an agent's `elicitation/create`, relayed.
+type ElicitationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gateway's id for this request; pass it to RespondElicitation.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// `form` (fill in requested_schema), `url` (visit url), or a custom or
+	// future mode, which a client that does not know it declines.
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// What the agent asks for, to show the user.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Form mode: the JSON Schema of the content to send back, an object of
+	// primitive-typed properties.
+	RequestedSchema *structpb.Struct `protobuf:"bytes,4,opt,name=requested_schema,json=requestedSchema,proto3" json:"requested_schema,omitempty"`
+	// URL mode: the page the user is to visit.
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// URL mode: the agent's id of the elicitation, which
+	// `elicitationComplete` names.
+	ElicitationId string `protobuf:"bytes,6,opt,name=elicitation_id,json=elicitationId,proto3" json:"elicitation_id,omitempty"`
+	// The tool call the elicitation belongs to, when the agent says.
+	ToolCallId    string           `protobuf:"bytes,7,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	Meta          *structpb.Struct `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElicitationRequest) Reset() {
+	*x = ElicitationRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElicitationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElicitationRequest) ProtoMessage() {}
+
+func (x *ElicitationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElicitationRequest.ProtoReflect.Descriptor instead.
+func (*ElicitationRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ElicitationRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetRequestedSchema() *structpb.Struct {
+	if x != nil {
+		return x.RequestedSchema
+	}
+	return nil
+}
+
+func (x *ElicitationRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetElicitationId() string {
+	if x != nil {
+		return x.ElicitationId
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetMeta() *structpb.Struct {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+// ElicitationResolved says how an elicitation ended.
+type ElicitationResolved struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// `accept`, `decline` or `cancel`.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// What the user entered, with `accept` in form mode.
+	Content *structpb.Struct `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	// Who answered, as PermissionResolved.answered_by: `user:NAME` or
+	// `user`, or `agent` (withdrawn with `$/cancel_request`), `timeout` or
+	// `cancel`; the action is then `cancel`.
+	AnsweredBy    string `protobuf:"bytes,4,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElicitationResolved) Reset() {
+	*x = ElicitationResolved{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElicitationResolved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElicitationResolved) ProtoMessage() {}
+
+func (x *ElicitationResolved) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElicitationResolved.ProtoReflect.Descriptor instead.
+func (*ElicitationResolved) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ElicitationResolved) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ElicitationResolved) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ElicitationResolved) GetContent() *structpb.Struct {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ElicitationResolved) GetAnsweredBy() string {
+	if x != nil {
+		return x.AnsweredBy
+	}
+	return ""
+}
+
+// ElicitationComplete is the agent's `elicitation/complete`: the
+// url-mode elicitation it names is done.
+type ElicitationComplete struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ElicitationRequest.elicitation_id.
+	ElicitationId string `protobuf:"bytes,1,opt,name=elicitation_id,json=elicitationId,proto3" json:"elicitation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElicitationComplete) Reset() {
+	*x = ElicitationComplete{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElicitationComplete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElicitationComplete) ProtoMessage() {}
+
+func (x *ElicitationComplete) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElicitationComplete.ProtoReflect.Descriptor instead.
+func (*ElicitationComplete) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ElicitationComplete) GetElicitationId() string {
+	if x != nil {
+		return x.ElicitationId
+	}
+	return ""
+}
+
 // TurnStarted records the prompt that began a turn.
 type TurnStarted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -940,7 +1224,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1236,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1249,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{6}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TurnStarted) GetPrompt() []*ContentBlock {
@@ -1002,7 +1286,7 @@ type TurnEnded struct {
 
 func (x *TurnEnded) Reset() {
 	*x = TurnEnded{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1298,7 @@ func (x *TurnEnded) String() string {
 func (*TurnEnded) ProtoMessage() {}
 
 func (x *TurnEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1311,7 @@ func (x *TurnEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnEnded.ProtoReflect.Descriptor instead.
 func (*TurnEnded) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TurnEnded) GetStopReason() string {
@@ -1116,14 +1400,17 @@ type SessionSnapshot struct {
 	// The time of the session's last event.
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// The text of the session's first prompt, cut to 256 bytes.
-	FirstPrompt   string `protobuf:"bytes,22,opt,name=first_prompt,json=firstPrompt,proto3" json:"first_prompt,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FirstPrompt string `protobuf:"bytes,22,opt,name=first_prompt,json=firstPrompt,proto3" json:"first_prompt,omitempty"`
+	// The elicitations still waiting for an answer, oldest first: only
+	// from the gateway that runs the session.
+	PendingElicitations []*ElicitationRequest `protobuf:"bytes,40,rep,name=pending_elicitations,json=pendingElicitations,proto3" json:"pending_elicitations,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SessionSnapshot) Reset() {
 	*x = SessionSnapshot{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1422,7 @@ func (x *SessionSnapshot) String() string {
 func (*SessionSnapshot) ProtoMessage() {}
 
 func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1435,7 @@ func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshot.ProtoReflect.Descriptor instead.
 func (*SessionSnapshot) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionSnapshot) GetSessionId() string {
@@ -1305,6 +1592,13 @@ func (x *SessionSnapshot) GetFirstPrompt() string {
 	return ""
 }
 
+func (x *SessionSnapshot) GetPendingElicitations() []*ElicitationRequest {
+	if x != nil {
+		return x.PendingElicitations
+	}
+	return nil
+}
+
 // SessionTerminal is an agent-owned display terminal (ACP v2) as its
 // terminal_update and terminal_output_chunk events left it.
 type SessionTerminal struct {
@@ -1328,7 +1622,7 @@ type SessionTerminal struct {
 
 func (x *SessionTerminal) Reset() {
 	*x = SessionTerminal{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1634,7 @@ func (x *SessionTerminal) String() string {
 func (*SessionTerminal) ProtoMessage() {}
 
 func (x *SessionTerminal) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1647,7 @@ func (x *SessionTerminal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTerminal.ProtoReflect.Descriptor instead.
 func (*SessionTerminal) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionTerminal) GetTerminalId() string {
@@ -1430,7 +1724,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1736,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1749,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -1584,7 +1878,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1890,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1903,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateSessionRequest) GetAgent() string {
@@ -1655,7 +1949,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1961,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1974,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *McpServer) GetTransport() isMcpServer_Transport {
@@ -1759,7 +2053,7 @@ type McpServerStdio struct {
 
 func (x *McpServerStdio) Reset() {
 	*x = McpServerStdio{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2065,7 @@ func (x *McpServerStdio) String() string {
 func (*McpServerStdio) ProtoMessage() {}
 
 func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2078,7 @@ func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerStdio.ProtoReflect.Descriptor instead.
 func (*McpServerStdio) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *McpServerStdio) GetName() string {
@@ -1829,7 +2123,7 @@ type McpServerHttp struct {
 
 func (x *McpServerHttp) Reset() {
 	*x = McpServerHttp{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2135,7 @@ func (x *McpServerHttp) String() string {
 func (*McpServerHttp) ProtoMessage() {}
 
 func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2148,7 @@ func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerHttp.ProtoReflect.Descriptor instead.
 func (*McpServerHttp) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *McpServerHttp) GetName() string {
@@ -1892,7 +2186,7 @@ type McpServerSse struct {
 
 func (x *McpServerSse) Reset() {
 	*x = McpServerSse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2198,7 @@ func (x *McpServerSse) String() string {
 func (*McpServerSse) ProtoMessage() {}
 
 func (x *McpServerSse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2211,7 @@ func (x *McpServerSse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerSse.ProtoReflect.Descriptor instead.
 func (*McpServerSse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *McpServerSse) GetName() string {
@@ -1953,7 +2247,7 @@ type McpNameValue struct {
 
 func (x *McpNameValue) Reset() {
 	*x = McpNameValue{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2259,7 @@ func (x *McpNameValue) String() string {
 func (*McpNameValue) ProtoMessage() {}
 
 func (x *McpNameValue) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2272,7 @@ func (x *McpNameValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpNameValue.ProtoReflect.Descriptor instead.
 func (*McpNameValue) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *McpNameValue) GetName() string {
@@ -2005,7 +2299,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2311,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2324,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateSessionResponse) GetSessionId() string {
@@ -2053,7 +2347,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2359,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2372,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PromptRequest) GetSessionId() string {
@@ -2115,7 +2409,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2421,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2434,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PromptResponse) GetEvent() *SessionEvent {
@@ -2175,7 +2469,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2481,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2494,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRequest) GetSessionId() string {
@@ -2237,7 +2531,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2543,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2556,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchResponse) GetEvent() *SessionEvent {
@@ -2289,7 +2583,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2595,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2608,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -2333,7 +2627,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2639,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2652,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 // RespondPermissionRequest answers a permission request with an option, or
@@ -2375,7 +2669,7 @@ type RespondPermissionRequest struct {
 
 func (x *RespondPermissionRequest) Reset() {
 	*x = RespondPermissionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2681,7 @@ func (x *RespondPermissionRequest) String() string {
 func (*RespondPermissionRequest) ProtoMessage() {}
 
 func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2694,7 @@ func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionRequest.ProtoReflect.Descriptor instead.
 func (*RespondPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RespondPermissionRequest) GetSessionId() string {
@@ -2440,7 +2734,7 @@ type RespondPermissionResponse struct {
 
 func (x *RespondPermissionResponse) Reset() {
 	*x = RespondPermissionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2746,7 @@ func (x *RespondPermissionResponse) String() string {
 func (*RespondPermissionResponse) ProtoMessage() {}
 
 func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2759,116 @@ func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionResponse.ProtoReflect.Descriptor instead.
 func (*RespondPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
+}
+
+// RespondElicitationRequest answers an elicitation.
+type RespondElicitationRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// `accept`, `decline` or `cancel`.
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// With `accept` in form mode: the values entered, which must match the
+	// request's requested_schema (see docs/API.md). Empty otherwise.
+	Content       *structpb.Struct `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondElicitationRequest) Reset() {
+	*x = RespondElicitationRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondElicitationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondElicitationRequest) ProtoMessage() {}
+
+func (x *RespondElicitationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondElicitationRequest.ProtoReflect.Descriptor instead.
+func (*RespondElicitationRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RespondElicitationRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RespondElicitationRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RespondElicitationRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RespondElicitationRequest) GetContent() *structpb.Struct {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+// RespondElicitationResponse is empty.
+type RespondElicitationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondElicitationResponse) Reset() {
+	*x = RespondElicitationResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondElicitationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondElicitationResponse) ProtoMessage() {}
+
+func (x *RespondElicitationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondElicitationResponse.ProtoReflect.Descriptor instead.
+func (*RespondElicitationResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
 }
 
 // GetSessionRequest names a session.
@@ -2478,7 +2881,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2893,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2906,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2523,7 +2926,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2938,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2951,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetSessionResponse) GetSession() *SessionSnapshot {
@@ -2567,7 +2970,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2982,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2995,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
 }
 
 // ListSessionsResponse lists sessions.
@@ -2605,7 +3008,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +3020,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +3033,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -2650,7 +3053,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +3065,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +3078,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2694,7 +3097,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +3109,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +3122,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
 }
 
 // DeleteSessionRequest names the session to delete.
@@ -2732,7 +3135,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +3147,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +3160,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -2776,7 +3179,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +3191,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +3204,7 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
 }
 
 // LogoutRequest names the session whose agent is to log out.
@@ -2814,7 +3217,7 @@ type LogoutRequest struct {
 
 func (x *LogoutRequest) Reset() {
 	*x = LogoutRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3229,7 @@ func (x *LogoutRequest) String() string {
 func (*LogoutRequest) ProtoMessage() {}
 
 func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3242,7 @@ func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogoutRequest.ProtoReflect.Descriptor instead.
 func (*LogoutRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LogoutRequest) GetSessionId() string {
@@ -2857,7 +3260,7 @@ type LogoutResponse struct {
 
 func (x *LogoutResponse) Reset() {
 	*x = LogoutResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +3272,7 @@ func (x *LogoutResponse) String() string {
 func (*LogoutResponse) ProtoMessage() {}
 
 func (x *LogoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3285,7 @@ func (x *LogoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogoutResponse.ProtoReflect.Descriptor instead.
 func (*LogoutResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
 }
 
 // SetModeRequest names the mode to switch to.
@@ -2896,7 +3299,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3311,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3324,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetModeRequest) GetSessionId() string {
@@ -2947,7 +3350,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3362,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3375,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{42}
 }
 
 // SetConfigOptionRequest sets one configuration option.
@@ -2991,7 +3394,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3406,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3419,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetConfigOptionRequest) GetSessionId() string {
@@ -3086,7 +3489,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3501,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3514,7 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
@@ -3130,7 +3533,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3545,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3558,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{45}
 }
 
 // ListAgentsResponse lists agents, sorted by name.
@@ -3168,7 +3571,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[41]
+	mi := &file_acp_v2_session_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3583,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[41]
+	mi := &file_acp_v2_session_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3596,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{41}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
@@ -3237,7 +3640,7 @@ type AgentDescription struct {
 
 func (x *AgentDescription) Reset() {
 	*x = AgentDescription{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[42]
+	mi := &file_acp_v2_session_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3652,7 @@ func (x *AgentDescription) String() string {
 func (*AgentDescription) ProtoMessage() {}
 
 func (x *AgentDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[42]
+	mi := &file_acp_v2_session_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3665,7 @@ func (x *AgentDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
 func (*AgentDescription) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{42}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AgentDescription) GetName() string {
@@ -3327,7 +3730,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[43]
+	mi := &file_acp_v2_session_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3339,7 +3742,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[43]
+	mi := &file_acp_v2_session_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3352,7 +3755,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{43}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3390,7 +3793,7 @@ type PromptCapabilities struct {
 
 func (x *PromptCapabilities) Reset() {
 	*x = PromptCapabilities{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[44]
+	mi := &file_acp_v2_session_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3805,7 @@ func (x *PromptCapabilities) String() string {
 func (*PromptCapabilities) ProtoMessage() {}
 
 func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[44]
+	mi := &file_acp_v2_session_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +3818,7 @@ func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
 func (*PromptCapabilities) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{44}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PromptCapabilities) GetImage() bool {
@@ -3455,7 +3858,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[45]
+	mi := &file_acp_v2_session_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3870,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[45]
+	mi := &file_acp_v2_session_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3883,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{45}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -3515,7 +3918,7 @@ var File_acp_v2_session_service_proto protoreflect.FileDescriptor
 
 const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1cacp/v2/session_service.proto\x12\x06acp.v2\x1a\x14acp/v2/content.proto\x1a\x1bacp/v2/session_update.proto\x1a\x16acp/v2/tool_call.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x0e\n" +
+	"\x1cacp/v2/session_service.proto\x12\x06acp.v2\x1a\x14acp/v2/content.proto\x1a\x1bacp/v2/session_update.proto\x1a\x16acp/v2/tool_call.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x10\n" +
 	"\fSessionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12D\n" +
@@ -3547,7 +3950,10 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
 	"turn_ended\x18, \x01(\v2\x11.acp.v2.TurnEndedH\x00R\tturnEnded\x125\n" +
 	"\bsnapshot\x18- \x01(\v2\x17.acp.v2.SessionSnapshotH\x00R\bsnapshot\x12B\n" +
-	"\rstate_changed\x18. \x01(\v2\x1b.acp.v2.SessionStateChangedH\x00R\fstateChangedB\a\n" +
+	"\rstate_changed\x18. \x01(\v2\x1b.acp.v2.SessionStateChangedH\x00R\fstateChanged\x12M\n" +
+	"\x13elicitation_request\x18/ \x01(\v2\x1a.acp.v2.ElicitationRequestH\x00R\x12elicitationRequest\x12P\n" +
+	"\x14elicitation_resolved\x180 \x01(\v2\x1b.acp.v2.ElicitationResolvedH\x00R\x13elicitationResolved\x12P\n" +
+	"\x14elicitation_complete\x181 \x01(\v2\x1b.acp.v2.ElicitationCompleteH\x00R\x13elicitationCompleteB\a\n" +
 	"\x05event\"C\n" +
 	"\x13SessionStateChanged\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
@@ -3583,7 +3989,27 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\x12\x1f\n" +
 	"\vanswered_by\x18\x03 \x01(\tR\n" +
-	"answeredBy\";\n" +
+	"answeredBy\"\xad\x02\n" +
+	"\x12ElicitationRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12B\n" +
+	"\x10requested_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x0frequestedSchema\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x12%\n" +
+	"\x0eelicitation_id\x18\x06 \x01(\tR\relicitationId\x12 \n" +
+	"\ftool_call_id\x18\a \x01(\tR\n" +
+	"toolCallId\x12+\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"\xa0\x01\n" +
+	"\x13ElicitationResolved\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x121\n" +
+	"\acontent\x18\x03 \x01(\v2\x17.google.protobuf.StructR\acontent\x12\x1f\n" +
+	"\vanswered_by\x18\x04 \x01(\tR\n" +
+	"answeredBy\"<\n" +
+	"\x13ElicitationComplete\x12%\n" +
+	"\x0eelicitation_id\x18\x01 \x01(\tR\relicitationId\";\n" +
 	"\vTurnStarted\x12,\n" +
 	"\x06prompt\x18\x01 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"\x84\x01\n" +
 	"\tTurnEnded\x12\x1f\n" +
@@ -3591,7 +4017,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"stopReason\x12*\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x12.acp.v2.StopReasonR\x06reason\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x14\n" +
-	"\x05cause\x18\x04 \x01(\tR\x05cause\"\xdf\a\n" +
+	"\x05cause\x18\x04 \x01(\tR\x05cause\"\xae\b\n" +
 	"\x0fSessionSnapshot\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
@@ -3619,7 +4045,8 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x0fturn_started_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rturnStartedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
-	"\ffirst_prompt\x18\x16 \x01(\tR\vfirstPrompt\"\xdb\x01\n" +
+	"\ffirst_prompt\x18\x16 \x01(\tR\vfirstPrompt\x12M\n" +
+	"\x14pending_elicitations\x18( \x03(\v2\x1a.acp.v2.ElicitationRequestR\x13pendingElicitations\"\xdb\x01\n" +
 	"\x0fSessionTerminal\x12\x1f\n" +
 	"\vterminal_id\x18\x01 \x01(\tR\n" +
 	"terminalId\x12\x18\n" +
@@ -3708,7 +4135,15 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1b\n" +
 	"\toption_id\x18\x03 \x01(\tR\boptionId\x12\x1c\n" +
 	"\tcancelled\x18\x04 \x01(\bR\tcancelled\"\x1b\n" +
-	"\x19RespondPermissionResponse\"2\n" +
+	"\x19RespondPermissionResponse\"\xa4\x01\n" +
+	"\x19RespondElicitationRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x121\n" +
+	"\acontent\x18\x04 \x01(\v2\x17.google.protobuf.StructR\acontent\"\x1c\n" +
+	"\x1aRespondElicitationResponse\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"G\n" +
@@ -3767,13 +4202,14 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\tR\x04type2\x9b\a\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type2\xf8\a\n" +
 	"\x0eSessionService\x12L\n" +
 	"\rCreateSession\x12\x1c.acp.v2.CreateSessionRequest\x1a\x1d.acp.v2.CreateSessionResponse\x129\n" +
 	"\x06Prompt\x12\x15.acp.v2.PromptRequest\x1a\x16.acp.v2.PromptResponse0\x01\x126\n" +
 	"\x05Watch\x12\x14.acp.v2.WatchRequest\x1a\x15.acp.v2.WatchResponse0\x01\x127\n" +
 	"\x06Cancel\x12\x15.acp.v2.CancelRequest\x1a\x16.acp.v2.CancelResponse\x12X\n" +
-	"\x11RespondPermission\x12 .acp.v2.RespondPermissionRequest\x1a!.acp.v2.RespondPermissionResponse\x12C\n" +
+	"\x11RespondPermission\x12 .acp.v2.RespondPermissionRequest\x1a!.acp.v2.RespondPermissionResponse\x12[\n" +
+	"\x12RespondElicitation\x12!.acp.v2.RespondElicitationRequest\x1a\".acp.v2.RespondElicitationResponse\x12C\n" +
 	"\n" +
 	"GetSession\x12\x19.acp.v2.GetSessionRequest\x1a\x1a.acp.v2.GetSessionResponse\x12I\n" +
 	"\fListSessions\x12\x1b.acp.v2.ListSessionsRequest\x1a\x1c.acp.v2.ListSessionsResponse\x12I\n" +
@@ -3799,186 +4235,201 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_acp_v2_session_service_proto_goTypes = []any{
-	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
-	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
-	(*PermissionRequest)(nil),         // 2: acp.v2.PermissionRequest
-	(*PermissionSubject)(nil),         // 3: acp.v2.PermissionSubject
-	(*CommandSubject)(nil),            // 4: acp.v2.CommandSubject
-	(*PermissionResolved)(nil),        // 5: acp.v2.PermissionResolved
-	(*TurnStarted)(nil),               // 6: acp.v2.TurnStarted
-	(*TurnEnded)(nil),                 // 7: acp.v2.TurnEnded
-	(*SessionSnapshot)(nil),           // 8: acp.v2.SessionSnapshot
-	(*SessionTerminal)(nil),           // 9: acp.v2.SessionTerminal
-	(*SessionSummary)(nil),            // 10: acp.v2.SessionSummary
-	(*CreateSessionRequest)(nil),      // 11: acp.v2.CreateSessionRequest
-	(*McpServer)(nil),                 // 12: acp.v2.McpServer
-	(*McpServerStdio)(nil),            // 13: acp.v2.McpServerStdio
-	(*McpServerHttp)(nil),             // 14: acp.v2.McpServerHttp
-	(*McpServerSse)(nil),              // 15: acp.v2.McpServerSse
-	(*McpNameValue)(nil),              // 16: acp.v2.McpNameValue
-	(*CreateSessionResponse)(nil),     // 17: acp.v2.CreateSessionResponse
-	(*PromptRequest)(nil),             // 18: acp.v2.PromptRequest
-	(*PromptResponse)(nil),            // 19: acp.v2.PromptResponse
-	(*WatchRequest)(nil),              // 20: acp.v2.WatchRequest
-	(*WatchResponse)(nil),             // 21: acp.v2.WatchResponse
-	(*CancelRequest)(nil),             // 22: acp.v2.CancelRequest
-	(*CancelResponse)(nil),            // 23: acp.v2.CancelResponse
-	(*RespondPermissionRequest)(nil),  // 24: acp.v2.RespondPermissionRequest
-	(*RespondPermissionResponse)(nil), // 25: acp.v2.RespondPermissionResponse
-	(*GetSessionRequest)(nil),         // 26: acp.v2.GetSessionRequest
-	(*GetSessionResponse)(nil),        // 27: acp.v2.GetSessionResponse
-	(*ListSessionsRequest)(nil),       // 28: acp.v2.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 29: acp.v2.ListSessionsResponse
-	(*CloseSessionRequest)(nil),       // 30: acp.v2.CloseSessionRequest
-	(*CloseSessionResponse)(nil),      // 31: acp.v2.CloseSessionResponse
-	(*DeleteSessionRequest)(nil),      // 32: acp.v2.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),     // 33: acp.v2.DeleteSessionResponse
-	(*LogoutRequest)(nil),             // 34: acp.v2.LogoutRequest
-	(*LogoutResponse)(nil),            // 35: acp.v2.LogoutResponse
-	(*SetModeRequest)(nil),            // 36: acp.v2.SetModeRequest
-	(*SetModeResponse)(nil),           // 37: acp.v2.SetModeResponse
-	(*SetConfigOptionRequest)(nil),    // 38: acp.v2.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),   // 39: acp.v2.SetConfigOptionResponse
-	(*ListAgentsRequest)(nil),         // 40: acp.v2.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 41: acp.v2.ListAgentsResponse
-	(*AgentDescription)(nil),          // 42: acp.v2.AgentDescription
-	(*AgentInfo)(nil),                 // 43: acp.v2.AgentInfo
-	(*PromptCapabilities)(nil),        // 44: acp.v2.PromptCapabilities
-	(*AuthMethod)(nil),                // 45: acp.v2.AuthMethod
-	(*timestamppb.Timestamp)(nil),     // 46: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 47: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 48: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 49: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 50: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 51: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 52: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 53: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 54: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 55: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 56: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 57: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 58: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 59: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 60: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 61: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 62: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 63: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 64: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 65: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 66: acp.v2.ContentBlock
-	(StopReason)(0),                   // 67: acp.v2.StopReason
-	(*SessionModeState)(nil),          // 68: acp.v2.SessionModeState
-	(*SessionConfigOption)(nil),       // 69: acp.v2.SessionConfigOption
-	(*AvailableCommand)(nil),          // 70: acp.v2.AvailableCommand
-	(*PlanContent)(nil),               // 71: acp.v2.PlanContent
+	(*SessionEvent)(nil),               // 0: acp.v2.SessionEvent
+	(*SessionStateChanged)(nil),        // 1: acp.v2.SessionStateChanged
+	(*PermissionRequest)(nil),          // 2: acp.v2.PermissionRequest
+	(*PermissionSubject)(nil),          // 3: acp.v2.PermissionSubject
+	(*CommandSubject)(nil),             // 4: acp.v2.CommandSubject
+	(*PermissionResolved)(nil),         // 5: acp.v2.PermissionResolved
+	(*ElicitationRequest)(nil),         // 6: acp.v2.ElicitationRequest
+	(*ElicitationResolved)(nil),        // 7: acp.v2.ElicitationResolved
+	(*ElicitationComplete)(nil),        // 8: acp.v2.ElicitationComplete
+	(*TurnStarted)(nil),                // 9: acp.v2.TurnStarted
+	(*TurnEnded)(nil),                  // 10: acp.v2.TurnEnded
+	(*SessionSnapshot)(nil),            // 11: acp.v2.SessionSnapshot
+	(*SessionTerminal)(nil),            // 12: acp.v2.SessionTerminal
+	(*SessionSummary)(nil),             // 13: acp.v2.SessionSummary
+	(*CreateSessionRequest)(nil),       // 14: acp.v2.CreateSessionRequest
+	(*McpServer)(nil),                  // 15: acp.v2.McpServer
+	(*McpServerStdio)(nil),             // 16: acp.v2.McpServerStdio
+	(*McpServerHttp)(nil),              // 17: acp.v2.McpServerHttp
+	(*McpServerSse)(nil),               // 18: acp.v2.McpServerSse
+	(*McpNameValue)(nil),               // 19: acp.v2.McpNameValue
+	(*CreateSessionResponse)(nil),      // 20: acp.v2.CreateSessionResponse
+	(*PromptRequest)(nil),              // 21: acp.v2.PromptRequest
+	(*PromptResponse)(nil),             // 22: acp.v2.PromptResponse
+	(*WatchRequest)(nil),               // 23: acp.v2.WatchRequest
+	(*WatchResponse)(nil),              // 24: acp.v2.WatchResponse
+	(*CancelRequest)(nil),              // 25: acp.v2.CancelRequest
+	(*CancelResponse)(nil),             // 26: acp.v2.CancelResponse
+	(*RespondPermissionRequest)(nil),   // 27: acp.v2.RespondPermissionRequest
+	(*RespondPermissionResponse)(nil),  // 28: acp.v2.RespondPermissionResponse
+	(*RespondElicitationRequest)(nil),  // 29: acp.v2.RespondElicitationRequest
+	(*RespondElicitationResponse)(nil), // 30: acp.v2.RespondElicitationResponse
+	(*GetSessionRequest)(nil),          // 31: acp.v2.GetSessionRequest
+	(*GetSessionResponse)(nil),         // 32: acp.v2.GetSessionResponse
+	(*ListSessionsRequest)(nil),        // 33: acp.v2.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 34: acp.v2.ListSessionsResponse
+	(*CloseSessionRequest)(nil),        // 35: acp.v2.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 36: acp.v2.CloseSessionResponse
+	(*DeleteSessionRequest)(nil),       // 37: acp.v2.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),      // 38: acp.v2.DeleteSessionResponse
+	(*LogoutRequest)(nil),              // 39: acp.v2.LogoutRequest
+	(*LogoutResponse)(nil),             // 40: acp.v2.LogoutResponse
+	(*SetModeRequest)(nil),             // 41: acp.v2.SetModeRequest
+	(*SetModeResponse)(nil),            // 42: acp.v2.SetModeResponse
+	(*SetConfigOptionRequest)(nil),     // 43: acp.v2.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),    // 44: acp.v2.SetConfigOptionResponse
+	(*ListAgentsRequest)(nil),          // 45: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 46: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),           // 47: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                  // 48: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),         // 49: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                 // 50: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),      // 51: google.protobuf.Timestamp
+	(*ContentChunk)(nil),               // 52: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),             // 53: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),       // 54: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                       // 55: acp.v2.Plan
+	(*PlanUpdate)(nil),                 // 56: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),    // 57: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),          // 58: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),         // 59: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),          // 60: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),                // 61: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),              // 62: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),                // 63: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),             // 64: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),        // 65: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),              // 66: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                   // 67: acp.v2.ToolCall
+	(*PermissionOption)(nil),           // 68: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),            // 69: google.protobuf.Struct
+	(*PermissionOutcome)(nil),          // 70: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),               // 71: acp.v2.ContentBlock
+	(StopReason)(0),                    // 72: acp.v2.StopReason
+	(*SessionModeState)(nil),           // 73: acp.v2.SessionModeState
+	(*SessionConfigOption)(nil),        // 74: acp.v2.SessionConfigOption
+	(*AvailableCommand)(nil),           // 75: acp.v2.AvailableCommand
+	(*PlanContent)(nil),                // 76: acp.v2.PlanContent
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	46, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	47, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	47, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	47, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	48, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	49, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	50, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	51, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	52, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	53, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	54, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	55, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	56, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	57, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	57, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	57, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	58, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	59, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	60, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	61, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	62, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	51, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	52, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	52, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	52, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	53, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	54, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	55, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	56, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	57, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	58, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	59, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	60, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	61, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	62, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	62, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	62, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	63, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	64, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	65, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	66, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	67, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
 	5,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
-	6,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
-	7,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
-	8,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
+	9,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
+	10, // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
+	11, // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
 	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
-	48, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	62, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	63, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	3,  // 30: acp.v2.PermissionRequest.subject:type_name -> acp.v2.PermissionSubject
-	64, // 31: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	4,  // 32: acp.v2.PermissionSubject.command:type_name -> acp.v2.CommandSubject
-	64, // 33: acp.v2.PermissionSubject.unknown:type_name -> google.protobuf.Struct
-	64, // 34: acp.v2.CommandSubject.meta:type_name -> google.protobuf.Struct
-	64, // 35: acp.v2.CommandSubject.extra:type_name -> google.protobuf.Struct
-	65, // 36: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	66, // 37: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	67, // 38: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	62, // 39: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	46, // 40: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	68, // 41: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
-	69, // 42: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
-	70, // 43: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
-	56, // 44: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
-	71, // 45: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
-	9,  // 46: acp.v2.SessionSnapshot.terminals:type_name -> acp.v2.SessionTerminal
-	2,  // 47: acp.v2.SessionSnapshot.pending_permissions:type_name -> acp.v2.PermissionRequest
-	46, // 48: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
-	46, // 49: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
-	64, // 50: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
-	46, // 51: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	46, // 52: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
-	46, // 53: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
-	12, // 54: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
-	13, // 55: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
-	14, // 56: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
-	15, // 57: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
-	16, // 58: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
-	16, // 59: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
-	16, // 60: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
-	66, // 61: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
-	0,  // 62: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	46, // 63: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	0,  // 64: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	46, // 65: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	8,  // 66: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
-	10, // 67: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	69, // 68: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	42, // 69: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
-	43, // 70: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
-	44, // 71: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
-	45, // 72: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
-	11, // 73: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	18, // 74: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	20, // 75: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	22, // 76: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	24, // 77: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	26, // 78: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	28, // 79: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	30, // 80: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	36, // 81: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	38, // 82: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	40, // 83: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
-	32, // 84: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
-	34, // 85: acp.v2.SessionService.Logout:input_type -> acp.v2.LogoutRequest
-	17, // 86: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	19, // 87: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	21, // 88: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	23, // 89: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	25, // 90: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	27, // 91: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	29, // 92: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	31, // 93: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	37, // 94: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	39, // 95: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	41, // 96: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
-	33, // 97: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
-	35, // 98: acp.v2.SessionService.Logout:output_type -> acp.v2.LogoutResponse
-	86, // [86:99] is the sub-list for method output_type
-	73, // [73:86] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	6,  // 27: acp.v2.SessionEvent.elicitation_request:type_name -> acp.v2.ElicitationRequest
+	7,  // 28: acp.v2.SessionEvent.elicitation_resolved:type_name -> acp.v2.ElicitationResolved
+	8,  // 29: acp.v2.SessionEvent.elicitation_complete:type_name -> acp.v2.ElicitationComplete
+	53, // 30: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	67, // 31: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	68, // 32: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	3,  // 33: acp.v2.PermissionRequest.subject:type_name -> acp.v2.PermissionSubject
+	69, // 34: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	4,  // 35: acp.v2.PermissionSubject.command:type_name -> acp.v2.CommandSubject
+	69, // 36: acp.v2.PermissionSubject.unknown:type_name -> google.protobuf.Struct
+	69, // 37: acp.v2.CommandSubject.meta:type_name -> google.protobuf.Struct
+	69, // 38: acp.v2.CommandSubject.extra:type_name -> google.protobuf.Struct
+	70, // 39: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	69, // 40: acp.v2.ElicitationRequest.requested_schema:type_name -> google.protobuf.Struct
+	69, // 41: acp.v2.ElicitationRequest.meta:type_name -> google.protobuf.Struct
+	69, // 42: acp.v2.ElicitationResolved.content:type_name -> google.protobuf.Struct
+	71, // 43: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	72, // 44: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	67, // 45: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	51, // 46: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	73, // 47: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
+	74, // 48: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
+	75, // 49: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
+	61, // 50: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
+	76, // 51: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
+	12, // 52: acp.v2.SessionSnapshot.terminals:type_name -> acp.v2.SessionTerminal
+	2,  // 53: acp.v2.SessionSnapshot.pending_permissions:type_name -> acp.v2.PermissionRequest
+	51, // 54: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
+	51, // 55: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 56: acp.v2.SessionSnapshot.pending_elicitations:type_name -> acp.v2.ElicitationRequest
+	69, // 57: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
+	51, // 58: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	51, // 59: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
+	51, // 60: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
+	15, // 61: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
+	16, // 62: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
+	17, // 63: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
+	18, // 64: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
+	19, // 65: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
+	19, // 66: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
+	19, // 67: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
+	71, // 68: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	0,  // 69: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
+	51, // 70: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 71: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
+	51, // 72: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	69, // 73: acp.v2.RespondElicitationRequest.content:type_name -> google.protobuf.Struct
+	11, // 74: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
+	13, // 75: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
+	74, // 76: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	47, // 77: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	48, // 78: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	49, // 79: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	50, // 80: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	14, // 81: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	21, // 82: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	23, // 83: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	25, // 84: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	27, // 85: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	29, // 86: acp.v2.SessionService.RespondElicitation:input_type -> acp.v2.RespondElicitationRequest
+	31, // 87: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	33, // 88: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	35, // 89: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	41, // 90: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	43, // 91: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	45, // 92: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	37, // 93: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	39, // 94: acp.v2.SessionService.Logout:input_type -> acp.v2.LogoutRequest
+	20, // 95: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	22, // 96: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	24, // 97: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	26, // 98: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	28, // 99: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	30, // 100: acp.v2.SessionService.RespondElicitation:output_type -> acp.v2.RespondElicitationResponse
+	32, // 101: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	34, // 102: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	36, // 103: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	42, // 104: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	44, // 105: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	46, // 106: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	38, // 107: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	40, // 108: acp.v2.SessionService.Logout:output_type -> acp.v2.LogoutResponse
+	95, // [95:109] is the sub-list for method output_type
+	81, // [81:95] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -4016,6 +4467,9 @@ func file_acp_v2_session_service_proto_init() {
 		(*SessionEvent_TurnEnded)(nil),
 		(*SessionEvent_Snapshot)(nil),
 		(*SessionEvent_StateChanged)(nil),
+		(*SessionEvent_ElicitationRequest)(nil),
+		(*SessionEvent_ElicitationResolved)(nil),
+		(*SessionEvent_ElicitationComplete)(nil),
 	}
 	file_acp_v2_session_service_proto_msgTypes[2].OneofWrappers = []any{}
 	file_acp_v2_session_service_proto_msgTypes[3].OneofWrappers = []any{
@@ -4023,12 +4477,12 @@ func file_acp_v2_session_service_proto_init() {
 		(*PermissionSubject_Unknown)(nil),
 	}
 	file_acp_v2_session_service_proto_msgTypes[4].OneofWrappers = []any{}
-	file_acp_v2_session_service_proto_msgTypes[12].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[15].OneofWrappers = []any{
 		(*McpServer_Stdio)(nil),
 		(*McpServer_Http)(nil),
 		(*McpServer_Sse)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[38].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[43].OneofWrappers = []any{
 		(*SetConfigOptionRequest_ValueId)(nil),
 		(*SetConfigOptionRequest_Boolean)(nil),
 	}
@@ -4038,7 +4492,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,7 @@ import { loadConfig, newClient, setToken, token } from "./api.js";
 import { Attention } from "./attention.js";
 import { renderControls } from "./controls.js";
 import { $, h } from "./dom.js";
+import { Elicitations } from "./elicitation.js";
 import { follow, type FollowState } from "./follow.js";
 import { Scroller } from "./scroll.js";
 import { forget, known, remember, renderList, type ListItem } from "./sessions.js";
@@ -246,11 +247,20 @@ async function open(id: string): Promise<void> {
     attention,
     before: () => scroller.before(),
   });
+  const elicitations = new Elicitations(async (requestId, action, content) => {
+    try {
+      await client.respondElicitation({ sessionId: id, requestId, action, content });
+    } catch (e) {
+      showError("Answering the elicitation", e);
+      throw e;
+    }
+  }, attention);
   const c: Current = { id, view, attention, abort, sending: false, retired: "" };
   current = c;
   attention.onChange = () => waiting(c);
   view.onChange = (ev) => {
     if (current !== c) return;
+    elicitations.apply(ev);
     controls();
     const k = ev.event.case;
     if (k === "sessionInfoUpdate" || k === "turnStarted") {
@@ -259,7 +269,7 @@ async function open(id: string): Promise<void> {
     }
     if (k === "turnStarted" || k === "turnEnded" || k === "stateChanged" || k === "permissionRequest" || k === "permissionResolved") void refreshSessions();
   };
-  ui.transcript.replaceChildren(view.el);
+  ui.transcript.replaceChildren(view.el, elicitations.el);
   ui.title.textContent = id;
   ui.meta.textContent = "";
   ui.session.hidden = false;

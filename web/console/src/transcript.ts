@@ -234,10 +234,9 @@ export class Transcript {
         );
         this.text = null;
         break;
-      // An event that waits for the user (an elicitation: elicitation.ts)
-      // renders into this.section() and registers its element with
-      // this.hooks.attention.add(id, ...), and .remove(id) once answered:
-      // the page then brings it into view and says it waits.
+      // Elicitations are shown by elicitation.ts, which main.ts feeds
+      // every event and gives the page's attention (attention.add and
+      // remove), below this view.
       //
       // toolCallUpdate and toolCallContentChunk are the deltas of the
       // toolCall snapshots that follow them; the rest (commands, terminals,

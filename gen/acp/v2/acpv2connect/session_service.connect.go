@@ -45,6 +45,9 @@ const (
 	// SessionServiceRespondPermissionProcedure is the fully-qualified name of the SessionService's
 	// RespondPermission RPC.
 	SessionServiceRespondPermissionProcedure = "/acp.v2.SessionService/RespondPermission"
+	// SessionServiceRespondElicitationProcedure is the fully-qualified name of the SessionService's
+	// RespondElicitation RPC.
+	SessionServiceRespondElicitationProcedure = "/acp.v2.SessionService/RespondElicitation"
 	// SessionServiceGetSessionProcedure is the fully-qualified name of the SessionService's GetSession
 	// RPC.
 	SessionServiceGetSessionProcedure = "/acp.v2.SessionService/GetSession"
@@ -81,6 +84,9 @@ type SessionServiceClient interface {
 	Cancel(context.Context, *connect.Request[v2.CancelRequest]) (*connect.Response[v2.CancelResponse], error)
 	// RespondPermission answers a pending permission request.
 	RespondPermission(context.Context, *connect.Request[v2.RespondPermissionRequest]) (*connect.Response[v2.RespondPermissionResponse], error)
+	// RespondElicitation answers a pending elicitation (ACP
+	// `elicitation/create`): accept with content, decline or cancel.
+	RespondElicitation(context.Context, *connect.Request[v2.RespondElicitationRequest]) (*connect.Response[v2.RespondElicitationResponse], error)
 	// GetSession returns the session's merged tool calls.
 	GetSession(context.Context, *connect.Request[v2.GetSessionRequest]) (*connect.Response[v2.GetSessionResponse], error)
 	// ListSessions lists the caller's sessions.
@@ -146,6 +152,12 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("RespondPermission")),
 			connect.WithClientOptions(opts...),
 		),
+		respondElicitation: connect.NewClient[v2.RespondElicitationRequest, v2.RespondElicitationResponse](
+			httpClient,
+			baseURL+SessionServiceRespondElicitationProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("RespondElicitation")),
+			connect.WithClientOptions(opts...),
+		),
 		getSession: connect.NewClient[v2.GetSessionRequest, v2.GetSessionResponse](
 			httpClient,
 			baseURL+SessionServiceGetSessionProcedure,
@@ -199,19 +211,20 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 
 // sessionServiceClient implements SessionServiceClient.
 type sessionServiceClient struct {
-	createSession     *connect.Client[v2.CreateSessionRequest, v2.CreateSessionResponse]
-	prompt            *connect.Client[v2.PromptRequest, v2.PromptResponse]
-	watch             *connect.Client[v2.WatchRequest, v2.WatchResponse]
-	cancel            *connect.Client[v2.CancelRequest, v2.CancelResponse]
-	respondPermission *connect.Client[v2.RespondPermissionRequest, v2.RespondPermissionResponse]
-	getSession        *connect.Client[v2.GetSessionRequest, v2.GetSessionResponse]
-	listSessions      *connect.Client[v2.ListSessionsRequest, v2.ListSessionsResponse]
-	closeSession      *connect.Client[v2.CloseSessionRequest, v2.CloseSessionResponse]
-	setMode           *connect.Client[v2.SetModeRequest, v2.SetModeResponse]
-	setConfigOption   *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
-	listAgents        *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
-	deleteSession     *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
-	logout            *connect.Client[v2.LogoutRequest, v2.LogoutResponse]
+	createSession      *connect.Client[v2.CreateSessionRequest, v2.CreateSessionResponse]
+	prompt             *connect.Client[v2.PromptRequest, v2.PromptResponse]
+	watch              *connect.Client[v2.WatchRequest, v2.WatchResponse]
+	cancel             *connect.Client[v2.CancelRequest, v2.CancelResponse]
+	respondPermission  *connect.Client[v2.RespondPermissionRequest, v2.RespondPermissionResponse]
+	respondElicitation *connect.Client[v2.RespondElicitationRequest, v2.RespondElicitationResponse]
+	getSession         *connect.Client[v2.GetSessionRequest, v2.GetSessionResponse]
+	listSessions       *connect.Client[v2.ListSessionsRequest, v2.ListSessionsResponse]
+	closeSession       *connect.Client[v2.CloseSessionRequest, v2.CloseSessionResponse]
+	setMode            *connect.Client[v2.SetModeRequest, v2.SetModeResponse]
+	setConfigOption    *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
+	listAgents         *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
+	deleteSession      *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
+	logout             *connect.Client[v2.LogoutRequest, v2.LogoutResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -237,6 +250,11 @@ func (c *sessionServiceClient) Cancel(ctx context.Context, req *connect.Request[
 // RespondPermission calls acp.v2.SessionService.RespondPermission.
 func (c *sessionServiceClient) RespondPermission(ctx context.Context, req *connect.Request[v2.RespondPermissionRequest]) (*connect.Response[v2.RespondPermissionResponse], error) {
 	return c.respondPermission.CallUnary(ctx, req)
+}
+
+// RespondElicitation calls acp.v2.SessionService.RespondElicitation.
+func (c *sessionServiceClient) RespondElicitation(ctx context.Context, req *connect.Request[v2.RespondElicitationRequest]) (*connect.Response[v2.RespondElicitationResponse], error) {
+	return c.respondElicitation.CallUnary(ctx, req)
 }
 
 // GetSession calls acp.v2.SessionService.GetSession.
@@ -291,6 +309,9 @@ type SessionServiceHandler interface {
 	Cancel(context.Context, *connect.Request[v2.CancelRequest]) (*connect.Response[v2.CancelResponse], error)
 	// RespondPermission answers a pending permission request.
 	RespondPermission(context.Context, *connect.Request[v2.RespondPermissionRequest]) (*connect.Response[v2.RespondPermissionResponse], error)
+	// RespondElicitation answers a pending elicitation (ACP
+	// `elicitation/create`): accept with content, decline or cancel.
+	RespondElicitation(context.Context, *connect.Request[v2.RespondElicitationRequest]) (*connect.Response[v2.RespondElicitationResponse], error)
 	// GetSession returns the session's merged tool calls.
 	GetSession(context.Context, *connect.Request[v2.GetSessionRequest]) (*connect.Response[v2.GetSessionResponse], error)
 	// ListSessions lists the caller's sessions.
@@ -350,6 +371,12 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		SessionServiceRespondPermissionProcedure,
 		svc.RespondPermission,
 		connect.WithSchema(sessionServiceMethods.ByName("RespondPermission")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sessionServiceRespondElicitationHandler := connect.NewUnaryHandler(
+		SessionServiceRespondElicitationProcedure,
+		svc.RespondElicitation,
+		connect.WithSchema(sessionServiceMethods.ByName("RespondElicitation")),
 		connect.WithHandlerOptions(opts...),
 	)
 	sessionServiceGetSessionHandler := connect.NewUnaryHandler(
@@ -412,6 +439,8 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceCancelHandler.ServeHTTP(w, r)
 		case SessionServiceRespondPermissionProcedure:
 			sessionServiceRespondPermissionHandler.ServeHTTP(w, r)
+		case SessionServiceRespondElicitationProcedure:
+			sessionServiceRespondElicitationHandler.ServeHTTP(w, r)
 		case SessionServiceGetSessionProcedure:
 			sessionServiceGetSessionHandler.ServeHTTP(w, r)
 		case SessionServiceListSessionsProcedure:
@@ -455,6 +484,10 @@ func (UnimplementedSessionServiceHandler) Cancel(context.Context, *connect.Reque
 
 func (UnimplementedSessionServiceHandler) RespondPermission(context.Context, *connect.Request[v2.RespondPermissionRequest]) (*connect.Response[v2.RespondPermissionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.RespondPermission is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) RespondElicitation(context.Context, *connect.Request[v2.RespondElicitationRequest]) (*connect.Response[v2.RespondElicitationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.RespondElicitation is not implemented"))
 }
 
 func (UnimplementedSessionServiceHandler) GetSession(context.Context, *connect.Request[v2.GetSessionRequest]) (*connect.Response[v2.GetSessionResponse], error) {
