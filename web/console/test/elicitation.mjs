@@ -81,7 +81,7 @@ try {
   await page.locator('.elicitation[data-mode="url"].done', { hasText: "Declined" }).waitFor();
   await page.locator('.turn-end[data-stop-reason="end_turn"]').nth(1).waitFor();
 
-  const said = await page.locator(".bubble.message .body").allTextContents();
+  const said = (await page.locator(".bubble.message .body").allTextContents()).map((s) => s.trim());
   assert.deepEqual(problems, []);
   console.log(JSON.stringify({ sessionId, said, href }));
 } catch (e) {
