@@ -4,14 +4,23 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
 )
 
@@ -225,5 +234,95 @@ func checkAskedCall(t *testing.T, when string, snap *acpv2.SessionSnapshot) {
 	if len(calls) != 1 || calls[0].GetToolCallId() != "ask-1" || calls[0].GetTitle() != "rm -rf build" ||
 		calls[0].GetKind() != "delete" || calls[0].GetRawInput().GetStructValue().GetFields()["path"].GetStringValue() != "build" {
 		t.Errorf("%s: calls %v, want the answered request's ask-1", when, calls)
+	}
+}
+
+// readCounter counts the bytes of the tool calls and events a store
+// hands out, by session, and the calls of ToolCalls.
+type readCounter struct {
+	statestore.Store
+	mu        sync.Mutex
+	bytes     map[string]int
+	toolCalls int
+}
+
+func (r *readCounter) count(id string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.bytes[id] += n
+}
+
+func (r *readCounter) ToolCalls(ctx context.Context, id string) ([]*acpv2.ToolCall, uint64, error) {
+	calls, asOf, err := r.Store.ToolCalls(ctx, id)
+	n := 0
+	for _, tc := range calls {
+		n += proto.Size(tc)
+	}
+	r.count(id, n)
+	r.mu.Lock()
+	r.toolCalls++
+	r.mu.Unlock()
+	return calls, asOf, err
+}
+
+func (r *readCounter) ToolCall(ctx context.Context, id, callID string) (*acpv2.ToolCall, uint64, error) {
+	tc, asOf, err := r.Store.ToolCall(ctx, id, callID)
+	r.count(id, proto.Size(tc))
+	return tc, asOf, err
+}
+
+func (r *readCounter) Events(ctx context.Context, id string, after uint64, limit int) ([]*encoded.Event, error) {
+	evs, err := r.Store.Events(ctx, id, after, limit)
+	n := 0
+	for _, e := range evs {
+		n += e.Size()
+	}
+	r.count(id, n)
+	return evs, err
+}
+
+// ListSessions reads, for a session this gateway does not run, its state
+// record and its last event, not its tool calls: what it reads of a
+// session with 500 large calls is what it reads of one with one.
+func TestSummariesDoNotReadTheToolCalls(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := statestore.NewMemory(statestore.Options{})
+	var st sessionstate.State
+	st.Apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_SessionInfoUpdate{SessionInfoUpdate: &acpv2.SessionInfoUpdate{
+		Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "Fix the build"}}}}})
+	record, err := st.Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range map[string]int{"few": 1, "many": 500} {
+		if err := mem.CreateSession(ctx, &statestore.Session{ID: id, Agent: "a", State: statestore.StateAgentLost, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		changed := []statestore.Call{{ID: sessionstate.RecordID, Proto: record}}
+		for i := range n {
+			changed = append(changed, storetest.Calls(t, &acpv2.ToolCall{ToolCallId: fmt.Sprint("c", i), Title: strings.Repeat("x", 1<<10)})...)
+		}
+		ev := &acpv2.SessionEvent{Seq: 1, Time: timestamppb.New(time.Unix(1e9, 0)), Event: &acpv2.SessionEvent_StateChanged{
+			StateChanged: &acpv2.SessionStateChanged{State: "ready"}}}
+		if err := mem.Append(ctx, id, storetest.Encode(t, ev), changed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counter := &readCounter{Store: mem, bytes: map[string]int{}}
+	m := NewManager(Options{Store: counter, IdleTimeout: -1})
+	defer m.Close()
+	sums, err := m.Summaries(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sum := range sums {
+		if sum.GetTitle() != "Fix the build" || !sum.GetUpdatedAt().AsTime().Equal(time.Unix(1e9, 0)) {
+			t.Errorf("summary of %s: %v", sum.GetSessionId(), sum)
+		}
+	}
+	if len(sums) != 2 || counter.toolCalls != 0 || counter.bytes["many"] != counter.bytes["few"] {
+		t.Fatalf("%d summaries; ToolCalls called %d times; bytes read %v, want as many for many calls as for one",
+			len(sums), counter.toolCalls, counter.bytes)
 	}
 }
