@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/encoded"
@@ -40,7 +43,42 @@ func storedSnapshot(ctx context.Context, st statestore.Store, rec *statestore.Se
 		AgentContextLost: agentContextLost(rec), UpdatedAt: kept.updated,
 	}
 	kept.state.Fill(snap)
+	if len(snap.GetPendingPermissions()) > 0 {
+		byID := make(map[string]*acpv2.ToolCall, len(kept.calls))
+		for _, tc := range kept.calls {
+			byID[tc.GetToolCallId()] = tc
+		}
+		withPreviews(snap, func(id string) *acpv2.ToolCall { return byID[id] })
+	}
 	return snap, nil
+}
+
+// withPreviews gives snap's pending permission requests their preview,
+// as the live permissionRequest event has it: the session's call of the
+// request's toolCallId (call returns it, nil for none) with the
+// request's patch applied, now. A preview over sessionstate.MaxPart is
+// cut to what identifies its call (merge.ThinCall). The requests are
+// copied: the state's are shared.
+func withPreviews(snap *acpv2.SessionSnapshot, call func(id string) *acpv2.ToolCall) {
+	pending := make([]*acpv2.PermissionRequest, len(snap.GetPendingPermissions()))
+	for i, r := range snap.GetPendingPermissions() {
+		pending[i] = r
+		preview, err := merge.Apply(call(r.GetToolCall().GetToolCallId()), r.GetToolCall())
+		if err != nil {
+			continue // no call named: nothing to preview
+		}
+		if proto.Size(preview) > sessionstate.MaxPart {
+			preview = merge.ThinCall(preview)
+		}
+		with := &acpv2.PermissionRequest{}
+		r.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			with.ProtoReflect().Set(fd, v)
+			return true
+		})
+		with.Preview = preview
+		pending[i] = with
+	}
+	snap.PendingPermissions = pending
 }
 
 // storedState is what the store holds of a session besides its record and

@@ -211,6 +211,9 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 		AgentContextLost: s.state == statestore.StateAgentLost && !s.resumable,
 	}
 	s.sstate.Fill(snap)
+	if len(snap.GetPendingPermissions()) > 0 {
+		withPreviews(snap, s.tools.Get)
+	}
 	snap.UpdatedAt = s.lastTime
 	return snap
 }

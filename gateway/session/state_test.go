@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -146,6 +148,9 @@ func TestSnapshotHoldsTheSessionState(t *testing.T) {
 				if !snap.GetTurnRunning() || snap.GetTurnStartedSeq() != started || snap.GetTurnStartedAt() == nil ||
 					len(pend) != 1 || pend[0].GetToolCall().GetTitle().GetValue() != "rm -rf build" {
 					t.Fatalf("%s, asked: turn running %v from %d (want %d), pending %v", when, snap.GetTurnRunning(), snap.GetTurnStartedSeq(), started, pend)
+				}
+				if pv := pend[0].GetPreview(); pv.GetToolCallId() != "ask-1" || pv.GetTitle() != "rm -rf build" || pv.GetKind() != "delete" {
+					t.Errorf("%s, asked: the pending request's preview is %v, want the request's call", when, pv)
 				}
 				checkState(t, when, snap)
 				if len(snap.GetToolCalls()) != 0 {
@@ -324,5 +329,68 @@ func TestSummariesDoNotReadTheToolCalls(t *testing.T) {
 	if len(sums) != 2 || counter.toolCalls != 0 || counter.bytes["many"] != counter.bytes["few"] {
 		t.Fatalf("%d summaries; ToolCalls called %d times; bytes read %v, want as many for many calls as for one",
 			len(sums), counter.toolCalls, counter.bytes)
+	}
+}
+
+// A pending request in the snapshot has its preview, as the live event
+// has: the session's call with the request's patch applied, as the call
+// is when the snapshot is taken; from the session and from the store,
+// which keeps no preview in its record.
+func TestPendingPermissionsHaveTheirPreview(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, s := storedSession(t, Options{}, acpjson.V2)
+	up := toolUpdate("c", "in_progress")
+	up.GetToolCallUpdate().Title = &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "edit main.go"}}
+	update(t, s, []agent.Update{{Update: up}})
+	if _, _, err := s.RequestPermission([]byte(`{"toolCall":{"toolCallId":"c","kind":"edit"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	update(t, s, []agent.Update{{Update: toolUpdate("c", "completed")}})
+	// The store's record of a session whose agent is gone keeps no
+	// request waiting: say it runs, as its gateway would.
+	if err := st.SetState(ctx, "s1", statestore.StateReady, ""); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.GetSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := storedSnapshot(ctx, st, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for when, snap := range map[string]*acpv2.SessionSnapshot{"live": s.Snapshot(), "stored": stored} {
+		pend := snap.GetPendingPermissions()
+		if len(pend) != 1 {
+			t.Fatalf("%s: pending %v", when, pend)
+		}
+		pv := pend[0].GetPreview()
+		if pv.GetToolCallId() != "c" || pv.GetTitle() != "edit main.go" || pv.GetKind() != "edit" || pv.GetStatus() != "completed" {
+			t.Errorf("%s: preview %v, want the call as it is now with the request's kind", when, pv)
+		}
+		if pend[0].GetToolCall().GetKind().GetValue() != "edit" || len(pend[0].GetOptions()) != 1 {
+			t.Errorf("%s: the request lost its own fields: %v", when, pend[0])
+		}
+	}
+	calls, _, err := st.ToolCalls(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, state, err := sessionstate.FromCalls(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inRecord acpv2.SessionSnapshot
+	state.Fill(&inRecord)
+	if p := inRecord.GetPendingPermissions(); len(p) != 1 || p[0].GetPreview() != nil {
+		t.Errorf("the stored record's pending requests: %v, want one without a preview", p)
+	}
+	s.mu.Lock()
+	var kept acpv2.SessionSnapshot
+	s.sstate.Fill(&kept)
+	s.mu.Unlock()
+	if p := kept.GetPendingPermissions(); len(p) != 1 || p[0].GetPreview() != nil {
+		t.Errorf("a snapshot changed the session's state: %v", p)
 	}
 }

@@ -120,7 +120,9 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 		})
 	case *acpv2.SessionEvent_PermissionRequest:
 		r := proto.CloneOf(v.PermissionRequest)
-		r.Preview = nil // the calls it would preview change; not kept
+		// The calls it would preview change: a snapshot makes the preview
+		// of the calls as they are then, so none is kept or stored.
+		r.Preview = nil
 		if proto.Size(r.GetToolCall()) > MaxPart {
 			r.ToolCall = thinUpdate(r.GetToolCall())
 		}
