@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/encoded"
@@ -40,7 +43,42 @@ func storedSnapshot(ctx context.Context, st statestore.Store, rec *statestore.Se
 		AgentContextLost: agentContextLost(rec), UpdatedAt: kept.updated,
 	}
 	kept.state.Fill(snap)
+	if len(snap.GetPendingPermissions()) > 0 {
+		byID := make(map[string]*acpv2.ToolCall, len(kept.calls))
+		for _, tc := range kept.calls {
+			byID[tc.GetToolCallId()] = tc
+		}
+		withPreviews(snap, func(id string) *acpv2.ToolCall { return byID[id] })
+	}
 	return snap, nil
+}
+
+// withPreviews gives snap's pending permission requests their preview,
+// as the live permissionRequest event has it: the session's call of the
+// request's toolCallId (call returns it, nil for none) with the
+// request's patch applied, now. A preview over sessionstate.MaxPart is
+// cut to what identifies its call (merge.ThinCall). The requests are
+// copied: the state's are shared.
+func withPreviews(snap *acpv2.SessionSnapshot, call func(id string) *acpv2.ToolCall) {
+	pending := make([]*acpv2.PermissionRequest, len(snap.GetPendingPermissions()))
+	for i, r := range snap.GetPendingPermissions() {
+		pending[i] = r
+		preview, err := merge.Apply(call(r.GetToolCall().GetToolCallId()), r.GetToolCall())
+		if err != nil {
+			continue // no call named: nothing to preview
+		}
+		if proto.Size(preview) > sessionstate.MaxPart {
+			preview = merge.ThinCall(preview)
+		}
+		with := &acpv2.PermissionRequest{}
+		r.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			with.ProtoReflect().Set(fd, v)
+			return true
+		})
+		with.Preview = preview
+		pending[i] = with
+	}
+	snap.PendingPermissions = pending
 }
 
 // storedState is what the store holds of a session besides its record and
@@ -73,18 +111,53 @@ func readStored(ctx context.Context, st statestore.Store, rec *statestore.Sessio
 	if !live(rec.State) {
 		out.ended = state.EndTurn()
 	}
-	if asOf > 0 {
-		last, err := st.Events(ctx, rec.ID, asOf-1, 1)
-		if err != nil {
-			return nil, err
-		}
-		if len(last) == 1 {
-			if msg, err := last[0].Message(); err == nil {
-				out.updated = msg.GetTime()
-			}
-		}
+	if out.updated, err = lastTime(ctx, st, rec.ID, asOf); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// lastTime returns the time of session id's event asOf, its last (nil
+// for 0): one event read, the newest being always kept.
+func lastTime(ctx context.Context, st statestore.Store, id string, asOf uint64) (*timestamppb.Timestamp, error) {
+	if asOf == 0 {
+		return nil, nil
+	}
+	last, err := st.Events(ctx, id, asOf-1, 1)
+	if err != nil || len(last) != 1 {
+		return nil, err
+	}
+	if msg, err := last[0].Message(); err == nil {
+		return msg.GetTime(), nil
+	}
+	return nil, nil // a time not known, not a failed read
+}
+
+// storedSummary is the summary of session rec, which this gateway does
+// not run, from the store: its record, its state record alone
+// (Store.ToolCall) and its last event, whatever the number and size of
+// its tool calls.
+func storedSummary(ctx context.Context, st statestore.Store, rec *statestore.Session) (*acpv2.SessionSummary, error) {
+	sum := &acpv2.SessionSummary{
+		SessionId: rec.ID, Agent: rec.Agent, Cwd: rec.Cwd, LastSeq: rec.LastSeq, CreatedAt: timestamppb.New(rec.CreatedAt),
+		State: string(rec.State), StateDetail: rec.Detail,
+	}
+	record, asOf, err := st.ToolCall(ctx, rec.ID, sessionstate.RecordID)
+	if err != nil {
+		return nil, err
+	}
+	state, err := sessionstate.FromRecord(record)
+	if err != nil {
+		return nil, fmt.Errorf("session %s: %w", rec.ID, err)
+	}
+	if !live(rec.State) {
+		state.EndTurn()
+	}
+	state.Summarise(sum)
+	if sum.UpdatedAt, err = lastTime(ctx, st, rec.ID, asOf); err != nil {
+		return nil, err
+	}
+	return sum, nil
 }
 
 // Summaries returns the summaries of user's sessions, oldest first: from
@@ -100,19 +173,13 @@ func (m *Manager) Summaries(ctx context.Context, user string) ([]*acpv2.SessionS
 			out = append(out, s.Summary())
 			continue
 		}
-		sum := &acpv2.SessionSummary{
-			SessionId: r.ID, Agent: r.Agent, Cwd: r.Cwd, LastSeq: r.LastSeq, CreatedAt: timestamppb.New(r.CreatedAt),
-			State: string(r.State), StateDetail: r.Detail,
-		}
-		kept, err := readStored(ctx, m.opts.Store, r)
+		sum, err := storedSummary(ctx, m.opts.Store, r)
 		switch {
 		case errors.Is(err, statestore.ErrNotFound):
 			continue // deleted meanwhile
 		case err != nil:
 			return nil, err
 		}
-		kept.state.Summarise(sum)
-		sum.UpdatedAt = kept.updated
 		out = append(out, sum)
 	}
 	return out, nil

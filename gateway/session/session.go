@@ -215,6 +215,9 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 		PendingElicitations: s.pendingElicitationsLocked(),
 	}
 	s.sstate.Fill(snap)
+	if len(snap.GetPendingPermissions()) > 0 {
+		withPreviews(snap, s.tools.Get)
+	}
 	snap.UpdatedAt = s.lastTime
 	return snap
 }

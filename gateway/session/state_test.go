@@ -4,14 +4,25 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
+	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
 )
 
@@ -138,6 +149,9 @@ func TestSnapshotHoldsTheSessionState(t *testing.T) {
 					len(pend) != 1 || pend[0].GetToolCall().GetTitle().GetValue() != "rm -rf build" {
 					t.Fatalf("%s, asked: turn running %v from %d (want %d), pending %v", when, snap.GetTurnRunning(), snap.GetTurnStartedSeq(), started, pend)
 				}
+				if pv := pend[0].GetPreview(); pv.GetToolCallId() != "ask-1" || pv.GetTitle() != "rm -rf build" || pv.GetKind() != "delete" {
+					t.Errorf("%s, asked: the pending request's preview is %v, want the request's call", when, pv)
+				}
 				checkState(t, when, snap)
 				if len(snap.GetToolCalls()) != 0 {
 					t.Errorf("%s, asked: the request's call is among the calls before it was answered: %v", when, snap.GetToolCalls())
@@ -225,5 +239,158 @@ func checkAskedCall(t *testing.T, when string, snap *acpv2.SessionSnapshot) {
 	if len(calls) != 1 || calls[0].GetToolCallId() != "ask-1" || calls[0].GetTitle() != "rm -rf build" ||
 		calls[0].GetKind() != "delete" || calls[0].GetRawInput().GetStructValue().GetFields()["path"].GetStringValue() != "build" {
 		t.Errorf("%s: calls %v, want the answered request's ask-1", when, calls)
+	}
+}
+
+// readCounter counts the bytes of the tool calls and events a store
+// hands out, by session, and the calls of ToolCalls.
+type readCounter struct {
+	statestore.Store
+	mu        sync.Mutex
+	bytes     map[string]int
+	toolCalls int
+}
+
+func (r *readCounter) count(id string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.bytes[id] += n
+}
+
+func (r *readCounter) ToolCalls(ctx context.Context, id string) ([]*acpv2.ToolCall, uint64, error) {
+	calls, asOf, err := r.Store.ToolCalls(ctx, id)
+	n := 0
+	for _, tc := range calls {
+		n += proto.Size(tc)
+	}
+	r.count(id, n)
+	r.mu.Lock()
+	r.toolCalls++
+	r.mu.Unlock()
+	return calls, asOf, err
+}
+
+func (r *readCounter) ToolCall(ctx context.Context, id, callID string) (*acpv2.ToolCall, uint64, error) {
+	tc, asOf, err := r.Store.ToolCall(ctx, id, callID)
+	r.count(id, proto.Size(tc))
+	return tc, asOf, err
+}
+
+func (r *readCounter) Events(ctx context.Context, id string, after uint64, limit int) ([]*encoded.Event, error) {
+	evs, err := r.Store.Events(ctx, id, after, limit)
+	n := 0
+	for _, e := range evs {
+		n += e.Size()
+	}
+	r.count(id, n)
+	return evs, err
+}
+
+// ListSessions reads, for a session this gateway does not run, its state
+// record and its last event, not its tool calls: what it reads of a
+// session with 500 large calls is what it reads of one with one.
+func TestSummariesDoNotReadTheToolCalls(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := statestore.NewMemory(statestore.Options{})
+	var st sessionstate.State
+	st.Apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_SessionInfoUpdate{SessionInfoUpdate: &acpv2.SessionInfoUpdate{
+		Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "Fix the build"}}}}})
+	record, err := st.Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range map[string]int{"few": 1, "many": 500} {
+		if err := mem.CreateSession(ctx, &statestore.Session{ID: id, Agent: "a", State: statestore.StateAgentLost, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		changed := []statestore.Call{{ID: sessionstate.RecordID, Proto: record}}
+		for i := range n {
+			changed = append(changed, storetest.Calls(t, &acpv2.ToolCall{ToolCallId: fmt.Sprint("c", i), Title: strings.Repeat("x", 1<<10)})...)
+		}
+		ev := &acpv2.SessionEvent{Seq: 1, Time: timestamppb.New(time.Unix(1e9, 0)), Event: &acpv2.SessionEvent_StateChanged{
+			StateChanged: &acpv2.SessionStateChanged{State: "ready"}}}
+		if err := mem.Append(ctx, id, storetest.Encode(t, ev), changed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counter := &readCounter{Store: mem, bytes: map[string]int{}}
+	m := NewManager(Options{Store: counter, IdleTimeout: -1})
+	defer m.Close()
+	sums, err := m.Summaries(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sum := range sums {
+		if sum.GetTitle() != "Fix the build" || !sum.GetUpdatedAt().AsTime().Equal(time.Unix(1e9, 0)) {
+			t.Errorf("summary of %s: %v", sum.GetSessionId(), sum)
+		}
+	}
+	if len(sums) != 2 || counter.toolCalls != 0 || counter.bytes["many"] != counter.bytes["few"] {
+		t.Fatalf("%d summaries; ToolCalls called %d times; bytes read %v, want as many for many calls as for one",
+			len(sums), counter.toolCalls, counter.bytes)
+	}
+}
+
+// A pending request in the snapshot has its preview, as the live event
+// has: the session's call with the request's patch applied, as the call
+// is when the snapshot is taken; from the session and from the store,
+// which keeps no preview in its record.
+func TestPendingPermissionsHaveTheirPreview(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, s := storedSession(t, Options{}, acpjson.V2)
+	up := toolUpdate("c", "in_progress")
+	up.GetToolCallUpdate().Title = &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "edit main.go"}}
+	update(t, s, []agent.Update{{Update: up}})
+	if _, _, err := s.RequestPermission([]byte(`{"toolCall":{"toolCallId":"c","kind":"edit"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	update(t, s, []agent.Update{{Update: toolUpdate("c", "completed")}})
+	// The store's record of a session whose agent is gone keeps no
+	// request waiting: say it runs, as its gateway would.
+	if err := st.SetState(ctx, "s1", statestore.StateReady, ""); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.GetSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := storedSnapshot(ctx, st, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for when, snap := range map[string]*acpv2.SessionSnapshot{"live": s.Snapshot(), "stored": stored} {
+		pend := snap.GetPendingPermissions()
+		if len(pend) != 1 {
+			t.Fatalf("%s: pending %v", when, pend)
+		}
+		pv := pend[0].GetPreview()
+		if pv.GetToolCallId() != "c" || pv.GetTitle() != "edit main.go" || pv.GetKind() != "edit" || pv.GetStatus() != "completed" {
+			t.Errorf("%s: preview %v, want the call as it is now with the request's kind", when, pv)
+		}
+		if pend[0].GetToolCall().GetKind().GetValue() != "edit" || len(pend[0].GetOptions()) != 1 {
+			t.Errorf("%s: the request lost its own fields: %v", when, pend[0])
+		}
+	}
+	calls, _, err := st.ToolCalls(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, state, err := sessionstate.FromCalls(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inRecord acpv2.SessionSnapshot
+	state.Fill(&inRecord)
+	if p := inRecord.GetPendingPermissions(); len(p) != 1 || p[0].GetPreview() != nil {
+		t.Errorf("the stored record's pending requests: %v, want one without a preview", p)
+	}
+	s.mu.Lock()
+	var kept acpv2.SessionSnapshot
+	s.sstate.Fill(&kept)
+	s.mu.Unlock()
+	if p := kept.GetPendingPermissions(); len(p) != 1 || p[0].GetPreview() != nil {
+		t.Errorf("a snapshot changed the session's state: %v", p)
 	}
 }

@@ -39,36 +39,44 @@ func (st *State) Record() ([]byte, error) {
 // state its record holds (an empty State when there is none, as for a
 // session stored by a gateway from before this record).
 func FromCalls(calls []*acpv2.ToolCall) ([]*acpv2.ToolCall, *State, error) {
-	st := &State{}
 	for i, tc := range calls {
-		if tc.GetToolCallId() != RecordID {
-			continue
+		if tc.GetToolCallId() == RecordID {
+			st, err := FromRecord(tc)
+			if err != nil {
+				return nil, nil, err
+			}
+			return append(calls[:i:i], calls[i+1:]...), st, nil
 		}
-		rest := append(calls[:i:i], calls[i+1:]...)
-		b := tc.ProtoReflect().GetUnknown()
-		for len(b) > 0 {
-			num, typ, n := protowire.ConsumeTag(b)
-			if n < 0 {
-				return nil, nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(n))
-			}
-			b = b[n:]
-			if num == recordField && typ == protowire.BytesType {
-				body, m := protowire.ConsumeBytes(b)
-				if m < 0 {
-					return nil, nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(m))
-				}
-				if err := proto.Unmarshal(body, &st.s); err != nil {
-					return nil, nil, fmt.Errorf("sessionstate: corrupt state record: %w", err)
-				}
-				return rest, st, nil
-			}
-			m := protowire.ConsumeFieldValue(num, typ, b)
-			if m < 0 {
-				return nil, nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(m))
-			}
-			b = b[m:]
-		}
-		return rest, st, nil
 	}
-	return calls, st, nil
+	return calls, &State{}, nil
+}
+
+// FromRecord returns the state that rec, the call a store holds under
+// RecordID, holds: an empty State for nil (no record stored).
+func FromRecord(rec *acpv2.ToolCall) (*State, error) {
+	st := &State{}
+	b := rec.ProtoReflect().GetUnknown()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if num == recordField && typ == protowire.BytesType {
+			body, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(m))
+			}
+			if err := proto.Unmarshal(body, &st.s); err != nil {
+				return nil, fmt.Errorf("sessionstate: corrupt state record: %w", err)
+			}
+			return st, nil
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(m))
+		}
+		b = b[m:]
+	}
+	return st, nil
 }

@@ -39,8 +39,35 @@ const (
 	// a list past it keeps its first items that fit, a plan its first
 	// entries, a request its tool call's id, title, kind and status.
 	MaxPart = 64 << 10
+	// MaxPending is the most bytes (as protobuf) the pending permission
+	// requests take whole: a request past it is kept cut as one over
+	// MaxPart is (thinRequest), with what answering it needs.
+	MaxPending = 4 * MaxPart
+	// MaxBytes bounds a State as protobuf (its record, and what it adds
+	// to a snapshot besides the previews), with at most
+	// DefaultPendingBound requests waiting: each part's bound, summed.
+	MaxBytes = 4*MaxPart + 3*maxText + maxUsage + MaxFirstPrompt + 64 +
+		MaxTerminals*(maxID+2*maxText+MaxTerminalOutput+maxExit+64) +
+		MaxPending + DefaultPendingBound*maxThinRequest
+	// DefaultPendingBound is the number of waiting requests MaxBytes
+	// counts: the session's default cap on them.
+	DefaultPendingBound = 64
 	// maxText bounds a terminal's command and cwd, and the title.
 	maxText = 4 << 10
+	// maxID bounds a terminal's id.
+	maxID = 256
+	// maxUsage bounds the usage kept whole; past it only its numbers and
+	// currency are kept.
+	maxUsage = 4 << 10
+	// maxExit bounds a terminal's exit status kept whole; past it only
+	// its exitCode and signal are kept.
+	maxExit = 1 << 10
+	// maxThinOptions bounds a cut request's options; maxThinRequest the
+	// whole of a cut request.
+	maxThinOptions = 4 << 10
+	maxThinRequest = maxThinOptions + 2<<10
+	// thinOptions bounds the options of a request that Thin cuts.
+	thinOptions = 512
 )
 
 // State is a session's materialised state. The zero State is empty.
@@ -87,7 +114,7 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 		}
 		s.Title = clip(t.GetValue(), maxText) // a cleared title is ""
 	case *acpv2.SessionEvent_UsageUpdate:
-		s.Usage = v.UsageUpdate
+		s.Usage = capUsage(v.UsageUpdate)
 	case *acpv2.SessionEvent_Plan:
 		p := v.Plan
 		s.Plan = capPlan(&acpv2.PlanContent{Content: &acpv2.PlanContent_Items{Items: &acpv2.PlanItems{
@@ -110,7 +137,7 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 				appendOutput(t, b)
 			}
 			if u.GetExitStatus() != nil {
-				t.ExitStatus = u.GetExitStatus().GetValue()
+				t.ExitStatus = capExit(u.GetExitStatus().GetValue())
 			}
 		})
 	case *acpv2.SessionEvent_TerminalOutputChunk:
@@ -120,9 +147,18 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 		})
 	case *acpv2.SessionEvent_PermissionRequest:
 		r := proto.CloneOf(v.PermissionRequest)
-		r.Preview = nil // the calls it would preview change; not kept
+		// The calls it would preview change: a snapshot makes the preview
+		// of the calls as they are then, so none is kept or stored.
+		r.Preview = nil
 		if proto.Size(r.GetToolCall()) > MaxPart {
 			r.ToolCall = thinUpdate(r.GetToolCall())
+		}
+		held := 0
+		for _, p := range s.PendingPermissions {
+			held += proto.Size(p)
+		}
+		if size := proto.Size(r); size > MaxPart || held+size > MaxPending {
+			r = thinRequest(r, maxThinOptions)
 		}
 		s.PendingPermissions = append(s.PendingPermissions[:len(s.PendingPermissions):len(s.PendingPermissions)], r)
 	case *acpv2.SessionEvent_PermissionResolved:
@@ -170,6 +206,35 @@ func (st *State) Fill(snap *acpv2.SessionSnapshot) {
 	snap.FirstPrompt = s.FirstPrompt
 }
 
+// Thin cuts the state fields of snap, a snapshot the caller owns (their
+// values may be shared: they are replaced, not modified), to what a
+// client needs to show the session and answer its requests, for a
+// response too small for the whole: the current mode without the modes
+// offered, the usage's numbers, the terminals without their output
+// (output_truncated set), the pending requests cut (thinRequest: their
+// options to 512 bytes, at least one; no preview), the title and first prompt; the configuration options, the
+// commands and the plan are left out.
+func Thin(snap *acpv2.SessionSnapshot) {
+	if m := snap.GetModes(); m != nil {
+		snap.Modes = &acpv2.SessionModeState{CurrentModeId: clip(m.GetCurrentModeId(), maxID)}
+	}
+	snap.ConfigOptions, snap.AvailableCommands, snap.Plan = nil, nil, nil
+	if u := snap.GetUsage(); u != nil {
+		snap.Usage = capUsage(&acpv2.UsageUpdate{Used: u.Used, Size: u.Size, Cost: u.GetCost(), InputTokens: u.InputTokens, OutputTokens: u.OutputTokens})
+	}
+	terms := make([]*acpv2.SessionTerminal, len(snap.GetTerminals()))
+	for i, t := range snap.GetTerminals() {
+		terms[i] = &acpv2.SessionTerminal{TerminalId: clip(t.GetTerminalId(), maxID), Command: clip(t.GetCommand(), 256), Cwd: clip(t.GetCwd(), 256),
+			OutputTruncated: len(t.GetOutput()) > 0 || t.GetOutputTruncated(), ExitStatus: capExit(t.GetExitStatus())}
+	}
+	snap.Terminals = terms
+	pending := make([]*acpv2.PermissionRequest, len(snap.GetPendingPermissions()))
+	for i, r := range snap.GetPendingPermissions() {
+		pending[i] = thinRequest(r, thinOptions)
+	}
+	snap.PendingPermissions = pending
+}
+
 // Summarise sets the state fields of a session's summary.
 func (st *State) Summarise(sum *acpv2.SessionSummary) {
 	s := &st.s
@@ -183,6 +248,7 @@ func (st *State) Summarise(sum *acpv2.SessionSummary) {
 // by a snapshot.
 func (st *State) terminal(id string, change func(*acpv2.SessionTerminal)) {
 	s := &st.s
+	id = clip(id, maxID)
 	terms := make([]*acpv2.SessionTerminal, 0, len(s.Terminals)+1)
 	var t *acpv2.SessionTerminal
 	for _, old := range s.Terminals {
@@ -193,7 +259,7 @@ func (st *State) terminal(id string, change func(*acpv2.SessionTerminal)) {
 		terms = append(terms, old)
 	}
 	if t == nil {
-		t = &acpv2.SessionTerminal{TerminalId: clip(id, maxText)}
+		t = &acpv2.SessionTerminal{TerminalId: id}
 		terms = append(terms, t)
 		if len(terms) > MaxTerminals {
 			terms = terms[len(terms)-MaxTerminals:]
@@ -242,6 +308,68 @@ func capPlan(p *acpv2.PlanContent) *acpv2.PlanContent {
 	return nil // a plan of a type not known, too large to keep
 }
 
+// capUsage returns u, or its numbers and currency when it is over
+// maxUsage (its meta and extra are the agent's to fill).
+func capUsage(u *acpv2.UsageUpdate) *acpv2.UsageUpdate {
+	if proto.Size(u) <= maxUsage {
+		return u
+	}
+	out := &acpv2.UsageUpdate{Used: u.Used, Size: u.Size, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+	if c := u.GetCost(); c != nil {
+		out.Cost = &acpv2.Cost{Amount: c.GetAmount(), Currency: clip(c.GetCurrency(), 64)}
+	}
+	return out
+}
+
+// capExit returns a terminal's exit status, or its exitCode and signal
+// (cut to 64 bytes) when it is over maxExit.
+func capExit(e *structpb.Struct) *structpb.Struct {
+	if proto.Size(e) <= maxExit {
+		return e
+	}
+	out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	if v, ok := e.GetFields()["exitCode"]; ok && v.GetNumberValue() == v.GetNumberValue() {
+		out.Fields["exitCode"] = structpb.NewNumberValue(v.GetNumberValue())
+	}
+	if v := e.GetFields()["signal"].GetStringValue(); v != "" {
+		out.Fields["signal"] = structpb.NewStringValue(clip(v, 64))
+	}
+	return out
+}
+
+// thinRequest is a permission request cut to what answering it needs:
+// its id, its title (cut to 256 bytes), its tool call's id, title, kind
+// and status, and the ids, names (256) and kinds (64) of its first
+// options that fit in optionBytes, at least one (an option whose id is
+// longer than maxText is left out). It has the trimmed meta.
+func thinRequest(r *acpv2.PermissionRequest, optionBytes int) *acpv2.PermissionRequest {
+	var opts []*acpv2.PermissionOption
+	total := 0
+	for _, o := range r.GetOptions() {
+		if len(o.GetOptionId()) > maxText {
+			continue
+		}
+		thin := &acpv2.PermissionOption{OptionId: o.GetOptionId(), Name: clip(o.GetName(), 256), Kind: clip(o.GetKind(), 64)}
+		if total += proto.Size(thin) + 8; total > optionBytes && len(opts) > 0 {
+			break
+		}
+		opts = append(opts, thin)
+	}
+	return &acpv2.PermissionRequest{
+		RequestId: clip(r.GetRequestId(), 64),
+		ToolCall:  thinUpdate(r.GetToolCall()),
+		Options:   opts,
+		Title:     clip(r.GetTitle(), 256),
+		Meta:      trimmedMeta(),
+	}
+}
+
+func trimmedMeta() *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		"acpGateway": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"trimmed": structpb.NewBoolValue(true)}})}}
+}
+
 // thinUpdate is a tool-call patch cut to what identifies its call.
 func thinUpdate(u *acpv2.ToolCallUpdate) *acpv2.ToolCallUpdate {
 	thin := func(p *acpv2.StringPatch, n int) *acpv2.StringPatch {
@@ -254,13 +382,11 @@ func thinUpdate(u *acpv2.ToolCallUpdate) *acpv2.ToolCallUpdate {
 		return &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: clip(p.GetValue(), n)}}
 	}
 	return &acpv2.ToolCallUpdate{
-		ToolCallId: u.GetToolCallId(),
+		ToolCallId: clip(u.GetToolCallId(), 256),
 		Title:      thin(u.GetTitle(), 256),
 		Kind:       thin(u.GetKind(), 64),
 		Status:     thin(u.GetStatus(), 64),
-		Meta: &acpv2.StructPatch{Op: &acpv2.StructPatch_Value{Value: &structpb.Struct{Fields: map[string]*structpb.Value{
-			"acpGateway": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				"trimmed": structpb.NewBoolValue(true)}})}}}},
+		Meta:       &acpv2.StructPatch{Op: &acpv2.StructPatch_Value{Value: trimmedMeta()}},
 	}
 }
 

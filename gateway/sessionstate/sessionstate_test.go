@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -69,5 +71,95 @@ func TestRecordRoundTrip(t *testing.T) {
 	if len(calls) != 1 || calls[0].GetToolCallId() != "c1" || snap.GetModes().GetCurrentModeId() != "ask" ||
 		!snap.GetTurnRunning() || snap.GetTurnStartedSeq() != 3 || snap.GetFirstPrompt() != "hi" {
 		t.Errorf("calls %v, state %v", calls, snap)
+	}
+}
+
+// A hostile agent's state stays within MaxBytes, in memory and as the
+// record: 10,000 terminals with long ids, commands and exit statuses, a
+// giant title, config option, command and mode lists and a plan far past
+// their bound, a usage full of meta, and the default cap of pending
+// requests, each with a huge tool call, title and options. Thin cuts it
+// further, keeping what answering a request needs.
+func TestHostileStateIsBounded(t *testing.T) {
+	big := strings.Repeat("\x01", 1<<20)
+	huge := &structpb.Struct{Fields: map[string]*structpb.Value{"x": structpb.NewStringValue(big)}}
+	st := &State{}
+	many := func(n int, item func(i int) string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = item(i)
+		}
+		return out
+	}
+	var opts []*acpv2.SessionConfigOption
+	var cmds []*acpv2.AvailableCommand
+	var modes []*acpv2.SessionMode
+	var entries []*acpv2.PlanEntry
+	for i, name := range many(20000, func(i int) string { return fmt.Sprint(i, strings.Repeat("n", 100)) }) {
+		opts = append(opts, &acpv2.SessionConfigOption{Id: name, Name: name})
+		cmds = append(cmds, &acpv2.AvailableCommand{Name: name, Description: name})
+		modes = append(modes, &acpv2.SessionMode{Id: name, Name: name})
+		entries = append(entries, &acpv2.PlanEntry{Content: fmt.Sprint(i, name)})
+	}
+	st.Seed(&acpv2.SessionModeState{CurrentModeId: big, AvailableModes: modes}, opts)
+	apply := func(ev *acpv2.SessionEvent) { st.Apply(ev) }
+	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_AvailableCommandsUpdate{AvailableCommandsUpdate: &acpv2.AvailableCommandsUpdate{AvailableCommands: cmds}}})
+	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_ConfigOptionUpdate{ConfigOptionUpdate: &acpv2.ConfigOptionUpdate{ConfigOptions: opts}}})
+	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_Plan{Plan: &acpv2.Plan{Entries: entries}}})
+	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_SessionInfoUpdate{SessionInfoUpdate: &acpv2.SessionInfoUpdate{Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: big}}}}})
+	used := uint64(7)
+	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_UsageUpdate{UsageUpdate: &acpv2.UsageUpdate{Used: &used, Meta: huge, Cost: &acpv2.Cost{Amount: 1, Currency: big, Extra: huge}}}})
+	text := func(s string) *acpv2.StringPatch { return &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: s}} }
+	for i := range 10000 {
+		id := fmt.Sprint(i, strings.Repeat("t", 8<<10))
+		apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_TerminalUpdate{TerminalUpdate: &acpv2.TerminalUpdate{TerminalId: id, Command: text(big[:8<<10]), Cwd: text(big[:8<<10]),
+			ExitStatus: &acpv2.StructPatch{Op: &acpv2.StructPatch_Value{Value: huge}}}}})
+		if i >= 10000-MaxTerminals { // the ones kept: each full
+			st.Apply(chunk(id, bytes.Repeat([]byte("o"), MaxTerminalOutput+1)))
+		}
+	}
+	var options []*acpv2.PermissionOption
+	for i := range 5000 {
+		options = append(options, &acpv2.PermissionOption{OptionId: fmt.Sprint("o", i), Name: big[:1000], Kind: "allow_once", Meta: huge})
+	}
+	for i := range DefaultPendingBound {
+		apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: &acpv2.PermissionRequest{
+			RequestId: fmt.Sprint("perm-", i), Title: big, Options: options, Meta: huge,
+			ToolCall: &acpv2.ToolCallUpdate{ToolCallId: "c", Title: text(big), RawInput: &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: structpb.NewStructValue(huge)}}}}}})
+	}
+	snap := &acpv2.SessionSnapshot{}
+	st.Fill(snap)
+	rec, err := st.Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size := proto.Size(snap); size > MaxBytes || len(rec) > MaxBytes+64 {
+		t.Fatalf("the state takes %d bytes, its record %d; want at most %d", size, len(rec), MaxBytes)
+	}
+	if n := len(snap.GetTerminals()); n != MaxTerminals {
+		t.Errorf("%d terminals, want %d", n, MaxTerminals)
+	}
+	// Each request can still be answered: its id and an option.
+	pend := snap.GetPendingPermissions()
+	if len(pend) != DefaultPendingBound {
+		t.Fatalf("%d requests pending, want %d", len(pend), DefaultPendingBound)
+	}
+	for _, r := range pend {
+		if !strings.HasPrefix(r.GetRequestId(), "perm-") || len(r.GetOptions()) == 0 || r.GetOptions()[0].GetOptionId() != "o0" {
+			t.Fatalf("a pending request cannot be answered: id %q, %d options", r.GetRequestId(), len(r.GetOptions()))
+		}
+	}
+	thin := proto.CloneOf(snap)
+	Thin(thin)
+	if size := proto.Size(thin); size > 128<<10 {
+		t.Errorf("the thin state takes %d bytes", size)
+	}
+	if p := thin.GetPendingPermissions(); len(p) != DefaultPendingBound || p[0].GetOptions()[0].GetOptionId() != "o0" {
+		t.Errorf("the thin state's requests: %d", len(p))
+	}
+	after := &acpv2.SessionSnapshot{}
+	st.Fill(after)
+	if !proto.Equal(after, snap) {
+		t.Error("Thin changed the state")
 	}
 }

@@ -1387,8 +1387,9 @@ type SessionSnapshot struct {
 	// terminal_output_chunk), in the order first seen; at most 16, the
 	// oldest let go first.
 	Terminals []*SessionTerminal `protobuf:"bytes,16,rep,name=terminals,proto3" json:"terminals,omitempty"`
-	// The permission requests waiting for an answer, oldest first, without
-	// their preview; each is answered with RespondPermission.
+	// The permission requests waiting for an answer, oldest first, each
+	// with its preview made from the tool calls as they are now; each is
+	// answered with RespondPermission.
 	PendingPermissions []*PermissionRequest `protobuf:"bytes,17,rep,name=pending_permissions,json=pendingPermissions,proto3" json:"pending_permissions,omitempty"`
 	// Whether a prompt turn is running: its turn_started event has no
 	// turn_ended yet. A turn keeps running when the Prompt stream that

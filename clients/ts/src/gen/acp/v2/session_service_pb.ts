@@ -808,8 +808,9 @@ export type SessionSnapshot = Message<"acp.v2.SessionSnapshot"> & {
   terminals: SessionTerminal[];
 
   /**
-   * The permission requests waiting for an answer, oldest first, without
-   * their preview; each is answered with RespondPermission.
+   * The permission requests waiting for an answer, oldest first, each
+   * with its preview made from the tool calls as they are now; each is
+   * answered with RespondPermission.
    *
    * @generated from field: repeated acp.v2.PermissionRequest pending_permissions = 17;
    */
