@@ -87,6 +87,8 @@ type Capabilities struct {
 	// Delete: session/delete (v1 sessionCapabilities.delete, v2
 	// capabilities.session.delete).
 	Delete bool
+	// List: session/list (v1 sessionCapabilities.list, v2 baseline).
+	List bool
 }
 
 // Profile returns what the agent said of itself at initialize.
@@ -217,6 +219,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		p.Capabilities.Load = res.AgentCapabilities.LoadSession
 		p.Capabilities.Resume = offered(session["resume"])
 		p.Capabilities.Close = offered(session["close"])
+		p.Capabilities.List = offered(session["list"])
 		p.MCP = mcpTransports(v, res.AgentCapabilities.MCPCapabilities, nil)
 		if p.Capabilities.Load {
 			p.Session = append(p.Session, "load")
@@ -227,6 +230,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		// capabilities at all keeps its sessions.
 		p.Capabilities.Resume = offered(res.Capabilities.Session)
 		p.Capabilities.Close = p.Capabilities.Resume
+		p.Capabilities.List = p.Capabilities.Resume
 		if p.Capabilities.Resume {
 			_ = json.Unmarshal(res.Capabilities.Session, &session)
 			var sub map[string]json.RawMessage

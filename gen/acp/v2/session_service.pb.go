@@ -1380,9 +1380,20 @@ type CreateSessionRequest struct {
 	// is by default), and its transport advertised by the agent
 	// (INVALID_ARGUMENT otherwise). Their env and header values are never
 	// shown by GetSession or ListSessions, nor logged.
-	McpServers    []*McpServer `protobuf:"bytes,4,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	McpServers []*McpServer `protobuf:"bytes,4,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	// The id of one of the agent's own sessions, as ListAgentSessions lists
+	// it for the caller, to adopt instead of making a new agent session: the
+	// gateway session works in that session's directory (cwd, when given,
+	// must be it), and its agent takes the session up with ACP v2
+	// `session/resume` from the start of its history, v1 `session/load`, or
+	// else v1 `session/resume`; the history the agent replays is the gateway
+	// session's first events. NOT_FOUND for a session the agent does not
+	// list in the caller's workspace; FAILED_PRECONDITION when a gateway
+	// session that is not closed holds it, or without
+	// --adopt-agent-sessions.
+	AdoptAgentSessionId string `protobuf:"bytes,5,opt,name=adopt_agent_session_id,json=adoptAgentSessionId,proto3" json:"adopt_agent_session_id,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateSessionRequest) Reset() {
@@ -1441,6 +1452,13 @@ func (x *CreateSessionRequest) GetMcpServers() []*McpServer {
 		return x.McpServers
 	}
 	return nil
+}
+
+func (x *CreateSessionRequest) GetAdoptAgentSessionId() string {
+	if x != nil {
+		return x.AdoptAgentSessionId
+	}
+	return ""
 }
 
 // McpServer is an MCP server an agent connects to (ACP McpServer).
@@ -2843,6 +2861,186 @@ func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
 	return nil
 }
 
+// ListAgentSessionsRequest names the agent whose sessions are listed.
+type ListAgentSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A configured agent name.
+	Agent         string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentSessionsRequest) Reset() {
+	*x = ListAgentSessionsRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentSessionsRequest) ProtoMessage() {}
+
+func (x *ListAgentSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListAgentSessionsRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+// ListAgentSessionsResponse lists an agent's sessions in the caller's
+// workspace, in the agent's order.
+type ListAgentSessionsResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*AgentSession        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Set when the list stopped at the gateway's bounds (1000 sessions, 32
+	// pages of `session/list`) before the agent's end.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentSessionsResponse) Reset() {
+	*x = ListAgentSessionsResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentSessionsResponse) ProtoMessage() {}
+
+func (x *ListAgentSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListAgentSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListAgentSessionsResponse) GetSessions() []*AgentSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListAgentSessionsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// AgentSession is one of an agent's own sessions (ACP SessionInfo).
+type AgentSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent's session id, which CreateSession's adopt_agent_session_id
+	// takes.
+	AgentSessionId string `protobuf:"bytes,1,opt,name=agent_session_id,json=agentSessionId,proto3" json:"agent_session_id,omitempty"`
+	// The session's working directory, as the gateway session that adopts
+	// it keeps it (its symbolic links resolved, where the gateway confines
+	// working directories).
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The agent's title of the session (at most 256 bytes); empty when it
+	// gave none.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// The time of the session's last activity; unset when the agent gave
+	// none (or none that parses as RFC 3339).
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentSession) Reset() {
+	*x = AgentSession{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSession) ProtoMessage() {}
+
+func (x *AgentSession) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSession.ProtoReflect.Descriptor instead.
+func (*AgentSession) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AgentSession) GetAgentSessionId() string {
+	if x != nil {
+		return x.AgentSessionId
+	}
+	return ""
+}
+
+func (x *AgentSession) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *AgentSession) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *AgentSession) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
 // ListAgentsRequest is empty: it lists the agents the caller may start.
 type ListAgentsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2852,7 +3050,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3062,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3075,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
 }
 
 // ListAgentsResponse lists agents, sorted by name.
@@ -2890,7 +3088,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3100,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3113,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
@@ -2959,7 +3157,7 @@ type AgentDescription struct {
 
 func (x *AgentDescription) Reset() {
 	*x = AgentDescription{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3169,7 @@ func (x *AgentDescription) String() string {
 func (*AgentDescription) ProtoMessage() {}
 
 func (x *AgentDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3182,7 @@ func (x *AgentDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
 func (*AgentDescription) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AgentDescription) GetName() string {
@@ -3049,7 +3247,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3259,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3272,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3112,7 +3310,7 @@ type PromptCapabilities struct {
 
 func (x *PromptCapabilities) Reset() {
 	*x = PromptCapabilities{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3322,7 @@ func (x *PromptCapabilities) String() string {
 func (*PromptCapabilities) ProtoMessage() {}
 
 func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3335,7 @@ func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
 func (*PromptCapabilities) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PromptCapabilities) GetImage() bool {
@@ -3177,7 +3375,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[41]
+	mi := &file_acp_v2_session_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3387,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[41]
+	mi := &file_acp_v2_session_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3400,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{41}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -3351,14 +3549,15 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\fturn_running\x18\v \x01(\bR\vturnRunning\x12(\n" +
 	"\x10turn_started_seq\x18\f \x01(\x04R\x0eturnStartedSeq\x12B\n" +
 	"\x0fturn_started_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rturnStartedAt\x12/\n" +
-	"\x13pending_permissions\x18\x0e \x01(\rR\x12pendingPermissions\"\x93\x01\n" +
+	"\x13pending_permissions\x18\x0e \x01(\rR\x12pendingPermissions\"\xc8\x01\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x1f\n" +
 	"\vauth_method\x18\x03 \x01(\tR\n" +
 	"authMethod\x122\n" +
 	"\vmcp_servers\x18\x04 \x03(\v2\x11.acp.v2.McpServerR\n" +
-	"mcpServers\"\x9f\x01\n" +
+	"mcpServers\x123\n" +
+	"\x16adopt_agent_session_id\x18\x05 \x01(\tR\x13adoptAgentSessionId\"\x9f\x01\n" +
 	"\tMcpServer\x12.\n" +
 	"\x05stdio\x18\x01 \x01(\v2\x16.acp.v2.McpServerStdioH\x00R\x05stdio\x12+\n" +
 	"\x04http\x18\x02 \x01(\v2\x15.acp.v2.McpServerHttpH\x00R\x04http\x12(\n" +
@@ -3442,7 +3641,18 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\aboolean\x18\x04 \x01(\bH\x00R\abooleanB\a\n" +
 	"\x05value\"]\n" +
 	"\x17SetConfigOptionResponse\x12B\n" +
-	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\"\x13\n" +
+	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\"0\n" +
+	"\x18ListAgentSessionsRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\"k\n" +
+	"\x19ListAgentSessionsResponse\x120\n" +
+	"\bsessions\x18\x01 \x03(\v2\x14.acp.v2.AgentSessionR\bsessions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x9b\x01\n" +
+	"\fAgentSession\x12(\n" +
+	"\x10agent_session_id\x18\x01 \x01(\tR\x0eagentSessionId\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x129\n" +
+	"\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x13\n" +
 	"\x11ListAgentsRequest\"F\n" +
 	"\x12ListAgentsResponse\x120\n" +
 	"\x06agents\x18\x01 \x03(\v2\x18.acp.v2.AgentDescriptionR\x06agents\"\xc5\x02\n" +
@@ -3467,7 +3677,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\tR\x04type2\xe2\x06\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type2\xbc\a\n" +
 	"\x0eSessionService\x12L\n" +
 	"\rCreateSession\x12\x1c.acp.v2.CreateSessionRequest\x1a\x1d.acp.v2.CreateSessionResponse\x129\n" +
 	"\x06Prompt\x12\x15.acp.v2.PromptRequest\x1a\x16.acp.v2.PromptResponse0\x01\x126\n" +
@@ -3482,7 +3692,8 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x0fSetConfigOption\x12\x1e.acp.v2.SetConfigOptionRequest\x1a\x1f.acp.v2.SetConfigOptionResponse\x12C\n" +
 	"\n" +
 	"ListAgents\x12\x19.acp.v2.ListAgentsRequest\x1a\x1a.acp.v2.ListAgentsResponse\x12L\n" +
-	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponseB\x8f\x01\n" +
+	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponse\x12X\n" +
+	"\x11ListAgentSessions\x12 .acp.v2.ListAgentSessionsRequest\x1a!.acp.v2.ListAgentSessionsResponseB\x8f\x01\n" +
 	"\n" +
 	"com.acp.v2B\x13SessionServiceProtoP\x01Z3github.com/acp-gateway/acp-gateway/gen/acp/v2;acpv2\xa2\x02\x03AXX\xaa\x02\x06Acp.V2\xca\x02\x06Acp\\V2\xe2\x02\x12Acp\\V2\\GPBMetadata\xea\x02\aAcp::V2b\x06proto3"
 
@@ -3498,7 +3709,7 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
 	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
@@ -3536,89 +3747,92 @@ var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SetModeResponse)(nil),           // 33: acp.v2.SetModeResponse
 	(*SetConfigOptionRequest)(nil),    // 34: acp.v2.SetConfigOptionRequest
 	(*SetConfigOptionResponse)(nil),   // 35: acp.v2.SetConfigOptionResponse
-	(*ListAgentsRequest)(nil),         // 36: acp.v2.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 37: acp.v2.ListAgentsResponse
-	(*AgentDescription)(nil),          // 38: acp.v2.AgentDescription
-	(*AgentInfo)(nil),                 // 39: acp.v2.AgentInfo
-	(*PromptCapabilities)(nil),        // 40: acp.v2.PromptCapabilities
-	(*AuthMethod)(nil),                // 41: acp.v2.AuthMethod
-	(*timestamppb.Timestamp)(nil),     // 42: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 43: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 44: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 45: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 46: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 47: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 48: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 49: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 50: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 51: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 52: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 53: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 54: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 55: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 56: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 57: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 58: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 59: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 60: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 61: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 62: acp.v2.ContentBlock
-	(StopReason)(0),                   // 63: acp.v2.StopReason
-	(*SessionModeState)(nil),          // 64: acp.v2.SessionModeState
-	(*SessionConfigOption)(nil),       // 65: acp.v2.SessionConfigOption
-	(*AvailableCommand)(nil),          // 66: acp.v2.AvailableCommand
-	(*PlanContent)(nil),               // 67: acp.v2.PlanContent
+	(*ListAgentSessionsRequest)(nil),  // 36: acp.v2.ListAgentSessionsRequest
+	(*ListAgentSessionsResponse)(nil), // 37: acp.v2.ListAgentSessionsResponse
+	(*AgentSession)(nil),              // 38: acp.v2.AgentSession
+	(*ListAgentsRequest)(nil),         // 39: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 40: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),          // 41: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                 // 42: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),        // 43: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                // 44: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),     // 45: google.protobuf.Timestamp
+	(*ContentChunk)(nil),              // 46: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),            // 47: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),      // 48: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                      // 49: acp.v2.Plan
+	(*PlanUpdate)(nil),                // 50: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),   // 51: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),         // 52: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),        // 53: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),         // 54: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),               // 55: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),             // 56: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),               // 57: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),            // 58: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),       // 59: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),             // 60: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                  // 61: acp.v2.ToolCall
+	(*PermissionOption)(nil),          // 62: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),           // 63: google.protobuf.Struct
+	(*PermissionOutcome)(nil),         // 64: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),              // 65: acp.v2.ContentBlock
+	(StopReason)(0),                   // 66: acp.v2.StopReason
+	(*SessionModeState)(nil),          // 67: acp.v2.SessionModeState
+	(*SessionConfigOption)(nil),       // 68: acp.v2.SessionConfigOption
+	(*AvailableCommand)(nil),          // 69: acp.v2.AvailableCommand
+	(*PlanContent)(nil),               // 70: acp.v2.PlanContent
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	42, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	43, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	43, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	43, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	44, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	45, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	46, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	47, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	48, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	49, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	50, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	51, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	52, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	53, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	53, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	53, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	54, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	55, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	56, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	57, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	58, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	45, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	46, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	46, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	46, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	47, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	48, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	49, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	50, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	51, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	52, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	53, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	54, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	55, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	56, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	56, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	56, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	57, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	58, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	59, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	60, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	61, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
 	3,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
 	4,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
 	5,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
 	6,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
 	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
-	44, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	58, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	59, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	60, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	61, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	62, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	63, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	58, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	42, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	64, // 36: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
-	65, // 37: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
-	66, // 38: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
-	52, // 39: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
-	67, // 40: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
+	47, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	61, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	62, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	63, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	64, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	65, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	66, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	61, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	45, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	67, // 36: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
+	68, // 37: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
+	69, // 38: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
+	55, // 39: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
+	70, // 40: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
 	7,  // 41: acp.v2.SessionSnapshot.terminals:type_name -> acp.v2.SessionTerminal
 	2,  // 42: acp.v2.SessionSnapshot.pending_permissions:type_name -> acp.v2.PermissionRequest
-	42, // 43: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
-	42, // 44: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
-	60, // 45: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
-	42, // 46: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	42, // 47: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 48: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
+	45, // 43: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
+	45, // 44: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
+	63, // 45: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
+	45, // 46: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	45, // 47: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 48: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
 	10, // 49: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
 	11, // 50: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
 	12, // 51: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
@@ -3626,47 +3840,51 @@ var file_acp_v2_session_service_proto_depIdxs = []int32{
 	14, // 53: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
 	14, // 54: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
 	14, // 55: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
-	62, // 56: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	65, // 56: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
 	0,  // 57: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	42, // 58: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	45, // 58: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
 	0,  // 59: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	42, // 60: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	45, // 60: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
 	6,  // 61: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
 	8,  // 62: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	65, // 63: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	38, // 64: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
-	39, // 65: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
-	40, // 66: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
-	41, // 67: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
-	9,  // 68: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	16, // 69: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	18, // 70: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	20, // 71: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	22, // 72: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	24, // 73: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	26, // 74: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	28, // 75: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	32, // 76: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	34, // 77: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	36, // 78: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
-	30, // 79: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
-	15, // 80: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	17, // 81: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	19, // 82: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	21, // 83: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	23, // 84: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	25, // 85: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	27, // 86: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	29, // 87: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	33, // 88: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	35, // 89: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	37, // 90: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
-	31, // 91: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
-	80, // [80:92] is the sub-list for method output_type
-	68, // [68:80] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	68, // 63: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	38, // 64: acp.v2.ListAgentSessionsResponse.sessions:type_name -> acp.v2.AgentSession
+	45, // 65: acp.v2.AgentSession.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 66: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	42, // 67: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	43, // 68: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	44, // 69: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	9,  // 70: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	16, // 71: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	18, // 72: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	20, // 73: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	22, // 74: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	24, // 75: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	26, // 76: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	28, // 77: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	32, // 78: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	34, // 79: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	39, // 80: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	30, // 81: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	36, // 82: acp.v2.SessionService.ListAgentSessions:input_type -> acp.v2.ListAgentSessionsRequest
+	15, // 83: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	17, // 84: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	19, // 85: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	21, // 86: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	23, // 87: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	25, // 88: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	27, // 89: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	29, // 90: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	33, // 91: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	35, // 92: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	40, // 93: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	31, // 94: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	37, // 95: acp.v2.SessionService.ListAgentSessions:output_type -> acp.v2.ListAgentSessionsResponse
+	83, // [83:96] is the sub-list for method output_type
+	70, // [70:83] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -3720,7 +3938,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -65,6 +65,9 @@ const (
 	// SessionServiceDeleteSessionProcedure is the fully-qualified name of the SessionService's
 	// DeleteSession RPC.
 	SessionServiceDeleteSessionProcedure = "/acp.v2.SessionService/DeleteSession"
+	// SessionServiceListAgentSessionsProcedure is the fully-qualified name of the SessionService's
+	// ListAgentSessions RPC.
+	SessionServiceListAgentSessionsProcedure = "/acp.v2.SessionService/ListAgentSessions"
 )
 
 // SessionServiceClient is a client for the acp.v2.SessionService service.
@@ -97,6 +100,12 @@ type SessionServiceClient interface {
 	// history of it (ACP `session/delete`, when the agent runs and offers
 	// it), and removes the gateway's record and log of it.
 	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
+	// ListAgentSessions lists the sessions an agent keeps itself (ACP
+	// `session/list`) whose working directory lies in the caller's
+	// workspace: those CreateSession's adopt_agent_session_id can take up.
+	// Off unless the gateway runs with --adopt-agent-sessions
+	// (FAILED_PRECONDITION).
+	ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error)
 }
 
 // NewSessionServiceClient constructs a client for the acp.v2.SessionService service. By default, it
@@ -182,6 +191,12 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
 			connect.WithClientOptions(opts...),
 		),
+		listAgentSessions: connect.NewClient[v2.ListAgentSessionsRequest, v2.ListAgentSessionsResponse](
+			httpClient,
+			baseURL+SessionServiceListAgentSessionsProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("ListAgentSessions")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -199,6 +214,7 @@ type sessionServiceClient struct {
 	setConfigOption   *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
 	listAgents        *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
 	deleteSession     *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
+	listAgentSessions *connect.Client[v2.ListAgentSessionsRequest, v2.ListAgentSessionsResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -261,6 +277,11 @@ func (c *sessionServiceClient) DeleteSession(ctx context.Context, req *connect.R
 	return c.deleteSession.CallUnary(ctx, req)
 }
 
+// ListAgentSessions calls acp.v2.SessionService.ListAgentSessions.
+func (c *sessionServiceClient) ListAgentSessions(ctx context.Context, req *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error) {
+	return c.listAgentSessions.CallUnary(ctx, req)
+}
+
 // SessionServiceHandler is an implementation of the acp.v2.SessionService service.
 type SessionServiceHandler interface {
 	// CreateSession starts an agent for a new session.
@@ -291,6 +312,12 @@ type SessionServiceHandler interface {
 	// history of it (ACP `session/delete`, when the agent runs and offers
 	// it), and removes the gateway's record and log of it.
 	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
+	// ListAgentSessions lists the sessions an agent keeps itself (ACP
+	// `session/list`) whose working directory lies in the caller's
+	// workspace: those CreateSession's adopt_agent_session_id can take up.
+	// Off unless the gateway runs with --adopt-agent-sessions
+	// (FAILED_PRECONDITION).
+	ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error)
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -372,6 +399,12 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServiceListAgentSessionsHandler := connect.NewUnaryHandler(
+		SessionServiceListAgentSessionsProcedure,
+		svc.ListAgentSessions,
+		connect.WithSchema(sessionServiceMethods.ByName("ListAgentSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/acp.v2.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceCreateSessionProcedure:
@@ -398,6 +431,8 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceListAgentsHandler.ServeHTTP(w, r)
 		case SessionServiceDeleteSessionProcedure:
 			sessionServiceDeleteSessionHandler.ServeHTTP(w, r)
+		case SessionServiceListAgentSessionsProcedure:
+			sessionServiceListAgentSessionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -453,4 +488,8 @@ func (UnimplementedSessionServiceHandler) ListAgents(context.Context, *connect.R
 
 func (UnimplementedSessionServiceHandler) DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.DeleteSession is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.ListAgentSessions is not implemented"))
 }
