@@ -286,8 +286,7 @@ func (m *Manager) claim(ctx context.Context, agentName, agentSID string) (releas
 		return release, nil
 	}
 	if m.leaser != nil {
-		sum := sha256.Sum256([]byte(agentName + "\x00" + agentSID))
-		key := "adopt-" + hex.EncodeToString(sum[:20])
+		key := claimKey(agentName, agentSID)
 		err := m.leaser.AcquireLease(ctx, key, m.opts.Replica, m.opts.LeaseTTL)
 		if errors.Is(err, statestore.ErrLeaseHeld) {
 			return release, fmt.Errorf("%w: another request is adopting it now", ErrAdopted)
@@ -315,6 +314,13 @@ func (m *Manager) claim(ctx context.Context, agentName, agentSID string) (releas
 		}
 	}
 	return release, nil
+}
+
+// claimKey names the lease of claim on agentName's session agentSID: not
+// a session id (those start with "s_").
+func claimKey(agentName, agentSID string) string {
+	sum := sha256.Sum256([]byte(agentName + "\x00" + agentSID))
+	return "adopt-" + hex.EncodeToString(sum[:20])
 }
 
 // adopt takes agent a's session sid up for s, whose history the agent
