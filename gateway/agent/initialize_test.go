@@ -42,7 +42,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			},
 			Prompt:       PromptCapabilities{Image: true, EmbeddedContext: true},
 			Session:      []string{"list", "load", "resume"},
-			Capabilities: Capabilities{Load: true, Resume: true},
+			Capabilities: Capabilities{Load: true, Resume: true, List: true},
 			MCP:          MCPTransports{Stdio: true, SSE: true},
 		},
 	}, {
@@ -61,7 +61,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			},
 			Prompt:       PromptCapabilities{Image: true},
 			Session:      []string{"delete"},
-			Capabilities: Capabilities{Resume: true, Close: true, Delete: true},
+			Capabilities: Capabilities{Resume: true, Close: true, Delete: true, List: true},
 			MCP:          MCPTransports{HTTP: true},
 		},
 	}, {
