@@ -332,40 +332,35 @@ func (a *agent) setup() sessionSetup {
 
 // loadSession serves session/load: it plays LoadReplay, then answers.
 func (a *agent) loadSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	sess, e := a.reopen(req)
-	if e != nil {
-		a.replyError(conn, req, e)
-		return
-	}
-	r := &run{a: a, conn: conn, ctx: a.ctx, sess: sess, cwd: sess.cwd}
-	if o, err := r.play(a.script.LoadReplay); err != nil {
-		a.fail(conn, req, err)
-		return
-	} else if o != next {
-		return
-	}
-	a.reply(conn, req, a.setup())
+	a.reopenSession(conn, req, true)
 }
 
 // resumeSession serves session/resume, which replays nothing but in ACP
 // v2 with replayFrom: then it plays LoadReplay, as session/load does.
 func (a *agent) resumeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	sess, e := a.reopen(req)
-	if e != nil {
-		a.replyError(conn, req, e)
-		return
-	}
 	var p struct {
 		ReplayFrom *struct {
 			Type string `json:"type"`
 		} `json:"replayFrom"`
 	}
 	_ = decodeParams(req, &p)
-	if p.ReplayFrom != nil && a.protocolVersion() >= 2 {
-		if p.ReplayFrom.Type != "start" {
-			a.replyError(conn, req, invalidParams("unknown replayFrom type %q", p.ReplayFrom.Type))
-			return
-		}
+	replay := p.ReplayFrom != nil && a.protocolVersion() >= 2
+	if replay && p.ReplayFrom.Type != "start" {
+		a.replyError(conn, req, invalidParams("unknown replayFrom type %q", p.ReplayFrom.Type))
+		return
+	}
+	a.reopenSession(conn, req, replay)
+}
+
+// reopenSession makes the session of a session/load or session/resume
+// known, plays LoadReplay when replay is set, and answers.
+func (a *agent) reopenSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request, replay bool) {
+	sess, e := a.reopen(req)
+	if e != nil {
+		a.replyError(conn, req, e)
+		return
+	}
+	if replay {
 		r := &run{a: a, conn: conn, ctx: a.ctx, sess: sess, cwd: sess.cwd}
 		if o, err := r.play(a.script.LoadReplay); err != nil {
 			a.fail(conn, req, err)
