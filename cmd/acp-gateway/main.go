@@ -158,6 +158,7 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 		WatchBufferBytes:      cfg.watchBufferBytes,
 		Workspaces:            cfg.workspaces,
 		ConfineCwd:            cfg.confineCwd,
+		AdoptAgentSessions:    cfg.adoptSessions,
 	}
 }
 
@@ -183,6 +184,7 @@ type serveConfig struct {
 	agents            map[string][]string
 	agentMCP          mcpFlags // --agent-mcp
 	mcpAllow          listFlag // --mcp-allow
+	adoptSessions     bool     // --adopt-agent-sessions
 	store             string
 	storeFile         string // --store-file, read into store
 	storeShown        string // store with any password hidden
@@ -296,6 +298,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once; further ones are closed as soon as accepted (0: no limit)")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.Var(cfg.agentMCP, "agent-mcp", `NAME=SERVER: an MCP server every session of agent NAME is given, as ACP's McpServer JSON: {"name":"fs","command":"/abs/path","args":[],"env":[{"name":"K","value":"V"}]} (stdio) or {"type":"http","name":"docs","url":"https://…","headers":[…]} (http, sse); not subject to --mcp-allow (repeatable)`)
+	fs.BoolVar(&cfg.adoptSessions, "adopt-agent-sessions", false, "let users list the sessions an agent keeps itself (ACP session/list) in their workspace, and adopt one as a new session (ListAgentSessions, CreateSession's adopt_agent_session_id); off by default")
 	fs.Var(&cfg.mcpAllow, "mcp-allow", "an MCP server clients may give a session in CreateSession: a stdio server's command as an absolute path (exactly), or an http or https URL prefix (scheme, host and optional path) for http and sse servers; none by default (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
 	fs.StringVar(&cfg.storeFile, "store-file", "", "read the --store URL from this file, so that a Redis password is neither on the command line nor in the environment (a --store given on the command line wins over a store-file in --config, and the other way round)")
@@ -639,7 +642,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	build := buildinfo.Get()
 	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise, "replica_secret", secret != nil,
-		"tls", cfg.tls != nil, "auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
+		"tls", cfg.tls != nil, "auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "adopt_agent_sessions", cfg.adoptSessions, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
 	if metricsSrv != nil {

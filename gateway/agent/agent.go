@@ -541,24 +541,80 @@ func (a *Agent) Version() acpjson.Version { return acpjson.Version(a.version.Loa
 // Resume re-attaches to the agent's session id with session/resume, which
 // does not replay the conversation.
 func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) (SessionSetup, error) {
-	var res setupResult
-	err := a.call(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, &res)
-	if err != nil {
-		return SessionSetup{}, err
+	return a.reopen(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd})
+}
+
+// ResumeReplay re-attaches to the agent's session id with ACP v2
+// session/resume asking for the whole conversation (replayFrom
+// {"type":"start"}), which the agent replays as session/update
+// notifications before it answers, as for Load. An agent of another
+// version gets nothing: ErrUnsupported.
+func (a *Agent) ResumeReplay(ctx context.Context, sessionID, cwd string) (SessionSetup, error) {
+	if a.Version() < acpjson.V2 {
+		return SessionSetup{}, ErrUnsupported
 	}
-	return res.decode(a.Version()), nil
+	return a.reopen(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd,
+		"replayFrom": map[string]any{"type": "start"}})
 }
 
 // Load re-attaches to the agent's session id with session/load. The agent
 // replays the conversation as session/update notifications before it
 // answers; the Client decides what to do with them.
 func (a *Agent) Load(ctx context.Context, sessionID, cwd string) (SessionSetup, error) {
+	return a.reopen(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd})
+}
+
+// reopen calls method (session/resume or session/load) with params and
+// the session's MCP servers.
+func (a *Agent) reopen(ctx context.Context, method string, params map[string]any) (SessionSetup, error) {
+	params["mcpServers"] = a.mcpParam()
 	var res setupResult
-	err := a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, &res)
-	if err != nil {
+	if err := a.call(ctx, method, params, &res); err != nil {
 		return SessionSetup{}, err
 	}
 	return res.decode(a.Version()), nil
+}
+
+// ListedSession is one of the sessions an agent lists (ACP SessionInfo).
+type ListedSession struct {
+	ID  string `json:"sessionId"`
+	Cwd string `json:"cwd"`
+	// Title and UpdatedAt (ISO 8601) are empty when the agent gave none.
+	Title     string `json:"title"`
+	UpdatedAt string `json:"updatedAt"`
+}
+
+// ListSessions asks the agent for one page of the sessions it keeps
+// (session/list), after cursor ("" for the first page); next is the
+// cursor of the page after it, "" for none. An agent that does not offer
+// session/list gets nothing: ErrUnsupported.
+func (a *Agent) ListSessions(ctx context.Context, cursor string) (_ []ListedSession, next string, _ error) {
+	if !a.Capabilities().List {
+		return nil, "", ErrUnsupported
+	}
+	params := map[string]any{}
+	if cursor != "" {
+		params["cursor"] = cursor
+	}
+	var res struct {
+		Sessions   []json.RawMessage `json:"sessions"`
+		NextCursor *string           `json:"nextCursor"`
+	}
+	if err := a.call(ctx, "session/list", params, &res); err != nil {
+		return nil, "", err
+	}
+	out := make([]ListedSession, 0, len(res.Sessions))
+	for _, raw := range res.Sessions {
+		// ACP skips the items that do not decode, and so does this.
+		var ls ListedSession
+		if json.Unmarshal(raw, &ls) == nil && ls.ID != "" {
+			out = append(out, ls)
+		}
+	}
+	if res.NextCursor != nil {
+		next = *res.NextCursor
+	}
+	return out, next, nil
 }
 
 // SessionSetup is what an agent's answer to session/new, session/resume

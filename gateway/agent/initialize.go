@@ -90,6 +90,8 @@ type Capabilities struct {
 	// Logout: v1 logout (agentCapabilities.auth.logout), v2 auth/logout
 	// (offered by every agent that lists authentication methods).
 	Logout bool
+	// List: session/list (v1 sessionCapabilities.list, v2 baseline).
+	List bool
 }
 
 // Profile returns what the agent said of itself at initialize.
@@ -245,6 +247,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		p.Capabilities.Load = res.AgentCapabilities.LoadSession
 		p.Capabilities.Resume = offered(session["resume"])
 		p.Capabilities.Close = offered(session["close"])
+		p.Capabilities.List = offered(session["list"])
 		p.MCP = mcpTransports(v, res.AgentCapabilities.MCPCapabilities, nil)
 		if p.Capabilities.Load {
 			p.Session = append(p.Session, "load")
@@ -255,6 +258,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		// capabilities at all keeps its sessions.
 		p.Capabilities.Resume = offered(res.Capabilities.Session)
 		p.Capabilities.Close = p.Capabilities.Resume
+		p.Capabilities.List = p.Capabilities.Resume
 		if p.Capabilities.Resume {
 			_ = json.Unmarshal(res.Capabilities.Session, &session)
 			var sub map[string]json.RawMessage

@@ -42,7 +42,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			},
 			Prompt:       PromptCapabilities{Image: true, EmbeddedContext: true},
 			Session:      []string{"list", "load", "resume"},
-			Capabilities: Capabilities{Load: true, Resume: true, Logout: true},
+			Capabilities: Capabilities{Load: true, Resume: true, Logout: true, List: true},
 			MCP:          MCPTransports{Stdio: true, SSE: true},
 		},
 	}, {
@@ -62,7 +62,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			Prompt:  PromptCapabilities{Image: true},
 			Session: []string{"delete"},
 			// v2 agents with authentication methods offer auth/logout.
-			Capabilities: Capabilities{Resume: true, Close: true, Delete: true, Logout: true},
+			Capabilities: Capabilities{Resume: true, Close: true, Delete: true, Logout: true, List: true},
 			MCP:          MCPTransports{HTTP: true},
 		},
 	}, {

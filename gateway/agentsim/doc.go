@@ -7,7 +7,9 @@
 // end-to-end tests, which pass a [Script] encoded as JSON.
 //
 // The agent answers initialize, authenticate, session/new, session/load,
-// session/prompt, session/set_mode and session/set_config_option, and it
+// session/resume, session/list, session/close, session/delete (each of
+// those five when its script offers it), session/prompt,
+// session/set_mode and session/set_config_option, and it
 // accepts the session/cancel notification. Prompt number n of a process
 // (counting from 0) plays Turns[n % len(Turns)]: each [Step] sends a
 // session/update, asks for permission, elicits input, sleeps, writes a raw line or a stderr

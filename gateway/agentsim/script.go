@@ -26,9 +26,9 @@ type Script struct {
 	// session/load, which replays nothing and returns {}. Without it
 	// session/load is an unknown method.
 	LoadSession bool `json:"loadSession"`
-	// LoadReplay is played during session/load, before it is answered: an
-	// agent replays the loaded conversation as session/update
-	// notifications.
+	// LoadReplay is played during session/load, and during an ACP v2
+	// session/resume with replayFrom, before it is answered: an agent
+	// replays the loaded conversation as session/update notifications.
 	LoadReplay []Step `json:"loadReplay,omitempty"`
 	// Resume advertises session/resume (ACP v1
 	// agentCapabilities.sessionCapabilities.resume, v2 capabilities.session)
@@ -43,6 +43,15 @@ type Script struct {
 	// capabilities.session.delete) and serves it. Without it
 	// session/delete is an unknown method.
 	Delete bool `json:"delete,omitempty"`
+	// List advertises session/list (ACP v1
+	// agentCapabilities.sessionCapabilities.list; in v2 a baseline method
+	// of capabilities.session, which it makes an object) and serves it
+	// with ListedSessions, ListPageSize a page (all on one when zero),
+	// each page's nextCursor naming the next. Without it session/list is
+	// an unknown method.
+	List           bool            `json:"list,omitempty"`
+	ListedSessions []ListedSession `json:"listedSessions,omitempty"`
+	ListPageSize   int             `json:"listPageSize,omitempty"`
 	// SessionsFile, when set, gets a line "close ID" or "delete ID"
 	// appended for each session/close and session/delete served, and
 	// "logout" for each logout.
@@ -104,6 +113,15 @@ type Script struct {
 	// ignoring SIGTERM, SIGHUP and SIGINT too, as a stuck agent would:
 	// only SIGKILL ends it.
 	IgnoreEOF bool `json:"ignoreEOF,omitempty"`
+}
+
+// ListedSession is one of the sessions session/list answers with (ACP
+// SessionInfo); Title and UpdatedAt are left out when empty.
+type ListedSession struct {
+	SessionID string `json:"sessionId"`
+	Cwd       string `json:"cwd"`
+	Title     string `json:"title,omitempty"`
+	UpdatedAt string `json:"updatedAt,omitempty"`
 }
 
 // RPCError is a JSON-RPC error the agent answers with.

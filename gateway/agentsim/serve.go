@@ -190,7 +190,13 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 			a.methodNotFound(conn, req)
 			return
 		}
-		a.resumeSession(conn, req)
+		a.spawn(func() { a.resumeSession(conn, req) })
+	case "session/list":
+		if !a.script.List {
+			a.methodNotFound(conn, req)
+			return
+		}
+		a.listSessions(conn, req)
 	case "session/prompt":
 		a.prompt(conn, req)
 	case "session/cancel":
@@ -243,8 +249,9 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if a.script.Logout && pv < 2 {
 		res.AgentCapabilities.Auth = &authCapabilities{Logout: &struct{}{}}
 	}
-	if a.script.Resume || a.script.Close || a.script.Delete {
-		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close), Delete: offer(a.script.Delete)}
+	if a.script.Resume || a.script.Close || a.script.Delete || a.script.List {
+		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close),
+			Delete: offer(a.script.Delete), List: offer(a.script.List)}
 		res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{Delete: offer(a.script.Delete)}}
 	}
 	if mc := a.script.MCPCapabilities; mc != (MCPCapabilities{}) {
@@ -335,28 +342,78 @@ func (a *agent) setup() sessionSetup {
 
 // loadSession serves session/load: it plays LoadReplay, then answers.
 func (a *agent) loadSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	a.reopenSession(conn, req, true)
+}
+
+// resumeSession serves session/resume, which replays nothing but in ACP
+// v2 with replayFrom: then it plays LoadReplay, as session/load does.
+func (a *agent) resumeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		ReplayFrom *struct {
+			Type string `json:"type"`
+		} `json:"replayFrom"`
+	}
+	_ = decodeParams(req, &p)
+	replay := p.ReplayFrom != nil && a.protocolVersion() >= 2
+	if replay && p.ReplayFrom.Type != "start" {
+		a.replyError(conn, req, invalidParams("unknown replayFrom type %q", p.ReplayFrom.Type))
+		return
+	}
+	a.reopenSession(conn, req, replay)
+}
+
+// reopenSession makes the session of a session/load or session/resume
+// known, plays LoadReplay when replay is set, and answers.
+func (a *agent) reopenSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request, replay bool) {
 	sess, e := a.reopen(req)
 	if e != nil {
 		a.replyError(conn, req, e)
 		return
 	}
-	r := &run{a: a, conn: conn, ctx: a.ctx, sess: sess, cwd: sess.cwd}
-	if o, err := r.play(a.script.LoadReplay); err != nil {
-		a.fail(conn, req, err)
-		return
-	} else if o != next {
-		return
+	if replay {
+		r := &run{a: a, conn: conn, ctx: a.ctx, sess: sess, cwd: sess.cwd}
+		if o, err := r.play(a.script.LoadReplay); err != nil {
+			a.fail(conn, req, err)
+			return
+		} else if o != next {
+			return
+		}
 	}
 	a.reply(conn, req, a.setup())
 }
 
-// resumeSession serves session/resume, which replays nothing.
-func (a *agent) resumeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	if _, e := a.reopen(req); e != nil {
+// listSessions serves session/list: a page of ListedSessions from the
+// index the cursor names.
+func (a *agent) listSessions(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		Cursor string `json:"cursor"`
+	}
+	if e := decodeParams(req, &p); e != nil {
 		a.replyError(conn, req, e)
 		return
 	}
-	a.reply(conn, req, a.setup())
+	all := a.script.ListedSessions
+	from := 0
+	if p.Cursor != "" {
+		n, err := strconv.Atoi(p.Cursor)
+		if err != nil || n < 0 || n > len(all) {
+			a.replyError(conn, req, invalidParams("bad cursor %q", p.Cursor))
+			return
+		}
+		from = n
+	}
+	to := len(all)
+	if size := a.script.ListPageSize; size > 0 {
+		to = min(from+size, len(all))
+	}
+	res := struct {
+		Sessions   []ListedSession `json:"sessions"`
+		NextCursor string          `json:"nextCursor,omitempty"`
+	}{Sessions: append([]ListedSession{}, all[from:to]...)}
+	if to < len(all) {
+		res.NextCursor = strconv.Itoa(to)
+	}
+	a.reply(conn, req, res)
 }
 
 // reopen makes the session named by a session/load or session/resume
@@ -677,6 +734,7 @@ type sessionCapabilities struct {
 	Resume *struct{} `json:"resume,omitempty"`
 	Close  *struct{} `json:"close,omitempty"`
 	Delete *struct{} `json:"delete,omitempty"`
+	List   *struct{} `json:"list,omitempty"`
 }
 
 type v2Capabilities struct {

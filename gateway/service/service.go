@@ -156,7 +156,8 @@ func toConnect(err error) error {
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrNoTurn), errors.Is(err, session.ErrClosed),
 		errors.Is(err, session.ErrAlreadyAnswered), errors.Is(err, session.ErrCannotReattach),
-		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused):
+		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused),
+		errors.Is(err, session.ErrAdoptionOff), errors.Is(err, session.ErrAdopted):
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
 		errors.Is(err, session.ErrStoreUnavailable), errors.Is(err, session.ErrStoreRecovering):
@@ -218,11 +219,19 @@ func (s *Service) CreateSession(ctx context.Context, req *connect.Request[acpv2.
 	if len(m.GetAuthMethod()) > maxIDLen {
 		return nil, invalid("auth_method is longer than %d bytes", maxIDLen)
 	}
+	if len(m.GetAdoptAgentSessionId()) > maxIDLen {
+		return nil, invalid("adopt_agent_session_id is longer than %d bytes", maxIDLen)
+	}
 	mcp, err := mcpServers(m.GetMcpServers())
 	if err != nil {
 		return nil, err
 	}
-	sess, err := s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd(), m.GetAuthMethod(), mcp...)
+	var sess *session.Session
+	if id := m.GetAdoptAgentSessionId(); id != "" {
+		sess, err = s.mgr.Adopt(ctx, s.user(ctx), m.GetAgent(), id, m.GetCwd(), m.GetAuthMethod(), mcp...)
+	} else {
+		sess, err = s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd(), m.GetAuthMethod(), mcp...)
+	}
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -14,13 +14,28 @@ import (
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
+// attachMode says which agent session attach gives the session.
+type attachMode int
+
+const (
+	// attachNew makes a new agent session (session/new).
+	attachNew attachMode = iota
+	// attachAgain takes the agent session back after the agent was lost.
+	attachAgain
+	// attachAdopt takes an agent session the agent had before the
+	// gateway session, recording the history the agent replays (adopt.go).
+	attachAdopt
+)
+
 // attach spawns the agent and authenticates with authMethod when one is
 // named. A new session gets session/new; a re-attach (after the agent was
 // lost) gets session/resume or session/load with the agent's session id,
 // whichever the agent offers, and when it offers neither (or its session
 // id was not kept), session/new: a new agent session that does not know
-// the earlier turns, which the state's detail says.
-func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) error {
+// the earlier turns, which the state's detail says. An adoption takes the
+// agent's session id as adopt.go says.
+func (s *Session) attach(ctx context.Context, authMethod string, mode attachMode) error {
+	reattach := mode == attachAgain
 	started := time.Now()
 	cfg, err := s.m.agentConfig(s)
 	var a *agent.Agent
@@ -53,10 +68,7 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 			return fail(err)
 		}
 	}
-	authErr := func(err error) bool {
-		var rpcErr *agent.RPCError
-		return errors.As(err, &rpcErr) && rpcErr.Code == agent.CodeAuthRequired
-	}
+	authErr := authRequired
 	s.mu.Lock()
 	agentSID := s.agentSessionID
 	s.mu.Unlock()
@@ -64,6 +76,10 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	var setup agent.SessionSetup
 	caps := a.Capabilities()
 	switch {
+	case mode == attachAdopt:
+		if how, setup, err = s.adopt(ctx, a, agentSID); err != nil {
+			return fail(err)
+		}
 	case !reattach || agentSID == "" || !caps.Resume && !caps.Load:
 		if reattach {
 			how = detailFreshSession
@@ -118,7 +134,7 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	}
 	s.mu.Lock()
 	s.setStateLocked(statestore.StateReady, how)
-	if reattach {
+	if mode != attachNew {
 		s.log.InfoContext(ctx, "agent "+how)
 		_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateReady, how)}, nil)
 	}
@@ -156,7 +172,7 @@ func (s *Session) reattach(ctx context.Context) error {
 	s.attaching = true
 	authMethod := s.authMethod
 	s.mu.Unlock()
-	err := s.attach(ctx, authMethod, true)
+	err := s.attach(ctx, authMethod, attachAgain)
 	s.mu.Lock()
 	s.attaching = false
 	s.mu.Unlock()
@@ -251,6 +267,13 @@ func (s *Session) liveAgent(ctx context.Context) (*agent.Agent, string, error) {
 		return nil, "", fmt.Errorf("%w (%s)", ErrAgentGone, s.detail)
 	}
 	return s.agent, s.agentSessionID, nil
+}
+
+// authRequired says whether err is the agent's refusal to work before
+// authentication.
+func authRequired(err error) bool {
+	var rpcErr *agent.RPCError
+	return errors.As(err, &rpcErr) && rpcErr.Code == agent.CodeAuthRequired
 }
 
 // agentCallErr maps an agent's answer to a session error.

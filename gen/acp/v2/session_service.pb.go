@@ -1872,9 +1872,20 @@ type CreateSessionRequest struct {
 	// is by default), and its transport advertised by the agent
 	// (INVALID_ARGUMENT otherwise). Their env and header values are never
 	// shown by GetSession or ListSessions, nor logged.
-	McpServers    []*McpServer `protobuf:"bytes,4,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	McpServers []*McpServer `protobuf:"bytes,4,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	// The id of one of the agent's own sessions, as ListAgentSessions lists
+	// it for the caller, to adopt instead of making a new agent session: the
+	// gateway session works in that session's directory (cwd, when given,
+	// must be it), and its agent takes the session up with ACP v2
+	// `session/resume` from the start of its history, v1 `session/load`, or
+	// else v1 `session/resume`; the history the agent replays is the gateway
+	// session's first events. NOT_FOUND for a session the agent does not
+	// list in the caller's workspace; FAILED_PRECONDITION when a gateway
+	// session that is not closed holds it, or without
+	// --adopt-agent-sessions.
+	AdoptAgentSessionId string `protobuf:"bytes,5,opt,name=adopt_agent_session_id,json=adoptAgentSessionId,proto3" json:"adopt_agent_session_id,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateSessionRequest) Reset() {
@@ -1933,6 +1944,13 @@ func (x *CreateSessionRequest) GetMcpServers() []*McpServer {
 		return x.McpServers
 	}
 	return nil
+}
+
+func (x *CreateSessionRequest) GetAdoptAgentSessionId() string {
+	if x != nil {
+		return x.AdoptAgentSessionId
+	}
+	return ""
 }
 
 // McpServer is an MCP server an agent connects to (ACP McpServer).
@@ -3525,6 +3543,186 @@ func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
 	return nil
 }
 
+// ListAgentSessionsRequest names the agent whose sessions are listed.
+type ListAgentSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A configured agent name.
+	Agent         string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentSessionsRequest) Reset() {
+	*x = ListAgentSessionsRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentSessionsRequest) ProtoMessage() {}
+
+func (x *ListAgentSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListAgentSessionsRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+// ListAgentSessionsResponse lists an agent's sessions in the caller's
+// workspace, in the agent's order.
+type ListAgentSessionsResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*AgentSession        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Set when the list stopped at the gateway's bounds (1000 sessions, 32
+	// pages of `session/list`) before the agent's end.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentSessionsResponse) Reset() {
+	*x = ListAgentSessionsResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentSessionsResponse) ProtoMessage() {}
+
+func (x *ListAgentSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListAgentSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListAgentSessionsResponse) GetSessions() []*AgentSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListAgentSessionsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// AgentSession is one of an agent's own sessions (ACP SessionInfo).
+type AgentSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent's session id, which CreateSession's adopt_agent_session_id
+	// takes.
+	AgentSessionId string `protobuf:"bytes,1,opt,name=agent_session_id,json=agentSessionId,proto3" json:"agent_session_id,omitempty"`
+	// The session's working directory, as the gateway session that adopts
+	// it keeps it (its symbolic links resolved, where the gateway confines
+	// working directories).
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The agent's title of the session (at most 256 bytes); empty when it
+	// gave none.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// The time of the session's last activity; unset when the agent gave
+	// none (or none that parses as RFC 3339).
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentSession) Reset() {
+	*x = AgentSession{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSession) ProtoMessage() {}
+
+func (x *AgentSession) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSession.ProtoReflect.Descriptor instead.
+func (*AgentSession) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *AgentSession) GetAgentSessionId() string {
+	if x != nil {
+		return x.AgentSessionId
+	}
+	return ""
+}
+
+func (x *AgentSession) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *AgentSession) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *AgentSession) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
 // ListAgentsRequest is empty: it lists the agents the caller may start.
 type ListAgentsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3534,7 +3732,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[45]
+	mi := &file_acp_v2_session_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3744,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[45]
+	mi := &file_acp_v2_session_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3757,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{45}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{48}
 }
 
 // ListAgentsResponse lists agents, sorted by name.
@@ -3572,7 +3770,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[46]
+	mi := &file_acp_v2_session_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3782,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[46]
+	mi := &file_acp_v2_session_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3795,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{46}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
@@ -3641,7 +3839,7 @@ type AgentDescription struct {
 
 func (x *AgentDescription) Reset() {
 	*x = AgentDescription{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[47]
+	mi := &file_acp_v2_session_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3653,7 +3851,7 @@ func (x *AgentDescription) String() string {
 func (*AgentDescription) ProtoMessage() {}
 
 func (x *AgentDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[47]
+	mi := &file_acp_v2_session_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3666,7 +3864,7 @@ func (x *AgentDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
 func (*AgentDescription) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{47}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AgentDescription) GetName() string {
@@ -3731,7 +3929,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[48]
+	mi := &file_acp_v2_session_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +3941,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[48]
+	mi := &file_acp_v2_session_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +3954,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{48}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3794,7 +3992,7 @@ type PromptCapabilities struct {
 
 func (x *PromptCapabilities) Reset() {
 	*x = PromptCapabilities{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[49]
+	mi := &file_acp_v2_session_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +4004,7 @@ func (x *PromptCapabilities) String() string {
 func (*PromptCapabilities) ProtoMessage() {}
 
 func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[49]
+	mi := &file_acp_v2_session_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +4017,7 @@ func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
 func (*PromptCapabilities) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{49}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PromptCapabilities) GetImage() bool {
@@ -3859,7 +4057,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[50]
+	mi := &file_acp_v2_session_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +4069,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[50]
+	mi := &file_acp_v2_session_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +4082,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{50}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -4075,14 +4273,15 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\fturn_running\x18\v \x01(\bR\vturnRunning\x12(\n" +
 	"\x10turn_started_seq\x18\f \x01(\x04R\x0eturnStartedSeq\x12B\n" +
 	"\x0fturn_started_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rturnStartedAt\x12/\n" +
-	"\x13pending_permissions\x18\x0e \x01(\rR\x12pendingPermissions\"\x93\x01\n" +
+	"\x13pending_permissions\x18\x0e \x01(\rR\x12pendingPermissions\"\xc8\x01\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x1f\n" +
 	"\vauth_method\x18\x03 \x01(\tR\n" +
 	"authMethod\x122\n" +
 	"\vmcp_servers\x18\x04 \x03(\v2\x11.acp.v2.McpServerR\n" +
-	"mcpServers\"\x9f\x01\n" +
+	"mcpServers\x123\n" +
+	"\x16adopt_agent_session_id\x18\x05 \x01(\tR\x13adoptAgentSessionId\"\x9f\x01\n" +
 	"\tMcpServer\x12.\n" +
 	"\x05stdio\x18\x01 \x01(\v2\x16.acp.v2.McpServerStdioH\x00R\x05stdio\x12+\n" +
 	"\x04http\x18\x02 \x01(\v2\x15.acp.v2.McpServerHttpH\x00R\x04http\x12(\n" +
@@ -4178,7 +4377,18 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\aboolean\x18\x04 \x01(\bH\x00R\abooleanB\a\n" +
 	"\x05value\"]\n" +
 	"\x17SetConfigOptionResponse\x12B\n" +
-	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\"\x13\n" +
+	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\"0\n" +
+	"\x18ListAgentSessionsRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\"k\n" +
+	"\x19ListAgentSessionsResponse\x120\n" +
+	"\bsessions\x18\x01 \x03(\v2\x14.acp.v2.AgentSessionR\bsessions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x9b\x01\n" +
+	"\fAgentSession\x12(\n" +
+	"\x10agent_session_id\x18\x01 \x01(\tR\x0eagentSessionId\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x129\n" +
+	"\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x13\n" +
 	"\x11ListAgentsRequest\"F\n" +
 	"\x12ListAgentsResponse\x120\n" +
 	"\x06agents\x18\x01 \x03(\v2\x18.acp.v2.AgentDescriptionR\x06agents\"\xc5\x02\n" +
@@ -4203,7 +4413,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\tR\x04type2\xf8\a\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type2\xd2\b\n" +
 	"\x0eSessionService\x12L\n" +
 	"\rCreateSession\x12\x1c.acp.v2.CreateSessionRequest\x1a\x1d.acp.v2.CreateSessionResponse\x129\n" +
 	"\x06Prompt\x12\x15.acp.v2.PromptRequest\x1a\x16.acp.v2.PromptResponse0\x01\x126\n" +
@@ -4220,7 +4430,8 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
 	"ListAgents\x12\x19.acp.v2.ListAgentsRequest\x1a\x1a.acp.v2.ListAgentsResponse\x12L\n" +
 	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponse\x127\n" +
-	"\x06Logout\x12\x15.acp.v2.LogoutRequest\x1a\x16.acp.v2.LogoutResponseB\x8f\x01\n" +
+	"\x06Logout\x12\x15.acp.v2.LogoutRequest\x1a\x16.acp.v2.LogoutResponse\x12X\n" +
+	"\x11ListAgentSessions\x12 .acp.v2.ListAgentSessionsRequest\x1a!.acp.v2.ListAgentSessionsResponseB\x8f\x01\n" +
 	"\n" +
 	"com.acp.v2B\x13SessionServiceProtoP\x01Z3github.com/acp-gateway/acp-gateway/gen/acp/v2;acpv2\xa2\x02\x03AXX\xaa\x02\x06Acp.V2\xca\x02\x06Acp\\V2\xe2\x02\x12Acp\\V2\\GPBMetadata\xea\x02\aAcp::V2b\x06proto3"
 
@@ -4236,7 +4447,7 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SessionEvent)(nil),               // 0: acp.v2.SessionEvent
 	(*SessionStateChanged)(nil),        // 1: acp.v2.SessionStateChanged
@@ -4283,61 +4494,64 @@ var file_acp_v2_session_service_proto_goTypes = []any{
 	(*SetModeResponse)(nil),            // 42: acp.v2.SetModeResponse
 	(*SetConfigOptionRequest)(nil),     // 43: acp.v2.SetConfigOptionRequest
 	(*SetConfigOptionResponse)(nil),    // 44: acp.v2.SetConfigOptionResponse
-	(*ListAgentsRequest)(nil),          // 45: acp.v2.ListAgentsRequest
-	(*ListAgentsResponse)(nil),         // 46: acp.v2.ListAgentsResponse
-	(*AgentDescription)(nil),           // 47: acp.v2.AgentDescription
-	(*AgentInfo)(nil),                  // 48: acp.v2.AgentInfo
-	(*PromptCapabilities)(nil),         // 49: acp.v2.PromptCapabilities
-	(*AuthMethod)(nil),                 // 50: acp.v2.AuthMethod
-	(*timestamppb.Timestamp)(nil),      // 51: google.protobuf.Timestamp
-	(*ContentChunk)(nil),               // 52: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),             // 53: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),       // 54: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                       // 55: acp.v2.Plan
-	(*PlanUpdate)(nil),                 // 56: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),    // 57: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),          // 58: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),         // 59: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),          // 60: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),                // 61: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),              // 62: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),                // 63: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),             // 64: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),        // 65: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),              // 66: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                   // 67: acp.v2.ToolCall
-	(*PermissionOption)(nil),           // 68: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),            // 69: google.protobuf.Struct
-	(*PermissionOutcome)(nil),          // 70: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),               // 71: acp.v2.ContentBlock
-	(StopReason)(0),                    // 72: acp.v2.StopReason
-	(*SessionModeState)(nil),           // 73: acp.v2.SessionModeState
-	(*SessionConfigOption)(nil),        // 74: acp.v2.SessionConfigOption
-	(*AvailableCommand)(nil),           // 75: acp.v2.AvailableCommand
-	(*PlanContent)(nil),                // 76: acp.v2.PlanContent
+	(*ListAgentSessionsRequest)(nil),   // 45: acp.v2.ListAgentSessionsRequest
+	(*ListAgentSessionsResponse)(nil),  // 46: acp.v2.ListAgentSessionsResponse
+	(*AgentSession)(nil),               // 47: acp.v2.AgentSession
+	(*ListAgentsRequest)(nil),          // 48: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 49: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),           // 50: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                  // 51: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),         // 52: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                 // 53: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),      // 54: google.protobuf.Timestamp
+	(*ContentChunk)(nil),               // 55: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),             // 56: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),       // 57: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                       // 58: acp.v2.Plan
+	(*PlanUpdate)(nil),                 // 59: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),    // 60: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),          // 61: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),         // 62: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),          // 63: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),                // 64: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),              // 65: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),                // 66: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),             // 67: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),        // 68: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),              // 69: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                   // 70: acp.v2.ToolCall
+	(*PermissionOption)(nil),           // 71: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),            // 72: google.protobuf.Struct
+	(*PermissionOutcome)(nil),          // 73: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),               // 74: acp.v2.ContentBlock
+	(StopReason)(0),                    // 75: acp.v2.StopReason
+	(*SessionModeState)(nil),           // 76: acp.v2.SessionModeState
+	(*SessionConfigOption)(nil),        // 77: acp.v2.SessionConfigOption
+	(*AvailableCommand)(nil),           // 78: acp.v2.AvailableCommand
+	(*PlanContent)(nil),                // 79: acp.v2.PlanContent
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	51, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	52, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	52, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	52, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	53, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	54, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	55, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	56, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	57, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	58, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	59, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	60, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	61, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	62, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	62, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	62, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	63, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	64, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	65, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	66, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	67, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	54, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	55, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	55, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	55, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	56, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	57, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	58, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	59, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	60, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	61, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	62, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	63, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	64, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	65, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	65, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	65, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	66, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	67, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	68, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	69, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	70, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
 	5,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
 	9,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
@@ -4347,37 +4561,37 @@ var file_acp_v2_session_service_proto_depIdxs = []int32{
 	6,  // 27: acp.v2.SessionEvent.elicitation_request:type_name -> acp.v2.ElicitationRequest
 	7,  // 28: acp.v2.SessionEvent.elicitation_resolved:type_name -> acp.v2.ElicitationResolved
 	8,  // 29: acp.v2.SessionEvent.elicitation_complete:type_name -> acp.v2.ElicitationComplete
-	53, // 30: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	67, // 31: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	68, // 32: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	56, // 30: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	70, // 31: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	71, // 32: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
 	3,  // 33: acp.v2.PermissionRequest.subject:type_name -> acp.v2.PermissionSubject
-	69, // 34: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	72, // 34: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
 	4,  // 35: acp.v2.PermissionSubject.command:type_name -> acp.v2.CommandSubject
-	69, // 36: acp.v2.PermissionSubject.unknown:type_name -> google.protobuf.Struct
-	69, // 37: acp.v2.CommandSubject.meta:type_name -> google.protobuf.Struct
-	69, // 38: acp.v2.CommandSubject.extra:type_name -> google.protobuf.Struct
-	70, // 39: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	69, // 40: acp.v2.ElicitationRequest.requested_schema:type_name -> google.protobuf.Struct
-	69, // 41: acp.v2.ElicitationRequest.meta:type_name -> google.protobuf.Struct
-	69, // 42: acp.v2.ElicitationResolved.content:type_name -> google.protobuf.Struct
-	71, // 43: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	72, // 44: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	67, // 45: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	51, // 46: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	73, // 47: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
-	74, // 48: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
-	75, // 49: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
-	61, // 50: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
-	76, // 51: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
+	72, // 36: acp.v2.PermissionSubject.unknown:type_name -> google.protobuf.Struct
+	72, // 37: acp.v2.CommandSubject.meta:type_name -> google.protobuf.Struct
+	72, // 38: acp.v2.CommandSubject.extra:type_name -> google.protobuf.Struct
+	73, // 39: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	72, // 40: acp.v2.ElicitationRequest.requested_schema:type_name -> google.protobuf.Struct
+	72, // 41: acp.v2.ElicitationRequest.meta:type_name -> google.protobuf.Struct
+	72, // 42: acp.v2.ElicitationResolved.content:type_name -> google.protobuf.Struct
+	74, // 43: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	75, // 44: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	70, // 45: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	54, // 46: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	76, // 47: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
+	77, // 48: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
+	78, // 49: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
+	64, // 50: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
+	79, // 51: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
 	12, // 52: acp.v2.SessionSnapshot.terminals:type_name -> acp.v2.SessionTerminal
 	2,  // 53: acp.v2.SessionSnapshot.pending_permissions:type_name -> acp.v2.PermissionRequest
-	51, // 54: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
-	51, // 55: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 54: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
+	54, // 55: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
 	6,  // 56: acp.v2.SessionSnapshot.pending_elicitations:type_name -> acp.v2.ElicitationRequest
-	69, // 57: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
-	51, // 58: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	51, // 59: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
-	51, // 60: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
+	72, // 57: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
+	54, // 58: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	54, // 59: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 60: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
 	15, // 61: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
 	16, // 62: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
 	17, // 63: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
@@ -4385,52 +4599,56 @@ var file_acp_v2_session_service_proto_depIdxs = []int32{
 	19, // 65: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
 	19, // 66: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
 	19, // 67: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
-	71, // 68: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	74, // 68: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
 	0,  // 69: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	51, // 70: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	54, // 70: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
 	0,  // 71: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	51, // 72: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	69, // 73: acp.v2.RespondElicitationRequest.content:type_name -> google.protobuf.Struct
+	54, // 72: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	72, // 73: acp.v2.RespondElicitationRequest.content:type_name -> google.protobuf.Struct
 	11, // 74: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
 	13, // 75: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	74, // 76: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	47, // 77: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
-	48, // 78: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
-	49, // 79: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
-	50, // 80: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
-	14, // 81: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	21, // 82: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	23, // 83: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	25, // 84: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	27, // 85: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	29, // 86: acp.v2.SessionService.RespondElicitation:input_type -> acp.v2.RespondElicitationRequest
-	31, // 87: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	33, // 88: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	35, // 89: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	41, // 90: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	43, // 91: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	45, // 92: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
-	37, // 93: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
-	39, // 94: acp.v2.SessionService.Logout:input_type -> acp.v2.LogoutRequest
-	20, // 95: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	22, // 96: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	24, // 97: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	26, // 98: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	28, // 99: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	30, // 100: acp.v2.SessionService.RespondElicitation:output_type -> acp.v2.RespondElicitationResponse
-	32, // 101: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	34, // 102: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	36, // 103: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	42, // 104: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	44, // 105: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	46, // 106: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
-	38, // 107: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
-	40, // 108: acp.v2.SessionService.Logout:output_type -> acp.v2.LogoutResponse
-	95, // [95:109] is the sub-list for method output_type
-	81, // [81:95] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	77, // 76: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	47, // 77: acp.v2.ListAgentSessionsResponse.sessions:type_name -> acp.v2.AgentSession
+	54, // 78: acp.v2.AgentSession.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 79: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	51, // 80: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	52, // 81: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	53, // 82: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	14, // 83: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	21, // 84: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	23, // 85: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	25, // 86: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	27, // 87: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	29, // 88: acp.v2.SessionService.RespondElicitation:input_type -> acp.v2.RespondElicitationRequest
+	31, // 89: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	33, // 90: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	35, // 91: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	41, // 92: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	43, // 93: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	48, // 94: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	37, // 95: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	39, // 96: acp.v2.SessionService.Logout:input_type -> acp.v2.LogoutRequest
+	45, // 97: acp.v2.SessionService.ListAgentSessions:input_type -> acp.v2.ListAgentSessionsRequest
+	20, // 98: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	22, // 99: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	24, // 100: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	26, // 101: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	28, // 102: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	30, // 103: acp.v2.SessionService.RespondElicitation:output_type -> acp.v2.RespondElicitationResponse
+	32, // 104: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	34, // 105: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	36, // 106: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	42, // 107: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	44, // 108: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	49, // 109: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	38, // 110: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	40, // 111: acp.v2.SessionService.Logout:output_type -> acp.v2.LogoutResponse
+	46, // 112: acp.v2.SessionService.ListAgentSessions:output_type -> acp.v2.ListAgentSessionsResponse
+	98, // [98:113] is the sub-list for method output_type
+	83, // [83:98] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -4493,7 +4711,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

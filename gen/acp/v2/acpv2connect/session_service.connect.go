@@ -70,6 +70,9 @@ const (
 	SessionServiceDeleteSessionProcedure = "/acp.v2.SessionService/DeleteSession"
 	// SessionServiceLogoutProcedure is the fully-qualified name of the SessionService's Logout RPC.
 	SessionServiceLogoutProcedure = "/acp.v2.SessionService/Logout"
+	// SessionServiceListAgentSessionsProcedure is the fully-qualified name of the SessionService's
+	// ListAgentSessions RPC.
+	SessionServiceListAgentSessionsProcedure = "/acp.v2.SessionService/ListAgentSessions"
 )
 
 // SessionServiceClient is a client for the acp.v2.SessionService service.
@@ -109,6 +112,12 @@ type SessionServiceClient interface {
 	// `auth/logout`, v1 `logout`): the agent's login, which lives in the
 	// user's agent home, not in the one session.
 	Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error)
+	// ListAgentSessions lists the sessions an agent keeps itself (ACP
+	// `session/list`) whose working directory lies in the caller's
+	// workspace: those CreateSession's adopt_agent_session_id can take up.
+	// Off unless the gateway runs with --adopt-agent-sessions
+	// (FAILED_PRECONDITION).
+	ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error)
 }
 
 // NewSessionServiceClient constructs a client for the acp.v2.SessionService service. By default, it
@@ -206,6 +215,12 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("Logout")),
 			connect.WithClientOptions(opts...),
 		),
+		listAgentSessions: connect.NewClient[v2.ListAgentSessionsRequest, v2.ListAgentSessionsResponse](
+			httpClient,
+			baseURL+SessionServiceListAgentSessionsProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("ListAgentSessions")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -225,6 +240,7 @@ type sessionServiceClient struct {
 	listAgents         *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
 	deleteSession      *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
 	logout             *connect.Client[v2.LogoutRequest, v2.LogoutResponse]
+	listAgentSessions  *connect.Client[v2.ListAgentSessionsRequest, v2.ListAgentSessionsResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -297,6 +313,11 @@ func (c *sessionServiceClient) Logout(ctx context.Context, req *connect.Request[
 	return c.logout.CallUnary(ctx, req)
 }
 
+// ListAgentSessions calls acp.v2.SessionService.ListAgentSessions.
+func (c *sessionServiceClient) ListAgentSessions(ctx context.Context, req *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error) {
+	return c.listAgentSessions.CallUnary(ctx, req)
+}
+
 // SessionServiceHandler is an implementation of the acp.v2.SessionService service.
 type SessionServiceHandler interface {
 	// CreateSession starts an agent for a new session.
@@ -334,6 +355,12 @@ type SessionServiceHandler interface {
 	// `auth/logout`, v1 `logout`): the agent's login, which lives in the
 	// user's agent home, not in the one session.
 	Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error)
+	// ListAgentSessions lists the sessions an agent keeps itself (ACP
+	// `session/list`) whose working directory lies in the caller's
+	// workspace: those CreateSession's adopt_agent_session_id can take up.
+	// Off unless the gateway runs with --adopt-agent-sessions
+	// (FAILED_PRECONDITION).
+	ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error)
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -427,6 +454,12 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("Logout")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServiceListAgentSessionsHandler := connect.NewUnaryHandler(
+		SessionServiceListAgentSessionsProcedure,
+		svc.ListAgentSessions,
+		connect.WithSchema(sessionServiceMethods.ByName("ListAgentSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/acp.v2.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceCreateSessionProcedure:
@@ -457,6 +490,8 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceDeleteSessionHandler.ServeHTTP(w, r)
 		case SessionServiceLogoutProcedure:
 			sessionServiceLogoutHandler.ServeHTTP(w, r)
+		case SessionServiceListAgentSessionsProcedure:
+			sessionServiceListAgentSessionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -520,4 +555,8 @@ func (UnimplementedSessionServiceHandler) DeleteSession(context.Context, *connec
 
 func (UnimplementedSessionServiceHandler) Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.Logout is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.ListAgentSessions is not implemented"))
 }
