@@ -106,25 +106,7 @@ func TestTurnIsFollowedWhileEachWatchMakesProgress(t *testing.T) {
 	const chunks = 100
 	g := &cuttingGateway{chunks: chunks, perWatch: 3}
 	e := startEditor(t, startCuttingGateway(t, g), nil)
-	e.initialize(t)
-	sid := e.newSession(t)
-	res, err := e.prompt(testCtx(t), sid, "flood")
-	if err != nil {
-		t.Fatalf("session/prompt: %v", err)
-	}
-	if res.StopReason != acp.StopReasonEndTurn {
-		t.Errorf("stopReason %q, want end_turn", res.StopReason)
-	}
-	updates, _ := e.rec.snapshot()
-	got := texts(updates)
-	if len(got) != chunks {
-		t.Fatalf("the editor got %d chunks, want %d", len(got), chunks)
-	}
-	for i, s := range got {
-		if s != strconv.Itoa(i+1) {
-			t.Fatalf("chunk %d is %q, want %d", i, s, i+1)
-		}
-	}
+	e.countedTurn(t, chunks)
 	if n := g.watches.Load(); n < (chunks+2)/3 {
 		t.Errorf("the turn was followed on %d Watch streams, want one per 3 events", n)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -351,6 +352,31 @@ func texts(updates []acp.SessionUpdate) []string {
 		}
 	}
 	return out
+}
+
+// countedTurn initializes, creates a session and runs a turn, which must
+// end with end_turn and bring the editor n agent message chunks, "1" to
+// n, each once and in order.
+func (e *editor) countedTurn(t *testing.T, n int) {
+	t.Helper()
+	e.initialize(t)
+	res, err := e.prompt(testCtx(t), e.newSession(t), "count")
+	if err != nil {
+		t.Fatalf("session/prompt: %v", err)
+	}
+	if res.StopReason != acp.StopReasonEndTurn {
+		t.Errorf("stopReason %q, want end_turn", res.StopReason)
+	}
+	updates, _ := e.rec.snapshot()
+	got := texts(updates)
+	if len(got) != n {
+		t.Fatalf("the editor got %d chunks, want %d", len(got), n)
+	}
+	for i, s := range got {
+		if s != strconv.Itoa(i+1) {
+			t.Fatalf("chunk %d is %q, want %d", i, s, i+1)
+		}
+	}
 }
 
 // rawEditor speaks JSON-RPC to a bridge line by line, for what the SDK
