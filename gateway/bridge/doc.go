@@ -61,7 +61,13 @@
 //     request waits) and `idle` with the stop reason, made by the bridge from
 //     the gateway's turn events (the agent's own state updates are not
 //     forwarded, nor, to a v2 editor, the agent's user messages: the bridge
-//     reports the prompt as the user_message).
+//     reports the prompt as the user_message). A Prompt stream the
+//     gateway cuts off mid-turn (it fell behind, `aborted`, also before
+//     the bridge read the turn's start; or the replicas changed hands) is
+//     followed on in the session's log with Watch from the last event
+//     the editor got, again after each cut, until the turn ends; the
+//     bridge gives up, with the gateway's error, after 8 Watch streams
+//     in a row that bring nothing.
 //   - session/cancel: Cancel, also when it arrives before the gateway has
 //     started the turn.
 //   - Permission requests become session/request_permission requests from

@@ -64,9 +64,7 @@ func (b *bridge) followLoop(ctx context.Context, s *session) {
 // Watch ends or, with untilTurnEnd, until a turn ends, whose turnEnded
 // event it returns.
 func (b *bridge) watchOnce(ctx context.Context, s *session, untilTurnEnd bool) (*acpv2.SessionEvent, error) {
-	s.out.Lock()
-	after := s.lastSeq
-	s.out.Unlock()
+	after := s.handled()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := b.client.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: s.id, AfterSeq: after}))
@@ -88,4 +86,12 @@ func (b *bridge) watchOnce(ctx context.Context, s *session, untilTurnEnd bool) (
 	cancel() // so that Close need not wait on a live stream
 	_ = stream.Close()
 	return end, err
+}
+
+// handled returns the seq of the last live event of s handled, which the
+// editor has.
+func (s *session) handled() uint64 {
+	s.out.Lock()
+	defer s.out.Unlock()
+	return s.lastSeq
 }

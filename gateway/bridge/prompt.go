@@ -91,7 +91,6 @@ func (b *bridge) prompt(id jsonrpc2.ID, params json.RawMessage) {
 // (v1). A v2 editor is answered when the gateway starts the turn, and the
 // turn's end is an idle state_update.
 func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *turn, blocks []*acpv2.ContentBlock) (any, error) {
-	v2 := s.conv.version != acpjson.V1
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := b.client.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: s.id, Prompt: blocks}))
 	if err != nil {
@@ -109,18 +108,7 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 			continue // heartbeat
 		}
 		if _, ok := ev.GetEvent().(*acpv2.SessionEvent_TurnStarted); ok {
-			s.mu.Lock()
-			t.started = true
-			cancelNow := t.cancelWanted
-			s.mu.Unlock()
-			if cancelNow {
-				b.spawn(func() { b.gatewayCancel(s.id) })
-			}
-			if v2 {
-				// A v2 prompt is answered once accepted.
-				b.reply(id, struct{}{}, nil)
-				acked = true
-			}
+			acked = b.turnStarted(id, s, t)
 		}
 		b.handleLive(s, ev)
 		if te := ev.GetTurnEnded(); te != nil {
@@ -131,11 +119,19 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 	s.mu.Lock()
 	started := t.started
 	s.mu.Unlock()
+	if !started && connect.CodeOf(err) == connect.CodeAborted {
+		// A Prompt stream is cut off for lagging (aborted) only once the
+		// gateway started its turn: it subscribes the stream as it
+		// starts the turn, and the turn's first events may lap it before
+		// it sent the turn_started. The turn is under way.
+		acked = b.turnStarted(id, s, t)
+		started = true
+	}
 	if started && resumable(err) {
 		// Cut off mid-turn (the stream fell too far behind, or the
 		// gateway's replicas changed hands): the turn goes on in the
 		// session's log; follow it there from where the editor is.
-		end, werr := b.resumeTurn(ctx, s)
+		end, werr := b.resumeTurn(ctx, s, err)
 		if end != nil {
 			return b.endTurn(s, end.GetSeq(), end.GetTurnEnded(), acked)
 		}
@@ -153,6 +149,25 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 	return nil, rerr
 }
 
+// turnStarted notes that the gateway started turn t of session s, which
+// prompt id asked for: a cancel the editor asked for meanwhile goes to the
+// gateway, and a v2 prompt is answered (acked) as accepted.
+func (b *bridge) turnStarted(id jsonrpc2.ID, s *session, t *turn) (acked bool) {
+	s.mu.Lock()
+	t.started = true
+	cancelNow := t.cancelWanted
+	s.mu.Unlock()
+	if cancelNow {
+		b.spawn(func() { b.gatewayCancel(s.id) })
+	}
+	if s.conv.version == acpjson.V1 {
+		return false
+	}
+	// A v2 prompt is answered once accepted.
+	b.reply(id, struct{}{}, nil)
+	return true
+}
+
 // resumable says whether a stream that ended with err may be taken up
 // again with Watch afterSeq: it was cut off, not refused.
 func resumable(err error) bool {
@@ -164,19 +179,28 @@ func resumable(err error) bool {
 	return false
 }
 
-// resumeTurns bounds the Watch streams a cut-off turn is followed on.
+// resumeTurns bounds the Watch streams in a row that a cut-off turn is
+// followed on while none of them brings the editor an event. A Watch
+// that brings some is progress, and is followed by another however many
+// came before: a turn that floods the session goes on being followed
+// while the bridge keeps up with its log, however often the gateway cuts
+// the bridge's streams off.
 const resumeTurns = 8
 
 // resumeTurn follows session s's log from where the editor is until the
 // running turn's end, whose event it returns, sending the editor each
 // event's updates; nil and the last stream's error if it cannot.
-func (b *bridge) resumeTurn(ctx context.Context, s *session) (*acpv2.SessionEvent, error) {
-	var err error
-	for range resumeTurns {
+func (b *bridge) resumeTurn(ctx context.Context, s *session, cause error) (*acpv2.SessionEvent, error) {
+	err := cause
+	for idle := 0; idle < resumeTurns; idle++ {
 		b.log.Info("the turn's stream was cut off: following the session's log", "session", s.id, "error", err)
+		from := s.handled()
 		var end *acpv2.SessionEvent
 		if end, err = b.watchOnce(ctx, s, true); end != nil || !resumable(err) {
 			return end, err
+		}
+		if s.handled() > from {
+			idle = -1 // progress: the count starts again
 		}
 	}
 	return nil, err
