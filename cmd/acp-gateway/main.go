@@ -524,6 +524,13 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		go agent.ReapOrphans(context.Background(), log)
 	}
 	cfg.warnBoundary(log, l.Addr().String())
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("the gateway's working directory: %w", err)
+	}
+	if err := resolveAgents(cfg.agents, wd, log); err != nil {
+		return configError{err}
+	}
 	authn, err := authenticator(ctx, cfg, log)
 	if err != nil {
 		return configError{err}
