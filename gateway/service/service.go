@@ -159,7 +159,7 @@ func toConnect(err error) error {
 		errors.Is(err, session.ErrAlreadyAnswered), errors.Is(err, session.ErrCannotReattach),
 		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
+	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrAgentStart), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
 		errors.Is(err, session.ErrStoreUnavailable), errors.Is(err, session.ErrStoreRecovering):
 		code = connect.CodeUnavailable
 	case errors.Is(err, session.ErrDataLost):

@@ -29,11 +29,12 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	}
 	if err != nil {
 		s.met.AgentExited("start_failed")
+		// The state's detail, which the store keeps, without the stderr.
 		s.setState(statestore.StateAgentLost, err.Error())
 		if errors.Is(err, ErrPermission) {
 			return err // its working directory is no longer the one checked
 		}
-		return fmt.Errorf("%w: %v", ErrAgentGone, err)
+		return startFailed(err)
 	}
 	s.met.AgentStarted(time.Since(started))
 	fail := func(err error) error {
@@ -248,6 +249,18 @@ func (s *Session) liveAgent(ctx context.Context) (*agent.Agent, string, error) {
 		return nil, "", fmt.Errorf("%w (%s)", ErrAgentGone, s.detail)
 	}
 	return s.agent, s.agentSessionID, nil
+}
+
+// startFailed is the error of an agent that did not start: what went
+// wrong and, when it wrote any, the last lines of its stderr, which
+// usually say why (a missing module, a bad flag, a missing key). Only the
+// session's own user gets it: the agent ran for their session.
+func startFailed(err error) error {
+	var se *agent.StartError
+	if errors.As(err, &se) && se.Stderr != "" {
+		return fmt.Errorf("%w: %v; the last lines of its stderr:\n%s", ErrAgentStart, err, se.Stderr)
+	}
+	return fmt.Errorf("%w: %v", ErrAgentStart, err)
 }
 
 // agentCallErr maps an agent's answer to a session error.
