@@ -170,7 +170,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 		}
 		out.Reset()
 		errOut.Reset()
-		args := append([]string{"try", "--url", base, "--cwd", cwd}, how...)
+		args := append([]string{"try", "--json", "--url", base, "--cwd", cwd}, how...)
 		if code := run(ctx, args, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"stopReason":"end_turn"`) {
 			t.Fatalf("try %q: exit %d, %s\n%s", how, code, errOut.String(), out.String())
 		}
