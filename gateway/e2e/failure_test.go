@@ -218,6 +218,17 @@ func TestAgentThatHangsOrDiesAtStartup(t *testing.T) {
 	if err != nil || len(list.Msg.GetSessions()) != 0 {
 		t.Fatalf("ListSessions after failed creations = %v, %v; want none", list.Msg.GetSessions(), err)
 	}
+	// ListAgents starts its agents for every user: it says that the agent
+	// did not start, never what its stderr said.
+	agents, err := g.connect.ListAgents(context.Background(), connect.NewRequest(&acpv2.ListAgentsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents.Msg.GetAgents() {
+		if a.GetName() == "nomodule" && (a.GetError() == "" || strings.Contains(a.GetError(), "Cannot find module")) {
+			t.Errorf("ListAgents says of the agent %q, want that it did not start, without its stderr", a.GetError())
+		}
+	}
 }
 
 // TestAgentThatRefusesANewSession: CreateSession tells what the agent
