@@ -71,6 +71,8 @@ type textPrinter struct {
 	plan map[string]string
 	// options names the options of each permission request.
 	options map[string]map[string]string
+	// messages holds the text shown of each whole message, by id.
+	messages map[string]string
 }
 
 type shownTool struct {
@@ -79,7 +81,7 @@ type shownTool struct {
 }
 
 func newTextPrinter(out io.Writer) *textPrinter {
-	return &textPrinter{out: out, tools: map[string]*shownTool{}, plan: map[string]string{}, options: map[string]map[string]string{}}
+	return &textPrinter{out: out, tools: map[string]*shownTool{}, plan: map[string]string{}, options: map[string]map[string]string{}, messages: map[string]string{}}
 }
 
 func (p *textPrinter) session(id string) { p.line("session %s", id) }
@@ -133,10 +135,20 @@ func (p *textPrinter) event(ev *acpv2.SessionEvent) error {
 	case ev.GetAgentThoughtChunk() != nil:
 		p.text("thought", ev.GetAgentThoughtChunk().GetContent().GetText().GetText())
 	case ev.GetAgentMessage() != nil:
-		for _, b := range ev.GetAgentMessage().GetContent().GetValue().GetItems() {
-			p.text("text", b.GetText().GetText())
+		// ACP v2's whole message, sent again as it grows: what is new.
+		m := ev.GetAgentMessage()
+		var text strings.Builder
+		for _, b := range m.GetContent().GetValue().GetItems() {
+			text.WriteString(b.GetText().GetText())
 		}
-		p.endText()
+		shown := p.messages[m.GetMessageId()]
+		if rest, ok := strings.CutPrefix(text.String(), shown); ok {
+			p.text("text", rest)
+		} else {
+			p.endText()
+			p.text("text", text.String())
+		}
+		p.messages[m.GetMessageId()] = text.String()
 	case ev.GetPlan() != nil:
 		p.showPlan(ev.GetPlan().GetEntries())
 	case ev.GetToolCall() != nil:
@@ -220,13 +232,13 @@ func (p *textPrinter) showTool(tc *acpv2.ToolCall) {
 		shown = &shownTool{diffs: map[string]bool{}}
 		p.tools[tc.GetToolCallId()] = shown
 	}
-	if tc.GetStatus() != shown.status {
-		shown.status = tc.GetStatus()
+	if status := statusOrPending(tc.GetStatus()); status != shown.status {
+		shown.status = status
 		kind := ""
 		if tc.GetKind() != "" {
 			kind = " (" + tc.GetKind() + ")"
 		}
-		p.line("* %s%s: %s", tc.GetTitle(), kind, statusOrPending(tc.GetStatus()))
+		p.line("* %s%s: %s", tc.GetTitle(), kind, shown.status)
 		if s := tc.GetStatus(); s == "completed" || s == "failed" {
 			p.showOutput(tc)
 		}
