@@ -16,7 +16,7 @@ import (
 // directories, where agents run: the program is found in PATH (a bare
 // name) or at its path, a relative path resolved against wd, the
 // gateway's working directory; and an argument that names an existing
-// file or directory relative to wd (node_modules/x/agent.js, ./agent.py,
+// path relative to wd (see namesPath: node_modules/x/agent.js, ./lib,
 // agent.js; not one that starts with "-") is made absolute too, as it
 // would otherwise be looked for in each session's directory. Each
 // argument so rewritten is logged. The first agent, by name, whose program
@@ -38,7 +38,7 @@ func resolveAgents(agents agentFlags, wd string, log *slog.Logger) error {
 			if arg == "" || strings.HasPrefix(arg, "-") || filepath.IsAbs(arg) {
 				continue
 			}
-			if p := filepath.Join(wd, arg); exists(p) {
+			if p := filepath.Join(wd, arg); namesPath(arg, p) {
 				resolved[i+1] = p
 			}
 		}
@@ -80,7 +80,16 @@ func resolveProgram(program, wd string) (string, error) {
 	return program, nil
 }
 
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
+// namesPath reports whether an agent's argument arg, which is p taken
+// from the gateway's working directory, names a path there: one with a
+// slash that exists (node_modules/x/agent.js, ./lib), or a bare name
+// with a dot of a regular file (agent.js, config.toml). A bare name
+// without one (serve, or a Python module as in -m mypkg) is left alone,
+// even when something there has that name.
+func namesPath(arg, p string) bool {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return false
+	}
+	return strings.Contains(arg, "/") || strings.Contains(arg, ".") && fi.Mode().IsRegular()
 }

@@ -14,7 +14,7 @@ import (
 func TestResolveAgents(t *testing.T) {
 	t.Parallel()
 	wd := t.TempDir()
-	for path, mode := range map[string]os.FileMode{"bin/agent": 0o755, "lib/agent.js": 0o644, "plain.txt": 0o644} {
+	for path, mode := range map[string]os.FileMode{"bin/agent": 0o755, "lib/agent.js": 0o644, "plain.txt": 0o644, "agent.py": 0o644, "serve": 0o644, "mypkg/__init__.py": 0o644} {
 		p := filepath.Join(wd, path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -31,6 +31,9 @@ func TestResolveAgents(t *testing.T) {
 		"rel":  {"bin/agent", "--flag", "lib/agent.js"},
 		"dot":  {"./bin/agent"},
 		"path": {"sh", "lib/agent.js", "missing.js", "-c", "/abs"},
+		// A bare name: a file's with a dot is a path, a module's or a
+		// subcommand's is not.
+		"bare": {"sh", "agent.py", "-m", "mypkg", "serve"},
 	}
 	var logged bytes.Buffer
 	if err := resolveAgents(agents, wd, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
@@ -40,6 +43,7 @@ func TestResolveAgents(t *testing.T) {
 		"rel":  {filepath.Join(wd, "bin/agent"), "--flag", filepath.Join(wd, "lib/agent.js")},
 		"dot":  {filepath.Join(wd, "bin/agent")},
 		"path": {sh, filepath.Join(wd, "lib/agent.js"), "missing.js", "-c", "/abs"},
+		"bare": {sh, filepath.Join(wd, "agent.py"), "-m", "mypkg", "serve"},
 	}
 	for name, w := range want {
 		if got := agents[name]; strings.Join(got, "|") != strings.Join(w, "|") {
