@@ -410,15 +410,16 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		if errors.Is(startCtx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("agent: no answer to initialize within %v", cfg.StartTimeout)
 		}
-		return nil, &StartError{Err: err, Stderr: a.stderrTail()}
+		return nil, &StartError{Err: err, Stderr: a.StderrTail()}
 	}
 	return a, nil
 }
 
-// stderrTail returns the last lines of the stderr of an agent that has
-// ended, once its stderr has ended too, or after StopGrace when a process
-// it left holds it open.
-func (a *Agent) stderrTail() string {
+// StderrTail returns the last lines of the agent's stderr
+// (StderrTailLines, StderrTailBytes), for an agent that has ended: once its
+// stderr has ended too, or after StopGrace when a process it left holds
+// it open. Like [StartError.Stderr], it is for the session's own user.
+func (a *Agent) StderrTail() string {
 	t := time.NewTimer(a.cfg.StopGrace)
 	defer t.Stop()
 	select {

@@ -187,13 +187,16 @@ func TestAgentThatHangsOrDiesAtStartup(t *testing.T) {
 		"nomodule": agentCommand(t, agentsim.Script{Startup: append(noise(30),
 			agentsim.Step{Stderr: "Error: Cannot find module 'nope'"}, agentsim.Step{Stderr: "Node.js v22.0.0"}, agentsim.Step{Exit: &exit1}),
 			Turns: []agentsim.Turn{{}}}),
-		"cat":     {"cat"},
+		"cat": {"cat"},
+		// Answers initialize, then dies at session/new saying why.
+		"nokey":   {"/bin/sh", "-c", `read -r _; echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1}}'; read -r _; echo 'Error: ANTHROPIC_API_KEY is not set' >&2; exit 1`},
 		"garbage": agentCommand(t, agentsim.Script{Startup: []agentsim.Step{{Raw: "Usage: agent [options]"}, {Hang: true}}, Turns: []agentsim.Turn{{}}}),
 	}})
 	t.Run("each", func(t *testing.T) {
 		for name, want := range map[string]string{"hang": "initialize", "die": "status 1", "missing": "no such file", "v9": "protocol version 9",
 			"nomodule": "status 1; the last lines of its stderr:\nnoise 13\n", "cat": "not an ACP agent: it sent the gateway's initialize request back",
-			"garbage": "not an ACP agent: its output is not ACP's JSON-RPC"} {
+			"garbage": "not an ACP agent: its output is not ACP's JSON-RPC",
+			"nokey":   "session/new: agent ended: exited with status 1; the last lines of its stderr:\nError: ANTHROPIC_API_KEY is not set"} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				_, err := g.connect.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: name, Cwd: t.TempDir()}))

@@ -77,7 +77,15 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		}
 		if err != nil {
 			// What the agent said, where it answered: not a lost agent.
-			return fail(agentCallErr("session/new", err))
+			// One that ended instead tells why on its stderr.
+			if !errors.Is(err, agent.ErrExited) {
+				return fail(agentCallErr("session/new", err))
+			}
+			err = fail(fmt.Errorf("%w: session/new: %v", ErrAgentStart, err))
+			if tail := a.StderrTail(); tail != "" {
+				err = fmt.Errorf("%w; the last lines of its stderr:\n%s", err, tail)
+			}
+			return err
 		}
 	case caps.Resume:
 		how = "re-attached with session/resume"
