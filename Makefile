@@ -92,8 +92,8 @@ checkconsole: ## Type-check the web console; fail when gateway/console/dist is s
 	$(NPM) --prefix web/console run check
 
 .PHONY: screenshots
-screenshots: ## Rewrite docs/screenshots/console-*.png from the browser test
-	$(GO) test -count=1 -run '^TestBrowser$$' ./gateway/console -update-screenshots
+screenshots: ## Rewrite docs/screenshots/console-*.png from the browser tests
+	$(GO) test -count=1 -run '^TestBrowser(Console)?$$' ./gateway/console -update-screenshots
 
 .PHONY: bench-cmd
 bench-cmd: ## Run acp-gateway-bench --quick (writes bench.json)

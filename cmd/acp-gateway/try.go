@@ -64,13 +64,24 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out turnPrinter) error {
+func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out turnPrinter) (err error) {
 	created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
 	if err != nil {
 		return err
 	}
 	id := created.Msg.GetSessionId()
 	out.session(id)
+	defer func() {
+		if ctx.Err() != nil {
+			// Interrupted (Ctrl-C): the gateway keeps a turn whose stream
+			// drops, so it is cancelled, lest it run on, its permission
+			// request waiting, without us.
+			cancelTurn(ctx, c, id, out)
+			err = ctx.Err()
+			return
+		}
+		showSession(ctx, c, id, out)
+	}()
 	stream, err := c.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: []*acpv2.ContentBlock{
 		{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: prompt}}},
 	}}))
@@ -108,13 +119,7 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 		}
 	}
 	if ctx.Err() != nil {
-		// Interrupted (Ctrl-C): the turn would go on without us.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := c.Cancel(cctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err == nil {
-			out.note("interrupted: the turn was cancelled")
-		}
-		return ctx.Err()
+		return ctx.Err() // the turn is cancelled on the way out
 	}
 	switch {
 	case stream.Err() != nil:
@@ -125,4 +130,32 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 		return fmt.Errorf("the turn failed: %s", ended.GetError())
 	}
 	return nil
+}
+
+// cancelTurn cancels session id's turn after ctx ended, and says what
+// became of it.
+func cancelTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out turnPrinter) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := c.Cancel(cctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err != nil {
+		out.note(fmt.Sprintf("interrupted: the turn could not be cancelled (%v): it may run on; see GetSession turnRunning", err))
+		return
+	}
+	out.note("interrupted: the turn was cancelled")
+	showSession(cctx, c, id, out)
+}
+
+// showSession prints whether session id runs a turn and which permission
+// requests wait, as GetSession says.
+func showSession(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out turnPrinter) {
+	got, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+	if err != nil {
+		return
+	}
+	snap := got.Msg.GetSession()
+	running := "no turn running"
+	if snap.GetTurnRunning() {
+		running = fmt.Sprintf("a turn running since seq %d", snap.GetTurnStartedSeq())
+	}
+	out.note(fmt.Sprintf("session %s: %s, %s, %d permission requests waiting", id, snap.GetState(), running, len(snap.GetPendingPermissions())))
 }

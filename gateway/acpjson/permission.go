@@ -10,10 +10,11 @@ import (
 // `session/request_permission` request into a PermissionRequest (without its
 // request id or preview, which the gateway fills in).
 //
-// ACP v1 carries the tool call as `toolCall`; ACP v2 carries a `title` and a
-// `subject`, whose `tool_call` form holds the same ToolCallUpdate shape. A v2
-// subject of another type (a command, say) is kept in the request's `meta`
-// under "subject" so that nothing is lost.
+// ACP v1 carries the tool call as `toolCall`; ACP v2 carries a `title`, a
+// `description` and a `subject`, whose `tool_call` form holds the same
+// ToolCallUpdate shape. A v2 subject of another type is the request's
+// `subject`: a command, or one of a type the gateway does not know, kept
+// whole.
 func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, error) {
 	obj, err := parseObject(data)
 	if err != nil {
@@ -23,6 +24,9 @@ func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 	req := &acpv2.PermissionRequest{}
 	if title, ok := obj["title"].(string); ok {
 		req.Title = title
+	}
+	if desc, ok := obj["description"].(string); ok {
+		req.Description = &desc
 	}
 	tc, _ := obj["toolCall"].(map[string]any)
 	var subject map[string]any
@@ -54,14 +58,13 @@ func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 		}
 		req.Options = append(req.Options, po)
 	}
-	meta, _ := obj["_meta"].(map[string]any)
 	if subject != nil {
-		if meta == nil {
-			meta = map[string]any{}
+		req.Subject = &acpv2.PermissionSubject{}
+		if err := d.object(subject, req.Subject.ProtoReflect()); err != nil {
+			return nil, within(err, "subject")
 		}
-		meta["subject"] = subject
 	}
-	if meta != nil {
+	if meta, ok := obj["_meta"].(map[string]any); ok {
 		req.Meta = toStruct(meta)
 	}
 	return req, nil

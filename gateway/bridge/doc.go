@@ -121,4 +121,23 @@
 // has no form for (terminal updates, other plan types) are not sent. A v2
 // editor gets the patches as they are, a v1 `plan` as the `plan_update` of
 // plan id "plan", and a made-up message id on chunks that have none.
+//
+// # Diffs and permission subjects
+//
+// v1 diffs carry whole texts (path, oldText, newText), v2 diffs `changes`
+// (operations and paths) and optionally a git patch. A v1 editor gets a v2
+// diff's v1 members when the agent sent them too; otherwise each added
+// file whose whole text the git patch holds becomes a v1 diff without
+// oldText, and what is left (modified, deleted, moved or copied files,
+// whose whole texts no patch holds, and patches of other formats) one text
+// item: the operations and paths, then the patch in a ```diff block. A v2
+// editor gets a v1 diff with `changes` (`add` without oldText, else
+// `modify`) beside its v1 members.
+//
+// A v2 permission request's `description` and `subject` reach a v2 editor
+// as they are. A v1 editor, whose requests must name a tool call, gets for
+// one that names none a made-up call (id `permission-REQUEST_ID`) titled
+// with the request's title (else the command), of kind `execute` with the
+// command and its cwd as rawInput for a command subject, and the
+// description as its content.
 package bridge
