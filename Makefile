@@ -30,8 +30,12 @@ run: ## Run the gateway on 127.0.0.1:8080
 	$(GO) run ./cmd/acp-gateway serve
 
 .PHONY: ci
-ci: deps lint breaking checkgenerate checkgenerate-ts checkconsole test fuzz benchcheck ## Everything CI runs, on a fresh machine
+ci: deps lint breaking checkgenerate checkgenerate-ts checkconsole release test fuzz benchcheck ## Everything CI runs, on a fresh machine
 	@echo "ci: all checks passed"
+
+.PHONY: release
+release: ## Build the release archives into dist/ (linux amd64 and arm64, SHA256SUMS; VERSION=v1.2.3 to name one)
+	./scripts/release.sh
 
 .PHONY: deps
 deps: ## Install and start what the tests need

@@ -170,7 +170,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 		}
 		out.Reset()
 		errOut.Reset()
-		args := append([]string{"try", "--url", base, "--cwd", cwd}, how...)
+		args := append([]string{"try", "--json", "--url", base, "--cwd", cwd}, how...)
 		if code := run(ctx, args, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"stopReason":"end_turn"`) {
 			t.Fatalf("try %q: exit %d, %s\n%s", how, code, errOut.String(), out.String())
 		}
@@ -273,7 +273,7 @@ func TestTryCancelsItsTurnWhenInterrupted(t *testing.T) {
 	tryCtx, interrupt := context.WithCancel(ctx)
 	out := &cancelOnWrite{mark: `"permissionRequest"`, cancel: interrupt}
 	var errOut bytes.Buffer
-	if code := run(tryCtx, []string{"try", "--url", base}, out, &errOut); code == 0 || !strings.Contains(out.String(), "# interrupted: the turn was cancelled") {
+	if code := run(tryCtx, []string{"try", "--json", "--url", base}, out, &errOut); code == 0 || !strings.Contains(out.String(), "# interrupted: the turn was cancelled") {
 		t.Fatalf("try interrupted: exit %d, %s\n%s", code, errOut.String(), out.String())
 	}
 	c := bridge.NewClient(http.DefaultClient, base, "")

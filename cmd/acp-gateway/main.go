@@ -41,7 +41,7 @@ import (
 
 const usage = `usage:
   acp-gateway serve [--listen HOST:PORT] [--agent NAME=COMMAND_LINE]... [--store URL] [flags]
-  acp-gateway try [--url URL] [--agent NAME] [--cwd DIR] [--token TOKEN | --token-file FILE]   (run one turn and print its events)
+  acp-gateway try [--url URL] [--agent NAME] [--cwd DIR] [--token TOKEN | --token-file FILE] [--json]   (run one turn and show it; --json: every event as proto JSON)
   acp-gateway connect URL --agent NAME [--token TOKEN | --token-file FILE] [--cwd DIR]   (an editor's ACP agent, run on the gateway at URL)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
   acp-gateway version   (this build's version, revision and Go release)
@@ -550,6 +550,13 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		go agent.ReapOrphans(context.Background(), log)
 	}
 	cfg.warnBoundary(log, l.Addr().String())
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("the gateway's working directory: %w", err)
+	}
+	if err := resolveAgents(cfg.agents, wd, log); err != nil {
+		return configError{err}
+	}
 	authn, err := authenticator(ctx, cfg, log)
 	if err != nil {
 		return configError{err}

@@ -228,6 +228,13 @@ type Agent struct {
 	profile Profile
 
 	exited chan struct{} // closed when the process is reaped
+	// tail keeps the last lines of the agent's stderr; stderrDone is
+	// closed when its stderr has ended (all its writers gone).
+	tail       stderrTail
+	stderrDone chan struct{}
+	// echoed is set when the agent sent the gateway an initialize
+	// request: the gateway's own, sent back by a program that echoes.
+	echoed atomic.Bool
 	// ended is cancelled when the agent has ended, see finish; calls to
 	// the agent are cut short by it.
 	ended    context.Context
@@ -368,7 +375,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 	}
 	started = true // a.Close closes the Group from here on
-	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{})}
+	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	a.ended, a.setEnded = context.WithCancel(context.Background())
 	a.cfg.Log.Info("agent started", "pid", cmd.Process.Pid)
 	if cfg.Fence != nil {
@@ -376,6 +383,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 
 	go func() {
+		defer close(a.stderrDone)
 		defer errR.Close()
 		a.logStderr(errR)
 	}()
@@ -409,11 +417,25 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := a.initialize(startCtx); err != nil {
 		a.Close()
 		if errors.Is(startCtx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("agent: no answer to initialize within %v", cfg.StartTimeout)
+			err = fmt.Errorf("agent: no answer to initialize within %v", cfg.StartTimeout)
 		}
-		return nil, err
+		return nil, &StartError{Err: err, Stderr: a.StderrTail()}
 	}
 	return a, nil
+}
+
+// StderrTail returns the last lines of the agent's stderr
+// (StderrTailLines, StderrTailBytes), for an agent that has ended: once its
+// stderr has ended too, or after StopGrace when a process it left holds
+// it open. Like [StartError.Stderr], it is for the session's own user.
+func (a *Agent) StderrTail() string {
+	t := time.NewTimer(a.cfg.StopGrace)
+	defer t.Stop()
+	select {
+	case <-a.stderrDone:
+	case <-t.C:
+	}
+	return a.tail.String()
 }
 
 // connect starts the JSON-RPC connection over the agent's output and
@@ -939,6 +961,10 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 		params = *req.Params
 	}
 	switch req.Method {
+	case "initialize":
+		// No agent asks its client this: the gateway's own request, sent
+		// back (see initialize).
+		a.echoed.Store(true)
 	case "session/update":
 		// Only what updateLine leaves: requests, and odd notifications.
 		var p struct {

@@ -208,12 +208,20 @@ func (a *Agent) initialize(ctx context.Context) error {
 		"capabilities": map[string]any{"elicitation": elicitationCapability},
 	}
 	var res initializeResult
-	if err := a.call(ctx, "initialize", params, &res); err != nil {
+	err := a.call(ctx, "initialize", params, &res)
+	switch {
+	case a.echoed.Load():
+		return fmt.Errorf("agent: initialize: %w: it sent the gateway's initialize request back, as a program that echoes its input (cat) does", ErrNotACP)
+	case err != nil && a.Reason() == ReasonProtocolError:
+		return fmt.Errorf("agent: initialize: %w: its output is not ACP's JSON-RPC: %w", ErrNotACP, err)
+	case err != nil:
 		return fmt.Errorf("agent: initialize: %w", err)
 	}
 	switch res.ProtocolVersion {
 	case 1, 2:
 		a.version.Store(int64(res.ProtocolVersion))
+	case 0:
+		return fmt.Errorf("agent: initialize: %w: its answer has no protocolVersion", ErrNotACP)
 	default:
 		return fmt.Errorf("agent: initialize: unsupported protocol version %d (the gateway speaks 1 and 2)", res.ProtocolVersion)
 	}

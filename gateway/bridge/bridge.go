@@ -38,6 +38,14 @@ type Options struct {
 	// gateway refuses a name it does not know); and session/list then
 	// lists the sessions of every agent.
 	ChooseAgent bool
+	// CheckGateway makes initialize ask the gateway for its agents first
+	// (ListAgents), and fail with a JSON-RPC error saying why when the
+	// gateway cannot be reached, refuses the token, or has no agent
+	// [Options.Agent]: an editor then shows the problem at once, rather
+	// than at its first session. For a bridge over the network
+	// (`acp-gateway connect`); one in the gateway's own process has no
+	// need.
+	CheckGateway bool
 	// Cwd, when set, is the working directory given to the gateway for new
 	// sessions instead of the one the editor sends, which need not exist
 	// on the gateway's machine.
@@ -285,6 +293,15 @@ func (b *bridge) Handle(_ context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Reque
 	}
 	switch req.Method {
 	case "initialize":
+		if b.opts.CheckGateway {
+			b.call(req.ID, nil, func(ctx context.Context) (any, error) {
+				if err := b.checkGateway(ctx); err != nil {
+					return nil, err
+				}
+				return b.initialize(params)
+			})
+			return
+		}
 		res, err := b.initialize(params)
 		b.reply(req.ID, res, err)
 		return

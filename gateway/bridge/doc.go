@@ -42,7 +42,10 @@
 // editor, authenticates to the gateway. The bridge offers loadSession (v1)
 // and session/list, session/resume and session/close; it offers only the
 // baseline prompt content (text and resource links), since it cannot know
-// what the gateway's agent accepts.
+// what the gateway's agent accepts. `acp-gateway connect` (CheckGateway)
+// first asks the gateway for its agents, and answers initialize with a
+// JSON-RPC error (-32603) saying why when the gateway cannot be reached,
+// refuses the token, or has no such agent.
 //
 //   - session/new: CreateSession with the configured agent and the editor's
 //     cwd (or --cwd), and the editor's MCP servers, which the gateway

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -78,6 +79,27 @@ func (b *bridge) initialize(params json.RawMessage) (any, error) {
 		}},
 		"authMethods": []any{},
 	}, nil
+}
+
+// checkGateway checks that the gateway answers, takes the bridge's token
+// and has the bridge's agent (Options.CheckGateway).
+func (b *bridge) checkGateway(ctx context.Context) error {
+	res, err := b.client.ListAgents(ctx, connect.NewRequest(&acpv2.ListAgentsRequest{}))
+	if err != nil {
+		return rpcError("initialize (asking the gateway for its agents)", err)
+	}
+	if b.opts.Agent == "" {
+		return nil
+	}
+	var names []string
+	for _, a := range res.Msg.GetAgents() {
+		if a.GetName() == b.opts.Agent {
+			return nil
+		}
+		names = append(names, a.GetName())
+	}
+	return &jsonrpc2.Error{Code: codeInternal,
+		Message: fmt.Sprintf("acp-gateway initialize failed: the gateway has no agent %q (it has %s); check --agent", b.opts.Agent, strings.Join(names, ", "))}
 }
 
 // newSession creates a gateway session of the configured agent.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -159,7 +160,7 @@ func toConnect(err error) error {
 		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused),
 		errors.Is(err, session.ErrAdoptionOff), errors.Is(err, session.ErrAdopted):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
+	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrAgentStart), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
 		errors.Is(err, session.ErrStoreUnavailable), errors.Is(err, session.ErrStoreRecovering):
 		code = connect.CodeUnavailable
 	case errors.Is(err, session.ErrDataLost):
@@ -178,8 +179,29 @@ func toConnect(err error) error {
 	if code == connect.CodeInternal {
 		return connect.NewError(code, &internalError{err})
 	}
-	return connect.NewError(code, err)
+	return connect.NewError(code, saidOnce(code, err))
 }
+
+// saidOnce drops from err's message a leading word of its code's (the
+// session's ErrInvalid is "invalid argument: ...", ErrPermission
+// "permission denied: ..."), which the client already prints before it:
+// `invalid_argument: invalid argument: cwd ...` says it twice.
+func saidOnce(code connect.Code, err error) error {
+	words := strings.ReplaceAll(code.String(), "_", " ")
+	if msg, ok := strings.CutPrefix(err.Error(), words+": "); ok && msg != "" {
+		return &restated{msg: msg, err: err}
+	}
+	return err
+}
+
+// restated is err with another message; errors.Is and As still see err.
+type restated struct {
+	msg string
+	err error
+}
+
+func (e *restated) Error() string { return e.msg }
+func (e *restated) Unwrap() error { return e.err }
 
 // internalError hides its cause from clients (its message is just
 // "internal error") but keeps it for the access log.

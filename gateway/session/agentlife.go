@@ -44,11 +44,12 @@ func (s *Session) attach(ctx context.Context, authMethod string, mode attachMode
 	}
 	if err != nil {
 		s.met.AgentExited("start_failed")
+		// The state's detail, which the store keeps, without the stderr.
 		s.setState(statestore.StateAgentLost, err.Error())
 		if errors.Is(err, ErrPermission) {
 			return err // its working directory is no longer the one checked
 		}
-		return fmt.Errorf("%w: %v", ErrAgentGone, err)
+		return startFailed(err)
 	}
 	s.met.AgentStarted(time.Since(started))
 	fail := func(err error) error {
@@ -93,7 +94,15 @@ func (s *Session) attach(ctx context.Context, authMethod string, mode attachMode
 		}
 		if err != nil {
 			// What the agent said, where it answered: not a lost agent.
-			return fail(agentCallErr("session/new", err))
+			// One that ended instead tells why on its stderr.
+			if !errors.Is(err, agent.ErrExited) {
+				return fail(agentCallErr("session/new", err))
+			}
+			err = fail(fmt.Errorf("%w: session/new: %v", ErrAgentStart, err))
+			if tail := a.StderrTail(); tail != "" {
+				err = fmt.Errorf("%w; the last lines of its stderr:\n%s", err, tail)
+			}
+			return err
 		}
 	case caps.Resume:
 		how = "re-attached with session/resume"
@@ -267,6 +276,18 @@ func (s *Session) liveAgent(ctx context.Context) (*agent.Agent, string, error) {
 		return nil, "", fmt.Errorf("%w (%s)", ErrAgentGone, s.detail)
 	}
 	return s.agent, s.agentSessionID, nil
+}
+
+// startFailed is the error of an agent that did not start: what went
+// wrong and, when it wrote any, the last lines of its stderr, which
+// usually say why (a missing module, a bad flag, a missing key). Only the
+// session's own user gets it: the agent ran for their session.
+func startFailed(err error) error {
+	var se *agent.StartError
+	if errors.As(err, &se) && se.Stderr != "" {
+		return fmt.Errorf("%w: %v; the last lines of its stderr:\n%s", ErrAgentStart, err, se.Stderr)
+	}
+	return fmt.Errorf("%w: %v", ErrAgentStart, err)
 }
 
 // authRequired says whether err is the agent's refusal to work before

@@ -42,6 +42,7 @@ var (
 	ErrNoTurn          = errors.New("no turn is running in this session")
 	ErrClosed          = errors.New("session is closed")
 	ErrAgentGone       = errors.New("the session's agent is gone")
+	ErrAgentStart      = errors.New("the agent did not start")
 	ErrCannotReattach  = errors.New("the session's agent ended and cannot be re-attached")
 	ErrUnsupported     = errors.New("not supported by the session's agent")
 	ErrAgentRefused    = errors.New("the agent refused the request")

@@ -175,11 +175,14 @@ async function checkTurn(sessionId) {
 
   assert.deepEqual(await page.locator(".bubble.user .body").allTextContents(), ["Show me what you can do."]);
   assert.deepEqual(await page.locator(".bubble.thought .body").allTextContents(), [
-    "The user wants a tour. I'll read the README, make a small edit, and run the tests.",
+    "The user wants a tour. I'll play a read, an edit and a command.",
   ]);
   assert.deepEqual((await page.locator(".bubble.message .body").allTextContents()).map((t) => t.trim()), [
-    "Hi! I'm the acp-gateway demo agent. I'll read a file, propose an edit, and run a command.",
-    "All done: I read README.md, proposed an edit to hello.go, and the tests pass.",
+    "This is the acp-gateway demo agent, a script, not an AI: it reads no file, writes nothing and runs no command. " +
+      "What follows is made up, to show what a turn streams: text, a plan, tool calls, a diff, a permission request and a command's output.",
+    "I'll show a file being read, an edit that asks your permission, and a command's output.",
+    "That is the whole script: the README, the edit to hello.go and the test output above were made up; " +
+      "no file was read or written and no command ran. Configure a real agent with --agent NAME=COMMAND_LINE.",
   ]);
   assert.deepEqual(await page.locator(".permission").allTextContents(), ["Answered: Allow once"]);
   assert.equal(await page.locator(".turn-end").count(), 1);
