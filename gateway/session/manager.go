@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/sys/unix"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
@@ -225,6 +226,11 @@ type Options struct {
 	// the session keeps the resolved path. With Workspaces nil every cwd
 	// is refused. Without ConfineCwd any existing directory will do.
 	ConfineCwd bool
+	// Clock runs the idle timer (IdleTimeout) and the permission requests'
+	// timers (PermissionTimeout); nil is the real clock. A test whose agent
+	// is a real process, which a testing/synctest bubble cannot hold, gives
+	// a clockwork.FakeClock and advances it past the timeout.
+	Clock clockwork.Clock
 }
 
 // orDefault is a cap's value: def for zero, and for less than zero none
@@ -305,6 +311,9 @@ func NewManager(opts Options) *Manager {
 	}
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)

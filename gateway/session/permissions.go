@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -22,7 +24,7 @@ type permission struct {
 	resolved bool
 	timedOut bool
 	asked    time.Time
-	timer    *time.Timer
+	timer    clockwork.Timer
 }
 
 func cancelled() *acpv2.PermissionOutcome {
@@ -74,7 +76,7 @@ func (s *Session) RequestPermission(params json.RawMessage) (<-chan *acpv2.Permi
 		s.pending--
 		return nil, nil, errors.New("the gateway could not store the request")
 	}
-	p.timer = time.AfterFunc(s.m.opts.PermissionTimeout, func() {
+	p.timer = s.m.opts.Clock.AfterFunc(s.m.opts.PermissionTimeout, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if !p.resolved {

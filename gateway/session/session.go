@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -98,7 +99,7 @@ type Session struct {
 	// refusals counts the tool-call updates and permission requests
 	// refused at the session's bounds; the first of each kind is logged.
 	refusedTools, refusedPerms int
-	idle                       *time.Timer
+	idle                       clockwork.Timer
 	// met records the session's metrics while this gateway runs it; nil
 	// otherwise.
 	met *metrics.Session
