@@ -226,10 +226,12 @@ type Options struct {
 	// the session keeps the resolved path. With Workspaces nil every cwd
 	// is refused. Without ConfineCwd any existing directory will do.
 	ConfineCwd bool
-	// Clock runs the idle timer (IdleTimeout) and the permission requests'
-	// timers (PermissionTimeout); nil is the real clock. A test whose agent
-	// is a real process, which a testing/synctest bubble cannot hold, gives
-	// a clockwork.FakeClock and advances it past the timeout.
+	// Clock runs the idle timer (IdleTimeout), the permission requests'
+	// timers (PermissionTimeout), and the leases' times: the upkeep's
+	// renewals (every LeaseTTL/3), the fences, and the steady-store rule;
+	// nil is the real clock. A test whose agent is a real process, which a
+	// testing/synctest bubble cannot hold, gives a clockwork.FakeClock and
+	// advances it past the timeout.
 	Clock clockwork.Clock
 }
 
@@ -267,6 +269,8 @@ type Manager struct {
 	// storeFailedAt is when a store call of the lease upkeep or of a
 	// takeover last failed (UnixNano; 0: never).
 	storeFailedAt atomic.Int64
+	// clockBase is the origin of the fences' times (monoNow).
+	clockBase time.Time
 	// lost holds the sessions let go because the store lost their data
 	// (m.mu).
 	lost map[string]lostSession
@@ -338,7 +342,7 @@ func NewManager(opts Options) *Manager {
 	}
 	pinger, _ := opts.Store.(statestore.Pinger)
 	opts.Store = opts.Metrics.InstrumentStore(opts.Store)
-	m := &Manager{opts: opts, pinger: pinger, sessions: map[string]*Session{}, stop: make(chan struct{})}
+	m := &Manager{opts: opts, pinger: pinger, sessions: map[string]*Session{}, stop: make(chan struct{}), clockBase: opts.Clock.Now()}
 	if opts.MaxStoreBytes > 0 {
 		m.upkeep.Add(1)
 		go m.every(storePruneInterval, m.pruneEnded)
@@ -405,7 +409,7 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		undo()
 		return nil, err
 	}
-	leased := time.Now()
+	leased := m.opts.Clock.Now()
 	if m.leaser != nil {
 		if err := m.leaser.AcquireLease(ctx, rec.ID, m.opts.Replica, m.opts.LeaseTTL); err != nil {
 			m.discard(rec.ID)
@@ -554,7 +558,7 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 		}
 		return nil, ErrStoreRecovering
 	}
-	leased := time.Now()
+	leased := m.opts.Clock.Now()
 	if m.leaser != nil {
 		err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL)
 		if errors.Is(err, statestore.ErrLeaseHeld) {
