@@ -227,11 +227,12 @@ type Options struct {
 	// is refused. Without ConfineCwd any existing directory will do.
 	ConfineCwd bool
 	// Clock runs the idle timer (IdleTimeout), the permission requests'
-	// timers (PermissionTimeout), and the leases' times: the upkeep's
-	// renewals (every LeaseTTL/3), the fences, and the steady-store rule;
-	// nil is the real clock. A test whose agent is a real process, which a
-	// testing/synctest bubble cannot hold, gives a clockwork.FakeClock and
-	// advances it past the timeout.
+	// timers (PermissionTimeout), the turn's (TurnTimeout, CancelGrace),
+	// and the leases' times: the upkeep's renewals (every LeaseTTL/3),
+	// the fences, and the steady-store rule; nil is the real clock. A test
+	// whose agent is a real process, which a testing/synctest bubble
+	// cannot hold, gives a clockwork.FakeClock and advances it past the
+	// timeout.
 	Clock clockwork.Clock
 }
 

@@ -66,7 +66,7 @@ type Session struct {
 	// constant), "" while it is not; turnTimers are the turn's timeout and
 	// cancel grace, stopped when it ends.
 	turnCause  string
-	turnTimers []*time.Timer
+	turnTimers []clockwork.Timer
 	tools      *merge.State
 	// calls encodes the merged calls of tools for their events, each
 	// version from the one before.
