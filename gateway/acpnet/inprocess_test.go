@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/auth"
@@ -60,12 +61,19 @@ func TestInProcessPanicFailsTheCallOnly(t *testing.T) {
 }
 
 // TestInProcessWriteDeadlineCutsAStuckCaller: the service's write timeout
-// (http.ResponseController) ends a write that the caller does not read.
+// (http.ResponseController) ends a write that the caller does not read, at
+// the deadline (on the fake clock of a synctest bubble).
 func TestInProcessWriteDeadlineCutsAStuckCaller(t *testing.T) {
+	synctest.Test(t, testInProcessWriteDeadlineCutsAStuckCaller)
+}
+
+func testInProcessWriteDeadlineCutsAStuckCaller(t *testing.T) {
+	const timeout = time.Minute
+	start := time.Now()
 	wrote := make(chan error, 1)
 	res, wg, err := roundTrip(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
-		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout)); err != nil {
 			wrote <- err
 			return
 		}
@@ -80,7 +88,10 @@ func TestInProcessWriteDeadlineCutsAStuckCaller(t *testing.T) {
 		if err == nil {
 			t.Error("a write nobody read succeeded")
 		}
-	case <-time.After(10 * time.Second):
+		if waited := time.Since(start); waited != timeout {
+			t.Errorf("the write ended after %v, want the deadline, %v", waited, timeout)
+		}
+	case <-time.After(2 * timeout):
 		t.Fatal("the write deadline did not end the write")
 	}
 	_, err = io.ReadAll(res.Body)

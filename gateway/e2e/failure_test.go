@@ -119,11 +119,19 @@ func TestCancelAnswersPendingPermissionsCancelled(t *testing.T) {
 	}
 }
 
+// An unanswered permission request is cancelled at the permission timeout:
+// on the gateway's fake clock, moved past it once the request arrived.
 func TestUnansweredPermissionTimesOut(t *testing.T) {
 	t.Parallel()
-	g := permissionGateway(t, gatewayOpts{permissionTimeout: 200 * time.Millisecond})
+	const timeout = time.Minute
+	g := permissionGateway(t, gatewayOpts{permissionTimeout: timeout, fakeClock: true})
 	id := g.create(t, "perm")
-	events := turn(t, g.connect, id, nil)
+	events := turn(t, g.connect, id, func(ev *acpv2.SessionEvent) {
+		if ev.GetPermissionRequest() != nil {
+			// Its timer was armed before the request was stored.
+			g.clock.Advance(timeout)
+		}
+	})
 	var timedOut bool
 	for _, ev := range events {
 		timedOut = timedOut || ev.GetPermissionResolved().GetOutcome().GetCancelled()

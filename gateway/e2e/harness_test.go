@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
@@ -94,6 +95,11 @@ type gateway struct {
 	connect acpv2connect.SessionServiceClient
 	// stop shuts the gateway down (once; the test's cleanup calls it too).
 	stop func()
+	// clock runs the sessions' idle and permission timers when the
+	// gateway was started with gatewayOpts.fakeClock, else nil;
+	// idleTimeout is the idle timeout.
+	clock       *clockwork.FakeClock
+	idleTimeout time.Duration
 }
 
 type gatewayOpts struct {
@@ -138,6 +144,11 @@ type gatewayOpts struct {
 	configure func(*app.Config)
 	// listener, when set, is the one the gateway serves on (testutil.Listen).
 	listener net.Listener
+	// fakeClock runs the sessions' idle and permission timers on a fake
+	// clock, gateway.clock, that only the test moves (idleOut, Advance):
+	// a timeout then passes exactly when the test says, however slow the
+	// machine, and takes no time.
+	fakeClock bool
 }
 
 // startGateway runs a gateway on a loopback port for the test's lifetime.
@@ -188,6 +199,11 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		ReadMaxBytes:      o.readMaxBytes,
 		SendMaxBytes:      o.sendMaxBytes,
 	}
+	var clock *clockwork.FakeClock
+	if o.fakeClock {
+		clock = clockwork.NewFakeClock()
+		cfg.Session.Clock = clock
+	}
 	if o.configure != nil {
 		o.configure(&cfg)
 	}
@@ -207,7 +223,7 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 		o.listener = testutil.Listen(t)
 	}
 	base, stop := testutil.ServeOn(t, o.listener, gw.Server.Serve, gw.Shutdown)
-	g := &gateway{base: base, mgr: gw.Manager, srv: gw.Server, metrics: gw.Metrics, stop: stop, clients: map[string]acpv2connect.SessionServiceClient{
+	g := &gateway{base: base, mgr: gw.Manager, srv: gw.Server, metrics: gw.Metrics, stop: stop, clock: clock, idleTimeout: o.idleTimeout, clients: map[string]acpv2connect.SessionServiceClient{
 		"connect+proto over HTTP/1.1": acpv2connect.NewSessionServiceClient(h1, base),
 		"connect+json over h2c":       acpv2connect.NewSessionServiceClient(h2, base, connect.WithProtoJSON()),
 		"grpc over h2c":               acpv2connect.NewSessionServiceClient(h2, base, connect.WithGRPC()),
@@ -215,6 +231,19 @@ func startGateway(t *testing.T, o gatewayOpts) *gateway {
 	}}
 	g.connect = acpv2connect.NewSessionServiceClient(h1, base, connect.WithProtoJSON())
 	return g
+}
+
+// idleOut moves g's fake clock past the idle timeout until session id's
+// agent has been ended as idle (the session is agent_lost). The idle timer
+// is armed once the session's last stream has gone, which may be just
+// after a turn's end reached the client: each look moves the clock again
+// (a timer armed while the agent is in use does nothing when it fires).
+func (g *gateway) idleOut(t *testing.T, id string) {
+	t.Helper()
+	testutil.WaitFor(t, "the idle agent to be ended", func() bool {
+		g.clock.Advance(g.idleTimeout)
+		return snapshot(t, g, id).GetState() == "agent_lost"
+	})
 }
 
 func (g *gateway) create(t *testing.T, agent string) string {

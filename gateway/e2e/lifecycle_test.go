@@ -44,15 +44,16 @@ func TestAuthenticationMethodFromTheSessionRequest(t *testing.T) {
 // TestIdleAgentIsEnded is not parallel: it identifies the agent among this
 // process's children.
 func TestIdleAgentIsEnded(t *testing.T) {
-	// Long enough that the prompt right after the creation finds the agent.
-	g := startGateway(t, gatewayOpts{idleTimeout: time.Second, agents: map[string][]string{
+	// On a fake clock, the idle timeout passes only once the turn is over.
+	g := startGateway(t, gatewayOpts{idleTimeout: time.Minute, fakeClock: true, agents: map[string][]string{
 		"v1": agentCommand(t, agentsim.Script{ProtocolVersion: 1, Turns: []agentsim.Turn{v1Turn}}),
 	}})
 	before := childProcesses()
 	id := g.create(t, "v1")
 	pid := newChild(t, before)
 	turn(t, g.connect, id, nil)
-	testutil.WaitFor(t, "the idle agent to be ended", func() bool { return !procfs.GroupAlive(pid) })
+	g.idleOut(t, id)
+	testutil.WaitFor(t, "the idle agent's processes to be gone", func() bool { return !procfs.GroupAlive(pid) })
 	// The session's state survives its agent.
 	if n := len(snapshot(t, g, id).GetToolCalls()); n != 2 {
 		t.Fatalf("%d tool calls after the agent ended, want 2", n)

@@ -60,7 +60,7 @@ func mcpGateway(t *testing.T, logs io.Writer) *gateway {
 	}
 	ops := []agent.MCPServer{{Transport: agent.MCPStdio, Name: "ops", Command: "/opt/ops-mcp", Env: []agent.NameValue{{Name: "OPS", Value: mcpOpsSecret}}}}
 	return startGateway(t, gatewayOpts{
-		agents: agents, idleTimeout: time.Second, log: logs,
+		agents: agents, idleTimeout: time.Minute, fakeClock: true, log: logs,
 		configure: func(c *app.Config) {
 			c.Session.MCPAllow = []string{"/usr/bin/mcp-fs", "https://mcp.example.com/team"}
 			c.Session.AgentMCP = map[string][]agent.MCPServer{"v1": ops, "v2": ops, "v1-silent": ops}
@@ -108,7 +108,6 @@ func jsonValue(t *testing.T, s string) any {
 // when the session is re-attached.
 func TestMCPServersReachTheAgent(t *testing.T) {
 	t.Parallel()
-	g := mcpGateway(t, nil)
 	const (
 		ops  = `{"name":"ops","command":"/opt/ops-mcp","args":[],"env":[{"name":"OPS","value":"` + mcpOpsSecret + `"}]`
 		fs   = `{"name":"fs","command":"/usr/bin/mcp-fs","args":["--ro"],"env":[{"name":"FS_TOKEN","value":"` + mcpEnvSecret + `"}]`
@@ -121,6 +120,7 @@ func TestMCPServersReachTheAgent(t *testing.T) {
 	for name, w := range want {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			g := mcpGateway(t, nil) // its own fake clock, for idleOut
 			id, err := createMCP(g, t, name, stdioMCP("fs", "/usr/bin/mcp-fs"), httpMCP("docs", "https://mcp.example.com/team/docs"))
 			if err != nil {
 				t.Fatal(err)
@@ -128,7 +128,7 @@ func TestMCPServersReachTheAgent(t *testing.T) {
 			if got := echoedMCP(t, g, id); !reflect.DeepEqual(got, jsonValue(t, w)) {
 				t.Fatalf("session/new's mcpServers = %v, want %s", got, w)
 			}
-			waitState(t, g, id, "agent_lost")
+			g.idleOut(t, id)
 			if got := echoedMCP(t, g, id); !reflect.DeepEqual(got, jsonValue(t, w)) {
 				t.Fatalf("session/resume's mcpServers = %v, want %s", got, w)
 			}
@@ -136,6 +136,7 @@ func TestMCPServersReachTheAgent(t *testing.T) {
 	}
 	t.Run("none given", func(t *testing.T) {
 		t.Parallel()
+		g := mcpGateway(t, nil)
 		id, err := createMCP(g, t, "v1-stdio")
 		if err != nil {
 			t.Fatal(err)

@@ -13,22 +13,6 @@ import (
 	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
-// waitState polls GetSession until the session is in state.
-func waitState(t *testing.T, g *gateway, id, state string) *acpv2.SessionSnapshot {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		snap := snapshot(t, g, id)
-		if snap.GetState() == state {
-			return snap
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session state %q (%s), want %q", snap.GetState(), snap.GetStateDetail(), state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestLostAgentIsReattachedOnPrompt(t *testing.T) {
 	t.Parallel()
 	say := func(text string) agentsim.Step {
@@ -46,15 +30,15 @@ func TestLostAgentIsReattachedOnPrompt(t *testing.T) {
 	want := map[string]string{
 		"resume-v1": "session/resume", "resume-v2": "session/resume", "both": "session/resume", "load": "session/load",
 	}
-	// The idle timeout ends each agent after its first turn; it is long
-	// enough that the first prompt, right after the creation, finds it.
-	g := startGateway(t, gatewayOpts{agents: agents, idleTimeout: time.Second})
 	for name, how := range want {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			// The idle timeout ends the agent after its first turn, on
+			// the gateway's fake clock, which only this test moves.
+			g := startGateway(t, gatewayOpts{agents: agents, idleTimeout: time.Minute, fakeClock: true})
 			id := g.create(t, name)
 			first := turn(t, g.connect, id, nil)
-			waitState(t, g, id, "agent_lost")
+			g.idleOut(t, id)
 			// The agentsim process only knows the session id it was told in
 			// session/resume or session/load: a prompt to any other id fails.
 			second := turn(t, g.connect, id, nil)

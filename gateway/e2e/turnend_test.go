@@ -18,19 +18,38 @@ import (
 )
 
 // turnGateway runs agents "deaf" (ignores session/cancel and goes quiet)
-// and "slow" (a long turn that honours cancel), with the turn timeout and
-// cancel grace given.
+// and "slow" (a long turn that honours cancel), with the turn timeout
+// given and a cancel grace of a minute, both on the gateway's fake clock:
+// they pass when the test advances it.
 func turnGateway(t *testing.T, turnTimeout time.Duration) *gateway {
 	t.Helper()
 	return startGateway(t, gatewayOpts{
+		fakeClock: true,
 		agents: map[string][]string{
 			"deaf": agentCommand(t, agentsim.Script{Resume: true, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Hang: true}}}}}),
 			"slow": agentCommand(t, agentsim.Script{Resume: true, Turns: []agentsim.Turn{{Steps: []agentsim.Step{{Sleep: agentsim.Duration(time.Minute)}}}}}),
 		},
 		configure: func(c *app.Config) {
-			c.Session.TurnTimeout, c.Session.CancelGrace = turnTimeout, 300*time.Millisecond
+			c.Session.TurnTimeout, c.Session.CancelGrace = turnTimeout, cancelGrace
 		},
 	})
+}
+
+// cancelGrace is turnGateway's cancel grace.
+const cancelGrace = time.Minute
+
+// graceOut moves g's fake clock past the cancel grace once the grace's
+// timer is armed: the only timer of turnGateway's clock while a turn is
+// being cancelled (no idle timeout, no permission request, no lease).
+func graceOut(t *testing.T, g *gateway) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := g.clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Errorf("the cancel grace was not armed: %v", err)
+		return
+	}
+	g.clock.Advance(cancelGrace)
 }
 
 // lastTurnEnded runs a turn of session id, calling during (if set) once it
@@ -67,6 +86,7 @@ func TestCancelIsEnforcedOnAnAgentThatIgnoresIt(t *testing.T) {
 		if _, err := g.connect.Cancel(context.Background(), connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err != nil {
 			t.Errorf("Cancel: %v", err)
 		}
+		graceOut(t, g) // armed as Cancel returns
 	}
 	end, lost := lastTurnEnded(t, g, id, cancelTurn)
 	if end.GetStopReason() != "cancelled" || end.GetCause() != "cancel_timeout" || end.GetError() != "" {
@@ -84,16 +104,22 @@ func TestCancelIsEnforcedOnAnAgentThatIgnoresIt(t *testing.T) {
 
 func TestTurnTimeoutEndsTheTurn(t *testing.T) {
 	t.Parallel()
-	g := turnGateway(t, 300*time.Millisecond)
+	const timeout = time.Minute
+	g := turnGateway(t, timeout)
+	// The turn's timer is armed before turn_started is stored.
+	timeOut := func() { g.clock.Advance(timeout) }
 	// An agent that honours session/cancel ends its turn and stays.
 	slow := g.create(t, "slow")
-	end, lost := lastTurnEnded(t, g, slow, nil)
+	end, lost := lastTurnEnded(t, g, slow, timeOut)
 	if end.GetStopReason() != "cancelled" || end.GetCause() != "turn_timeout" || lost {
 		t.Errorf("slow: turn ended %v (agent lost %v), want cancelled by turn_timeout, agent kept", end, lost)
 	}
 	// One that ignores it is stopped after the grace.
 	deaf := g.create(t, "deaf")
-	end, lost = lastTurnEnded(t, g, deaf, nil)
+	end, lost = lastTurnEnded(t, g, deaf, func() {
+		timeOut()
+		graceOut(t, g)
+	})
 	if end.GetStopReason() != "cancelled" || end.GetCause() != "turn_timeout" || !lost {
 		t.Errorf("deaf: turn ended %v (agent lost %v), want cancelled by turn_timeout, agent stopped", end, lost)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,7 +25,9 @@ import (
 
 // short is the timeouts of these tests; bound is how long a test waits
 // for what should come after one of them (far longer: these are bounds,
-// not measures).
+// not measures). The tests of the timeouts run in synctest bubbles over
+// in-memory pipes (startPipes), on a fake clock that jumps to the next
+// deadline as soon as every goroutine waits: they take no real time.
 const short, bound = 300 * time.Millisecond, 10 * time.Second
 
 // ticking answers Watch with a heartbeat every 100ms, ten times; and
@@ -45,9 +48,30 @@ func (ticking) Watch(ctx context.Context, _ *connect.Request[acpv2.WatchRequest]
 	return nil
 }
 
-// dial opens a TCP connection to base, closed when the test ends, whose
-// reads give up after bound.
-func dial(t *testing.T, base string) net.Conn {
+// startPipes is start on in-memory pipes, for a test in a synctest
+// bubble: it returns the listener to dial and the base URL.
+func startPipes(t *testing.T, svc acpv2connect.SessionServiceHandler, opts server.Options) (*testutil.PipeListener, string) {
+	t.Helper()
+	srv := server.New(svc, opts)
+	l, base, _ := testutil.ServePipes(t, srv.Serve, srv.Shutdown)
+	return l, base
+}
+
+// dial opens a connection to l, closed when the test ends, whose reads
+// give up after bound.
+func dial(t *testing.T, l *testutil.PipeListener) net.Conn {
+	t.Helper()
+	c, err := l.DialContext(t.Context(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetReadDeadline(time.Now().Add(bound))
+	return c
+}
+
+// dialTCP opens a TCP connection to base, as dial does.
+func dialTCP(t *testing.T, base string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
@@ -71,7 +95,6 @@ func closedByServer(t *testing.T, what string, c net.Conn) {
 // timeout, over every protocol, and its connection goes with it.
 func TestSlowRequestBodiesAreCut(t *testing.T) {
 	t.Parallel()
-	base := start(t, ticking{}, server.Options{BodyTimeout: short})
 	for _, c := range []struct{ name, procedure, contentType string }{
 		{"Connect unary", acpv2connect.SessionServiceGetSessionProcedure, "application/json"},
 		{"gRPC-Web unary", acpv2connect.SessionServiceGetSessionProcedure, "application/grpc-web+proto"},
@@ -79,42 +102,48 @@ func TestSlowRequestBodiesAreCut(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			conn := dial(t, base)
-			// 100 bytes promised, 5 sent.
-			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %s\r\nContent-Length: 100\r\n\r\n{\"se", c.procedure, c.contentType)
-			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatalf("no answer to a body that stopped: %v", err)
-			}
-			b, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			if !strings.Contains(string(b)+res.Header.Get("Grpc-Message"), "took more than 300ms to arrive") {
-				t.Errorf("answer %s %q %q, want the body's deadline", res.Status, b, res.Header.Get("Grpc-Message"))
-			}
-			closedByServer(t, "after a slow body", conn)
+			synctest.Test(t, func(t *testing.T) {
+				l, _ := startPipes(t, ticking{}, server.Options{BodyTimeout: short})
+				conn := dial(t, l)
+				// 100 bytes promised, 5 sent.
+				fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %s\r\nContent-Length: 100\r\n\r\n{\"se", c.procedure, c.contentType)
+				start := time.Now()
+				res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					t.Fatalf("no answer to a body that stopped: %v", err)
+				}
+				if waited := time.Since(start); waited != short {
+					t.Errorf("answered after %v, want the body timeout, %v", waited, short)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if !strings.Contains(string(b)+res.Header.Get("Grpc-Message"), "took more than 300ms to arrive") {
+					t.Errorf("answer %s %q %q, want the body's deadline", res.Status, b, res.Header.Get("Grpc-Message"))
+				}
+				closedByServer(t, "after a slow body", conn)
+			})
 		})
 	}
 	// Over HTTP/2 the stream is cut, the connection kept.
 	t.Run("h2c", func(t *testing.T) {
 		t.Parallel()
-		h2c := new(http.Protocols)
-		h2c.SetUnencryptedHTTP2(true)
-		tr := &http.Transport{Protocols: h2c}
-		defer tr.CloseIdleConnections()
-		pr, pw := io.Pipe()
-		defer pw.Close()
-		go func() { _, _ = pw.Write([]byte(`{"se`)) }()
-		req, _ := http.NewRequest(http.MethodPost, base+acpv2connect.SessionServiceGetSessionProcedure, pr)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := (&http.Client{Transport: tr, Timeout: bound}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), `"code":"deadline_exceeded"`) {
-			t.Errorf("a slow body over h2c: %s %s", res.Status, b)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			l, base := startPipes(t, ticking{}, server.Options{BodyTimeout: short})
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			go func() { _, _ = pw.Write([]byte(`{"se`)) }()
+			req, _ := http.NewRequest(http.MethodPost, base+acpv2connect.SessionServiceGetSessionProcedure, pr)
+			req.Header.Set("Content-Type", "application/json")
+			res, err := (&http.Client{Transport: l.Transport(t, true), Timeout: bound}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), `"code":"deadline_exceeded"`) {
+				t.Errorf("a slow body over h2c: %s %s", res.Status, b)
+			}
+		})
 	})
 }
 
@@ -122,29 +151,29 @@ func TestSlowRequestBodiesAreCut(t *testing.T) {
 // was read at once, and a connection with a stream open is not idle.
 func TestStreamsOutliveTheBodyAndIdleTimeouts(t *testing.T) {
 	t.Parallel()
-	base := start(t, ticking{}, server.Options{BodyTimeout: short, IdleTimeout: short})
-	h2c := new(http.Protocols)
-	h2c.SetUnencryptedHTTP2(true)
-	for name, tr := range map[string]*http.Transport{"HTTP/1.1": {}, "h2c": {Protocols: h2c}} {
+	for name, h2c := range map[string]bool{"HTTP/1.1": false, "h2c": true} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			defer tr.CloseIdleConnections()
-			c := acpv2connect.NewSessionServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPCWeb())
-			if name == "h2c" {
-				c = acpv2connect.NewSessionServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC())
-			}
-			stream, err := c.Watch(context.Background(), connect.NewRequest(&acpv2.WatchRequest{SessionId: "s"}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stream.Close()
-			got := 0
-			for stream.Receive() {
-				got++
-			}
-			if got != 10 || stream.Err() != nil {
-				t.Fatalf("a 1s stream got %d of 10 heartbeats, then %v", got, stream.Err())
-			}
+			synctest.Test(t, func(t *testing.T) {
+				l, base := startPipes(t, ticking{}, server.Options{BodyTimeout: short, IdleTimeout: short})
+				hc := &http.Client{Transport: l.Transport(t, h2c)}
+				c := acpv2connect.NewSessionServiceClient(hc, base, connect.WithGRPCWeb())
+				if h2c {
+					c = acpv2connect.NewSessionServiceClient(hc, base, connect.WithGRPC())
+				}
+				stream, err := c.Watch(t.Context(), connect.NewRequest(&acpv2.WatchRequest{SessionId: "s"}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer stream.Close()
+				got := 0
+				for stream.Receive() {
+					got++
+				}
+				if got != 10 || stream.Err() != nil {
+					t.Fatalf("a 1s stream got %d of 10 heartbeats, then %v", got, stream.Err())
+				}
+			})
 		})
 	}
 }
@@ -153,28 +182,41 @@ func TestStreamsOutliveTheBodyAndIdleTimeouts(t *testing.T) {
 // HTTP/1.1 after its last response, HTTP/2 with no stream open.
 func TestIdleConnectionsAreClosed(t *testing.T) {
 	t.Parallel()
-	base := start(t, ticking{}, server.Options{IdleTimeout: short})
-	h1 := dial(t, base)
-	fmt.Fprint(h1, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
-	res, err := http.ReadResponse(bufio.NewReader(h1), nil)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("GET /healthz: %v %v", res, err)
-	}
-	res.Body.Close()
-	closedByServer(t, "an idle HTTP/1.1 connection", h1)
-	// The client's preface and empty SETTINGS, then nothing.
-	h2 := dial(t, base)
-	fmt.Fprint(h2, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
-	closedByServer(t, "an idle h2c connection", h2)
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := startPipes(t, ticking{}, server.Options{IdleTimeout: short})
+		h1 := dial(t, l)
+		fmt.Fprint(h1, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		res, err := http.ReadResponse(bufio.NewReader(h1), nil)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET /healthz: %v %v", res, err)
+		}
+		res.Body.Close()
+		start := time.Now()
+		closedByServer(t, "an idle HTTP/1.1 connection", h1)
+		if idle := time.Since(start); idle != short {
+			t.Errorf("the idle HTTP/1.1 connection was closed after %v, want the idle timeout, %v", idle, short)
+		}
+		// The client's preface and empty SETTINGS, then nothing.
+		h2 := dial(t, l)
+		fmt.Fprint(h2, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+		start = time.Now()
+		closedByServer(t, "an idle h2c connection", h2)
+		// Its GOAWAY comes at the idle timeout; net/http then gives the
+		// client a second to close the connection itself.
+		if idle := time.Since(start); idle < short {
+			t.Errorf("the idle h2c connection was closed after %v, before the idle timeout, %v", idle, short)
+		}
+	})
 }
 
 // Connections past the limit are closed as soon as accepted, and logged;
-// one that ends makes room for another.
+// one that ends makes room for another. (Over TCP: the limit is kept by
+// the listener of TCP connections.)
 func TestConnectionsPastTheLimitAreClosed(t *testing.T) {
 	t.Parallel()
 	logs := &testutil.SyncBuffer{}
 	base := start(t, ticking{}, server.Options{MaxConnections: 3, Log: slog.New(slog.NewJSONHandler(logs, nil))})
-	held := []net.Conn{dial(t, base), dial(t, base), dial(t, base)}
+	held := []net.Conn{dialTCP(t, base), dialTCP(t, base), dialTCP(t, base)}
 	// The three are accepted before the fourth: each is served.
 	for _, c := range held {
 		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -182,7 +224,7 @@ func TestConnectionsPastTheLimitAreClosed(t *testing.T) {
 			t.Fatalf("a connection within the limit: %v %v", res, err)
 		}
 	}
-	closedByServer(t, "a fourth connection", dial(t, base))
+	closedByServer(t, "a fourth connection", dialTCP(t, base))
 	if !strings.Contains(logs.String(), `"msg":"connections refused: as many are open as the gateway takes (--max-connections)","max":3,"refused":1`) {
 		t.Errorf("no log line of the refusal:\n%s", logs.String())
 	}
@@ -201,39 +243,37 @@ func TestConnectionsPastTheLimitAreClosed(t *testing.T) {
 // request body lasts as long as the client keeps asking.
 func TestReflectionStreamsOutliveTheBodyTimeout(t *testing.T) {
 	t.Parallel()
-	base := start(t, ticking{}, server.Options{BodyTimeout: short})
-	h2 := new(http.Protocols)
-	h2.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: h2}
-	defer tr.CloseIdleConnections()
 	// A ServerReflectionRequest with list_services (field 7) "".
 	listServices := testutil.Envelope(0, []byte{7<<3 | 2, 0})
 	for _, version := range []string{"v1", "v1alpha"} {
 		t.Run(version, func(t *testing.T) {
 			t.Parallel()
-			pr, pw := io.Pipe()
-			defer pw.Close()
-			go func() { _, _ = pw.Write(listServices) }()
-			req, _ := http.NewRequest(http.MethodPost, base+"/grpc.reflection."+version+".ServerReflection/ServerReflectionInfo", pr)
-			req.Header.Set("Content-Type", "application/grpc")
-			req.Header.Set("Te", "trailers")
-			res, err := (&http.Client{Transport: tr, Timeout: bound}).Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer res.Body.Close()
-			for i := range 2 {
-				if i > 0 {
-					time.Sleep(2 * short)
-					if _, err := pw.Write(listServices); err != nil {
-						t.Fatalf("the second request, after %v: %v", 2*short, err)
+			synctest.Test(t, func(t *testing.T) {
+				l, base := startPipes(t, ticking{}, server.Options{BodyTimeout: short})
+				pr, pw := io.Pipe()
+				defer pw.Close()
+				go func() { _, _ = pw.Write(listServices) }()
+				req, _ := http.NewRequest(http.MethodPost, base+"/grpc.reflection."+version+".ServerReflection/ServerReflectionInfo", pr)
+				req.Header.Set("Content-Type", "application/grpc")
+				req.Header.Set("Te", "trailers")
+				res, err := (&http.Client{Transport: l.Transport(t, true), Timeout: bound}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer res.Body.Close()
+				for i := range 2 {
+					if i > 0 {
+						time.Sleep(2 * short)
+						if _, err := pw.Write(listServices); err != nil {
+							t.Fatalf("the second request, after %v: %v", 2*short, err)
+						}
+					}
+					_, data, err := testutil.ReadEnvelope(res.Body)
+					if err != nil || !strings.Contains(string(data), acpv2connect.SessionServiceName) {
+						t.Fatalf("answer %d: %q, %v (grpc-status %q %q)", i+1, data, err, res.Trailer.Get("Grpc-Status"), res.Trailer.Get("Grpc-Message"))
 					}
 				}
-				_, data, err := testutil.ReadEnvelope(res.Body)
-				if err != nil || !strings.Contains(string(data), acpv2connect.SessionServiceName) {
-					t.Fatalf("answer %d: %q, %v (grpc-status %q %q)", i+1, data, err, res.Trailer.Get("Grpc-Status"), res.Trailer.Get("Grpc-Message"))
-				}
-			}
+			})
 		})
 	}
 }

@@ -247,7 +247,7 @@ func (s *Session) touchLocked() {
 	}
 	s.stopIdleLocked()
 	a := s.agent
-	s.idle = time.AfterFunc(s.m.opts.IdleTimeout, func() {
+	s.idle = s.m.opts.Clock.AfterFunc(s.m.opts.IdleTimeout, func() {
 		s.mu.Lock()
 		still := s.agent == a && !s.turn && len(s.subs) == 0
 		s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -392,10 +393,16 @@ func TestWithdrawnPermissionIsResolvedForEveryClient(t *testing.T) {
 }
 
 // permissionResolved says who answered: the user, `user` without
-// authentication, or `timeout`.
+// authentication, or `timeout`, at the permission timeout (on the fake
+// clock of a synctest bubble: the session here has no agent process).
 func TestPermissionResolvedSaysWhoAnswered(t *testing.T) {
 	t.Parallel()
-	st, s := storedSession(t, Options{PermissionTimeout: 50 * time.Millisecond}, acpjson.V2)
+	synctest.Test(t, testPermissionResolvedSaysWhoAnswered)
+}
+
+func testPermissionResolvedSaysWhoAnswered(t *testing.T) {
+	const timeout = time.Minute
+	st, s := storedSession(t, Options{PermissionTimeout: timeout}, acpjson.V2)
 	params := []byte(`{"toolCall":{"toolCallId":"c"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}`)
 	for _, user := range []string{"alice", ""} {
 		if _, _, err := s.RequestPermission(params); err != nil {
@@ -412,7 +419,11 @@ func TestPermissionResolvedSaysWhoAnswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	asked := time.Now()
 	<-outcome // timed out
+	if waited := time.Since(asked); waited != timeout {
+		t.Fatalf("the request timed out after %v, want the permission timeout, %v", waited, timeout)
+	}
 	stored(t, s)
 	events, err := decoded(t)(st.Events(context.Background(), s.rec.ID, 0, 0))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 )
 
@@ -48,15 +50,14 @@ import (
 // the lease may lapse (1.7 s of the default 10 s).
 const fenceMarginDiv = 6
 
-// clockBase is the origin of the fences' times: monotonic, as time.Since
-// reads it, so that a change of the wall clock moves no fence.
-var clockBase = time.Now()
-
-func monoNow() int64 { return int64(time.Since(clockBase)) }
+// monoNow is the time since m.clockBase, the origin of the fences' times:
+// monotonic, as time.Since reads it, so that a change of the wall clock
+// moves no fence.
+func (m *Manager) monoNow() int64 { return int64(m.opts.Clock.Since(m.clockBase)) }
 
 // fence keeps a session's agent from acting past its replica's lease.
 type fence struct {
-	// until is when (monoNow) the agent is frozen unless the lease is
+	// until is when (Manager.monoNow) the agent is frozen unless the lease is
 	// renewed first; 0 while no lease is kept (a store not shared).
 	until atomic.Int64
 	// agent is the agent last started for the session.
@@ -67,7 +68,7 @@ type fence struct {
 	// frozen: past until, with no renewal since that was checked; killed:
 	// the session was let go, and an agent that starts now is killed.
 	frozen, killed bool
-	timer          *time.Timer
+	timer          clockwork.Timer
 }
 
 // leaseHeld notes that a lease call for s, started at start, succeeded,
@@ -76,15 +77,15 @@ type fence struct {
 func (s *Session) leaseHeld(start time.Time) bool {
 	f := &s.fence
 	ttl := s.m.opts.LeaseTTL
-	until := int64(start.Sub(clockBase) + ttl - ttl/fenceMarginDiv)
+	until := int64(start.Sub(s.m.clockBase) + ttl - ttl/fenceMarginDiv)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if until > f.until.Load() {
 		f.until.Store(until)
 	}
-	wait := time.Duration(f.until.Load() - monoNow())
+	wait := time.Duration(f.until.Load() - s.m.monoNow())
 	if f.timer == nil {
-		f.timer = time.AfterFunc(wait, s.freezeIfDue)
+		f.timer = s.m.opts.Clock.AfterFunc(wait, s.freezeIfDue)
 	} else {
 		f.timer.Reset(wait)
 	}
@@ -125,12 +126,12 @@ func (s *Session) fenceAgent(a *agent.Agent) {
 // overdue.
 func (s *Session) freezeIfDue() {
 	f := &s.fence
-	if u := f.until.Load(); u == 0 || monoNow() < u {
+	if u := f.until.Load(); u == 0 || s.m.monoNow() < u {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if u := f.until.Load(); f.frozen || u == 0 || monoNow() < u {
+	if u := f.until.Load(); f.frozen || u == 0 || s.m.monoNow() < u {
 		return // renewed, or let go, meanwhile
 	}
 	f.frozen = true
@@ -217,7 +218,7 @@ func (m *Manager) renewed(ctx context.Context, s *Session, start time.Time) {
 	f := &s.fence
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.frozen || f.killed || monoNow() >= f.until.Load() {
+	if !f.frozen || f.killed || s.m.monoNow() >= f.until.Load() {
 		return
 	}
 	f.frozen = false

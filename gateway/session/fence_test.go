@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
@@ -36,28 +37,32 @@ func (f *flakyLeases) AcquireLease(ctx context.Context, id, holder string, ttl t
 // session let go, once another replica wrote to the log.
 func TestFenceFreezesThawsAndKills(t *testing.T) {
 	st := &flakyLeases{sharedMemory: newSharedMemory()}
-	m, s, a := startFenced(t, st)
+	m, s, a, clock := startFenced(t, st)
 	ctx := context.Background()
 	fenced := func(action string) float64 {
 		return testutil.MetricSum(t, m.opts.Metrics.Registry(), "acp_gateway_agents_fenced_total", "action="+action)
 	}
 
 	st.fail.Store(true)
+	clock.Advance(fenceTTL) // past the fence; the renewal fails
 	testutil.WaitFor(t, "the agent to be frozen", a.Frozen)
 	if err := s.reattach(ctx); err != nil {
 		t.Fatalf("reattach with the agent there: %v", err)
 	}
 	st.fail.Store(false)
+	clock.Advance(fenceTTL / 3) // the next renewal
 	testutil.WaitFor(t, "the agent to be thawed", func() bool { return !a.Frozen() })
 	if a.Err() != nil || fenced("freeze") != 1 || fenced("thaw") != 1 {
 		t.Fatalf("after the thaw: agent %v, frozen %v times, thawed %v", a.Err(), fenced("freeze"), fenced("thaw"))
 	}
 
 	st.fail.Store(true)
+	clock.Advance(fenceTTL)
 	testutil.WaitFor(t, "the agent to be frozen again", a.Frozen)
 	// Another replica took the session over meanwhile and wrote to its log.
 	takeOver(t, st.Memory, s.ID())
 	st.fail.Store(false)
+	clock.Advance(fenceTTL / 3)
 	testutil.WaitFor(t, "the session to be let go", func() bool { return m.local(s.ID()) == nil })
 	<-a.Done()
 	if r := a.Reason(); r != agent.ReasonStopped && r != agent.ReasonKilled {
@@ -87,7 +92,7 @@ func (f *flakyStore) Append(ctx context.Context, id string, events []*encoded.Ev
 // replica's any more, though it is no longer than what it numbered.
 func TestFenceKillsWhenTheLogForkedBelowWhatWasNumbered(t *testing.T) {
 	st := &flakyStore{flakyLeases: &flakyLeases{sharedMemory: newSharedMemory()}}
-	m, s, a := startFenced(t, st)
+	m, s, a, clock := startFenced(t, st)
 	stored(t, s)
 
 	// Three events numbered, none stored; then the lease calls fail too.
@@ -101,10 +106,12 @@ func TestFenceKillsWhenTheLogForkedBelowWhatWasNumbered(t *testing.T) {
 		}
 	}
 	st.fail.Store(true)
+	clock.Advance(fenceTTL)
 	testutil.WaitFor(t, "the agent to be frozen", a.Frozen)
 	// Another replica took the session over and wrote one event.
 	takeOver(t, st.Memory, s.ID())
 	st.fail.Store(false) // leases answer again; appends still fail
+	clock.Advance(fenceTTL / 3)
 	testutil.WaitFor(t, "the session to be let go", func() bool { return m.local(s.ID()) == nil })
 	<-a.Done()
 	if n := testutil.MetricSum(t, m.opts.Metrics.Registry(), "acp_gateway_agents_fenced_total", "action=thaw"); n != 0 {
@@ -112,17 +119,25 @@ func TestFenceKillsWhenTheLogForkedBelowWhatWasNumbered(t *testing.T) {
 	}
 }
 
-// startFenced starts, as replica "a" of store st with a short lease, a
-// session running the simulated agent, and returns it with its manager
-// (closed as the test ends) and its agent.
-func startFenced(t *testing.T, st statestore.Store) (*Manager, *Session, *agent.Agent) {
+// fenceTTL is the lease TTL of startFenced's manager, on its fake clock.
+// Moved fenceTTL on, the clock is past the fence of the last lease call
+// that succeeded (its upkeep renewed no lease meanwhile: the store
+// failed); moved fenceTTL/3 on, it is at the upkeep's next renewal.
+const fenceTTL = time.Minute
+
+// startFenced starts, as replica "a" of store st with a lease of fenceTTL
+// on a fake clock, a session running the simulated agent, and returns it
+// with its manager (closed as the test ends), its agent and the clock.
+// The lease upkeep and the fence run only as the test moves the clock.
+func startFenced(t *testing.T, st statestore.Store) (*Manager, *Session, *agent.Agent, *clockwork.FakeClock) {
 	t.Helper()
 	cmd, err := agentsim.Command(agentsim.Script{ProtocolVersion: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cwd := t.TempDir() // removed after the manager is closed
-	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: 600 * time.Millisecond,
+	clock := clockwork.NewFakeClock()
+	m := NewManager(Options{Store: st, Replica: "a", IdleTimeout: -1, LeaseTTL: fenceTTL, Clock: clock,
 		Agents: map[string][]string{"sim": cmd}})
 	t.Cleanup(m.Close)
 	s, err := m.Create(context.Background(), "", "sim", cwd, "")
@@ -131,7 +146,7 @@ func startFenced(t *testing.T, st statestore.Store) (*Manager, *Session, *agent.
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return m, s, s.agent
+	return m, s, s.agent, clock
 }
 
 // takeOver writes to session id's log what another replica that took it

@@ -13,13 +13,13 @@ import (
 // manager closes: the upkeep of leases and of the store's bytes.
 func (m *Manager) every(interval time.Duration, f func(ctx context.Context)) {
 	defer m.upkeep.Done()
-	tick := time.NewTicker(interval)
+	tick := m.opts.Clock.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
-		case <-tick.C:
+		case <-tick.Chan():
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), interval)
 		f(ctx)
@@ -50,7 +50,7 @@ func (m *Manager) renewLeases(ctx context.Context) {
 			m.forget(ctx, s)
 			continue
 		}
-		start := time.Now()
+		start := m.opts.Clock.Now()
 		err := m.leaser.AcquireLease(ctx, s.rec.ID, m.opts.Replica, m.opts.LeaseTTL)
 		switch {
 		case errors.Is(err, statestore.ErrLeaseHeld):
@@ -83,12 +83,12 @@ func (m *Manager) drop(s *Session) {
 // that is alive has renewed its lease (every LeaseTTL/3).
 
 // storeFailed notes that a store call failed now.
-func (m *Manager) storeFailed() { m.storeFailedAt.Store(time.Now().UnixNano()) }
+func (m *Manager) storeFailed() { m.storeFailedAt.Store(m.opts.Clock.Now().UnixNano()) }
 
 // storeSteady says whether the store has not failed for LeaseTTL.
 func (m *Manager) storeSteady() bool {
 	at := m.storeFailedAt.Load()
-	return at == 0 || time.Since(time.Unix(0, at)) >= m.opts.LeaseTTL
+	return at == 0 || m.opts.Clock.Since(time.Unix(0, at)) >= m.opts.LeaseTTL
 }
 
 // storeContext bounds a store call made while a session's lock is held,

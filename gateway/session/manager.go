@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/sys/unix"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
@@ -230,6 +231,14 @@ type Options struct {
 	// (ACP session/list) in their workspace and adopt one as a new
 	// session (adopt.go). Off, both are ErrAdoptionOff.
 	AdoptAgentSessions bool
+	// Clock runs the idle timer (IdleTimeout), the permission requests'
+	// timers (PermissionTimeout), the turn's (TurnTimeout, CancelGrace),
+	// and the leases' times: the upkeep's renewals (every LeaseTTL/3),
+	// the fences, and the steady-store rule; nil is the real clock. A test
+	// whose agent is a real process, which a testing/synctest bubble
+	// cannot hold, gives a clockwork.FakeClock and advances it past the
+	// timeout.
+	Clock clockwork.Clock
 }
 
 // orDefault is a cap's value: def for zero, and for less than zero none
@@ -266,6 +275,8 @@ type Manager struct {
 	// storeFailedAt is when a store call of the lease upkeep or of a
 	// takeover last failed (UnixNano; 0: never).
 	storeFailedAt atomic.Int64
+	// clockBase is the origin of the fences' times (monoNow).
+	clockBase time.Time
 	// lost holds the sessions let go because the store lost their data
 	// (m.mu).
 	lost map[string]lostSession
@@ -311,6 +322,9 @@ func NewManager(opts Options) *Manager {
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
 	}
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -334,7 +348,7 @@ func NewManager(opts Options) *Manager {
 	}
 	pinger, _ := opts.Store.(statestore.Pinger)
 	opts.Store = opts.Metrics.InstrumentStore(opts.Store)
-	m := &Manager{opts: opts, pinger: pinger, sessions: map[string]*Session{}, stop: make(chan struct{})}
+	m := &Manager{opts: opts, pinger: pinger, sessions: map[string]*Session{}, stop: make(chan struct{}), clockBase: opts.Clock.Now()}
 	if opts.MaxStoreBytes > 0 {
 		m.upkeep.Add(1)
 		go m.every(storePruneInterval, m.pruneEnded)
@@ -418,7 +432,7 @@ func (m *Manager) create(ctx context.Context, user, agentName, cwd, authMethod, 
 		undo()
 		return nil, err
 	}
-	leased := time.Now()
+	leased := m.opts.Clock.Now()
 	if m.leaser != nil {
 		if err := m.leaser.AcquireLease(ctx, rec.ID, m.opts.Replica, m.opts.LeaseTTL); err != nil {
 			m.discard(rec.ID)
@@ -589,7 +603,7 @@ func (m *Manager) Get(ctx context.Context, user, id string) (*Session, error) {
 		}
 		return nil, ErrStoreRecovering
 	}
-	leased := time.Now()
+	leased := m.opts.Clock.Now()
 	if m.leaser != nil {
 		err := m.leaser.AcquireLease(ctx, id, m.opts.Replica, m.opts.LeaseTTL)
 		if errors.Is(err, statestore.ErrLeaseHeld) {

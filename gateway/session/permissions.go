@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -25,7 +27,7 @@ type ask struct {
 	resolved bool
 	timedOut bool
 	asked    time.Time
-	timer    *time.Timer
+	timer    clockwork.Timer
 	// seq is its event's.
 	seq uint64
 	// A permission request's options, and where its outcome goes.
@@ -122,7 +124,7 @@ func (s *Session) openLocked(id string, a *ask, ev *acpv2.SessionEvent) (func(),
 		s.pending--
 		return nil, errors.New("the gateway could not store the request")
 	}
-	a.timer = time.AfterFunc(s.m.opts.PermissionTimeout, func() {
+	a.timer = s.m.opts.Clock.AfterFunc(s.m.opts.PermissionTimeout, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if !a.resolved {

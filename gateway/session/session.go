@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -66,7 +67,7 @@ type Session struct {
 	// constant), "" while it is not; turnTimers are the turn's timeout and
 	// cancel grace, stopped when it ends.
 	turnCause  string
-	turnTimers []*time.Timer
+	turnTimers []clockwork.Timer
 	tools      *merge.State
 	// calls encodes the merged calls of tools for their events, each
 	// version from the one before.
@@ -101,7 +102,7 @@ type Session struct {
 	// refusals counts the tool-call updates and permission requests
 	// refused at the session's bounds; the first of each kind is logged.
 	refusedTools, refusedPerms int
-	idle                       *time.Timer
+	idle                       clockwork.Timer
 	// met records the session's metrics while this gateway runs it; nil
 	// otherwise.
 	met *metrics.Session

@@ -49,7 +49,7 @@ func (s *Session) Prompt(ctx context.Context, prompt []*acpv2.ContentBlock) (*Su
 	a, agentSID := s.agent, s.agentSessionID
 	if d := s.m.opts.TurnTimeout; d > 0 {
 		gen := s.turnGen
-		s.turnTimers = append(s.turnTimers, time.AfterFunc(d, func() { s.interrupt(gen, CauseTurnTimeout) }))
+		s.turnTimers = append(s.turnTimers, s.m.opts.Clock.AfterFunc(d, func() { s.interrupt(gen, CauseTurnTimeout) }))
 	}
 	s.m.wg.Add(1)
 	// The turn outlives the request, but keeps its values: the trace
@@ -215,7 +215,7 @@ func (s *Session) armGraceLocked(gen uint64, cause string) {
 	if !s.turn || s.turnGen != gen {
 		return
 	}
-	s.turnTimers = append(s.turnTimers, time.AfterFunc(s.m.opts.CancelGrace, func() {
+	s.turnTimers = append(s.turnTimers, s.m.opts.Clock.AfterFunc(s.m.opts.CancelGrace, func() {
 		s.mu.Lock()
 		a := s.agent
 		if !s.turn || s.turnGen != gen || a == nil {

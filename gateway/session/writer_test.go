@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
@@ -127,9 +128,14 @@ func (f *failingAppends) appends() int {
 // A session another replica took over lets go of the events it could not
 // store: its writer stops at once, even between two tries, and the events
 // are counted as not stored. (It slept out its pause, up to 2 s, and they
-// were not counted.)
+// were not counted.) The writer's pauses pass on the fake clock of a
+// synctest bubble.
 func TestEventsLetGoWhenTheSessionMovesAreCounted(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testEventsLetGoWhenTheSessionMovesAreCounted)
+}
+
+func testEventsLetGoWhenTheSessionMovesAreCounted(t *testing.T) {
 	st := &failingAppends{Store: statestore.NewMemory(statestore.Options{})}
 	met := metrics.New(metrics.Options{MaxSessionSeries: -1})
 	s := testSessionOf(t, Options{Store: st, Metrics: met})
@@ -143,14 +149,14 @@ func TestEventsLetGoWhenTheSessionMovesAreCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Past the seventh failure the writer pauses 2 s between tries: it
-	// has just begun one.
+	// Past the seventh failure the writer pauses 2 s between tries. The
+	// clock is let run, a first pause at a time, until it has made eight;
+	// then the writer is in its pause, which has (at least 2 s less one
+	// first pause) to go.
 	for st.appends() < 8 {
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(firstRetry)
 	}
-	for n := st.appends(); st.appends() == n; {
-		time.Sleep(time.Millisecond)
-	}
+	synctest.Wait()
 	evicted := make(chan struct{})
 	go func() {
 		s.evict() // returns once the writer stopped
