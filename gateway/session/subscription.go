@@ -189,7 +189,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []*encoded.Event) (i
 			return 0, sub.lagging()
 		}
 		if len(sub.page) == 0 {
-			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage, sub.s)
+			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage)
 			if err != nil {
 				return 0, err
 			}
