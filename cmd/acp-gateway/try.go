@@ -21,8 +21,9 @@ import (
 )
 
 // try runs one turn against a gateway and prints every event as proto JSON,
-// answering permission requests with their first allow option. It is the
-// newcomer's first look at the stream.
+// answering permission requests with their first allow option, and
+// elicitations as the user says on the terminal (asker; declined when
+// stdin is not one). It is the newcomer's first look at the stream.
 func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("try", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -51,14 +52,14 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if warning := tokenInClear(*url, token); warning != "" {
 		fmt.Fprintf(stderr, "acp-gateway try: warning: %s\n", warning)
 	}
-	if err := runTry(ctx, bridge.NewClient(http.DefaultClient, *url, token), *agent, *cwd, *prompt, stdout); err != nil {
+	if err := runTry(ctx, bridge.NewClient(http.DefaultClient, *url, token), *agent, *cwd, *prompt, stdout, newAsker(stdin, stderr)); err != nil {
 		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out io.Writer) (err error) {
+func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out io.Writer, ask *asker) (err error) {
 	created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
 	if err != nil {
 		return err
@@ -118,6 +119,11 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 				return err
 			}
 		}
+		if er := ev.GetElicitationRequest(); er != nil {
+			if err := answerElicitation(ctx, c, id, er, ask, out); err != nil {
+				return err
+			}
+		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err() // the turn is cancelled on the way out
@@ -133,6 +139,34 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 	return nil
 }
 
+// answerElicitation answers elicitation req of session id as ask says.
+// One answered first by someone else, or ended meanwhile (the gateway's
+// --permission-timeout), is said so, and the turn goes on; so is an
+// answer the gateway refuses, declined instead.
+func answerElicitation(ctx context.Context, c acpv2connect.SessionServiceClient, id string, req *acpv2.ElicitationRequest, ask *asker, out io.Writer) error {
+	res, why, err := ask.answer(ctx, req)
+	if err != nil {
+		return err
+	}
+	res.SessionId = id
+	if why != "" {
+		fmt.Fprintf(out, "# answering %s with decline: %s\n", req.GetRequestId(), why)
+	} else {
+		fmt.Fprintf(out, "# answering %s with %s\n", req.GetRequestId(), res.GetAction())
+	}
+	_, err = c.RespondElicitation(ctx, connect.NewRequest(res))
+	if connect.CodeOf(err) == connect.CodeInvalidArgument && err != nil {
+		fmt.Fprintf(out, "# the gateway refused the answer to %s (%v): declining\n", req.GetRequestId(), err)
+		_, err = c.RespondElicitation(ctx, connect.NewRequest(&acpv2.RespondElicitationRequest{SessionId: id, RequestId: req.GetRequestId(), Action: "decline"}))
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition, connect.CodeNotFound:
+		fmt.Fprintf(out, "# %s no longer waits for an answer: %v\n", req.GetRequestId(), err)
+		return nil
+	}
+	return err
+}
+
 // cancelTurn cancels session id's turn after ctx ended, and says what
 // became of it.
 func cancelTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out io.Writer) {
@@ -146,8 +180,8 @@ func cancelTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id str
 	showSession(cctx, c, id, out)
 }
 
-// showSession prints whether session id runs a turn and which permission
-// requests wait, as GetSession says.
+// showSession prints whether session id runs a turn and how many
+// permission requests and elicitations wait, as GetSession says.
 func showSession(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out io.Writer) {
 	got, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
 	if err != nil {
@@ -158,5 +192,6 @@ func showSession(ctx context.Context, c acpv2connect.SessionServiceClient, id st
 	if snap.GetTurnRunning() {
 		running = fmt.Sprintf("a turn running since seq %d", snap.GetTurnStartedSeq())
 	}
-	fmt.Fprintf(out, "# session %s: %s, %s, %d permission requests waiting\n", id, snap.GetState(), running, len(snap.GetPendingPermissions()))
+	fmt.Fprintf(out, "# session %s: %s, %s, %d permission requests and %d elicitations waiting\n", id, snap.GetState(), running,
+		len(snap.GetPendingPermissions()), len(snap.GetPendingElicitations()))
 }
