@@ -163,14 +163,8 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 		}
 		s.PendingPermissions = append(s.PendingPermissions[:len(s.PendingPermissions):len(s.PendingPermissions)], r)
 	case *acpv2.SessionEvent_PermissionResolved:
-		id := v.PermissionResolved.GetRequestId()
-		kept := make([]*acpv2.PermissionRequest, 0, len(s.PendingPermissions))
-		for _, r := range s.PendingPermissions {
-			if r.GetRequestId() != id {
-				kept = append(kept, r)
-			}
-		}
-		if len(kept) == len(s.PendingPermissions) {
+		kept, ok := without(s.PendingPermissions, v.PermissionResolved.GetRequestId())
+		if !ok {
 			return false
 		}
 		s.PendingPermissions = kept
@@ -181,14 +175,8 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 		}
 		s.PendingElicitations = append(s.PendingElicitations[:len(s.PendingElicitations):len(s.PendingElicitations)], r)
 	case *acpv2.SessionEvent_ElicitationResolved:
-		id := v.ElicitationResolved.GetRequestId()
-		kept := make([]*acpv2.ElicitationRequest, 0, len(s.PendingElicitations))
-		for _, r := range s.PendingElicitations {
-			if r.GetRequestId() != id {
-				kept = append(kept, r)
-			}
-		}
-		if len(kept) == len(s.PendingElicitations) {
+		kept, ok := without(s.PendingElicitations, v.ElicitationResolved.GetRequestId())
+		if !ok {
 			return false
 		}
 		s.PendingElicitations = kept
@@ -214,6 +202,19 @@ func (st *State) EndTurn() bool {
 	s.TurnRunning, s.TurnStartedSeq, s.TurnStartedAt = false, 0, nil
 	s.PendingPermissions, s.PendingElicitations = nil, nil
 	return changed
+}
+
+// without returns a new list of the requests of pending but request id,
+// and whether id was among them (the list given may be shared by a
+// snapshot: it is not changed).
+func without[R interface{ GetRequestId() string }](pending []R, id string) ([]R, bool) {
+	kept := make([]R, 0, len(pending))
+	for _, r := range pending {
+		if r.GetRequestId() != id {
+			kept = append(kept, r)
+		}
+	}
+	return kept, len(kept) < len(pending)
 }
 
 // held is the bytes (as protobuf) the pending permission requests and
