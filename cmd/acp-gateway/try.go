@@ -18,10 +18,11 @@ import (
 )
 
 // try runs one turn against a gateway and shows it, answering permission
-// requests with their first allow option: for a person by default (the
-// agent's text, its tool calls a line each, diffs, the permission asked
-// and answered), or with --json every event as a line of proto JSON. It
-// is the newcomer's first look at the stream.
+// requests with their first allow option and elicitations as the user
+// says on the terminal (asker; declined when stdin is not one): for a
+// person by default (the agent's text, its tool calls a line each, diffs,
+// the permission asked and answered), or with --json every event as a
+// line of proto JSON. It is the newcomer's first look at the stream.
 func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("try", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -55,7 +56,7 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		printer = jsonPrinter{stdout}
 	}
-	err = runTry(ctx, bridge.NewClient(http.DefaultClient, *url, token), *agent, *cwd, *prompt, printer)
+	err = runTry(ctx, bridge.NewClient(http.DefaultClient, *url, token), *agent, *cwd, *prompt, printer, newAsker(stdin, stderr))
 	printer.done()
 	if err != nil {
 		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
@@ -64,7 +65,7 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out turnPrinter) (err error) {
+func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out turnPrinter, ask *asker) (err error) {
 	created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
 	if err != nil {
 		return err
@@ -117,6 +118,11 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 				return err
 			}
 		}
+		if er := ev.GetElicitationRequest(); er != nil {
+			if err := answerElicitation(ctx, c, id, er, ask, out); err != nil {
+				return err
+			}
+		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err() // the turn is cancelled on the way out
@@ -132,6 +138,34 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 	return nil
 }
 
+// answerElicitation answers elicitation req of session id as ask says.
+// One answered first by someone else, or ended meanwhile (the gateway's
+// --permission-timeout), is said so, and the turn goes on; so is an
+// answer the gateway refuses, declined instead.
+func answerElicitation(ctx context.Context, c acpv2connect.SessionServiceClient, id string, req *acpv2.ElicitationRequest, ask *asker, out turnPrinter) error {
+	res, why, err := ask.answer(ctx, req)
+	if err != nil {
+		return err
+	}
+	res.SessionId = id
+	if why != "" {
+		out.note(fmt.Sprintf("answering %s with decline: %s", req.GetRequestId(), why))
+	} else {
+		out.note(fmt.Sprintf("answering %s with %s", req.GetRequestId(), res.GetAction()))
+	}
+	_, err = c.RespondElicitation(ctx, connect.NewRequest(res))
+	if connect.CodeOf(err) == connect.CodeInvalidArgument && err != nil {
+		out.note(fmt.Sprintf("the gateway refused the answer to %s (%v): declining", req.GetRequestId(), err))
+		_, err = c.RespondElicitation(ctx, connect.NewRequest(&acpv2.RespondElicitationRequest{SessionId: id, RequestId: req.GetRequestId(), Action: "decline"}))
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition, connect.CodeNotFound:
+		out.note(fmt.Sprintf("%s no longer waits for an answer: %v", req.GetRequestId(), err))
+		return nil
+	}
+	return err
+}
+
 // cancelTurn cancels session id's turn after ctx ended, and says what
 // became of it.
 func cancelTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out turnPrinter) {
@@ -145,8 +179,8 @@ func cancelTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id str
 	showSession(cctx, c, id, out)
 }
 
-// showSession prints whether session id runs a turn and which permission
-// requests wait, as GetSession says.
+// showSession prints whether session id runs a turn and how many
+// permission requests and elicitations wait, as GetSession says.
 func showSession(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out turnPrinter) {
 	got, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
 	if err != nil {
@@ -157,5 +191,6 @@ func showSession(ctx context.Context, c acpv2connect.SessionServiceClient, id st
 	if snap.GetTurnRunning() {
 		running = fmt.Sprintf("a turn running since seq %d", snap.GetTurnStartedSeq())
 	}
-	out.note(fmt.Sprintf("session %s: %s, %s, %d permission requests waiting", id, snap.GetState(), running, len(snap.GetPendingPermissions())))
+	out.note(fmt.Sprintf("session %s: %s, %s, %d permission requests and %d elicitations waiting", id, snap.GetState(), running,
+		len(snap.GetPendingPermissions()), len(snap.GetPendingElicitations())))
 }

@@ -1,11 +1,9 @@
 package session
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -102,30 +100,6 @@ func (s *Session) RespondElicitation(id, action string, content *structpb.Struct
 	}
 	s.resolveElicitationLocked(id, res, answeredBy(user))
 	return nil
-}
-
-// pendingElicitationsLocked returns the elicitations waiting for an
-// answer, oldest first. s.mu must be held.
-func (s *Session) pendingElicitationsLocked() []*acpv2.ElicitationRequest {
-	var out []*ask
-	for _, a := range s.asks {
-		if a.elicit != nil && !a.resolved {
-			out = append(out, a)
-		}
-	}
-	slices.SortFunc(out, func(a, b *ask) int { return cmp.Compare(a.seq, b.seq) })
-	reqs := make([]*acpv2.ElicitationRequest, len(out))
-	for i, a := range out {
-		reqs[i] = a.elicit
-	}
-	return reqs
-}
-
-// pendingElicitations is pendingElicitationsLocked, taking s.mu.
-func (s *Session) pendingElicitations() []*acpv2.ElicitationRequest {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pendingElicitationsLocked()
 }
 
 // checkContent checks the content accepted for elicitation req. Form mode

@@ -2,7 +2,9 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -11,9 +13,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
+	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
-	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
+	"github.com/acp-gateway/acp-gateway/statestore/storeurl"
 )
 
 const (
@@ -253,33 +256,111 @@ func TestMalformedElicitationIsRefused(t *testing.T) {
 	}
 }
 
-// A Watch from before what retention kept starts with a snapshot, which
-// holds the elicitations still pending although their events are gone.
-func TestRetentionSnapshotHoldsPendingElicitations(t *testing.T) {
+// A pending elicitation is in the session's stored state: another
+// gateway on the same store (a replica that does not run the session)
+// shows it in GetSession, in ListSessions' count and in the snapshot a
+// Watch from before retention's cut starts with, as the gateway that runs
+// the session does; once answered, none shows it.
+func TestPendingElicitationsFromTheStore(t *testing.T) {
 	t.Parallel()
-	_, s := storedSession(t, Options{Store: statestore.NewMemory(statestore.Options{MaxEvents: 2})}, acpjson.V2)
-	if _, _, err := s.Elicit([]byte(urlElicitation)); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		s.ElicitationComplete([]byte(`{"elicitationId":"other"}`))
-	}
-	stored(t, s)
-	sub := s.Watch(0)
-	defer sub.Close()
-	dst := make([]*encoded.Event, 8)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n, err := sub.NextBatch(ctx, dst)
-	if err != nil || n == 0 {
-		t.Fatalf("NextBatch: %d, %v", n, err)
-	}
-	msg, err := dst[0].Message()
+	// Three messages first: retention (2 events) drops the events before
+	// the request's.
+	say := agentsim.Step{Update: json.RawMessage(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}`)}
+	cmd, err := agentsim.Command(agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{
+		say, say, say, {Elicit: json.RawMessage(formElicitation)},
+	}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending := msg.GetSnapshot().GetPendingElicitations()
-	if len(pending) != 1 || pending[0].GetRequestId() != "elicit-1" || pending[0].GetUrl() != "https://example.com/login" {
-		t.Fatalf("the first event is %v, want a snapshot with elicit-1 pending", msg)
+	for name, url := range map[string]string{"memory": "memory:", "bolt": "bolt:" + filepath.Join(t.TempDir(), "sessions.db")} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st, err := storeurl.Open(ctx, url, storeurl.Options{Store: statestore.Options{MaxEvents: 2}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			opts := Options{Store: st, IdleTimeout: -1, Agents: map[string][]string{"sim": cmd}}
+			m := NewManager(opts)
+			defer m.Close()
+			other := NewManager(opts)
+			defer other.Close()
+			s, err := m.Create(ctx, "", "sim", t.TempDir(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := s.Prompt(ctx, []*acpv2.ContentBlock{{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "hi"}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			var asked *acpv2.ElicitationRequest
+			for asked == nil {
+				ev, err := next(ctx, sub)
+				if err != nil {
+					t.Fatal(err)
+				}
+				asked = ev.GetElicitationRequest()
+			}
+			s.mu.Lock()
+			seq := s.seq
+			s.mu.Unlock()
+			storedOf(ctx, t, st, s.ID(), seq)
+
+			check := func(when string, pending []*acpv2.ElicitationRequest) {
+				t.Helper()
+				if len(pending) != 1 || pending[0].GetRequestId() != asked.GetRequestId() || pending[0].GetMessage() != "Your details" ||
+					!proto.Equal(pending[0].GetRequestedSchema(), asked.GetRequestedSchema()) {
+					t.Errorf("%s: pending elicitations %v, want %s with its schema", when, pending, asked.GetRequestId())
+				}
+			}
+			check("live", s.Snapshot().GetPendingElicitations())
+			fromStore, err := other.Snapshot(ctx, "", s.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("another gateway", fromStore.GetPendingElicitations())
+			sums, err := other.Summaries(ctx, "")
+			if err != nil || len(sums) != 1 || sums[0].GetPendingElicitations() != 1 {
+				t.Errorf("another gateway's summaries: %v, %v; want 1 elicitation pending", sums, err)
+			}
+			if sums, err := m.Summaries(ctx, ""); err != nil || len(sums) != 1 || sums[0].GetPendingElicitations() != 1 {
+				t.Errorf("summaries: %v, %v; want 1 elicitation pending", sums, err)
+			}
+			watch, err := other.Watch(ctx, "", s.ID(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := next(ctx, watch)
+			watch.Close()
+			if err != nil || first.GetSnapshot() == nil {
+				t.Fatalf("another gateway's Watch from 0 began with %v, %v; want a snapshot", first, err)
+			}
+			check("the retention snapshot", first.GetSnapshot().GetPendingElicitations())
+
+			if err := s.RespondElicitation(asked.GetRequestId(), "decline", nil, ""); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				ev, err := next(ctx, sub)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev.GetTurnEnded() != nil {
+					break
+				}
+			}
+			s.mu.Lock()
+			seq = s.seq
+			s.mu.Unlock()
+			storedOf(ctx, t, st, s.ID(), seq)
+			if snap, err := other.Snapshot(ctx, "", s.ID()); err != nil || len(snap.GetPendingElicitations()) != 0 {
+				t.Errorf("another gateway, answered: %v pending, %v", snap.GetPendingElicitations(), err)
+			}
+			if sums, err := other.Summaries(ctx, ""); err != nil || len(sums) != 1 || sums[0].GetPendingElicitations() != 0 {
+				t.Errorf("another gateway's summaries, answered: %v, %v", sums, err)
+			}
+		})
 	}
 }

@@ -187,10 +187,8 @@ func (m *Manager) Summaries(ctx context.Context, user string) ([]*acpv2.SessionS
 
 // readEvents reads stored events after seq after. Events dropped by
 // retention are replaced by one snapshot event whose seq is the last event
-// it reflects, so a reader never silently misses state. local is the
-// session when this gateway runs it, whose pending elicitations the
-// snapshot then holds; nil otherwise.
-func readEvents(ctx context.Context, st statestore.Store, id string, after uint64, limit int, local *Session) ([]*encoded.Event, error) {
+// it reflects, so a reader never silently misses state.
+func readEvents(ctx context.Context, st statestore.Store, id string, after uint64, limit int) ([]*encoded.Event, error) {
 	events, err := st.Events(ctx, id, after, limit)
 	if !errors.Is(err, statestore.ErrTrimmed) {
 		return events, err
@@ -202,9 +200,6 @@ func readEvents(ctx context.Context, st statestore.Store, id string, after uint6
 	snap, err := storedSnapshot(ctx, st, rec)
 	if err != nil {
 		return nil, err
-	}
-	if local != nil {
-		snap.PendingElicitations = local.pendingElicitations()
 	}
 	ev, err := encoded.New(&acpv2.SessionEvent{Seq: snap.GetLastSeq(), Time: timestamppb.Now(),
 		Event: &acpv2.SessionEvent_Snapshot{Snapshot: snap}})
@@ -268,7 +263,7 @@ func (f *follower) NextBatch(ctx context.Context, dst []*encoded.Event) (int, er
 		if f.done {
 			return 0, ErrClosed
 		}
-		events, err := readEvents(ctx, f.st, f.id, f.next-1, replayPage, nil)
+		events, err := readEvents(ctx, f.st, f.id, f.next-1, replayPage)
 		if err != nil {
 			return 0, err
 		}

@@ -28,8 +28,6 @@ type ask struct {
 	timedOut bool
 	asked    time.Time
 	timer    clockwork.Timer
-	// seq is its event's.
-	seq uint64
 	// A permission request's options, and where its outcome goes.
 	options []*acpv2.PermissionOption
 	reply   chan *acpv2.PermissionOutcome
@@ -116,7 +114,7 @@ func (s *Session) roomLocked(what string) error {
 // timeout; it returns the function that withdraws it for the agent.
 // s.mu must be held.
 func (s *Session) openLocked(id string, a *ask, ev *acpv2.SessionEvent) (func(), error) {
-	a.asked, a.seq = time.Now(), s.seq+1
+	a.asked = time.Now()
 	s.asks[id] = a
 	s.pending++
 	if err := s.emitLocked([]*acpv2.SessionEvent{ev}, nil); err != nil {

@@ -212,8 +212,6 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 
 		// The next agent cannot take back the lost one's session.
 		AgentContextLost: s.state == statestore.StateAgentLost && !s.resumable,
-
-		PendingElicitations: s.pendingElicitationsLocked(),
 	}
 	s.sstate.Fill(snap)
 	if len(snap.GetPendingPermissions()) > 0 {

@@ -191,7 +191,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []*encoded.Event) (i
 		// resuming behind a flood that laps it before it reads makes
 		// progress with every Watch rather than none.
 		if len(sub.page) == 0 {
-			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage, sub.s)
+			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage)
 			if err != nil {
 				return 0, err
 			}

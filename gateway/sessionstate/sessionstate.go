@@ -1,8 +1,8 @@
 // Package sessionstate materialises what a session's events leave
 // standing besides its tool calls (which gateway/merge keeps): the mode,
 // the configuration options, the commands, the title, the usage, the plan,
-// the display terminals, the permission requests waiting for an answer,
-// and whether a turn runs. A client renders its UI from it (GetSession,
+// the display terminals, the permission requests and elicitations waiting
+// for an answer, and whether a turn runs. A client renders its UI from it (GetSession,
 // Watch's snapshot) and then follows the events.
 //
 // A State is fed every event of its session in seq order (Apply); it is
@@ -40,8 +40,9 @@ const (
 	// entries, a request its tool call's id, title, kind and status.
 	MaxPart = 64 << 10
 	// MaxPending is the most bytes (as protobuf) the pending permission
-	// requests take whole: a request past it is kept cut as one over
-	// MaxPart is (thinRequest), with what answering it needs.
+	// requests and elicitations take whole, together: a request past it
+	// is kept cut as one over MaxPart is (thinRequest, thinElicitation),
+	// with what answering it needs.
 	MaxPending = 4 * MaxPart
 	// MaxBytes bounds a State as protobuf (its record, and what it adds
 	// to a snapshot besides the previews), with at most
@@ -49,8 +50,9 @@ const (
 	MaxBytes = 4*MaxPart + 3*maxText + maxUsage + MaxFirstPrompt + 64 +
 		MaxTerminals*(maxID+2*maxText+MaxTerminalOutput+maxExit+64) +
 		MaxPending + DefaultPendingBound*maxThinRequest
-	// DefaultPendingBound is the number of waiting requests MaxBytes
-	// counts: the session's default cap on them.
+	// DefaultPendingBound is the number of waiting requests (permission
+	// requests and elicitations together) MaxBytes counts: the session's
+	// default cap on them.
 	DefaultPendingBound = 64
 	// maxText bounds a terminal's command and cwd, and the title.
 	maxText = 4 << 10
@@ -62,12 +64,15 @@ const (
 	// maxExit bounds a terminal's exit status kept whole; past it only
 	// its exitCode and signal are kept.
 	maxExit = 1 << 10
-	// maxThinOptions bounds a cut request's options; maxThinRequest the
-	// whole of a cut request.
+	// maxThinOptions bounds a cut request's options, and the url or
+	// requested schema a cut elicitation keeps; maxThinRequest the whole
+	// of a cut request or elicitation.
 	maxThinOptions = 4 << 10
 	maxThinRequest = maxThinOptions + 2<<10
-	// thinOptions bounds the options of a request that Thin cuts.
+	// thinOptions bounds the options of a request that Thin cuts;
+	// thinAnswer the url or requested schema of an elicitation it cuts.
 	thinOptions = 512
+	thinAnswer  = 1 << 10
 )
 
 // State is a session's materialised state. The zero State is empty.
@@ -153,26 +158,28 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 		if proto.Size(r.GetToolCall()) > MaxPart {
 			r.ToolCall = thinUpdate(r.GetToolCall())
 		}
-		held := 0
-		for _, p := range s.PendingPermissions {
-			held += proto.Size(p)
-		}
-		if size := proto.Size(r); size > MaxPart || held+size > MaxPending {
+		if size := proto.Size(r); size > MaxPart || st.held()+size > MaxPending {
 			r = thinRequest(r, maxThinOptions)
 		}
 		s.PendingPermissions = append(s.PendingPermissions[:len(s.PendingPermissions):len(s.PendingPermissions)], r)
 	case *acpv2.SessionEvent_PermissionResolved:
-		id := v.PermissionResolved.GetRequestId()
-		kept := make([]*acpv2.PermissionRequest, 0, len(s.PendingPermissions))
-		for _, r := range s.PendingPermissions {
-			if r.GetRequestId() != id {
-				kept = append(kept, r)
-			}
-		}
-		if len(kept) == len(s.PendingPermissions) {
+		kept, ok := without(s.PendingPermissions, v.PermissionResolved.GetRequestId())
+		if !ok {
 			return false
 		}
 		s.PendingPermissions = kept
+	case *acpv2.SessionEvent_ElicitationRequest:
+		r := v.ElicitationRequest
+		if size := proto.Size(r); size > MaxPart || st.held()+size > MaxPending {
+			r = thinElicitation(r, maxThinOptions)
+		}
+		s.PendingElicitations = append(s.PendingElicitations[:len(s.PendingElicitations):len(s.PendingElicitations)], r)
+	case *acpv2.SessionEvent_ElicitationResolved:
+		kept, ok := without(s.PendingElicitations, v.ElicitationResolved.GetRequestId())
+		if !ok {
+			return false
+		}
+		s.PendingElicitations = kept
 	case *acpv2.SessionEvent_TurnStarted:
 		s.TurnRunning, s.TurnStartedSeq, s.TurnStartedAt = true, ev.GetSeq(), ev.GetTime()
 		if s.FirstPrompt == "" {
@@ -191,9 +198,36 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 // state changed.
 func (st *State) EndTurn() bool {
 	s := &st.s
-	changed := s.TurnRunning || len(s.PendingPermissions) > 0
-	s.TurnRunning, s.TurnStartedSeq, s.TurnStartedAt, s.PendingPermissions = false, 0, nil, nil
+	changed := s.TurnRunning || len(s.PendingPermissions) > 0 || len(s.PendingElicitations) > 0
+	s.TurnRunning, s.TurnStartedSeq, s.TurnStartedAt = false, 0, nil
+	s.PendingPermissions, s.PendingElicitations = nil, nil
 	return changed
+}
+
+// without returns a new list of the requests of pending but request id,
+// and whether id was among them (the list given may be shared by a
+// snapshot: it is not changed).
+func without[R interface{ GetRequestId() string }](pending []R, id string) ([]R, bool) {
+	kept := make([]R, 0, len(pending))
+	for _, r := range pending {
+		if r.GetRequestId() != id {
+			kept = append(kept, r)
+		}
+	}
+	return kept, len(kept) < len(pending)
+}
+
+// held is the bytes (as protobuf) the pending permission requests and
+// elicitations take.
+func (st *State) held() int {
+	n := 0
+	for _, p := range st.s.PendingPermissions {
+		n += proto.Size(p)
+	}
+	for _, e := range st.s.PendingElicitations {
+		n += proto.Size(e)
+	}
+	return n
 }
 
 // Fill sets the state fields of snap from the state, sharing its messages.
@@ -201,7 +235,7 @@ func (st *State) Fill(snap *acpv2.SessionSnapshot) {
 	s := &st.s
 	snap.Modes, snap.ConfigOptions, snap.AvailableCommands = s.Modes, s.ConfigOptions, s.AvailableCommands
 	snap.Title, snap.Usage, snap.Plan, snap.Terminals = s.Title, s.Usage, s.Plan, s.Terminals
-	snap.PendingPermissions = s.PendingPermissions
+	snap.PendingPermissions, snap.PendingElicitations = s.PendingPermissions, s.PendingElicitations
 	snap.TurnRunning, snap.TurnStartedSeq, snap.TurnStartedAt = s.TurnRunning, s.TurnStartedSeq, s.TurnStartedAt
 	snap.FirstPrompt = s.FirstPrompt
 }
@@ -212,7 +246,9 @@ func (st *State) Fill(snap *acpv2.SessionSnapshot) {
 // response too small for the whole: the current mode without the modes
 // offered, the usage's numbers, the terminals without their output
 // (output_truncated set), the pending requests cut (thinRequest: their
-// options to 512 bytes, at least one; no preview), the title and first prompt; the configuration options, the
+// options to 512 bytes, at least one; no preview), the pending
+// elicitations cut (thinElicitation: a url or requested schema of up to
+// 1 KiB), the title and first prompt; the configuration options, the
 // commands and the plan are left out.
 func Thin(snap *acpv2.SessionSnapshot) {
 	if m := snap.GetModes(); m != nil {
@@ -233,6 +269,11 @@ func Thin(snap *acpv2.SessionSnapshot) {
 		pending[i] = thinRequest(r, thinOptions)
 	}
 	snap.PendingPermissions = pending
+	elicits := make([]*acpv2.ElicitationRequest, len(snap.GetPendingElicitations()))
+	for i, r := range snap.GetPendingElicitations() {
+		elicits[i] = thinElicitation(r, thinAnswer)
+	}
+	snap.PendingElicitations = elicits
 }
 
 // Summarise sets the state fields of a session's summary.
@@ -241,6 +282,7 @@ func (st *State) Summarise(sum *acpv2.SessionSummary) {
 	sum.Title, sum.FirstPrompt = s.Title, s.FirstPrompt
 	sum.TurnRunning, sum.TurnStartedSeq, sum.TurnStartedAt = s.TurnRunning, s.TurnStartedSeq, s.TurnStartedAt
 	sum.PendingPermissions = uint32(len(s.PendingPermissions))
+	sum.PendingElicitations = uint32(len(s.PendingElicitations))
 }
 
 // terminal applies change to a copy of terminal id (a new one when
@@ -362,6 +404,30 @@ func thinRequest(r *acpv2.PermissionRequest, optionBytes int) *acpv2.PermissionR
 		Title:     clip(r.GetTitle(), 256),
 		Meta:      trimmedMeta(),
 	}
+}
+
+// thinElicitation is an elicitation cut to what answering it needs: its
+// id, mode (cut to 64 bytes), message (256), elicitation id and tool call
+// id (256 each), and its url or requested schema when that takes at most
+// answerBytes (a cut url or schema would be a wrong one: past that it is
+// left out, and is in the elicitationRequest event). It has the trimmed
+// meta; a custom mode's other members (meta.params) are left out.
+func thinElicitation(r *acpv2.ElicitationRequest, answerBytes int) *acpv2.ElicitationRequest {
+	out := &acpv2.ElicitationRequest{
+		RequestId:     clip(r.GetRequestId(), 64),
+		Mode:          clip(r.GetMode(), 64),
+		Message:       clip(r.GetMessage(), 256),
+		ElicitationId: clip(r.GetElicitationId(), maxID),
+		ToolCallId:    clip(r.GetToolCallId(), maxID),
+		Meta:          trimmedMeta(),
+	}
+	if len(r.GetUrl()) <= answerBytes {
+		out.Url = r.GetUrl()
+	}
+	if schema := r.GetRequestedSchema(); schema != nil && proto.Size(schema) <= answerBytes {
+		out.RequestedSchema = schema
+	}
+	return out
 }
 
 func trimmedMeta() *structpb.Struct {

@@ -122,10 +122,20 @@ func TestHostileStateIsBounded(t *testing.T) {
 	for i := range 5000 {
 		options = append(options, &acpv2.PermissionOption{OptionId: fmt.Sprint("o", i), Name: big[:1000], Kind: "allow_once", Meta: huge})
 	}
-	for i := range DefaultPendingBound {
+	// The cap counts permission requests and elicitations together: half
+	// of each, each huge.
+	for i := range DefaultPendingBound / 2 {
 		apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: &acpv2.PermissionRequest{
 			RequestId: fmt.Sprint("perm-", i), Title: big, Options: options, Meta: huge,
 			ToolCall: &acpv2.ToolCallUpdate{ToolCallId: "c", Title: text(big), RawInput: &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: structpb.NewStructValue(huge)}}}}}})
+	}
+	for i := range DefaultPendingBound / 2 {
+		e := &acpv2.ElicitationRequest{RequestId: fmt.Sprint("elicit-", i), Mode: "url", Message: big, Meta: huge,
+			Url: "https://example.com/login", ElicitationId: big, ToolCallId: big}
+		if i%2 == 1 {
+			e.Mode, e.Url, e.RequestedSchema = "form", "", huge
+		}
+		apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_ElicitationRequest{ElicitationRequest: e}})
 	}
 	snap := &acpv2.SessionSnapshot{}
 	st.Fill(snap)
@@ -141,9 +151,25 @@ func TestHostileStateIsBounded(t *testing.T) {
 	}
 	// Each request can still be answered: its id and an option.
 	pend := snap.GetPendingPermissions()
-	if len(pend) != DefaultPendingBound {
-		t.Fatalf("%d requests pending, want %d", len(pend), DefaultPendingBound)
+	if len(pend) != DefaultPendingBound/2 {
+		t.Fatalf("%d requests pending, want %d", len(pend), DefaultPendingBound/2)
 	}
+	// Each elicitation can still be answered: its id, mode, and a url's
+	// url (a schema this large is left out, and is in its event).
+	checkElicits := func(when string, elicits []*acpv2.ElicitationRequest) {
+		t.Helper()
+		if len(elicits) != DefaultPendingBound/2 {
+			t.Fatalf("%s: %d elicitations pending, want %d", when, len(elicits), DefaultPendingBound/2)
+		}
+		for i, e := range elicits {
+			if e.GetRequestId() != fmt.Sprint("elicit-", i) || (i%2 == 0 && (e.GetMode() != "url" || e.GetUrl() != "https://example.com/login")) ||
+				(i%2 == 1 && e.GetMode() != "form") || len(e.GetMessage()) > 256 || e.GetMeta().GetFields()["acpGateway"] == nil {
+				t.Fatalf("%s: elicitation %d cannot be answered or is not cut: id %q, mode %q, url %q, message of %d bytes, meta %v",
+					when, i, e.GetRequestId(), e.GetMode(), e.GetUrl(), len(e.GetMessage()), e.GetMeta())
+			}
+		}
+	}
+	checkElicits("kept", snap.GetPendingElicitations())
 	for _, r := range pend {
 		if !strings.HasPrefix(r.GetRequestId(), "perm-") || len(r.GetOptions()) == 0 || r.GetOptions()[0].GetOptionId() != "o0" {
 			t.Fatalf("a pending request cannot be answered: id %q, %d options", r.GetRequestId(), len(r.GetOptions()))
@@ -154,12 +180,86 @@ func TestHostileStateIsBounded(t *testing.T) {
 	if size := proto.Size(thin); size > 128<<10 {
 		t.Errorf("the thin state takes %d bytes", size)
 	}
-	if p := thin.GetPendingPermissions(); len(p) != DefaultPendingBound || p[0].GetOptions()[0].GetOptionId() != "o0" {
+	if p := thin.GetPendingPermissions(); len(p) != DefaultPendingBound/2 || p[0].GetOptions()[0].GetOptionId() != "o0" {
 		t.Errorf("the thin state's requests: %d", len(p))
 	}
+	checkElicits("thin", thin.GetPendingElicitations())
 	after := &acpv2.SessionSnapshot{}
 	st.Fill(after)
 	if !proto.Equal(after, snap) {
 		t.Error("Thin changed the state")
+	}
+}
+
+// A pending elicitation is kept whole while it is small, goes with its
+// elicitationResolved, comes back from the record, and is gone once the
+// state is ended (its agent gone); past the pending requests' share it is
+// kept cut, with its url or small schema.
+func TestPendingElicitations(t *testing.T) {
+	schema, err := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(st *State, id string, e *acpv2.ElicitationRequest) {
+		e.RequestId = id
+		if !st.Apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_ElicitationRequest{ElicitationRequest: e}}) {
+			t.Fatalf("elicitation %s changed nothing", id)
+		}
+	}
+	pending := func(st *State) []*acpv2.ElicitationRequest {
+		snap := &acpv2.SessionSnapshot{}
+		st.Fill(snap)
+		sum := &acpv2.SessionSummary{}
+		st.Summarise(sum)
+		if int(sum.GetPendingElicitations()) != len(snap.GetPendingElicitations()) {
+			t.Fatalf("the summary counts %d elicitations, the snapshot has %d", sum.GetPendingElicitations(), len(snap.GetPendingElicitations()))
+		}
+		return snap.GetPendingElicitations()
+	}
+	st := &State{}
+	form := &acpv2.ElicitationRequest{Mode: "form", Message: "Your name?", RequestedSchema: schema}
+	ask(st, "elicit-1", form)
+	ask(st, "elicit-2", &acpv2.ElicitationRequest{Mode: "url", Message: "Log in", Url: "https://example.com/", ElicitationId: "e"})
+	if st.Apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_ElicitationResolved{ElicitationResolved: &acpv2.ElicitationResolved{RequestId: "elicit-9"}}}) {
+		t.Error("the resolution of an elicitation not pending changed the state")
+	}
+	if !st.Apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_ElicitationResolved{ElicitationResolved: &acpv2.ElicitationResolved{RequestId: "elicit-2", Action: "decline"}}}) {
+		t.Error("a resolution changed nothing")
+	}
+	if p := pending(st); len(p) != 1 || !proto.Equal(p[0], form) {
+		t.Fatalf("pending %v, want elicit-1 whole", p)
+	}
+	rec, err := st.Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := &acpv2.ToolCall{}
+	if err := proto.Unmarshal(rec, stored); err != nil {
+		t.Fatal(err)
+	}
+	back, err := FromRecord(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := pending(back); len(p) != 1 || !proto.Equal(p[0], form) {
+		t.Fatalf("from the record: pending %v, want elicit-1 whole", p)
+	}
+	if !back.EndTurn() || len(pending(back)) != 0 {
+		t.Error("an ended state keeps its pending elicitations")
+	}
+
+	// Past MaxPending (with what is held already), one is kept cut.
+	full := &State{}
+	filler := strings.Repeat("m", MaxPart-1024)
+	for i := range MaxPending / MaxPart {
+		ask(full, fmt.Sprint("elicit-", i), &acpv2.ElicitationRequest{Mode: "url", Message: filler, Url: "https://example.com/", ElicitationId: "e"})
+	}
+	ask(full, "elicit-last", &acpv2.ElicitationRequest{Mode: "form", Message: filler, RequestedSchema: schema})
+	p := pending(full)
+	last := p[len(p)-1]
+	if len(p) != MaxPending/MaxPart+1 || len(p[0].GetMessage()) != len(filler) || last.GetRequestId() != "elicit-last" ||
+		len(last.GetMessage()) != 256 || !proto.Equal(last.GetRequestedSchema(), schema) || last.GetMeta() == nil {
+		t.Errorf("past the requests' share: %d pending, the last %q with a message of %d bytes, schema %v, meta %v",
+			len(p), last.GetRequestId(), len(last.GetMessage()), last.GetRequestedSchema(), last.GetMeta())
 	}
 }

@@ -1402,8 +1402,11 @@ type SessionSnapshot struct {
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// The text of the session's first prompt, cut to 256 bytes.
 	FirstPrompt string `protobuf:"bytes,22,opt,name=first_prompt,json=firstPrompt,proto3" json:"first_prompt,omitempty"`
-	// The elicitations still waiting for an answer, oldest first: only
-	// from the gateway that runs the session.
+	// The elicitations still waiting for an answer, oldest first; each is
+	// answered with RespondElicitation. One whose event is large is kept
+	// cut to what answering it needs (its url or requested schema left out
+	// past 4 KiB; meta {"acpGateway": {"trimmed": true}}); the event has it
+	// whole.
 	PendingElicitations []*ElicitationRequest `protobuf:"bytes,40,rep,name=pending_elicitations,json=pendingElicitations,proto3" json:"pending_elicitations,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
@@ -1719,8 +1722,10 @@ type SessionSummary struct {
 	// How many permission requests wait for an answer (GetSession lists
 	// them).
 	PendingPermissions uint32 `protobuf:"varint,14,opt,name=pending_permissions,json=pendingPermissions,proto3" json:"pending_permissions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How many elicitations wait for an answer (GetSession lists them).
+	PendingElicitations uint32 `protobuf:"varint,15,opt,name=pending_elicitations,json=pendingElicitations,proto3" json:"pending_elicitations,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SessionSummary) Reset() {
@@ -1847,6 +1852,13 @@ func (x *SessionSummary) GetTurnStartedAt() *timestamppb.Timestamp {
 func (x *SessionSummary) GetPendingPermissions() uint32 {
 	if x != nil {
 		return x.PendingPermissions
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetPendingElicitations() uint32 {
+	if x != nil {
+		return x.PendingElicitations
 	}
 	return 0
 }
@@ -4254,7 +4266,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x06output\x18\x04 \x01(\fR\x06output\x12)\n" +
 	"\x10output_truncated\x18\x05 \x01(\bR\x0foutputTruncated\x128\n" +
 	"\vexit_status\x18\x06 \x01(\v2\x17.google.protobuf.StructR\n" +
-	"exitStatus\"\x9c\x04\n" +
+	"exitStatus\"\xcf\x04\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -4273,7 +4285,8 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\fturn_running\x18\v \x01(\bR\vturnRunning\x12(\n" +
 	"\x10turn_started_seq\x18\f \x01(\x04R\x0eturnStartedSeq\x12B\n" +
 	"\x0fturn_started_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rturnStartedAt\x12/\n" +
-	"\x13pending_permissions\x18\x0e \x01(\rR\x12pendingPermissions\"\xc8\x01\n" +
+	"\x13pending_permissions\x18\x0e \x01(\rR\x12pendingPermissions\x121\n" +
+	"\x14pending_elicitations\x18\x0f \x01(\rR\x13pendingElicitations\"\xc8\x01\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x1f\n" +
