@@ -352,3 +352,7 @@ func (e *encoder) str(s string) {
 	b = append(b, '"')
 	e.buf.Write(b)
 }
+
+// plainByte reports whether c stands for itself in a JSON string: ASCII,
+// neither a control character, a quote nor a backslash.
+func plainByte(c byte) bool { return c >= ' ' && c < utf8.RuneSelf && c != '"' && c != '\\' }

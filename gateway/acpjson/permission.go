@@ -2,6 +2,10 @@ package acpjson
 
 import (
 	"fmt"
+	"unsafe"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -15,54 +19,135 @@ import (
 // subject of another type (a command, say) is kept in the request's `meta`
 // under "subject" so that nothing is lost.
 func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, error) {
-	obj, err := parseObject(data)
+	req, err := decodePermissionRequest(data, v)
+	if err != nil {
+		return nil, docError(data, err)
+	}
+	return req, nil
+}
+
+func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, error) {
+	r := getReader(data, MaxDepth)
+	defer putReader(r)
+	if r.kind() != '{' {
+		return nil, (&decoder{}).notObject(r)
+	}
+	// The members that matter, as their bytes (the last of each).
+	var title string
+	var toolCall, subject, options, meta []byte
+	raw := func() ([]byte, error) {
+		start, d0 := r.offset(), r.depth()
+		if err := r.skip(); err != nil {
+			return nil, err
+		}
+		return r.finish(start, d0)
+	}
+	ok, err := r.members(func(name []byte) (bool, error) {
+		var err error
+		switch string(name) {
+		case "title":
+			title = ""
+			if r.kind() == '"' {
+				title, err = r.str()
+				return true, err
+			}
+		case "toolCall":
+			toolCall, err = raw()
+			return true, err
+		case "subject":
+			subject, err = raw()
+			return true, err
+		case "options":
+			options, err = raw()
+			return true, err
+		case "_meta":
+			meta, err = raw()
+			return true, err
+		}
+		return true, r.skip()
+	})
+	if err == nil && (!ok || !r.end()) {
+		err = errSyntax
+	}
 	if err != nil {
 		return nil, err
 	}
+	isObject := func(b []byte) bool { return len(b) > 0 && b[0] == '{' }
 	d := decoder{version: v}
-	req := &acpv2.PermissionRequest{}
-	if title, ok := obj["title"].(string); ok {
-		req.Title = title
-	}
-	tc, _ := obj["toolCall"].(map[string]any)
-	var subject map[string]any
-	if tc == nil {
-		subject, _ = obj["subject"].(map[string]any)
-		if t, _ := subject["type"].(string); t == "tool_call" {
-			tc, _ = subject["toolCall"].(map[string]any)
+	req := &acpv2.PermissionRequest{Title: title}
+	switch {
+	case isObject(toolCall):
+	case isObject(subject):
+		toolCall = nil
+		typ, err := lastString(subject, "type")
+		if err != nil {
+			return nil, err
+		}
+		if typ == "tool_call" {
+			if toolCall, err = lastMember(subject, "toolCall"); err != nil {
+				return nil, err
+			}
+			if !isObject(toolCall) {
+				toolCall = nil
+			}
 			subject = nil
 		}
+	default:
+		toolCall, subject = nil, nil
 	}
-	if tc != nil {
+	if toolCall != nil {
 		req.ToolCall = &acpv2.ToolCallUpdate{}
-		if err := d.object(tc, req.ToolCall.ProtoReflect()); err != nil {
+		sub := getReader(toolCall, MaxDepth-1)
+		err := d.object(sub, tableOf(mdToolCallUpdate), unsafe.Pointer(req.ToolCall))
+		putReader(sub)
+		if err != nil {
 			return nil, within(err, "toolCall")
 		}
 	}
-	opts, ok := obj["options"].([]any)
-	if !ok {
-		return nil, &Error{Path: "options", Reason: "want an array of permission options, got " + jsonKind(obj["options"])}
+	if len(options) == 0 || options[0] != '[' {
+		got := "null"
+		if len(options) > 0 {
+			got = kindName(jsontext.Kind(options[0]))
+		}
+		return nil, &Error{Path: "options", Reason: "want an array of permission options, got " + got}
 	}
-	for i, o := range opts {
-		om, ok := o.(map[string]any)
-		if !ok {
-			return nil, &Error{Path: fmt.Sprintf("options[%d]", i), Reason: "want an object, got " + jsonKind(o)}
+	sub := getReader(options, MaxDepth-1)
+	defer putReader(sub)
+	if err := sub.open(); err != nil {
+		return nil, err
+	}
+	for i := 0; ; i++ {
+		more, err := sub.more()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		if k := sub.kind(); k != '{' {
+			return nil, &Error{Path: fmt.Sprintf("options[%d]", i), Reason: "want an object, got " + kindName(k)}
 		}
 		po := &acpv2.PermissionOption{}
-		if err := d.object(om, po.ProtoReflect()); err != nil {
+		if err := d.object(sub, tableOf(po.ProtoReflect().Descriptor()), unsafe.Pointer(po)); err != nil {
 			return nil, within(err, fmt.Sprintf("options[%d]", i))
 		}
 		req.Options = append(req.Options, po)
 	}
-	meta, _ := obj["_meta"].(map[string]any)
-	if subject != nil {
-		if meta == nil {
-			meta = map[string]any{}
+	if isObject(meta) || subject != nil {
+		s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		if isObject(meta) {
+			if s, err = r.structOf(meta, 1); err != nil {
+				return nil, err
+			}
 		}
-		meta["subject"] = subject
-	}
-	if meta != nil {
-		req.Meta = toStruct(meta)
+		if subject != nil {
+			sv, err := r.valueOf(subject, 1)
+			if err != nil {
+				return nil, err
+			}
+			s.Fields["subject"] = sv
+		}
+		req.Meta = s
 	}
 	return req, nil
 }

@@ -1,0 +1,986 @@
+package acpjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"unsafe"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+)
+
+// The decoder: ACP JSON read token by token (reader) into the generated
+// messages through the tables (tables.go). Each member is decoded where it
+// stands; one whose value has a shape its field cannot take is read to its
+// end and kept, decoded from its bytes, in the message's `extra`, as a
+// union whose variant does not decode is kept whole in its `unknown`.
+// What needs to see a whole object before deciding (a discriminator that
+// is not the first member, or comes twice; an embedded resource's `blob`;
+// the draft dialect) is decoded again from the object's bytes.
+
+// decoder decodes for an agent that negotiated version.
+type decoder struct {
+	version Version
+}
+
+// errRetry is returned by a union or update decoded in a stream when its
+// discriminator comes again: it is then decoded from its bytes.
+var errRetry = errors.New("acpjson: discriminator given twice")
+
+// semantic reports whether err is ACP's (a member of the wrong shape), not
+// the JSON's.
+func semantic(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
+// target is a message that members of one JSON object are decoded into.
+type target struct {
+	p unsafe.Pointer
+	t *table
+}
+
+// update decodes the update object at r into u.
+func (d *decoder) update(r *reader, u *acpv2.SessionUpdate) error {
+	start, d0 := r.offset(), r.depth()
+	if r.kind() != '{' {
+		return d.notObject(r)
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	err := errRetry
+	if more, merr := r.more(); merr != nil {
+		return merr
+	} else if more {
+		name, nerr := r.name()
+		if nerr != nil {
+			return nerr
+		}
+		if string(name) == "sessionUpdate" && r.kind() == '"' {
+			tag, serr := r.str()
+			if serr != nil {
+				return serr
+			}
+			err = d.tagged(r, tag, u, true)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if err != errRetry && !semantic(err) {
+		return err
+	}
+	// The update again from its bytes: its discriminator first, the last
+	// given winning.
+	raw, ferr := r.finish(start, d0)
+	if ferr != nil {
+		return ferr
+	}
+	if err != errRetry {
+		return err
+	}
+	*u = acpv2.SessionUpdate{}
+	sub := getReader(raw, r.limit-d0)
+	defer putReader(sub)
+	return d.updateBytes(sub, raw, u)
+}
+
+// notObject is the error of an update that is not an object.
+func (d *decoder) notObject(r *reader) error {
+	v, err := r.value()
+	if err != nil {
+		return err
+	}
+	return &Error{Reason: "want a JSON object, got " + pbKind(v)}
+}
+
+// updateBytes decodes the update object raw, read by r from its start.
+func (d *decoder) updateBytes(r *reader, raw []byte, u *acpv2.SessionUpdate) error {
+	tag, tagKind, hasTag, typ, err := discriminators(raw)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !hasTag && typ:
+		return d.draft(r, raw, u)
+	case !hasTag:
+		return &Error{Path: "sessionUpdate", Reason: "missing: an update needs a sessionUpdate (or type) discriminator"}
+	case tag == nil:
+		return &Error{Path: "sessionUpdate", Reason: "want a string, got " + kindName(tagKind)}
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	return d.tagged(r, *tag, u, false)
+}
+
+// discriminators scans the object raw for its last sessionUpdate member
+// (tag, nil when it is not a string) and whether it has a type member.
+func discriminators(raw []byte) (tag *string, tagKind jsontext.Kind, hasTag, typ bool, err error) {
+	r := getReader(raw, math.MaxInt)
+	defer putReader(r)
+	if err := r.open(); err != nil {
+		return nil, 0, false, false, err
+	}
+	for {
+		more, err := r.more()
+		if err != nil {
+			return nil, 0, false, false, err
+		}
+		if !more {
+			return tag, tagKind, hasTag, typ, nil
+		}
+		name, err := r.name()
+		if err != nil {
+			return nil, 0, false, false, err
+		}
+		switch string(name) {
+		case "sessionUpdate":
+			hasTag, tag, tagKind = true, nil, r.kind()
+			if tagKind == '"' {
+				s, err := r.str()
+				if err != nil {
+					return nil, 0, false, false, err
+				}
+				tag = &s
+				continue
+			}
+		case "type":
+			typ = true
+		}
+		if err := r.skip(); err != nil {
+			return nil, 0, false, false, err
+		}
+	}
+}
+
+// tagged decodes the members after the discriminator of an update whose
+// sessionUpdate is tag; the reader is inside the object.
+func (d *decoder) tagged(r *reader, tag string, u *acpv2.SessionUpdate, retry bool) error {
+	e, known := updateCases[tag]
+	dd := *d
+	if tag == "tool_call" {
+		// v1 creation, and a v1 agent re-sending tool_call for a known id:
+		// both are the v2 upsert, with v1's null meaning unchanged.
+		e, known, dd.version = updateCases["tool_call_update"], true, V1
+	}
+	if !known {
+		body, err := r.restOfObject(tag, retry)
+		if err != nil {
+			return err
+		}
+		u.Update = &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: tag, Body: body}}
+		return nil
+	}
+	child := e.oneof.set(unsafe.Pointer(u), e.off)
+	return dd.fill(r, "sessionUpdate", "", retry, target{child, e.sub}, target{})
+}
+
+// restOfObject reads the rest of an object whose first member was
+// sessionUpdate, with value tag, into a Struct holding both.
+func (r *reader) restOfObject(tag string, retry bool) (*structpb.Struct, error) {
+	s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for {
+		more, err := r.more()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		b, err := r.name()
+		if err != nil {
+			return nil, err
+		}
+		if string(b) == "sessionUpdate" {
+			if retry {
+				return nil, errRetry
+			}
+			if err := r.skip(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		k := r.key(b)
+		v, err := r.value()
+		if err != nil {
+			return nil, err
+		}
+		s.Fields[k] = v
+	}
+	s.Fields["sessionUpdate"] = newPBString(tag)
+	return s, nil
+}
+
+// draft decodes an update of the draft dialect, raw, as the v2 update
+// normaliseDraft makes of it.
+func (d *decoder) draft(r *reader, raw []byte, u *acpv2.SessionUpdate) error {
+	var obj map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil {
+		return errSyntax
+	}
+	norm, err := normaliseDraft(obj)
+	if err != nil {
+		return err
+	}
+	if norm == nil {
+		body, err := r.structOf(raw, 0)
+		if err != nil {
+			return err
+		}
+		typ, _ := obj["type"].(string)
+		u.Update = &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: typ, Body: body}}
+		return nil
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(norm); err != nil {
+		return errSyntax
+	}
+	sub := getReader(b.Bytes(), r.limit)
+	defer putReader(sub)
+	return (&decoder{version: V2}).update(sub, u)
+}
+
+// fill decodes the members of the object at r, whose '{' was read, into
+// the targets (t2 may be none), but the members named skip1 and skip2:
+// with retry, one of those makes it return errRetry, else it is skipped.
+// Each member goes to the first target that models it; members no target
+// models go to the `extra` of the first target that has one. A member
+// whose value has the wrong shape is kept in that `extra` too, so nothing
+// is lost, unless its field is required or no target has extra.
+func (d *decoder) fill(r *reader, skip1, skip2 string, retry bool, t1, t2 target) error {
+	f := filler{d: d, r: r, ts: [2]target{t1, t2}}
+	f.init()
+	for {
+		more, err := r.more()
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		name, err := r.name()
+		if err != nil {
+			return err
+		}
+		if skip1 != "" && string(name) == skip1 || skip2 != "" && string(name) == skip2 {
+			if retry {
+				return errRetry
+			}
+			if err := r.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := f.member(name); err != nil {
+			return err
+		}
+	}
+	return f.end()
+}
+
+// filler decodes the members of one object into its targets.
+type filler struct {
+	d       *decoder
+	r       *reader
+	ts      [2]target
+	extraOf *target
+	extra   *structpb.Struct
+}
+
+func (f *filler) init() {
+	for i := range f.ts {
+		if f.ts[i].t != nil && f.ts[i].t.hasExtra {
+			f.extraOf = &f.ts[i]
+			return
+		}
+	}
+}
+
+func (f *filler) keep(key string, v *structpb.Value) {
+	if f.extra == nil {
+		f.extra = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	f.extra.Fields[key] = v
+}
+
+// member decodes the member named name, whose value is next.
+func (f *filler) member(name []byte) error {
+	r, d := f.r, f.d
+	for _, t := range f.ts {
+		if t.t == nil {
+			continue
+		}
+		e := t.t.byKey[string(name)]
+		if e == nil {
+			continue
+		}
+		if f.extra != nil {
+			delete(f.extra.Fields, string(name))
+		}
+		d.clear(t, e)
+		start, d0 := r.offset(), r.depth()
+		err := d.member(r, t, e)
+		if err == nil || !semantic(err) {
+			return err
+		}
+		d.clear(t, e)
+		key := r.key(name)
+		raw, ferr := r.finish(start, d0)
+		if ferr != nil {
+			return ferr
+		}
+		if f.extraOf == nil || e.required {
+			return within(err, key)
+		}
+		v, verr := r.valueOf(raw, d0)
+		if verr != nil {
+			return verr
+		}
+		f.keep(key, v)
+		return nil
+	}
+	if f.extraOf == nil {
+		return r.skip()
+	}
+	key := r.key(name)
+	v, err := r.value()
+	if err != nil {
+		return err
+	}
+	f.keep(key, v)
+	return nil
+}
+
+// end checks the targets' required fields and sets extra.
+func (f *filler) end() error {
+	for _, t := range f.ts {
+		if t.t == nil {
+			continue
+		}
+		for _, e := range t.t.required {
+			if !has(t.p, e) {
+				return &Error{Path: e.key, Reason: "required"}
+			}
+		}
+	}
+	if f.extra != nil && len(f.extra.Fields) > 0 {
+		*structAt(f.extraOf.p, f.extraOf.t.extraOff) = f.extra
+	}
+	return nil
+}
+
+// has reports whether field e of the message at p is set, as
+// protoreflect's Has does.
+func has(p unsafe.Pointer, e *entry) bool {
+	f := unsafe.Add(p, e.off)
+	switch {
+	case e.list:
+		return (*[3]uintptr)(f)[1] != 0
+	case e.kind == kString && !e.opt:
+		return *(*string)(f) != ""
+	}
+	return *(*unsafe.Pointer)(f) != nil // messages and optional scalars
+}
+
+// clear unsets field e of t's message.
+func (d *decoder) clear(t target, e *entry) {
+	f := unsafe.Add(t.p, e.off)
+	switch {
+	case e.resource:
+		*(*[2]unsafe.Pointer)(f) = [2]unsafe.Pointer{}
+	case e.list:
+		*(*[3]uintptr)(f) = [3]uintptr{}
+	case e.opt || e.kind == kMessage || e.kind == kValue || e.kind == kStruct:
+		*(*unsafe.Pointer)(f) = nil
+	case e.kind == kString:
+		*(*string)(f) = ""
+	case e.kind == kBool:
+		*(*bool)(f) = false
+	case e.kind == kUint32:
+		*(*uint32)(f) = 0
+	case e.kind == kUint64:
+		*(*uint64)(f) = 0
+	case e.kind == kInt64:
+		*(*int64)(f) = 0
+	case e.kind == kDouble:
+		*(*float64)(f) = 0
+	}
+}
+
+// member decodes one member's value into field e of t's message.
+func (d *decoder) member(r *reader, t target, e *entry) error {
+	if e.resource {
+		return d.resource(r, t, e)
+	}
+	if r.kind() == 'n' {
+		if _, err := r.scalar(); err != nil {
+			return err
+		}
+		if e.list || e.kind != kMessage {
+			return nil
+		}
+		if e.patch {
+			if d.version == V1 && t.t.in.desc == mdToolCallUpdate {
+				return nil // v1 has no clear: null means unchanged
+			}
+			p := e.sub.newMessage()
+			e.sub.clear.oneof.set(p, e.sub.clear.off)
+			*(*unsafe.Pointer)(unsafe.Add(t.p, e.off)) = p
+		}
+		return nil // elsewhere null is the same as omitted
+	}
+	f := unsafe.Add(t.p, e.off)
+	if e.list {
+		return d.list(r, &e.slot, f)
+	}
+	if e.patch {
+		p := e.sub.newMessage()
+		if err := d.patchValue(r, e.sub, p); err != nil {
+			return err
+		}
+		*(*unsafe.Pointer)(f) = p
+		return nil
+	}
+	return d.scalar(r, &e.slot, f)
+}
+
+// list decodes an array into the slice at f.
+func (d *decoder) list(r *reader, s *slot, f unsafe.Pointer) error {
+	if k := r.kind(); k != '[' {
+		return d.bad(r, "an array")
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	elem := *s
+	elem.list = false
+	switch s.kind {
+	case kString:
+		var buf [4]string
+		items := buf[:0]
+		for i := 0; ; i++ {
+			more, err := r.more()
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			var v string
+			if err := d.scalar(r, &elem, unsafe.Pointer(&v)); err != nil {
+				return within(err, "["+strconv.Itoa(i)+"]")
+			}
+			items = append(items, v)
+		}
+		*(*[]string)(f) = append([]string(nil), items...)
+		if *(*[]string)(f) == nil {
+			*(*[]string)(f) = []string{}
+		}
+	default:
+		var buf [4]unsafe.Pointer
+		items := buf[:0]
+		for i := 0; ; i++ {
+			more, err := r.more()
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			var v unsafe.Pointer
+			if err := d.scalar(r, &elem, unsafe.Pointer(&v)); err != nil {
+				return within(err, "["+strconv.Itoa(i)+"]")
+			}
+			items = append(items, v)
+		}
+		out := make([]unsafe.Pointer, len(items))
+		copy(out, items)
+		*(*[]unsafe.Pointer)(f) = out
+	}
+	return nil
+}
+
+// bad is the error of a value of the wrong shape: want is the shape the
+// field takes. The value is not read.
+func (d *decoder) bad(r *reader, want string) error {
+	k := r.kind()
+	if k == 0 {
+		return errSyntax
+	}
+	return &Error{Reason: "want " + want + ", got " + kindName(k)}
+}
+
+// kindName names the kind of a JSON value, as errors do.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "a boolean"
+	case '"':
+		return "a string"
+	case '[':
+		return "an array"
+	case '{':
+		return "an object"
+	}
+	return "a number"
+}
+
+// Error paths: the decoding functions do not know where in the document
+// they are. An *Error they return has a Path relative to the value they
+// were given ("" for that value itself), and each caller prefixes it with
+// the member name or index it passed down (see within), so that a path is
+// only built for an error that is returned.
+
+// within returns err with its path made relative to the value one level up:
+// elem is the member name or the index ("[2]") under which err occurred.
+func within(err error, elem string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		switch {
+		case e.Path == "":
+			e.Path = elem
+		case e.Path[0] == '[':
+			e.Path = elem + e.Path
+		default:
+			e.Path = elem + "." + e.Path
+		}
+	}
+	return err
+}
+
+// scalar decodes one value of s's kind (one element, for a list) and
+// writes it at f, the field (or, for a oneof case, the oneof's interface).
+func (d *decoder) scalar(r *reader, s *slot, f unsafe.Pointer) error {
+	k := r.kind()
+	switch s.kind {
+	case kString:
+		if k != '"' {
+			return d.bad(r, "a string")
+		}
+		v, err := r.str()
+		if err != nil {
+			return err
+		}
+		if s.opt {
+			*(**string)(f) = &v
+		} else {
+			*(*string)(f) = v
+		}
+		return nil
+	case kBool:
+		if k != 't' && k != 'f' {
+			return d.bad(r, "a boolean")
+		}
+		b, err := r.scalar()
+		if err != nil {
+			return err
+		}
+		v := b[0] == 't'
+		if s.opt {
+			*(**bool)(f) = &v
+		} else {
+			*(*bool)(f) = v
+		}
+		return nil
+	case kUint32, kUint64, kInt64, kDouble:
+		if k != '0' {
+			return d.bad(r, "a number")
+		}
+		b, err := r.scalar()
+		if err != nil {
+			return err
+		}
+		return number(s, b, f)
+	case kValue:
+		v, err := r.value()
+		if err != nil {
+			return err
+		}
+		*(**structpb.Value)(f) = v
+		return nil
+	case kStruct:
+		if k != '{' {
+			return d.bad(r, "an object")
+		}
+		v, err := r.object()
+		if err != nil {
+			return err
+		}
+		*(**structpb.Struct)(f) = v
+		return nil
+	case kMessage:
+		if s.sub.in.patch != nil {
+			p := s.sub.newMessage()
+			if err := d.patchValue(r, s.sub, p); err != nil {
+				return err
+			}
+			*(*unsafe.Pointer)(f) = p
+			return nil
+		}
+		if k != '{' {
+			return d.bad(r, "an object")
+		}
+		p := s.sub.newMessage()
+		if err := d.object(r, s.sub, p); err != nil {
+			return err
+		}
+		*(*unsafe.Pointer)(f) = p
+		return nil
+	}
+	return &Error{Reason: "unsupported field kind"}
+}
+
+// number writes the JSON number b at f as s's kind.
+func number(s *slot, b []byte, f unsafe.Pointer) error {
+	switch s.kind {
+	case kUint32, kUint64:
+		bits := 64
+		if s.kind == kUint32 {
+			bits = 32
+		}
+		u, err := strconv.ParseUint(string(b), 10, bits)
+		if err != nil {
+			return &Error{Reason: "want a " + strconv.Itoa(bits) + "-bit unsigned integer, got a number"}
+		}
+		if bits == 32 {
+			v := uint32(u)
+			if s.opt {
+				*(**uint32)(f) = &v
+			} else {
+				*(*uint32)(f) = v
+			}
+		} else if s.opt {
+			*(**uint64)(f) = &u
+		} else {
+			*(*uint64)(f) = u
+		}
+	case kInt64:
+		i, err := strconv.ParseInt(string(b), 10, 64)
+		if err != nil {
+			return &Error{Reason: "want a 64-bit integer, got a number"}
+		}
+		if s.opt {
+			*(**int64)(f) = &i
+		} else {
+			*(*int64)(f) = i
+		}
+	default:
+		v, err := strconv.ParseFloat(string(b), 64)
+		if err != nil || math.IsInf(v, 0) {
+			return &Error{Reason: "want a finite number, got a number"}
+		}
+		if s.opt {
+			*(**float64)(f) = &v
+		} else {
+			*(*float64)(f) = v
+		}
+	}
+	return nil
+}
+
+// patchValue sets the `value` case of the tri-state wrapper at p (of
+// table pt) from a non-null JSON value. A wrapper around a list message
+// takes a JSON array.
+func (d *decoder) patchValue(r *reader, pt *table, p unsafe.Pointer) error {
+	vc := pt.value
+	switch {
+	case vc.kind == kMessage && vc.sub.items != nil:
+		if r.kind() != '[' {
+			return d.bad(r, "an array")
+		}
+		l := vc.oneof.set(p, vc.off)
+		return d.list(r, &vc.sub.items.slot, unsafe.Add(l, vc.sub.items.off))
+	case vc.kind == kMessage:
+		if r.kind() != '{' {
+			return d.bad(r, "an object")
+		}
+		return d.object(r, vc.sub, vc.oneof.set(p, vc.off))
+	}
+	var tmp [2]unsafe.Pointer // room for a string or a pointer
+	if err := d.scalar(r, &vc.slot, unsafe.Pointer(&tmp)); err != nil {
+		return err
+	}
+	if vc.oneof.together != nil { // a google.protobuf message, made by scalar
+		vc.oneof.setPtr(p, vc.off, tmp[0])
+		return nil
+	}
+	w := vc.oneof.set(p, vc.off)
+	*(*[2]unsafe.Pointer)(w) = tmp
+	return nil
+}
+
+// object decodes the object at r into the message at p of table t.
+func (d *decoder) object(r *reader, t *table, p unsafe.Pointer) error {
+	if t.in.union != nil {
+		return d.union(r, t, p)
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	return d.fill(r, "", "", false, target{p, t}, target{})
+}
+
+// union decodes a discriminated union. It never fails on what the JSON
+// holds: an object whose discriminator is unknown, or whose variant does
+// not decode, is kept whole in the union's unknown field.
+func (d *decoder) union(r *reader, t *table, p unsafe.Pointer) error {
+	start, d0 := r.offset(), r.depth()
+	err := d.unionStream(r, t, p)
+	if err == nil || err != errRetry && !semantic(err) {
+		return err
+	}
+	raw, err := r.finish(start, d0)
+	if err != nil {
+		return err
+	}
+	t.zero(p)
+	tag, err := lastString(raw, t.in.union.key)
+	if err != nil {
+		return err
+	}
+	if _, known := t.in.union.byTag[tag]; known {
+		sub := getReader(raw, r.limit-d0)
+		err = sub.open()
+		if err == nil {
+			err = d.variant(sub, t, p, tag, false)
+		}
+		putReader(sub)
+		if err == nil || !semantic(err) {
+			return err
+		}
+		t.zero(p)
+	}
+	body, err := r.structOf(raw, d0)
+	if err != nil {
+		return err
+	}
+	t.unknown.oneof.setPtr(p, t.unknown.off, unsafe.Pointer(body))
+	return nil
+}
+
+// unionStream decodes a union whose discriminator is its first member,
+// or returns errRetry.
+func (d *decoder) unionStream(r *reader, t *table, p unsafe.Pointer) error {
+	if err := r.open(); err != nil {
+		return err
+	}
+	more, err := r.more()
+	if err != nil || !more {
+		if err == nil {
+			err = errRetry
+		}
+		return err
+	}
+	name, err := r.name()
+	if err != nil {
+		return err
+	}
+	if string(name) != t.in.union.key || r.kind() != '"' {
+		return errRetry
+	}
+	tag, err := r.str()
+	if err != nil {
+		return err
+	}
+	if _, known := t.in.union.byTag[tag]; !known {
+		return errRetry
+	}
+	return d.variant(r, t, p, tag, true)
+}
+
+// variant decodes the members of a union's object but its discriminator,
+// whose value is tag: with retry, a discriminator given again makes it
+// return errRetry, else it is skipped.
+func (d *decoder) variant(r *reader, t *table, p unsafe.Pointer, tag string, retry bool) error {
+	u := t.in.union
+	v := u.byTag[tag]
+	e := t.cases[v.field.Number()]
+	child := e.oneof.set(p, e.off)
+	if v.nested == "" {
+		return d.fill(r, u.key, "", retry, target{child, e.sub}, target{p, t})
+	}
+	return d.nestedVariant(r, t, p, e, child, v.nested, retry)
+}
+
+// nestedVariant decodes a union object whose variant sits under member
+// nested, the union's own members (meta, extra) beside it.
+func (d *decoder) nestedVariant(r *reader, t *table, p unsafe.Pointer, e *entry, child unsafe.Pointer, nested string, retry bool) error {
+	found := false
+	f := filler{d: d, r: r, ts: [2]target{{p, t}}}
+	f.init()
+	for {
+		more, err := r.more()
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		name, err := r.name()
+		if err != nil {
+			return err
+		}
+		switch string(name) {
+		case t.in.union.key:
+			if retry {
+				return errRetry
+			}
+			if err := r.skip(); err != nil {
+				return err
+			}
+			continue
+		case nested:
+			if r.kind() != '{' {
+				return d.bad(r, "an object")
+			}
+			e.sub.zero(child)
+			if err := d.object(r, e.sub, child); err != nil {
+				return err
+			}
+			found = true
+			continue
+		}
+		if err := f.member(name); err != nil {
+			return err
+		}
+	}
+	if !found {
+		return &Error{Reason: "variant is not an object"}
+	}
+	return f.end()
+}
+
+// resource decodes EmbeddedResource's resource member: a text resource,
+// or a blob resource when the object has a blob.
+func (d *decoder) resource(r *reader, t target, e *entry) error {
+	if r.kind() != '{' {
+		return d.bad(r, "an object")
+	}
+	start, d0 := r.offset(), r.depth()
+	if err := r.skip(); err != nil {
+		return err
+	}
+	raw := bytes.TrimLeft(r.data[start:r.offset()], " \t\r\n:,")
+	blob, err := hasMember(raw, "blob")
+	if err != nil {
+		return err
+	}
+	ce := e
+	if blob {
+		ce = t.t.blob
+	}
+	sub := getReader(raw, r.limit-d0)
+	defer putReader(sub)
+	child := ce.oneof.set(t.p, ce.off)
+	return d.object(sub, ce.sub, child)
+}
+
+// hasMember reports whether the object raw has a member named name.
+func hasMember(raw []byte, name string) (bool, error) {
+	r := getReader(raw, math.MaxInt)
+	defer putReader(r)
+	if err := r.open(); err != nil {
+		return false, err
+	}
+	found := false
+	for {
+		more, err := r.more()
+		if err != nil || !more {
+			return found, err
+		}
+		b, err := r.name()
+		if err != nil {
+			return false, err
+		}
+		if string(b) == name {
+			found = true
+		}
+		if err := r.skip(); err != nil {
+			return false, err
+		}
+	}
+}
+
+// lastMember returns the bytes of the last member named name of the
+// object raw, or nil.
+func lastMember(raw []byte, name string) ([]byte, error) {
+	r := getReader(raw, math.MaxInt)
+	defer putReader(r)
+	var v []byte
+	_, err := r.members(func(b []byte) (bool, error) {
+		if string(b) != name {
+			return true, r.skip()
+		}
+		start, d0 := r.offset(), r.depth()
+		if err := r.skip(); err != nil {
+			return false, err
+		}
+		var err error
+		v, err = r.finish(start, d0)
+		return true, err
+	})
+	return v, err
+}
+
+// lastString returns the last member named name of the object raw when
+// it is a string, or "".
+func lastString(raw []byte, name string) (string, error) {
+	r := getReader(raw, math.MaxInt)
+	defer putReader(r)
+	if err := r.open(); err != nil {
+		return "", err
+	}
+	var s string
+	for {
+		more, err := r.more()
+		if err != nil || !more {
+			return s, err
+		}
+		b, err := r.name()
+		if err != nil {
+			return "", err
+		}
+		if string(b) == name {
+			s = ""
+			if r.kind() == '"' {
+				if s, err = r.str(); err != nil {
+					return "", err
+				}
+				continue
+			}
+		}
+		if err := r.skip(); err != nil {
+			return "", err
+		}
+	}
+}
+
+// pbKind names the JSON kind of a decoded value, as errors do.
+func pbKind(v *structpb.Value) string {
+	switch v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		return "null"
+	case *structpb.Value_BoolValue:
+		return "a boolean"
+	case *structpb.Value_NumberValue:
+		return "a number"
+	case *structpb.Value_StringValue:
+		return "a string"
+	case *structpb.Value_ListValue:
+		return "an array"
+	}
+	return "an object"
+}
