@@ -99,7 +99,7 @@ func Decode(data []byte, m proto.Message, v Version) error {
 	d := decoder{version: v}
 	var err error
 	if u, ok := m.(*acpv2.SessionUpdate); ok {
-		err = d.update(r, u)
+		err = d.update(r, &u)
 	} else if t := tableOf(m.ProtoReflect().Descriptor()); t == nil {
 		err = &Error{Reason: fmt.Sprintf("%s is not an ACP type", m.ProtoReflect().Descriptor().FullName())}
 	} else if r.kind() != '{' {

@@ -47,7 +47,7 @@ func decodeNotification(data []byte, v Version) (n UpdateNotification, ok bool) 
 	defer putReader(r)
 	d := decoder{version: v}
 	var (
-		u    = &acpv2.SessionUpdate{}
+		u    *acpv2.SessionUpdate
 		raw  []byte // the update's bytes, when it did not decode
 		seen int
 	)
@@ -84,7 +84,7 @@ func decodeNotification(data []byte, v Version) (n UpdateNotification, ok bool) 
 			outer := r.limit
 			r.limit = r.depth() + MaxDepth
 			start, d0 := r.offset(), r.depth()
-			err := d.update(r, u)
+			err := d.update(r, &u)
 			if semantic(err) {
 				n.Err = err
 				raw, err = r.finish(start, d0)

@@ -30,7 +30,7 @@ func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 	r := getReader(data, MaxDepth)
 	defer putReader(r)
 	if r.kind() != '{' {
-		return nil, (&decoder{}).notObject(r)
+		return nil, decoder{}.notObject(r)
 	}
 	// The members that matter, as their bytes (the last of each).
 	var title string

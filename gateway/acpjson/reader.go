@@ -8,6 +8,7 @@ import (
 	"iter"
 	"maps"
 	"sync"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -133,16 +134,109 @@ func (r *reader) name() ([]byte, error) {
 	return r.unquote(v), nil
 }
 
-// unquote returns the text of the JSON string v.
+// unquote returns the text of the JSON string v, which jsontext read and
+// so found well formed. The bytes are valid until the next read.
 func (r *reader) unquote(v []byte) []byte {
 	s := v[1 : len(v)-1]
-	for _, c := range s {
-		if c == '\\' || c >= utf8.RuneSelf {
-			r.buf, _ = jsontext.AppendUnquote(r.buf[:0], v) // invalid UTF-8 becomes U+FFFD
-			return r.buf
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return s
+	}
+	r.buf = unescape(r.buf[:0], s)
+	return r.buf
+}
+
+// unescape appends to b the text of the well-formed JSON string body s.
+// Invalid UTF-8 bytes and unpaired surrogate escapes become U+FFFD, as in
+// encoding/json.
+func unescape(b, s []byte) []byte {
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '\\':
+			switch e := s[i+1]; e {
+			case 'b':
+				b = append(b, '\b')
+			case 'f':
+				b = append(b, '\f')
+			case 'n':
+				b = append(b, '\n')
+			case 'r':
+				b = append(b, '\r')
+			case 't':
+				b = append(b, '\t')
+			case 'u':
+				r := hex4(s[i+2:])
+				i += 6
+				if utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if len(s)-i >= 6 && s[i] == '\\' && s[i+1] == 'u' {
+						r2 = hex4(s[i+2:])
+					}
+					if pair := utf16.DecodeRune(r, r2); pair != utf8.RuneError {
+						b = utf8.AppendRune(b, pair)
+						i += 6
+						continue
+					}
+					r = utf8.RuneError
+				}
+				b = utf8.AppendRune(b, r)
+				continue
+			default: // '"', '\\', '/'
+				b = append(b, e)
+			}
+			i += 2
+		default:
+			// The run of bytes up to the next escape, in one append when
+			// it is valid UTF-8: text with escapes (code, above all) is
+			// mostly such runs.
+			k := bytes.IndexByte(s[i:], '\\')
+			if k < 0 {
+				k = len(s) - i
+			}
+			b = appendUTF8(b, s[i:i+k])
+			i += k
 		}
 	}
-	return s
+	return b
+}
+
+// appendUTF8 appends run to b, its invalid UTF-8 bytes as U+FFFD.
+func appendUTF8(b, run []byte) []byte {
+	if utf8.Valid(run) {
+		return append(b, run...)
+	}
+	for len(run) > 0 {
+		r, size := utf8.DecodeRune(run)
+		if r == utf8.RuneError && size == 1 {
+			b = utf8.AppendRune(b, utf8.RuneError)
+		} else {
+			b = append(b, run[:size]...)
+		}
+		run = run[size:]
+	}
+	return b
+}
+
+// hex4 decodes the four hex digits at the start of b, or returns -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // str reads a string value.

@@ -35,8 +35,8 @@ var errRetry = errors.New("acpjson: discriminator given twice")
 // semantic reports whether err is ACP's (a member of the wrong shape), not
 // the JSON's.
 func semantic(err error) bool {
-	var e *Error
-	return errors.As(err, &e)
+	_, ok := err.(*Error)
+	return ok
 }
 
 // target is a message that members of one JSON object are decoded into.
@@ -46,7 +46,10 @@ type target struct {
 }
 
 // update decodes the update object at r into u.
-func (d *decoder) update(r *reader, u *acpv2.SessionUpdate) error {
+//
+// *u may be nil: the update is then allocated with its case, in one
+// object, and *u set.
+func (d decoder) update(r *reader, u **acpv2.SessionUpdate) error {
 	start, d0 := r.offset(), r.depth()
 	if r.kind() != '{' {
 		return d.notObject(r)
@@ -85,14 +88,18 @@ func (d *decoder) update(r *reader, u *acpv2.SessionUpdate) error {
 	if err != errRetry {
 		return err
 	}
-	*u = acpv2.SessionUpdate{}
+	if *u == nil {
+		*u = &acpv2.SessionUpdate{}
+	} else {
+		**u = acpv2.SessionUpdate{}
+	}
 	sub := getReader(raw, r.limit-d0)
 	defer putReader(sub)
 	return d.updateBytes(sub, raw, u)
 }
 
 // notObject is the error of an update that is not an object.
-func (d *decoder) notObject(r *reader) error {
+func (d decoder) notObject(r *reader) error {
 	v, err := r.value()
 	if err != nil {
 		return err
@@ -101,7 +108,7 @@ func (d *decoder) notObject(r *reader) error {
 }
 
 // updateBytes decodes the update object raw, read by r from its start.
-func (d *decoder) updateBytes(r *reader, raw []byte, u *acpv2.SessionUpdate) error {
+func (d decoder) updateBytes(r *reader, raw []byte, u **acpv2.SessionUpdate) error {
 	tag, tagKind, hasTag, typ, err := discriminators(raw)
 	if err != nil {
 		return err
@@ -162,9 +169,9 @@ func discriminators(raw []byte) (tag *string, tagKind jsontext.Kind, hasTag, typ
 
 // tagged decodes the members after the discriminator of an update whose
 // sessionUpdate is tag; the reader is inside the object.
-func (d *decoder) tagged(r *reader, tag string, u *acpv2.SessionUpdate, retry bool) error {
+func (d decoder) tagged(r *reader, tag string, u **acpv2.SessionUpdate, retry bool) error {
 	e, known := updateCases[tag]
-	dd := *d
+	dd := d
 	if tag == "tool_call" {
 		// v1 creation, and a v1 agent re-sending tool_call for a known id:
 		// both are the v2 upsert, with v1's null meaning unchanged.
@@ -175,10 +182,20 @@ func (d *decoder) tagged(r *reader, tag string, u *acpv2.SessionUpdate, retry bo
 		if err != nil {
 			return err
 		}
-		u.Update = &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: tag, Body: body}}
+		if *u == nil {
+			*u = &acpv2.SessionUpdate{}
+		}
+		(*u).Update = &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: tag, Body: body}}
 		return nil
 	}
-	child := e.oneof.set(unsafe.Pointer(u), e.off)
+	var child unsafe.Pointer
+	if *u == nil {
+		var p unsafe.Pointer
+		p, child = tableOf(mdSessionUpdate).newWithCase(e)
+		*u = (*acpv2.SessionUpdate)(p)
+	} else {
+		child = e.oneof.set(unsafe.Pointer(*u), e.off)
+	}
 	return dd.fill(r, "sessionUpdate", "", retry, target{child, e.sub}, target{})
 }
 
@@ -220,7 +237,7 @@ func (r *reader) restOfObject(tag string, retry bool) (*structpb.Struct, error) 
 
 // draft decodes an update of the draft dialect, raw, as the v2 update
 // normaliseDraft makes of it.
-func (d *decoder) draft(r *reader, raw []byte, u *acpv2.SessionUpdate) error {
+func (d decoder) draft(r *reader, raw []byte, u **acpv2.SessionUpdate) error {
 	var obj map[string]any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -237,7 +254,7 @@ func (d *decoder) draft(r *reader, raw []byte, u *acpv2.SessionUpdate) error {
 			return err
 		}
 		typ, _ := obj["type"].(string)
-		u.Update = &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: typ, Body: body}}
+		(*u).Update = &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: typ, Body: body}}
 		return nil
 	}
 	var b bytes.Buffer
@@ -248,7 +265,7 @@ func (d *decoder) draft(r *reader, raw []byte, u *acpv2.SessionUpdate) error {
 	}
 	sub := getReader(b.Bytes(), r.limit)
 	defer putReader(sub)
-	return (&decoder{version: V2}).update(sub, u)
+	return decoder{version: V2}.update(sub, u)
 }
 
 // fill decodes the members of the object at r, whose '{' was read, into
@@ -258,7 +275,7 @@ func (d *decoder) draft(r *reader, raw []byte, u *acpv2.SessionUpdate) error {
 // models go to the `extra` of the first target that has one. A member
 // whose value has the wrong shape is kept in that `extra` too, so nothing
 // is lost, unless its field is required or no target has extra.
-func (d *decoder) fill(r *reader, skip1, skip2 string, retry bool, t1, t2 target) error {
+func (d decoder) fill(r *reader, skip1, skip2 string, retry bool, t1, t2 target) error {
 	f := filler{d: d, r: r, ts: [2]target{t1, t2}}
 	f.init()
 	for {
@@ -291,17 +308,18 @@ func (d *decoder) fill(r *reader, skip1, skip2 string, retry bool, t1, t2 target
 
 // filler decodes the members of one object into its targets.
 type filler struct {
-	d       *decoder
+	d       decoder
 	r       *reader
 	ts      [2]target
-	extraOf *target
+	extraOf int // the index in ts of the target with extra, or -1
 	extra   *structpb.Struct
 }
 
 func (f *filler) init() {
+	f.extraOf = -1
 	for i := range f.ts {
 		if f.ts[i].t != nil && f.ts[i].t.hasExtra {
-			f.extraOf = &f.ts[i]
+			f.extraOf = i
 			return
 		}
 	}
@@ -321,7 +339,7 @@ func (f *filler) member(name []byte) error {
 		if t.t == nil {
 			continue
 		}
-		e := t.t.byKey[string(name)]
+		e := t.t.lookup(name)
 		if e == nil {
 			continue
 		}
@@ -340,7 +358,7 @@ func (f *filler) member(name []byte) error {
 		if ferr != nil {
 			return ferr
 		}
-		if f.extraOf == nil || e.required {
+		if f.extraOf < 0 || e.required {
 			return within(err, key)
 		}
 		v, verr := r.valueOf(raw, d0)
@@ -350,7 +368,7 @@ func (f *filler) member(name []byte) error {
 		f.keep(key, v)
 		return nil
 	}
-	if f.extraOf == nil {
+	if f.extraOf < 0 {
 		return r.skip()
 	}
 	key := r.key(name)
@@ -375,7 +393,8 @@ func (f *filler) end() error {
 		}
 	}
 	if f.extra != nil && len(f.extra.Fields) > 0 {
-		*structAt(f.extraOf.p, f.extraOf.t.extraOff) = f.extra
+		t := f.ts[f.extraOf]
+		*structAt(t.p, t.t.extraOff) = f.extra
 	}
 	return nil
 }
@@ -394,7 +413,7 @@ func has(p unsafe.Pointer, e *entry) bool {
 }
 
 // clear unsets field e of t's message.
-func (d *decoder) clear(t target, e *entry) {
+func (d decoder) clear(t target, e *entry) {
 	f := unsafe.Add(t.p, e.off)
 	switch {
 	case e.resource:
@@ -419,7 +438,7 @@ func (d *decoder) clear(t target, e *entry) {
 }
 
 // member decodes one member's value into field e of t's message.
-func (d *decoder) member(r *reader, t target, e *entry) error {
+func (d decoder) member(r *reader, t target, e *entry) error {
 	if e.resource {
 		return d.resource(r, t, e)
 	}
@@ -434,8 +453,7 @@ func (d *decoder) member(r *reader, t target, e *entry) error {
 			if d.version == V1 && t.t.in.desc == mdToolCallUpdate {
 				return nil // v1 has no clear: null means unchanged
 			}
-			p := e.sub.newMessage()
-			e.sub.clear.oneof.set(p, e.sub.clear.off)
+			p, _ := e.sub.newWithCase(e.sub.clear)
 			*(*unsafe.Pointer)(unsafe.Add(t.p, e.off)) = p
 		}
 		return nil // elsewhere null is the same as omitted
@@ -445,8 +463,8 @@ func (d *decoder) member(r *reader, t target, e *entry) error {
 		return d.list(r, &e.slot, f)
 	}
 	if e.patch {
-		p := e.sub.newMessage()
-		if err := d.patchValue(r, e.sub, p); err != nil {
+		p, err := d.patch(r, e.sub)
+		if err != nil {
 			return err
 		}
 		*(*unsafe.Pointer)(f) = p
@@ -456,7 +474,7 @@ func (d *decoder) member(r *reader, t target, e *entry) error {
 }
 
 // list decodes an array into the slice at f.
-func (d *decoder) list(r *reader, s *slot, f unsafe.Pointer) error {
+func (d decoder) list(r *reader, s *slot, f unsafe.Pointer) error {
 	if k := r.kind(); k != '[' {
 		return d.bad(r, "an array")
 	}
@@ -513,7 +531,7 @@ func (d *decoder) list(r *reader, s *slot, f unsafe.Pointer) error {
 
 // bad is the error of a value of the wrong shape: want is the shape the
 // field takes. The value is not read.
-func (d *decoder) bad(r *reader, want string) error {
+func (d decoder) bad(r *reader, want string) error {
 	k := r.kind()
 	if k == 0 {
 		return errSyntax
@@ -547,8 +565,7 @@ func kindName(k jsontext.Kind) string {
 // within returns err with its path made relative to the value one level up:
 // elem is the member name or the index ("[2]") under which err occurred.
 func within(err error, elem string) error {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := err.(*Error); ok {
 		switch {
 		case e.Path == "":
 			e.Path = elem
@@ -563,7 +580,7 @@ func within(err error, elem string) error {
 
 // scalar decodes one value of s's kind (one element, for a list) and
 // writes it at f, the field (or, for a oneof case, the oneof's interface).
-func (d *decoder) scalar(r *reader, s *slot, f unsafe.Pointer) error {
+func (d decoder) scalar(r *reader, s *slot, f unsafe.Pointer) error {
 	k := r.kind()
 	switch s.kind {
 	case kString:
@@ -575,7 +592,9 @@ func (d *decoder) scalar(r *reader, s *slot, f unsafe.Pointer) error {
 			return err
 		}
 		if s.opt {
-			*(**string)(f) = &v
+			p := new(string)
+			*p = v
+			*(**string)(f) = p
 		} else {
 			*(*string)(f) = v
 		}
@@ -590,7 +609,9 @@ func (d *decoder) scalar(r *reader, s *slot, f unsafe.Pointer) error {
 		}
 		v := b[0] == 't'
 		if s.opt {
-			*(**bool)(f) = &v
+			p := new(bool)
+			*p = v
+			*(**bool)(f) = p
 		} else {
 			*(*bool)(f) = v
 		}
@@ -623,8 +644,8 @@ func (d *decoder) scalar(r *reader, s *slot, f unsafe.Pointer) error {
 		return nil
 	case kMessage:
 		if s.sub.in.patch != nil {
-			p := s.sub.newMessage()
-			if err := d.patchValue(r, s.sub, p); err != nil {
+			p, err := d.patch(r, s.sub)
+			if err != nil {
 				return err
 			}
 			*(*unsafe.Pointer)(f) = p
@@ -632,6 +653,14 @@ func (d *decoder) scalar(r *reader, s *slot, f unsafe.Pointer) error {
 		}
 		if k != '{' {
 			return d.bad(r, "an object")
+		}
+		if s.sub.in.union != nil {
+			p, err := d.union(r, s.sub, nil)
+			if err != nil {
+				return err
+			}
+			*(*unsafe.Pointer)(f) = p
+			return nil
 		}
 		p := s.sub.newMessage()
 		if err := d.object(r, s.sub, p); err != nil {
@@ -658,12 +687,16 @@ func number(s *slot, b []byte, f unsafe.Pointer) error {
 		if bits == 32 {
 			v := uint32(u)
 			if s.opt {
-				*(**uint32)(f) = &v
+				p := new(uint32)
+				*p = v
+				*(**uint32)(f) = p
 			} else {
 				*(*uint32)(f) = v
 			}
 		} else if s.opt {
-			*(**uint64)(f) = &u
+			p := new(uint64)
+			*p = u
+			*(**uint64)(f) = p
 		} else {
 			*(*uint64)(f) = u
 		}
@@ -673,7 +706,9 @@ func number(s *slot, b []byte, f unsafe.Pointer) error {
 			return &Error{Reason: "want a 64-bit integer, got a number"}
 		}
 		if s.opt {
-			*(**int64)(f) = &i
+			p := new(int64)
+			*p = i
+			*(**int64)(f) = p
 		} else {
 			*(*int64)(f) = i
 		}
@@ -683,7 +718,9 @@ func number(s *slot, b []byte, f unsafe.Pointer) error {
 			return &Error{Reason: "want a finite number, got a number"}
 		}
 		if s.opt {
-			*(**float64)(f) = &v
+			p := new(float64)
+			*p = v
+			*(**float64)(f) = p
 		} else {
 			*(*float64)(f) = v
 		}
@@ -691,41 +728,56 @@ func number(s *slot, b []byte, f unsafe.Pointer) error {
 	return nil
 }
 
-// patchValue sets the `value` case of the tri-state wrapper at p (of
-// table pt) from a non-null JSON value. A wrapper around a list message
-// takes a JSON array.
-func (d *decoder) patchValue(r *reader, pt *table, p unsafe.Pointer) error {
+// patch decodes a non-null JSON value into a new tri-state wrapper of
+// table pt, set to that value. A wrapper around a list message takes a
+// JSON array.
+func (d decoder) patch(r *reader, pt *table) (unsafe.Pointer, error) {
 	vc := pt.value
-	switch {
-	case vc.kind == kMessage && vc.sub.items != nil:
-		if r.kind() != '[' {
-			return d.bad(r, "an array")
+	switch vc.kind {
+	case kMessage:
+		if vc.sub.items != nil {
+			if r.kind() != '[' {
+				return nil, d.bad(r, "an array")
+			}
+			p, l := pt.newWithCase(vc)
+			return p, d.list(r, &vc.sub.items.slot, unsafe.Add(l, vc.sub.items.off))
 		}
-		l := vc.oneof.set(p, vc.off)
-		return d.list(r, &vc.sub.items.slot, unsafe.Add(l, vc.sub.items.off))
-	case vc.kind == kMessage:
 		if r.kind() != '{' {
-			return d.bad(r, "an object")
+			return nil, d.bad(r, "an object")
 		}
-		return d.object(r, vc.sub, vc.oneof.set(p, vc.off))
+		p, m := pt.newWithCase(vc)
+		return p, d.object(r, vc.sub, m)
+	case kString:
+		var v string
+		if err := d.scalar(r, &vc.slot, unsafe.Pointer(&v)); err != nil {
+			return nil, err
+		}
+		p, w := pt.newWithCase(vc)
+		*(*string)(w) = v
+		return p, nil
+	case kStruct:
+		if r.kind() != '{' {
+			return nil, d.bad(r, "an object")
+		}
+		p, m := pt.newWithCase(vc)
+		return p, r.fields((*structpb.Struct)(m))
+	case kValue:
+		var v unsafe.Pointer
+		if err := d.scalar(r, &vc.slot, unsafe.Pointer(&v)); err != nil {
+			return nil, err
+		}
+		p, w := pt.newWithCase(vc)
+		*(*unsafe.Pointer)(w) = v
+		return p, nil
 	}
-	var tmp [2]unsafe.Pointer // room for a string or a pointer
-	if err := d.scalar(r, &vc.slot, unsafe.Pointer(&tmp)); err != nil {
-		return err
-	}
-	if vc.oneof.together != nil { // a google.protobuf message, made by scalar
-		vc.oneof.setPtr(p, vc.off, tmp[0])
-		return nil
-	}
-	w := vc.oneof.set(p, vc.off)
-	*(*[2]unsafe.Pointer)(w) = tmp
-	return nil
+	return nil, &Error{Reason: "unsupported patch value"}
 }
 
 // object decodes the object at r into the message at p of table t.
-func (d *decoder) object(r *reader, t *table, p unsafe.Pointer) error {
+func (d decoder) object(r *reader, t *table, p unsafe.Pointer) error {
 	if t.in.union != nil {
-		return d.union(r, t, p)
+		_, err := d.union(r, t, p)
+		return err
 	}
 	if err := r.open(); err != nil {
 		return err
@@ -733,91 +785,104 @@ func (d *decoder) object(r *reader, t *table, p unsafe.Pointer) error {
 	return d.fill(r, "", "", false, target{p, t}, target{})
 }
 
-// union decodes a discriminated union. It never fails on what the JSON
-// holds: an object whose discriminator is unknown, or whose variant does
-// not decode, is kept whole in the union's unknown field.
-func (d *decoder) union(r *reader, t *table, p unsafe.Pointer) error {
+// union decodes a discriminated union into the message at p, or when p
+// is nil into a new one, allocated with its case, that it returns. It
+// never fails on what the JSON holds: an object whose discriminator is
+// unknown, or whose variant does not decode, is kept whole in the union's
+// unknown field.
+func (d decoder) union(r *reader, t *table, p unsafe.Pointer) (unsafe.Pointer, error) {
 	start, d0 := r.offset(), r.depth()
-	err := d.unionStream(r, t, p)
+	q, err := d.unionStream(r, t, p)
 	if err == nil || err != errRetry && !semantic(err) {
-		return err
+		return q, err
 	}
 	raw, err := r.finish(start, d0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	t.zero(p)
+	if p == nil {
+		p = t.newMessage()
+	} else {
+		t.zero(p)
+	}
 	tag, err := lastString(raw, t.in.union.key)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, known := t.in.union.byTag[tag]; known {
 		sub := getReader(raw, r.limit-d0)
 		err = sub.open()
 		if err == nil {
-			err = d.variant(sub, t, p, tag, false)
+			_, err = d.variant(sub, t, p, tag, false)
 		}
 		putReader(sub)
 		if err == nil || !semantic(err) {
-			return err
+			return p, err
 		}
 		t.zero(p)
 	}
 	body, err := r.structOf(raw, d0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	t.unknown.oneof.setPtr(p, t.unknown.off, unsafe.Pointer(body))
-	return nil
+	return p, nil
 }
 
 // unionStream decodes a union whose discriminator is its first member,
 // or returns errRetry.
-func (d *decoder) unionStream(r *reader, t *table, p unsafe.Pointer) error {
+func (d decoder) unionStream(r *reader, t *table, p unsafe.Pointer) (unsafe.Pointer, error) {
 	if err := r.open(); err != nil {
-		return err
+		return nil, err
 	}
 	more, err := r.more()
 	if err != nil || !more {
 		if err == nil {
 			err = errRetry
 		}
-		return err
+		return nil, err
 	}
 	name, err := r.name()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if string(name) != t.in.union.key || r.kind() != '"' {
-		return errRetry
+		return nil, errRetry
 	}
 	tag, err := r.str()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, known := t.in.union.byTag[tag]; !known {
-		return errRetry
+		return nil, errRetry
 	}
 	return d.variant(r, t, p, tag, true)
 }
 
 // variant decodes the members of a union's object but its discriminator,
-// whose value is tag: with retry, a discriminator given again makes it
-// return errRetry, else it is skipped.
-func (d *decoder) variant(r *reader, t *table, p unsafe.Pointer, tag string, retry bool) error {
+// whose value is tag, into the message at p (or a new one, when p is nil,
+// allocated with the variant's case), returning the message. With retry,
+// a discriminator given again makes it return errRetry, else it is
+// skipped.
+func (d decoder) variant(r *reader, t *table, p unsafe.Pointer, tag string, retry bool) (unsafe.Pointer, error) {
 	u := t.in.union
 	v := u.byTag[tag]
 	e := t.cases[v.field.Number()]
-	child := e.oneof.set(p, e.off)
-	if v.nested == "" {
-		return d.fill(r, u.key, "", retry, target{child, e.sub}, target{p, t})
+	var child unsafe.Pointer
+	if p == nil {
+		p, child = t.newWithCase(e)
+	} else {
+		child = e.oneof.set(p, e.off)
 	}
-	return d.nestedVariant(r, t, p, e, child, v.nested, retry)
+	if v.nested == "" {
+		return p, d.fill(r, u.key, "", retry, target{child, e.sub}, target{p, t})
+	}
+	return p, d.nestedVariant(r, t, p, e, child, v.nested, retry)
 }
 
 // nestedVariant decodes a union object whose variant sits under member
 // nested, the union's own members (meta, extra) beside it.
-func (d *decoder) nestedVariant(r *reader, t *table, p unsafe.Pointer, e *entry, child unsafe.Pointer, nested string, retry bool) error {
+func (d decoder) nestedVariant(r *reader, t *table, p unsafe.Pointer, e *entry, child unsafe.Pointer, nested string, retry bool) error {
 	found := false
 	f := filler{d: d, r: r, ts: [2]target{{p, t}}}
 	f.init()
@@ -865,7 +930,7 @@ func (d *decoder) nestedVariant(r *reader, t *table, p unsafe.Pointer, e *entry,
 
 // resource decodes EmbeddedResource's resource member: a text resource,
 // or a blob resource when the object has a blob.
-func (d *decoder) resource(r *reader, t target, e *entry) error {
+func (d decoder) resource(r *reader, t target, e *entry) error {
 	if r.kind() != '{' {
 		return d.bad(r, "an object")
 	}

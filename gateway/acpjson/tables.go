@@ -21,6 +21,22 @@ import (
 // in its message's table with no new code; a field of a shape the tables
 // cannot write fails TestTablesCoverEveryField.
 
+// keyEntry is an ACP member name and its entry.
+type keyEntry struct {
+	key string
+	e   *entry
+}
+
+// lookup returns the entry of member name, or nil.
+func (t *table) lookup(name []byte) *entry {
+	for i := range t.keys {
+		if k := &t.keys[i]; len(k.key) == len(name) && k.key == string(name) {
+			return k.e
+		}
+	}
+	return nil
+}
+
 // slotKind is how a value of one field (or one element of a list) is
 // decoded and written.
 type slotKind uint8
@@ -79,6 +95,8 @@ type entry struct {
 	// patch is set for a field of a tri-state wrapper type: null is a
 	// clear (but from a v1 ToolCallUpdate) rather than an omission.
 	patch bool
+	// alloc lays out the message with this case set, for a oneof case.
+	alloc caseAlloc
 	// resource is EmbeddedResource's `resource` member, whose field is
 	// text_resource unless the object has a `blob`.
 	resource bool
@@ -90,8 +108,13 @@ type table struct {
 	typ reflect.Type // the struct type
 	// byKey is every ACP member by name (and by alias: configId).
 	byKey map[string]*entry
+	// keys is byKey as a list, searched (lookup) faster than the map for
+	// the few members of a message.
+	keys []keyEntry
 	// entries lists byKey's entries once each, in field order.
 	entries []*entry
+	// allEntries lists an entry for every field.
+	allEntries []*entry
 	// extraOff is the offset of the `extra` Struct pointer, if any.
 	extraOff uintptr
 	hasExtra bool
@@ -124,10 +147,18 @@ func buildTables() {
 	for _, t := range tables {
 		t.build()
 	}
+	for _, t := range tables {
+		for _, e := range t.allEntries {
+			if e.oneof != nil {
+				t.layOut(e)
+			}
+		}
+	}
 	su := tables[mdSessionUpdate.FullName()]
 	for tag, fd := range updateTags {
 		updateCases[tag] = &entry{fd: fd, key: tag, off: fieldOffset(su.typ, fd), slot: slotOf(fd)}
 		updateCases[tag].oneof = caseOf(su, fd)
+		su.layOut(updateCases[tag])
 	}
 }
 
@@ -143,6 +174,7 @@ func (t *table) build() {
 		e := &entry{fd: fd, key: in.keys[fd.Number()]}
 		e.slot = slotOf(fd)
 		e.off = fieldOffset(t.typ, fd)
+		t.allEntries = append(t.allEntries, e)
 		if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() {
 			e.oneof = caseOf(t, fd)
 		}
@@ -196,6 +228,12 @@ func (t *table) build() {
 	}
 	if in.desc == mdSessionConfigOption {
 		t.byKey["configId"] = t.byKey["id"]
+	}
+	for _, e := range t.entries {
+		t.keys = append(t.keys, keyEntry{e.key, e})
+	}
+	if in.desc == mdSessionConfigOption {
+		t.keys = append(t.keys, keyEntry{"configId", t.byKey["id"]})
 	}
 }
 
@@ -333,6 +371,47 @@ func (c *oneofCase) setPtr(p unsafe.Pointer, off uintptr, v unsafe.Pointer) {
 	w := reflect.New(c.wrapper).UnsafePointer()
 	*(*unsafe.Pointer)(w) = v
 	*(*[2]unsafe.Pointer)(unsafe.Add(p, off)) = [2]unsafe.Pointer{c.itab, w}
+}
+
+// newWithCase allocates a message of table t with its oneof case c set:
+// the message, the case's wrapper and, for a case holding a message, that
+// message, in one object. It returns the message and where the case's
+// value is to be written (the held message, for a message case but a
+// google.protobuf.Value, whose pointer is written in the wrapper).
+func (t *table) newWithCase(c *entry) (p, value unsafe.Pointer) {
+	a := c.alloc
+	p = reflect.New(a.typ).UnsafePointer()
+	w := unsafe.Add(p, a.wOff)
+	value = w
+	if a.mOff != 0 {
+		value = unsafe.Add(p, a.mOff)
+		*(*unsafe.Pointer)(w) = value
+	}
+	*(*[2]unsafe.Pointer)(unsafe.Add(p, c.off)) = [2]unsafe.Pointer{c.oneof.itab, w}
+	return p, value
+}
+
+// caseAlloc is the layout of a message allocated with one of its oneof
+// cases (see newWithCase): struct{P message; W wrapper; M held message}.
+type caseAlloc struct {
+	typ        reflect.Type
+	wOff, mOff uintptr
+}
+
+// layOut lays out the allocation of t's message with its case c.
+func (t *table) layOut(c *entry) {
+	// A google.protobuf.Value is made by the reader with its kind's
+	// wrapper: the case holds that one.
+	held := c.oneof.together != nil && c.kind != kValue
+	fields := []reflect.StructField{{Name: "P", Type: t.typ}, {Name: "W", Type: c.oneof.wrapper}}
+	if held {
+		fields = append(fields, reflect.StructField{Name: "M", Type: c.oneof.together.Field(1).Type})
+	}
+	c.alloc.typ = reflect.StructOf(fields)
+	c.alloc.wOff = c.alloc.typ.Field(1).Offset
+	if held {
+		c.alloc.mOff = c.alloc.typ.Field(2).Offset
+	}
 }
 
 // structAt returns the Struct pointer field at p+off.
