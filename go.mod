@@ -19,7 +19,6 @@ require (
 	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/docker/go-units v0.5.0
 	github.com/go-jose/go-jose/v4 v4.1.8
-	github.com/go-json-experiment/json v1.27.2
 	github.com/kballard/go-shellquote v0.0.0-20180428030007-95032a82bc51
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/prometheus/client_golang v1.24.1

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/go-json-experiment/json/jsontext"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -107,7 +106,7 @@ func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 	if len(options) == 0 || options[0] != '[' {
 		got := "null"
 		if len(options) > 0 {
-			got = kindName(jsontext.Kind(options[0]))
+			got = kindName(Kind(options[0]))
 		}
 		return nil, &Error{Path: "options", Reason: "want an array of permission options, got " + got}
 	}

@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"hash/maphash"
-	"io"
 	"iter"
 	"maps"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/go-json-experiment/json/jsontext"
 )
 
 // MaxDepth bounds the nesting of arrays and objects in one JSON document
@@ -28,23 +25,25 @@ import (
 // again with. (encoding/json alone takes 10000 levels of JSON.)
 const MaxDepth = 64
 
-// reader reads one JSON document token by token with jsontext, which
-// validates it as it goes and reads straight from the document's bytes (a
-// bytes.Buffer is read without a copy), so that every value read is a
-// slice of the document: a member whose value the decoder could not use
-// is decoded again from its bytes.
-//
-// It reads JSON as encoding/json does: invalid UTF-8 and lone surrogates
-// become U+FFFD (AllowInvalidUTF8), and a member given twice is read
-// twice, the decoder keeping the last (AllowDuplicateNames). What it
-// refuses, encoding/json refuses too; the error then returned is
-// encoding/json's (see syntaxError).
+// reader reads one JSON document token by token, validating it as it
+// goes: every value the decoder reads is a slice of the document, so that a
+// member whose value the decoder could not use is decoded again from its
+// bytes. It reads JSON as encoding/json does: invalid UTF-8 and lone
+// surrogates become U+FFFD, and a member given twice is read twice, the
+// decoder keeping the last. What it refuses, encoding/json refuses too
+// (FuzzDecoderMatchesOracle); the error then returned is encoding/json's
+// (docError).
 type reader struct {
-	dec  jsontext.Decoder
-	bb   bytes.Buffer
 	data []byte
-	// limit is the depth (jsontext's StackDepth) beyond which the reader
-	// refuses the document with errDeep.
+	i    int
+	// stack holds the open arrays and objects ('[' or '{'), innermost
+	// last, and count the members or elements read in each.
+	stack []byte
+	count []int
+	// afterName is set after a member name: its value comes next.
+	afterName bool
+	// limit is the depth beyond which the reader refuses the document
+	// with errDeep.
 	limit int
 	// buf holds a string being unescaped.
 	buf []byte
@@ -53,107 +52,172 @@ type reader struct {
 	names [64]string
 }
 
-var readOpts = []jsontext.Options{jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true)}
-
-// readers keeps readers, with jsontext's state, for reuse.
+// readers keeps readers for reuse.
 var readers = sync.Pool{New: func() any { return new(reader) }}
 
 // getReader returns a reader of data, taking arrays and objects levels
 // deep.
 func getReader(data []byte, levels int) *reader {
 	r := readers.Get().(*reader)
-	r.data, r.limit = data, levels
-	r.bb = *bytes.NewBuffer(data)
-	r.dec.Reset(&r.bb, readOpts...)
+	r.data, r.i, r.limit, r.afterName = data, 0, levels, false
+	r.stack, r.count = r.stack[:0], r.count[:0]
 	return r
 }
 
 func putReader(r *reader) {
 	r.data = nil
-	r.bb = bytes.Buffer{}
-	r.dec.Reset(&r.bb)
-	if cap(r.buf) > 64<<10 {
-		r.buf = nil
+	if cap(r.buf) > 64<<10 || cap(r.stack) > 1024 {
+		return // do not keep what one large document grew
 	}
 	readers.Put(r)
 }
 
 // errDeep is a document nested deeper than the reader takes; errSyntax one
 // that is not JSON. Neither reaches a caller: the document's error is
-// worded as encoding/json words it (syntaxError).
+// worded as encoding/json words it (docError).
 var (
 	errDeep   = errors.New("acpjson: nested too deep")
 	errSyntax = errors.New("acpjson: not JSON")
 )
 
+// Kind is the kind of a JSON value, by its first byte: 'n', 't', 'f', '"',
+// '0' (a number), '{' or '['; 0 for none.
+type Kind byte
+
+func (r *reader) ws() {
+	for r.i < len(r.data) {
+		switch r.data[r.i] {
+		case ' ', '\t', '\n', '\r':
+			r.i++
+		default:
+			return
+		}
+	}
+}
+
 // kind returns the kind of the next value, or 0 when there is none.
-func (r *reader) kind() jsontext.Kind { return r.dec.PeekKind() }
+func (r *reader) kind() Kind {
+	r.ws()
+	if r.i >= len(r.data) {
+		return 0
+	}
+	switch c := r.data[r.i]; c {
+	case 'n', 't', 'f', '"', '{', '[':
+		return Kind(c)
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return '0'
+	}
+	return 0
+}
 
 // depth is the number of arrays and objects the reader is in.
-func (r *reader) depth() int { return r.dec.StackDepth() }
+func (r *reader) depth() int { return len(r.stack) }
 
 // offset is the offset after the last token read.
-func (r *reader) offset() int { return int(r.dec.InputOffset()) }
+func (r *reader) offset() int { return r.i }
 
 // open reads the '{' or '[' that must come next.
 func (r *reader) open() error {
-	tok, err := r.dec.ReadToken()
-	if err != nil {
+	k := r.kind()
+	if k != '{' && k != '[' {
 		return errSyntax
 	}
-	if k := tok.Kind(); k != '{' && k != '[' {
-		return errSyntax
-	}
-	if r.dec.StackDepth() > r.limit {
+	r.i++
+	r.afterName = false
+	r.stack = append(r.stack, byte(k))
+	r.count = append(r.count, 0)
+	if len(r.stack) > r.limit {
 		return errDeep
 	}
 	return nil
 }
 
 // more reports whether the object or array being read has another
-// member or element, reading its end when not.
+// member or element, reading the comma before it, or its end when not.
 func (r *reader) more() (bool, error) {
-	switch r.dec.PeekKind() {
-	case '}', ']':
-		if _, err := r.dec.ReadToken(); err != nil {
-			return false, errSyntax
-		}
-		return false, nil
-	case 0:
+	r.ws()
+	if r.i >= len(r.data) || len(r.stack) == 0 || r.afterName {
 		return false, errSyntax
 	}
+	top := len(r.stack) - 1
+	closer := byte('}')
+	if r.stack[top] == '[' {
+		closer = ']'
+	}
+	switch c := r.data[r.i]; {
+	case c == closer:
+		r.i++
+		r.stack, r.count = r.stack[:top], r.count[:top]
+		return false, nil
+	case r.count[top] > 0:
+		if c != ',' {
+			return false, errSyntax
+		}
+		r.i++
+	}
+	r.count[top]++
 	return true, nil
 }
 
-// name reads a member name. The bytes are valid until the next read.
+// name reads a member name and the colon after it. The bytes are valid
+// until the next read.
 func (r *reader) name() ([]byte, error) {
-	v, err := r.dec.ReadValue()
-	if err != nil {
+	if len(r.stack) == 0 || r.stack[len(r.stack)-1] != '{' || r.kind() != '"' {
 		return nil, errSyntax
 	}
-	return r.unquote(v), nil
-}
-
-// unquote returns the text of the JSON string v, which jsontext read and
-// so found well formed. The bytes are valid until the next read.
-func (r *reader) unquote(v []byte) []byte {
-	s := v[1 : len(v)-1]
-	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
-		return s
+	b, err := r.text()
+	if err != nil {
+		return nil, err
 	}
-	r.buf = unescape(r.buf[:0], s)
-	return r.buf
+	r.ws()
+	if r.i >= len(r.data) || r.data[r.i] != ':' {
+		return nil, errSyntax
+	}
+	r.i++
+	r.afterName = true
+	return b, nil
 }
 
-// unescape appends to b the text of the well-formed JSON string body s.
-// Invalid UTF-8 bytes and unpaired surrogate escapes become U+FFFD, as in
-// encoding/json.
-func unescape(b, s []byte) []byte {
-	for i := 0; i < len(s); {
-		c := s[i]
+// text reads the string at r.i, which is a quote, returning its text. The
+// bytes are valid until the next read.
+func (r *reader) text() ([]byte, error) {
+	d := r.data
+	start := r.i + 1
+	for j := start; j < len(d); j++ {
+		switch c := d[j]; {
+		case c == '"':
+			r.i = j + 1
+			return d[start:j], nil
+		case !plainByte(c):
+			return r.textSlow(start, j)
+		}
+	}
+	return nil, errSyntax
+}
+
+// textSlow reads a string with escapes, control characters or bytes
+// beyond ASCII, checking and unescaping it in one pass: d[start:j] is
+// plain ASCII. Invalid UTF-8 bytes and unpaired surrogate escapes become
+// U+FFFD, as in encoding/json.
+func (r *reader) textSlow(start, j int) ([]byte, error) {
+	d := r.data
+	b := append(r.buf[:0], d[start:j]...)
+	for j < len(d) {
+		c := d[j]
 		switch {
+		case c == '"':
+			r.buf = b
+			r.i = j + 1
+			return b, nil
+		case c < ' ':
+			return nil, errSyntax
 		case c == '\\':
-			switch e := s[i+1]; e {
+			if j+1 >= len(d) {
+				return nil, errSyntax
+			}
+			switch e := d[j+1]; e {
+			case '"', '\\', '/':
+				b = append(b, e)
 			case 'b':
 				b = append(b, '\b')
 			case 'f':
@@ -165,56 +229,223 @@ func unescape(b, s []byte) []byte {
 			case 't':
 				b = append(b, '\t')
 			case 'u':
-				r := hex4(s[i+2:])
-				i += 6
-				if utf16.IsSurrogate(r) {
-					r2 := rune(-1)
-					if len(s)-i >= 6 && s[i] == '\\' && s[i+1] == 'u' {
-						r2 = hex4(s[i+2:])
+				c := hex4(d[j+2:])
+				if c < 0 {
+					return nil, errSyntax
+				}
+				j += 6
+				if utf16.IsSurrogate(c) {
+					c2 := rune(-1)
+					if len(d)-j >= 6 && d[j] == '\\' && d[j+1] == 'u' {
+						c2 = hex4(d[j+2:])
 					}
-					if pair := utf16.DecodeRune(r, r2); pair != utf8.RuneError {
+					if pair := utf16.DecodeRune(c, c2); pair != utf8.RuneError {
 						b = utf8.AppendRune(b, pair)
-						i += 6
+						j += 6
 						continue
 					}
-					r = utf8.RuneError
+					c = utf8.RuneError
 				}
-				b = utf8.AppendRune(b, r)
+				b = utf8.AppendRune(b, c)
 				continue
-			default: // '"', '\\', '/'
-				b = append(b, e)
+			default:
+				return nil, errSyntax
 			}
-			i += 2
+			j += 2
+		case c < utf8.RuneSelf:
+			// The run of bytes that need nothing, in one append: text
+			// with escapes (code, above all) is mostly such runs.
+			k := j + 1
+			for k < len(d) && plainByte(d[k]) {
+				k++
+			}
+			b = append(b, d[j:k]...)
+			j = k
 		default:
-			// The run of bytes up to the next escape, in one append when
-			// it is valid UTF-8: text with escapes (code, above all) is
-			// mostly such runs.
-			k := bytes.IndexByte(s[i:], '\\')
-			if k < 0 {
-				k = len(s) - i
+			c, size := utf8.DecodeRune(d[j:])
+			if c == utf8.RuneError && size == 1 {
+				b = utf8.AppendRune(b, utf8.RuneError)
+			} else {
+				b = append(b, d[j:j+size]...)
 			}
-			b = appendUTF8(b, s[i:i+k])
-			i += k
+			j += size
 		}
 	}
-	return b
+	return nil, errSyntax
 }
 
-// appendUTF8 appends run to b, its invalid UTF-8 bytes as U+FFFD.
-func appendUTF8(b, run []byte) []byte {
-	if utf8.Valid(run) {
-		return append(b, run...)
+// str reads a string value.
+func (r *reader) str() (string, error) {
+	if r.kind() != '"' {
+		return "", errSyntax
 	}
-	for len(run) > 0 {
-		r, size := utf8.DecodeRune(run)
-		if r == utf8.RuneError && size == 1 {
-			b = utf8.AppendRune(b, utf8.RuneError)
-		} else {
-			b = append(b, run[:size]...)
+	b, err := r.text()
+	if err != nil {
+		return "", err
+	}
+	r.afterName = false
+	if len(b) <= maxInterned {
+		if s, ok := valueNames[string(b)]; ok {
+			return s, nil
 		}
-		run = run[size:]
 	}
-	return b
+	return string(b), nil
+}
+
+// scalar reads a number, true, false or null, returning its bytes.
+func (r *reader) scalar() ([]byte, error) {
+	start := r.i
+	switch r.kind() {
+	case 'n':
+		return r.literal("null")
+	case 't':
+		return r.literal("true")
+	case 'f':
+		return r.literal("false")
+	case '0':
+		start = r.i
+		if !r.number() {
+			return nil, errSyntax
+		}
+		r.afterName = false
+		return r.data[start:r.i], nil
+	}
+	r.i = start
+	return nil, errSyntax
+}
+
+func (r *reader) literal(lit string) ([]byte, error) {
+	if len(r.data)-r.i < len(lit) || string(r.data[r.i:r.i+len(lit)]) != lit {
+		return nil, errSyntax
+	}
+	b := r.data[r.i : r.i+len(lit)]
+	r.i += len(lit)
+	r.afterName = false
+	return b, nil
+}
+
+// number reads a number, following JSON's grammar:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (r *reader) number() bool {
+	d, j := r.data, r.i
+	if d[j] == '-' {
+		j++
+	}
+	digits := func() bool {
+		k := j
+		for j < len(d) && '0' <= d[j] && d[j] <= '9' {
+			j++
+		}
+		return j > k
+	}
+	switch {
+	case j < len(d) && d[j] == '0':
+		j++
+	case !digits():
+		return false
+	}
+	if j < len(d) && d[j] == '.' {
+		j++
+		if !digits() {
+			return false
+		}
+	}
+	if j < len(d) && (d[j] == 'e' || d[j] == 'E') {
+		j++
+		if j < len(d) && (d[j] == '+' || d[j] == '-') {
+			j++
+		}
+		if !digits() {
+			return false
+		}
+	}
+	r.i = j
+	return true
+}
+
+// key returns a member name as a string, interned when ACP defines it or
+// it was read recently.
+func (r *reader) key(b []byte) string {
+	if k, ok := keyNames[string(b)]; ok {
+		return k
+	}
+	if len(b) > maxInterned {
+		return string(b)
+	}
+	slot := &r.names[maphash.Bytes(nameSeed, b)%uint64(len(r.names))]
+	if *slot != string(b) {
+		*slot = string(b)
+	}
+	return *slot
+}
+
+// nameSeed seeds the hash of reader.names.
+var nameSeed = maphash.MakeSeed()
+
+// end reports whether nothing but whitespace follows the value read.
+func (r *reader) end() bool {
+	r.ws()
+	return r.i == len(r.data) && len(r.stack) == 0
+}
+
+// skip reads the next value, whatever it is, refusing it when it nests
+// beyond the reader's limit.
+func (r *reader) skip() error {
+	switch r.kind() {
+	case '"':
+		_, err := r.str()
+		return err
+	case '{', '[':
+		d0 := r.depth()
+		if err := r.open(); err != nil {
+			return err
+		}
+		return r.close(d0)
+	}
+	_, err := r.scalar()
+	return err
+}
+
+// close reads the rest of the arrays and objects open beyond depth d0.
+func (r *reader) close(d0 int) error {
+	for r.depth() > d0 {
+		if r.afterName {
+			if err := r.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		more, err := r.more()
+		if err != nil {
+			return err
+		}
+		if !more {
+			continue
+		}
+		if r.stack[len(r.stack)-1] == '{' {
+			if _, err := r.name(); err != nil {
+				return err
+			}
+		}
+		if err := r.skip(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish reads the rest of a value that began after offset start at depth
+// d0 and was read in part, returning its bytes.
+func (r *reader) finish(start, d0 int) ([]byte, error) {
+	if r.offset() == start || r.afterName && r.depth() == d0 {
+		if err := r.skip(); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.close(d0); err != nil {
+		return nil, err
+	}
+	return bytes.Trim(r.data[start:r.i], " \t\r\n:,"), nil
 }
 
 // hex4 decodes the four hex digits at the start of b, or returns -1.
@@ -237,93 +468,6 @@ func hex4(b []byte) rune {
 		r = r<<4 | rune(c)
 	}
 	return r
-}
-
-// str reads a string value.
-func (r *reader) str() (string, error) {
-	v, err := r.dec.ReadValue()
-	if err != nil {
-		return "", errSyntax
-	}
-	b := r.unquote(v)
-	if len(b) <= maxInterned {
-		if s, ok := valueNames[string(b)]; ok {
-			return s, nil
-		}
-	}
-	return string(b), nil
-}
-
-// key returns a member name as a string, interned when ACP defines it or
-// it was read recently.
-func (r *reader) key(b []byte) string {
-	if k, ok := keyNames[string(b)]; ok {
-		return k
-	}
-	if len(b) > maxInterned {
-		return string(b)
-	}
-	slot := &r.names[maphash.Bytes(nameSeed, b)%uint64(len(r.names))]
-	if *slot != string(b) {
-		*slot = string(b)
-	}
-	return *slot
-}
-
-// nameSeed seeds the hash of reader.names.
-var nameSeed = maphash.MakeSeed()
-
-// scalar reads a number, true, false or null, returning its bytes.
-func (r *reader) scalar() ([]byte, error) {
-	v, err := r.dec.ReadValue()
-	if err != nil {
-		return nil, errSyntax
-	}
-	return v, nil
-}
-
-// end reports whether nothing but whitespace follows the value read.
-func (r *reader) end() bool {
-	_, err := r.dec.ReadToken()
-	return err == io.EOF
-}
-
-// skip reads the next value, whatever it is, refusing it when it nests
-// beyond the reader's limit.
-func (r *reader) skip() error {
-	d0 := r.depth()
-	for {
-		tok, err := r.dec.ReadToken()
-		if err != nil {
-			return errSyntax
-		}
-		if k := tok.Kind(); (k == '{' || k == '[') && r.depth() > r.limit {
-			return errDeep
-		}
-		if r.depth() == d0 {
-			return nil
-		}
-	}
-}
-
-// finish reads the rest of a value that began after offset start at depth
-// d0 and was read in part, returning its bytes.
-func (r *reader) finish(start, d0 int) ([]byte, error) {
-	if r.offset() == start {
-		if err := r.skip(); err != nil {
-			return nil, err
-		}
-	}
-	for r.depth() > d0 {
-		tok, err := r.dec.ReadToken()
-		if err != nil {
-			return nil, errSyntax
-		}
-		if k := tok.Kind(); (k == '{' || k == '[') && r.depth() > r.limit {
-			return nil, errDeep
-		}
-	}
-	return bytes.TrimLeft(r.data[start:r.offset()], " \t\r\n:,"), nil
 }
 
 // Interning: the member names ACP defines, and short values that recur in

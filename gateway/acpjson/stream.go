@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"unsafe"
 
-	"github.com/go-json-experiment/json/jsontext"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -129,7 +128,7 @@ func (d decoder) updateBytes(r *reader, raw []byte, u **acpv2.SessionUpdate) err
 
 // discriminators scans the object raw for its last sessionUpdate member
 // (tag, nil when it is not a string) and whether it has a type member.
-func discriminators(raw []byte) (tag *string, tagKind jsontext.Kind, hasTag, typ bool, err error) {
+func discriminators(raw []byte) (tag *string, tagKind Kind, hasTag, typ bool, err error) {
 	r := getReader(raw, math.MaxInt)
 	defer putReader(r)
 	if err := r.open(); err != nil {
@@ -540,7 +539,7 @@ func (d decoder) bad(r *reader, want string) error {
 }
 
 // kindName names the kind of a JSON value, as errors do.
-func kindName(k jsontext.Kind) string {
+func kindName(k Kind) string {
 	switch k {
 	case 'n':
 		return "null"
