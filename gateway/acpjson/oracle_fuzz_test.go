@@ -270,3 +270,66 @@ func TestTableWritesMatchProtoreflect(t *testing.T) {
 		}
 	}
 }
+
+// sampleJSON is a JSON value that an entry of slot s takes.
+func sampleJSON(s slot) string {
+	if s.list {
+		s.list = false
+		return "[" + sampleJSON(s) + "]"
+	}
+	switch s.kind {
+	case kString:
+		return `"x"`
+	case kBool:
+		return `true`
+	case kUint32, kUint64, kInt64, kDouble:
+		return `7`
+	case kMessage:
+		if s.sub.value != nil { // a tri-state wrapper
+			return sampleJSON(s.sub.value.slot)
+		}
+		if s.sub.items != nil { // a list message
+			return sampleJSON(s.sub.items.slot)
+		}
+		return `{}`
+	}
+	return `{"k":1}` // google.protobuf.Value and Struct
+}
+
+// TestDecoderFillsEveryField: every member of every ACP message, given
+// a value of its shape, is decoded into its field, not kept in extra. A
+// field added to the proto is decoded with no new code, or this fails.
+func TestDecoderFillsEveryField(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for name, tb := range tables {
+		if tb.in.desc.ParentFile().Path() == acpv2.File_acp_v2_session_service_proto.Path() || tb.in.union != nil || tb.value != nil {
+			continue
+		}
+		for _, e := range tb.entries {
+			members := map[string]json.RawMessage{e.key: json.RawMessage(sampleJSON(e.slot))}
+			for _, r := range tb.required {
+				members[r.key] = json.RawMessage(sampleJSON(r.slot))
+			}
+			data, err := json.Marshal(members)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := reflectMessage(tb, tb.newMessage())
+			if err := Decode(data, m.Interface(), V2); err != nil {
+				t.Errorf("%s: %s: %v", name, data, err)
+				continue
+			}
+			if !m.Has(e.fd) {
+				t.Errorf("%s: %s: field %s not set", name, data, e.fd.Name())
+			}
+			if tb.in.extra != nil && m.Has(tb.in.extra) {
+				t.Errorf("%s: %s: kept in extra", name, data)
+			}
+			n++
+		}
+	}
+	if n < 80 {
+		t.Fatalf("only %d members", n)
+	}
+}

@@ -578,7 +578,7 @@ func within(err error, elem string) error {
 }
 
 // scalar decodes one value of s's kind (one element, for a list) and
-// writes it at f, the field (or, for a oneof case, the oneof's interface).
+// writes it at f, the field, or an element of its list.
 func (d decoder) scalar(r *reader, s *slot, f unsafe.Pointer) error {
 	k := r.kind()
 	switch s.kind {
