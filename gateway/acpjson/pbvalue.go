@@ -115,6 +115,13 @@ func (r *reader) fields(s *structpb.Struct) error {
 		return err
 	}
 	s.Fields = map[string]*structpb.Value{}
+	return r.structMembers(s, "", false)
+}
+
+// structMembers reads the rest of an object, whose '{' was read, into s, but
+// the members named skip: with retry, one of those makes it return
+// errRetry, else it is skipped.
+func (r *reader) structMembers(s *structpb.Struct, skip string, retry bool) error {
 	for {
 		more, err := r.more()
 		if err != nil || !more {
@@ -123,6 +130,15 @@ func (r *reader) fields(s *structpb.Struct) error {
 		b, err := r.name()
 		if err != nil {
 			return err
+		}
+		if skip != "" && string(b) == skip {
+			if retry {
+				return errRetry
+			}
+			if err := r.skip(); err != nil {
+				return err
+			}
+			continue
 		}
 		k := r.key(b)
 		v, err := r.value()

@@ -199,36 +199,12 @@ func (d decoder) tagged(r *reader, tag string, u **acpv2.SessionUpdate, retry bo
 }
 
 // restOfObject reads the rest of an object whose first member was
-// sessionUpdate, with value tag, into a Struct holding both.
+// sessionUpdate, with value tag, into a Struct holding both. With retry,
+// another sessionUpdate makes it return errRetry, else it is skipped.
 func (r *reader) restOfObject(tag string, retry bool) (*structpb.Struct, error) {
 	s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	for {
-		more, err := r.more()
-		if err != nil {
-			return nil, err
-		}
-		if !more {
-			break
-		}
-		b, err := r.name()
-		if err != nil {
-			return nil, err
-		}
-		if string(b) == "sessionUpdate" {
-			if retry {
-				return nil, errRetry
-			}
-			if err := r.skip(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		k := r.key(b)
-		v, err := r.value()
-		if err != nil {
-			return nil, err
-		}
-		s.Fields[k] = v
+	if err := r.structMembers(s, "sessionUpdate", retry); err != nil {
+		return nil, err
 	}
 	s.Fields["sessionUpdate"] = newPBString(tag)
 	return s, nil
@@ -276,6 +252,12 @@ func (d decoder) draft(r *reader, raw []byte, u **acpv2.SessionUpdate) error {
 // is lost, unless its field is required or no target has extra.
 func (d decoder) fill(r *reader, skip1, skip2 string, retry bool, t1, t2 target) error {
 	f := filler{d: d, r: r, ts: [2]target{t1, t2}}
+	return f.fill(skip1, skip2, retry)
+}
+
+// fill is decoder.fill, by f.
+func (f *filler) fill(skip1, skip2 string, retry bool) error {
+	r := f.r
 	f.init()
 	for {
 		more, err := r.more()
@@ -283,26 +265,32 @@ func (d decoder) fill(r *reader, skip1, skip2 string, retry bool, t1, t2 target)
 			return err
 		}
 		if !more {
-			break
+			return f.end()
 		}
 		name, err := r.name()
 		if err != nil {
 			return err
 		}
-		if skip1 != "" && string(name) == skip1 || skip2 != "" && string(name) == skip2 {
+		switch {
+		case skip1 != "" && string(name) == skip1 || skip2 != "" && string(name) == skip2:
 			if retry {
 				return errRetry
 			}
-			if err := r.skip(); err != nil {
-				return err
+			err = r.skip()
+		case f.nested != "" && string(name) == f.nested:
+			if r.kind() != '{' {
+				return f.d.bad(r, "an object")
 			}
-			continue
+			f.held.t.zero(f.held.p)
+			err = f.d.object(r, f.held.t, f.held.p)
+			f.found = true
+		default:
+			err = f.member(name)
 		}
-		if err := f.member(name); err != nil {
+		if err != nil {
 			return err
 		}
 	}
-	return f.end()
 }
 
 // filler decodes the members of one object into its targets.
@@ -312,6 +300,11 @@ type filler struct {
 	ts      [2]target
 	extraOf int // the index in ts of the target with extra, or -1
 	extra   *structpb.Struct
+	// nested is the member that holds a nested union variant (see
+	// nestedVariant), decoded into held; found is set once it is.
+	nested string
+	held   target
+	found  bool
 }
 
 func (f *filler) init() {
@@ -482,50 +475,35 @@ func (d decoder) list(r *reader, s *slot, f unsafe.Pointer) error {
 	}
 	elem := *s
 	elem.list = false
-	switch s.kind {
-	case kString:
-		var buf [4]string
-		items := buf[:0]
-		for i := 0; ; i++ {
-			more, err := r.more()
-			if err != nil {
-				return err
-			}
-			if !more {
-				break
-			}
-			var v string
-			if err := d.scalar(r, &elem, unsafe.Pointer(&v)); err != nil {
-				return within(err, "["+strconv.Itoa(i)+"]")
-			}
-			items = append(items, v)
-		}
-		*(*[]string)(f) = append([]string(nil), items...)
-		if *(*[]string)(f) == nil {
-			*(*[]string)(f) = []string{}
-		}
-	default:
-		var buf [4]unsafe.Pointer
-		items := buf[:0]
-		for i := 0; ; i++ {
-			more, err := r.more()
-			if err != nil {
-				return err
-			}
-			if !more {
-				break
-			}
-			var v unsafe.Pointer
-			if err := d.scalar(r, &elem, unsafe.Pointer(&v)); err != nil {
-				return within(err, "["+strconv.Itoa(i)+"]")
-			}
-			items = append(items, v)
-		}
-		out := make([]unsafe.Pointer, len(items))
-		copy(out, items)
-		*(*[]unsafe.Pointer)(f) = out
+	if s.kind == kString {
+		v, err := items[string](d, r, &elem)
+		*(*[]string)(f) = v
+		return err
 	}
-	return nil
+	v, err := items[unsafe.Pointer](d, r, &elem) // messages: []*T
+	*(*[]unsafe.Pointer)(f) = v
+	return err
+}
+
+// items decodes the elements of the array being read, each of elem's
+// kind, into a slice of T, elem's Go type.
+func items[T any](d decoder, r *reader, elem *slot) ([]T, error) {
+	var buf [4]T
+	out := buf[:0]
+	for i := 0; ; i++ {
+		more, err := r.more()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return append(make([]T, 0, len(out)), out...), nil
+		}
+		var v T
+		if err := d.scalar(r, elem, unsafe.Pointer(&v)); err != nil {
+			return nil, within(err, "["+strconv.Itoa(i)+"]")
+		}
+		out = append(out, v)
+	}
 }
 
 // bad is the error of a value of the wrong shape: want is the shape the
@@ -882,49 +860,14 @@ func (d decoder) variant(r *reader, t *table, p unsafe.Pointer, tag string, retr
 // nestedVariant decodes a union object whose variant sits under member
 // nested, the union's own members (meta, extra) beside it.
 func (d decoder) nestedVariant(r *reader, t *table, p unsafe.Pointer, e *entry, child unsafe.Pointer, nested string, retry bool) error {
-	found := false
-	f := filler{d: d, r: r, ts: [2]target{{p, t}}}
-	f.init()
-	for {
-		more, err := r.more()
-		if err != nil {
-			return err
-		}
-		if !more {
-			break
-		}
-		name, err := r.name()
-		if err != nil {
-			return err
-		}
-		switch string(name) {
-		case t.in.union.key:
-			if retry {
-				return errRetry
-			}
-			if err := r.skip(); err != nil {
-				return err
-			}
-			continue
-		case nested:
-			if r.kind() != '{' {
-				return d.bad(r, "an object")
-			}
-			e.sub.zero(child)
-			if err := d.object(r, e.sub, child); err != nil {
-				return err
-			}
-			found = true
-			continue
-		}
-		if err := f.member(name); err != nil {
-			return err
-		}
+	f := filler{d: d, r: r, ts: [2]target{{p, t}}, nested: nested, held: target{child, e.sub}}
+	if err := f.fill(t.in.union.key, "", retry); err != nil {
+		return err
 	}
-	if !found {
+	if !f.found {
 		return &Error{Reason: "variant is not an object"}
 	}
-	return f.end()
+	return nil
 }
 
 // resource decodes EmbeddedResource's resource member: a text resource,
