@@ -128,7 +128,7 @@ func checkOracle(t *testing.T, data []byte, v Version) {
 		t.Fatalf("v%d: %s\ndecoder: %v\noracle:  %v", v, data, err, werr)
 	}
 	if err != nil {
-		if _, isErr := err.(*Error); !isErr {
+		if !semantic(err) {
 			t.Fatalf("v%d: %s: error %T %v, not an *Error", v, data, err, err)
 		}
 		return

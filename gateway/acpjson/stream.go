@@ -34,8 +34,11 @@ var errRetry = errors.New("acpjson: discriminator given twice")
 // semantic reports whether err is ACP's (a member of the wrong shape), not
 // the JSON's.
 func semantic(err error) bool {
-	_, ok := err.(*Error)
-	return ok
+	if err == nil {
+		return false
+	}
+	var e *Error
+	return errors.As(err, &e)
 }
 
 // target is a message that members of one JSON object are decoded into.
@@ -75,7 +78,7 @@ func (d decoder) update(r *reader, u **acpv2.SessionUpdate) error {
 	if err == nil {
 		return nil
 	}
-	if err != errRetry && !semantic(err) {
+	if !errors.Is(err, errRetry) && !semantic(err) {
 		return err
 	}
 	// The update again from its bytes: its discriminator first, the last
@@ -84,7 +87,7 @@ func (d decoder) update(r *reader, u **acpv2.SessionUpdate) error {
 	if ferr != nil {
 		return ferr
 	}
-	if err != errRetry {
+	if !errors.Is(err, errRetry) {
 		return err
 	}
 	if *u == nil {
@@ -542,7 +545,8 @@ func kindName(k Kind) string {
 // within returns err with its path made relative to the value one level up:
 // elem is the member name or the index ("[2]") under which err occurred.
 func within(err error, elem string) error {
-	if e, ok := err.(*Error); ok {
+	var e *Error
+	if errors.As(err, &e) {
 		switch {
 		case e.Path == "":
 			e.Path = elem
@@ -770,7 +774,7 @@ func (d decoder) object(r *reader, t *table, p unsafe.Pointer) error {
 func (d decoder) union(r *reader, t *table, p unsafe.Pointer) (unsafe.Pointer, error) {
 	start, d0 := r.offset(), r.depth()
 	q, err := d.unionStream(r, t, p)
-	if err == nil || err != errRetry && !semantic(err) {
+	if err == nil || !errors.Is(err, errRetry) && !semantic(err) {
 		return q, err
 	}
 	raw, err := r.finish(start, d0)
