@@ -31,8 +31,12 @@ run: ## Run the gateway on 127.0.0.1:8080
 	$(GO) run ./cmd/acp-gateway serve
 
 .PHONY: ci
-ci: deps lint breaking checkgenerate checkgenerate-ts checkconsole test fuzz benchcheck ## Everything CI runs, on a fresh machine
+ci: deps lint breaking checkgenerate checkgenerate-ts checkconsole release test fuzz benchcheck ## Everything CI runs, on a fresh machine
 	@echo "ci: all checks passed"
+
+.PHONY: release
+release: ## Build the release archives into dist/ (linux amd64 and arm64, SHA256SUMS; VERSION=v1.2.3 to name one)
+	./scripts/release.sh
 
 .PHONY: deps
 deps: ## Install and start what the tests need
@@ -89,8 +93,8 @@ checkconsole: ## Type-check the web console; fail when gateway/console/dist is s
 	$(NPM) --prefix web/console run check
 
 .PHONY: screenshots
-screenshots: ## Rewrite docs/screenshots/console-*.png from the browser test
-	$(GO) test -count=1 -run '^TestBrowser$$' ./gateway/console -update-screenshots
+screenshots: ## Rewrite docs/screenshots/console-*.png from the browser tests
+	$(GO) test -count=1 -run '^TestBrowser(Console)?$$' ./gateway/console -update-screenshots
 
 .PHONY: bench-cmd
 bench-cmd: ## Run acp-gateway-bench --quick (writes bench.json)

@@ -1243,7 +1243,7 @@ func sandboxedTurn(t *testing.T, g *gateway, s serveSettings, dir string) {
 	if err := os.MkdirAll(cwd, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	try := exec.CommandContext(ctx, gatewayBinary(t), "try", "--url", g.base, "--token", "deploy-test-token", "--cwd", cwd)
+	try := exec.CommandContext(ctx, gatewayBinary(t), "try", "--json", "--url", g.base, "--token", "deploy-test-token", "--cwd", cwd)
 	out, err := try.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"turnEnded"`) {
 		t.Fatalf("acp-gateway try, as the token's user, in %s: %v\n%s\ngateway:\n%s", cwd, err, out, g.output())

@@ -76,7 +76,7 @@ func liveMetrics(t *testing.T) exported {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	try := exec.CommandContext(ctx, gatewayBinary(t), "try", "--url", g.base)
+	try := exec.CommandContext(ctx, gatewayBinary(t), "try", "--json", "--url", g.base)
 	try.Dir = dir // the session's cwd
 	out, err := try.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte(`"turnEnded"`)) {

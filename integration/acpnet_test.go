@@ -152,3 +152,59 @@ func runACPClient(t *testing.T, base, base2, node, transport string) {
 		t.Errorf("the gateway has the session as %v", s)
 	}
 }
+
+// TestACPElicitationWithTheTypeScriptSDK: an agent's form elicitation
+// reaches a /acp client that advertised form elicitation (the TypeScript
+// SDK's client app, integration/node/acpelicit.mjs, over WebSocket and
+// Streamable HTTP), and the content it accepts reaches the agent
+// (integration/node/elicit-agent.mjs), which the gateway told at
+// initialize that it takes form elicitations.
+func TestACPElicitationWithTheTypeScriptSDK(t *testing.T) {
+	t.Parallel()
+	node := tool(t, nodeBinary)
+	args := acpGatewayArgs(t, node)
+	args = append(args, "--store", "memory:", "--agent", "elicit="+shellquote.Join(node, mustAbs(t, filepath.Join(nodeDir, "elicit-agent.mjs"))))
+	g := startGateway(t, args...)
+	for _, transport := range []string{"ws", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			endpoint := g.base + "/acp/elicit"
+			if transport == "ws" {
+				endpoint = "ws" + strings.TrimPrefix(endpoint, "http")
+			}
+			cmd := exec.CommandContext(ctx, node, filepath.Join(nodeDir, "acpelicit.mjs"), transport, endpoint, acpToken, t.TempDir())
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			raw, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("acpelicit.mjs: %v\n%s", err, stderr.String())
+			}
+			var out struct {
+				SessionID  string           `json:"sessionId"`
+				Asked      []map[string]any `json:"asked"`
+				Said       []string         `json:"said"`
+				StopReason string           `json:"stopReason"`
+			}
+			if err := json.Unmarshal(raw, &out); err != nil {
+				t.Fatalf("acpelicit.mjs printed %s: %v", raw, err)
+			}
+			if len(out.Asked) != 1 || out.Asked[0]["mode"] != "form" || out.Asked[0]["message"] != "Who are you?" || out.Asked[0]["sessionId"] != out.SessionID {
+				t.Fatalf("the client was asked %v, want the agent's form once, in its session", out.Asked)
+			}
+			if want := []string{`elicit {"action":"accept","content":{"name":"ada"}}`}; !reflect.DeepEqual(out.Said, want) || out.StopReason != "end_turn" {
+				t.Fatalf("the agent said %q and the turn ended %q, want %q and end_turn", out.Said, out.StopReason, want)
+			}
+		})
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}

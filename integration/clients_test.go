@@ -76,8 +76,12 @@ func TestRealClients(t *testing.T) {
 		name string
 		turn func(t *testing.T) (string, []*acpv2.SessionEvent)
 	}{
-		{"node-connect", func(t *testing.T) (string, []*acpv2.SessionEvent) { return nodeTurn(t, node, es, g, "connect") }},
-		{"node-grpc", func(t *testing.T) (string, []*acpv2.SessionEvent) { return nodeTurn(t, node, es, g, "grpc") }},
+		{"node-connect", func(t *testing.T) (string, []*acpv2.SessionEvent) {
+			return nodeTurn(t, node, clientScript, es, g, "connect")
+		}},
+		{"node-grpc", func(t *testing.T) (string, []*acpv2.SessionEvent) {
+			return nodeTurn(t, node, clientScript, es, g, "grpc")
+		}},
 		{"buf-curl-grpcweb", func(t *testing.T) (string, []*acpv2.SessionEvent) {
 			return cliClient{func(ctx context.Context, method, data string) *exec.Cmd {
 				return bufCommand(ctx, "curl", "--http2-prior-knowledge", "--protocol", "grpcweb",
@@ -100,11 +104,15 @@ func TestRealClients(t *testing.T) {
 	}
 }
 
-// nodeTurn runs integration/node/client.mjs over protocol.
-func nodeTurn(t *testing.T, node, es string, g *gateway, protocol string) (string, []*acpv2.SessionEvent) {
+// clientScript is the Node client the tests run.
+var clientScript = filepath.Join(nodeDir, "client.mjs")
+
+// nodeTurn runs script (client.mjs or a copy of it) over protocol, with
+// the generated code es: a directory, or the package @acp-gateway/client.
+func nodeTurn(t *testing.T, node, script, es string, g *gateway, protocol string) (string, []*acpv2.SessionEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join(nodeDir, "client.mjs"), es, g.base, protocol, t.TempDir())
+	cmd := exec.CommandContext(ctx, node, script, es, g.base, protocol, t.TempDir())
 	var id string
 	var events []*acpv2.SessionEvent
 	var responded []string

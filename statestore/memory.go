@@ -270,6 +270,30 @@ func (m *Memory) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uin
 	return out, asOf, nil
 }
 
+// ToolCall implements Store.
+func (m *Memory) ToolCall(_ context.Context, id, callID string) (*acpv2.ToolCall, uint64, error) {
+	m.mu.RLock()
+	s, err := m.get(id)
+	if err != nil {
+		m.mu.RUnlock()
+		return nil, 0, err
+	}
+	var b []byte
+	if i, ok := s.calls[callID]; ok {
+		b = s.list[i]
+	}
+	asOf := s.rec.LastSeq
+	m.mu.RUnlock()
+	if b == nil {
+		return nil, asOf, nil
+	}
+	tc := &acpv2.ToolCall{}
+	if err := proto.Unmarshal(b, tc); err != nil {
+		return nil, 0, fmt.Errorf("statestore: decoding tool call %q of %s: %w", callID, id, err)
+	}
+	return tc, asOf, nil
+}
+
 // DeleteSession implements Store.
 func (m *Memory) DeleteSession(_ context.Context, id string) error {
 	m.mu.Lock()

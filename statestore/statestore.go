@@ -167,6 +167,11 @@ type Store interface {
 	// ToolCalls returns the session's merged tool calls in first-seen order,
 	// and the seq of the last event they reflect.
 	ToolCalls(ctx context.Context, id string) ([]*acpv2.ToolCall, uint64, error)
+	// ToolCall returns the session's merged tool call callID (nil when the
+	// session has none of that id) and the seq of the last event stored,
+	// reading that call alone: its cost does not grow with the session's
+	// other calls.
+	ToolCall(ctx context.Context, id, callID string) (*acpv2.ToolCall, uint64, error)
 	// DeleteSession removes a session with its events and tool calls.
 	DeleteSession(ctx context.Context, id string) error
 	// Close releases the store.

@@ -170,7 +170,7 @@ func TestTryTakesATokenAndACwd(t *testing.T) {
 		}
 		out.Reset()
 		errOut.Reset()
-		args := append([]string{"try", "--url", base, "--cwd", cwd}, how...)
+		args := append([]string{"try", "--json", "--url", base, "--cwd", cwd}, how...)
 		if code := run(ctx, args, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"stopReason":"end_turn"`) {
 			t.Fatalf("try %q: exit %d, %s\n%s", how, code, errOut.String(), out.String())
 		}
@@ -245,4 +245,63 @@ func TestGuessesAreThrottledAndLogged(t *testing.T) {
 		t.Errorf("--auth-failure-limit 0 is not warned of:\n%s", logs)
 	}
 	stopServe(t, cancel, exited)
+}
+
+// cancelOnWrite cancels its context at the first write holding mark.
+type cancelOnWrite struct {
+	bytes.Buffer
+	mark   string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOnWrite) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.mark) {
+		w.cancel()
+	}
+	return w.Buffer.Write(p)
+}
+
+// Interrupted (Ctrl-C) while its turn waits on a permission request, try
+// cancels the turn: the gateway, which keeps a turn whose Prompt stream
+// dropped, ends it at once rather than at the permission timeout.
+func TestTryCancelsItsTurnWhenInterrupted(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, exited := startServe(t, ctx)
+	defer stopServe(t, cancel, exited)
+	base := "http://" + addr
+	tryCtx, interrupt := context.WithCancel(ctx)
+	out := &cancelOnWrite{mark: `"permissionRequest"`, cancel: interrupt}
+	var errOut bytes.Buffer
+	if code := run(tryCtx, []string{"try", "--json", "--url", base}, out, &errOut); code == 0 || !strings.Contains(out.String(), "# interrupted: the turn was cancelled") {
+		t.Fatalf("try interrupted: exit %d, %s\n%s", code, errOut.String(), out.String())
+	}
+	c := bridge.NewClient(http.DefaultClient, base, "")
+	list, err := c.ListSessions(ctx, connect.NewRequest(&acpv2.ListSessionsRequest{}))
+	if err != nil || len(list.Msg.GetSessions()) != 1 {
+		t.Fatalf("sessions: %v, %v", list, err)
+	}
+	id := list.Msg.GetSessions()[0].GetSessionId()
+	wctx, stop := context.WithTimeout(ctx, time.Minute) // the permission timeout is ten
+	defer stop()
+	watch, err := c.Watch(wctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	for watch.Receive() {
+		if te := watch.Msg().GetEvent().GetTurnEnded(); te != nil {
+			if te.GetStopReason() != "cancelled" {
+				t.Errorf("the turn ended %v, want cancelled", te)
+			}
+			break
+		}
+	}
+	if err := watch.Err(); err != nil {
+		t.Fatalf("no turn end: %v", err)
+	}
+	got, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+	if err != nil || got.Msg.GetSession().GetTurnRunning() || len(got.Msg.GetSession().GetPendingPermissions()) != 0 {
+		t.Errorf("after the cancel: %v, %v; want no turn running, nothing waiting", got, err)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -128,21 +127,11 @@ type confinement struct {
 // setupConfinement checks that the sandbox and the limits work on this
 // host. With authentication (a multi-user gateway) both must; without,
 // limits that cannot be enforced are logged and left off. hide lists the
-// gateway's own files, which no agent may see; agents' commands are made
-// absolute, as the sandbox needs them.
+// gateway's own files, which no agent may see. The agents' commands are
+// absolute already (resolveAgents), as the sandbox needs them.
 func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []string, log *slog.Logger) (*confinement, error) {
 	c := &confinement{}
 	if cfg.confine.sandbox == sandbox.ModeBwrap {
-		for name, cmd := range cfg.agents {
-			path, err := exec.LookPath(cmd[0])
-			if err != nil {
-				return nil, fmt.Errorf("--agent %s: %v", name, err)
-			}
-			if path, err = filepath.Abs(path); err != nil {
-				return nil, fmt.Errorf("--agent %s: %v", name, err)
-			}
-			cmd[0] = path
-		}
 		sb, err := sandbox.New(ctx, sandbox.Options{ReadOnly: cfg.confine.readOnly, ReadWrite: cfg.confine.readWrite, Hide: hide})
 		if err != nil {
 			return nil, fmt.Errorf("--sandbox bwrap: %w", err)

@@ -52,6 +52,7 @@ func connectCmd(ctx context.Context, args []string, in io.Reader, stdout, stderr
 		Agent:        cfg.agent,
 		Cwd:          cfg.cwd,
 		KeepSessions: cfg.keepSessions,
+		CheckGateway: true,
 		Version:      version,
 		Log:          log,
 	})

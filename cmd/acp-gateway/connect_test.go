@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -245,4 +248,59 @@ func TestTokenInClear(t *testing.T) {
 			t.Errorf("tokenInClear(%q, %q) warns %v, want %v", c.url, c.token, got, c.warn)
 		}
 	}
+}
+
+// TestConnectInitializeChecksTheGateway checks that the bridge fails the
+// editor's initialize, saying why, when the gateway cannot be reached or
+// has no such agent, rather than answering it as if all were well.
+func TestConnectInitializeChecksTheGateway(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	l.Close()
+	addr, served := startServe(t, ctx)
+	for _, tt := range []struct {
+		name, url, agent, want string
+	}{
+		{"unreachable", closed, "demo", "acp-gateway initialize (asking the gateway for its agents) failed: unavailable: "},
+		{"no such agent", "http://" + addr, "nope", `the gateway has no agent "nope" (it has demo)`},
+		{"all well", "http://" + addr, "demo", ""},
+	} {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		exited := make(chan int, 1)
+		go func() {
+			exited <- connectCmd(ctx, []string{tt.url, "--agent", tt.agent, "--log-level", "error"}, inR, outW, io.Discard)
+			outW.Close()
+		}()
+		go fmt.Fprintln(inW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`)
+		var answer struct {
+			Result json.RawMessage `json:"result"`
+			Error  *struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.NewDecoder(outR).Decode(&answer); err != nil {
+			t.Fatalf("%s: no answer to initialize: %v", tt.name, err)
+		}
+		switch {
+		case tt.want == "" && (answer.Error != nil || len(answer.Result) == 0):
+			t.Errorf("%s: initialize answered %+v, want a result", tt.name, answer.Error)
+		case tt.want != "" && (answer.Error == nil || !strings.Contains(answer.Error.Message, tt.want)):
+			t.Errorf("%s: initialize answered %s / %+v, want an error saying %q", tt.name, answer.Result, answer.Error, tt.want)
+		}
+		inW.Close()
+		go io.Copy(io.Discard, outR)
+		if code := <-exited; code != 0 {
+			t.Errorf("%s: connect exited %d", tt.name, code)
+		}
+	}
+	cancel()
+	<-served
 }

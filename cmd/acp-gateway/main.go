@@ -6,6 +6,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,7 +41,7 @@ import (
 
 const usage = `usage:
   acp-gateway serve [--listen HOST:PORT] [--agent NAME=COMMAND_LINE]... [--store URL] [flags]
-  acp-gateway try [--url URL] [--agent NAME] [--cwd DIR] [--token TOKEN | --token-file FILE]   (run one turn and print its events)
+  acp-gateway try [--url URL] [--agent NAME] [--cwd DIR] [--token TOKEN | --token-file FILE] [--json]   (run one turn and show it; --json: every event as proto JSON)
   acp-gateway connect URL --agent NAME [--token TOKEN | --token-file FILE] [--cwd DIR]   (an editor's ACP agent, run on the gateway at URL)
   acp-gateway demo-agent    (the built-in demo agent, speaking ACP on stdin/stdout)
   acp-gateway version   (this build's version, revision and Go release)
@@ -157,6 +158,7 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 		WatchBufferBytes:      cfg.watchBufferBytes,
 		Workspaces:            cfg.workspaces,
 		ConfineCwd:            cfg.confineCwd,
+		AdoptAgentSessions:    cfg.adoptSessions,
 	}
 }
 
@@ -172,6 +174,8 @@ func noneIfZero(v int) int {
 // serveConfig is the configuration of `acp-gateway serve`.
 type serveConfig struct {
 	listen            string
+	tlsCert, tlsKey   string // --tls-cert, --tls-key
+	tls               *tls.Config
 	allowedHosts      listFlag // --allowed-host
 	insecureNoAuth    bool     // --insecure-no-auth
 	bodyTimeout       time.Duration
@@ -180,6 +184,7 @@ type serveConfig struct {
 	agents            map[string][]string
 	agentMCP          mcpFlags // --agent-mcp
 	mcpAllow          listFlag // --mcp-allow
+	adoptSessions     bool     // --adopt-agent-sessions
 	store             string
 	storeFile         string // --store-file, read into store
 	storeShown        string // store with any password hidden
@@ -284,6 +289,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to serve Connect, gRPC and gRPC-Web on")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "serve HTTPS (HTTP/1.1 and HTTP/2 over TLS) on --listen with this PEM certificate chain, with --tls-key (default: plain HTTP/1.1 and h2c)")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	fs.Var(&cfg.allowedHosts, "allowed-host", "a host name or address, without a port, that requests may name in their Host header, at any port, besides loopback ones, the --listen host and the --advertise host (repeatable; * accepts any Host, unsafe: DNS rebinding)")
 	fs.BoolVar(&cfg.insecureNoAuth, "insecure-no-auth", false, "unsafe: serve without authentication on a --listen address other machines may reach, where anyone who reaches it runs agents as this gateway's user")
 	fs.DurationVar(&cfg.bodyTimeout, "request-body-timeout", server.DefaultBodyTimeout, "cut a request whose body takes longer than this to arrive (deadline_exceeded); streams last as long as they will once their request is read (0: no bound)")
@@ -291,6 +298,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once; further ones are closed as soon as accepted (0: no limit)")
 	fs.Var(agentFlags(cfg.agents), "agent", "NAME=COMMAND_LINE of an agent (repeatable)")
 	fs.Var(cfg.agentMCP, "agent-mcp", `NAME=SERVER: an MCP server every session of agent NAME is given, as ACP's McpServer JSON: {"name":"fs","command":"/abs/path","args":[],"env":[{"name":"K","value":"V"}]} (stdio) or {"type":"http","name":"docs","url":"https://…","headers":[…]} (http, sse); not subject to --mcp-allow (repeatable)`)
+	fs.BoolVar(&cfg.adoptSessions, "adopt-agent-sessions", false, "let users list the sessions an agent keeps itself (ACP session/list) in their workspace, and adopt one as a new session (ListAgentSessions, CreateSession's adopt_agent_session_id); off by default")
 	fs.Var(&cfg.mcpAllow, "mcp-allow", "an MCP server clients may give a session in CreateSession: a stdio server's command as an absolute path (exactly), or an http or https URL prefix (scheme, host and optional path) for http and sse servers; none by default (repeatable)")
 	fs.StringVar(&cfg.store, "store", "bolt:"+defaultBoltPath(), "state store: memory:, bolt:PATH or redis://HOST:PORT/DB")
 	fs.StringVar(&cfg.storeFile, "store-file", "", "read the --store URL from this file, so that a Redis password is neither on the command line nor in the environment (a --store given on the command line wins over a store-file in --config, and the other way round)")
@@ -305,7 +313,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&cfg.maxEnded, "max-ended-sessions", statestore.DefaultMaxEndedSessions, "closed sessions kept in the store; closing one past it deletes the first closed (0: keep all)")
 	fs.Int64Var(&cfg.maxStoreBytes, "max-store-bytes", session.DefaultMaxStoreBytes, "bytes of events and tool calls the store keeps in all; past it the closed sessions are deleted, the first closed first, but for the last (0: no bound)")
 	fs.IntVar(&cfg.maxToolCalls, "max-tool-calls", session.DefaultMaxToolCalls, "distinct tool calls per session; an agent's update that would add one more is kept as an unknown update, not merged (0: no limit)")
-	fs.IntVar(&cfg.maxPendingPerms, "max-pending-permissions", session.DefaultMaxPendingPermissions, "permission requests per session waiting for an answer; the agent's request past it is answered with an error (0: no limit)")
+	fs.IntVar(&cfg.maxPendingPerms, "max-pending-permissions", session.DefaultMaxPendingPermissions, "permission requests and elicitations per session waiting for an answer, counted together; the agent's request past it is answered with an error (0: no limit)")
 	fs.IntVar(&cfg.stderrLines, "agent-stderr-lines", agent.DefaultStderrLines, "lines of each agent's stderr logged a second, with bursts of ten seconds' worth; the rest are counted, not logged (0: no limit)")
 	fs.IntVar(&cfg.stderrBytes, "agent-stderr-bytes", agent.DefaultStderrBytes, "bytes of each agent's stderr logged a second, as --agent-stderr-lines (0: no limit)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "base URL other replicas reach this one at, for a shared store (default http://LISTEN when it names a host)")
@@ -344,7 +352,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&cfg.turnTimeout, "turn-timeout", 0, "end a turn that runs longer than this: the agent gets session/cancel, and is stopped if it does not end the turn within --cancel-grace (0: no limit)")
 	fs.DurationVar(&cfg.cancelGrace, "cancel-grace", session.DefaultCancelGrace, "how long an agent has to end its turn after a Cancel (or --turn-timeout) before the gateway stops it; the turn then ends cancelled")
 	fs.DurationVar(&cfg.storeOutage, "store-outage-timeout", session.DefaultStoreOutageTimeout, "how long a session's events wait for a store that fails to take them (its agent's output is not read meanwhile, once 16 MiB wait) before the gateway gives up: the agent is stopped and the session's streams end unavailable, saying from which seq to resume")
-	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request left unanswered this long with cancelled")
+	fs.DurationVar(&cfg.permissionTimeout, "permission-timeout", session.DefaultPermissionTimeout, "answer a permission request or an elicitation left unanswered this long with cancelled")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", session.DefaultIdleTimeout, "end an agent with no turn and no watcher for this long (negative: never)")
 	fs.DurationVar(&cfg.shutdownDrain, "shutdown-drain", 0, "on SIGTERM or SIGINT, go on serving this long while not ready (/readyz 503, gRPC health NOT_SERVING), so that load balancers stop sending new clients, then shut down; a second signal shuts down at once (0: no drain)")
 	fs.Var(&cfg.envAllow, "agent-env", "a variable of the gateway's environment that agents inherit (repeatable; default "+strings.Join(defaultEnvAllow, ",")+")")
@@ -502,12 +510,30 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if cfg.leaseTTL < 300*time.Millisecond {
 		return nil, fmt.Errorf("--lease-ttl must be at least 300ms, got %v", cfg.leaseTTL)
 	}
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if cfg.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert, --tls-key: %v", err)
+		}
+		cfg.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	if cfg.advertise == "" {
 		if host, _, _ := net.SplitHostPort(cfg.listen); host != "" && host != "0.0.0.0" && host != "::" {
-			cfg.advertise = "http://" + cfg.listen
+			cfg.advertise = cfg.scheme() + "://" + cfg.listen
 		}
 	}
 	return cfg, nil
+}
+
+// scheme is the gateway's URL scheme: https with --tls-cert.
+func (cfg *serveConfig) scheme() string {
+	if cfg.tlsCert != "" {
+		return "https"
+	}
+	return "http"
 }
 
 func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
@@ -524,6 +550,13 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		go agent.ReapOrphans(context.Background(), log)
 	}
 	cfg.warnBoundary(log, l.Addr().String())
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("the gateway's working directory: %w", err)
+	}
+	if err := resolveAgents(cfg.agents, wd, log); err != nil {
+		return configError{err}
+	}
 	authn, err := authenticator(ctx, cfg, log)
 	if err != nil {
 		return configError{err}
@@ -562,7 +595,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	defer store.Close()
 	advertise := cfg.advertise
 	if advertise == "" || strings.HasSuffix(advertise, ":0") {
-		advertise = "http://" + l.Addr().String() // the port the kernel chose
+		advertise = cfg.scheme() + "://" + l.Addr().String() // the port the kernel chose
 	}
 	allowedHosts := cfg.hostsAllowed(advertise)
 	if cfg.workspaces, cfg.confineCwd, err = cfg.setupWorkspaces(log); err != nil {
@@ -595,6 +628,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 		MaxConnections:     cmp.Or(cfg.maxConnections, -1),
 		Console:            cfg.console,
 		ACP:                cfg.acp,
+		TLS:                cfg.tls,
 	})
 	if err != nil {
 		return err
@@ -615,7 +649,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	}
 	build := buildinfo.Get()
 	log.Info("serving", "addr", l.Addr().String(), "agents", mgr.AgentNames(), "store", cfg.storeShown, "replica", advertise, "replica_secret", secret != nil,
-		"auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
+		"tls", cfg.tls != nil, "auth", authn != nil, "allowed_hosts", allowedHosts, "workspace_root", cfg.workspaceDir(), "cwd_confined", cfg.confineCwd, "adopt_agent_sessions", cfg.adoptSessions, "trace_export", tracing.Exporting, "version", build.Version, "revision", build.Revision)
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(l) }()
 	if metricsSrv != nil {

@@ -192,14 +192,42 @@ func TestTryPlaysTheDemoTurn(t *testing.T) {
 	addr, exited := startServe(t, ctx)
 
 	var out, errOut bytes.Buffer
-	if code := run(ctx, []string{"try", "--url", "http://" + addr}, &out, &errOut); code != 0 {
-		t.Fatalf("try exited %d: %s", code, errOut.String())
+	if code := run(ctx, []string{"try", "--url", "http://" + addr, "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("try --json exited %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{`"turnStarted"`, `"plan"`, `"toolCallUpdate"`, `"toolCall"`, `"permissionRequest"`,
 		`# answering perm-`, `with "allow-once"`, `"selectedOptionId":"allow-once"`, `"diff"`, `"stopReason":"end_turn"`} {
 		if !strings.Contains(out.String(), want) {
-			t.Errorf("try output lacks %s", want)
+			t.Errorf("try --json output lacks %s", want)
 		}
+	}
+
+	// By default, the turn for a person: no JSON, the text whole, each
+	// tool call's status on a line, the diff, the permission asked and
+	// answered.
+	out.Reset()
+	if code := run(ctx, []string{"try", "--url", "http://" + addr}, &out, &errOut); code != 0 {
+		t.Fatalf("try exited %d: %s", code, errOut.String())
+	}
+	text := out.String()
+	for _, want := range []string{
+		"> Show me what you can do.\n",
+		"\n" + agentsim.DemoDisclaimer,
+		"I'll show a file being read, an edit that asks your permission, and a command's output.\n",
+		"plan:\n  [ ] Read README.md to learn about the project\n",
+		"\n* Read README.md (read): pending\n* Read README.md (read): in_progress\n* Read README.md (read): completed\n  | # Demo project\n",
+		"plan: [x] Read README.md to learn about the project\n",
+		"/hello.go\n@@ -3,5 +3,5 @@\n import \"fmt\"\n \n func main() {\n-\tfmt.Println(\"hello\")\n+\tfmt.Println(\"hello, ACP gateway!\")\n }\n",
+		"? permission asked: Edit hello.go [Allow once / Always allow edits / Reject]\n  answering: Allow once\n  permission answered: Allow once (allow-once), by user\n",
+		"* Run go test ./... (execute): completed\n  | === RUN   TestGreeting\n",
+		"\nturn ended: end_turn\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("try output lacks %q", want)
+		}
+	}
+	if strings.Contains(text, `{"`) || strings.Count(text, "Edit hello.go (edit): completed") != 1 {
+		t.Errorf("try output has JSON, or a tool call's line repeated:\n%s", text)
 	}
 	stopServe(t, cancel, exited)
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
@@ -20,9 +17,11 @@ import (
 	"github.com/acp-gateway/acp-gateway/gen/acp/v2/acpv2connect"
 )
 
-// try runs one turn against a gateway and prints every event as proto JSON,
-// answering permission requests with their first allow option. It is the
-// newcomer's first look at the stream.
+// try runs one turn against a gateway and shows it, answering permission
+// requests with their first allow option: for a person by default (the
+// agent's text, its tool calls a line each, diffs, the permission asked
+// and answered), or with --json every event as a line of proto JSON. It
+// is the newcomer's first look at the stream.
 func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("try", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -30,6 +29,7 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	agent := fs.String("agent", "demo", "agent name")
 	prompt := fs.String("prompt", "Show me what you can do.", "prompt text")
 	cwd := fs.String("cwd", "", "working directory of the session on the gateway's machine, in your workspace there (default: a new directory the gateway makes)")
+	asJSON := fs.Bool("json", false, "print every event as a line of proto JSON, and what try does as # comments, rather than the turn for a person")
 	tokens := addTokenFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -51,20 +51,37 @@ func try(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if warning := tokenInClear(*url, token); warning != "" {
 		fmt.Fprintf(stderr, "acp-gateway try: warning: %s\n", warning)
 	}
-	if err := runTry(ctx, bridge.NewClient(http.DefaultClient, *url, token), *agent, *cwd, *prompt, stdout); err != nil {
+	var printer turnPrinter = newTextPrinter(stdout)
+	if *asJSON {
+		printer = jsonPrinter{stdout}
+	}
+	err = runTry(ctx, bridge.NewClient(http.DefaultClient, *url, token), *agent, *cwd, *prompt, printer)
+	printer.done()
+	if err != nil {
 		fmt.Fprintf(stderr, "acp-gateway try: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out io.Writer) error {
+func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd, prompt string, out turnPrinter) (err error) {
 	created, err := c.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: agent, Cwd: cwd}))
 	if err != nil {
 		return err
 	}
 	id := created.Msg.GetSessionId()
-	fmt.Fprintf(out, "# session %s\n", id)
+	out.session(id)
+	defer func() {
+		if ctx.Err() != nil {
+			// Interrupted (Ctrl-C): the gateway keeps a turn whose stream
+			// drops, so it is cancelled, lest it run on, its permission
+			// request waiting, without us.
+			cancelTurn(ctx, c, id, out)
+			err = ctx.Err()
+			return
+		}
+		showSession(ctx, c, id, out)
+	}()
 	stream, err := c.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: id, Prompt: []*acpv2.ContentBlock{
 		{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: prompt}}},
 	}}))
@@ -83,16 +100,9 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 		if te := ev.GetTurnEnded(); te != nil {
 			ended = te
 		}
-		js, err := protojson.Marshal(ev)
-		if err != nil {
+		if err := out.event(ev); err != nil {
 			return err
 		}
-		// protojson varies its spacing on purpose; print it compact.
-		var line bytes.Buffer
-		if err := json.Compact(&line, js); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s\n", line.Bytes())
 		if pr := ev.GetPermissionRequest(); pr != nil {
 			option := ""
 			for _, o := range pr.GetOptions() {
@@ -102,20 +112,14 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 				}
 			}
 			req := &acpv2.RespondPermissionRequest{SessionId: id, RequestId: pr.GetRequestId(), OptionId: option, Cancelled: option == ""}
-			fmt.Fprintf(out, "# answering %s with %q\n", pr.GetRequestId(), option)
+			out.answering(pr, option)
 			if _, err := c.RespondPermission(ctx, connect.NewRequest(req)); err != nil {
 				return err
 			}
 		}
 	}
 	if ctx.Err() != nil {
-		// Interrupted (Ctrl-C): the turn would go on without us.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := c.Cancel(cctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err == nil {
-			fmt.Fprintf(out, "# interrupted: the turn was cancelled\n")
-		}
-		return ctx.Err()
+		return ctx.Err() // the turn is cancelled on the way out
 	}
 	switch {
 	case stream.Err() != nil:
@@ -126,4 +130,32 @@ func runTry(ctx context.Context, c acpv2connect.SessionServiceClient, agent, cwd
 		return fmt.Errorf("the turn failed: %s", ended.GetError())
 	}
 	return nil
+}
+
+// cancelTurn cancels session id's turn after ctx ended, and says what
+// became of it.
+func cancelTurn(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out turnPrinter) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := c.Cancel(cctx, connect.NewRequest(&acpv2.CancelRequest{SessionId: id})); err != nil {
+		out.note(fmt.Sprintf("interrupted: the turn could not be cancelled (%v): it may run on; see GetSession turnRunning", err))
+		return
+	}
+	out.note("interrupted: the turn was cancelled")
+	showSession(cctx, c, id, out)
+}
+
+// showSession prints whether session id runs a turn and which permission
+// requests wait, as GetSession says.
+func showSession(ctx context.Context, c acpv2connect.SessionServiceClient, id string, out turnPrinter) {
+	got, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+	if err != nil {
+		return
+	}
+	snap := got.Msg.GetSession()
+	running := "no turn running"
+	if snap.GetTurnRunning() {
+		running = fmt.Sprintf("a turn running since seq %d", snap.GetTurnStartedSeq())
+	}
+	out.note(fmt.Sprintf("session %s: %s, %s, %d permission requests waiting", id, snap.GetState(), running, len(snap.GetPendingPermissions())))
 }

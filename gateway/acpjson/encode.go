@@ -144,6 +144,10 @@ func (e *encoder) fields(m protoreflect.Message, first bool) error {
 func (e *encoder) field(m protoreflect.Message, in *msgInfo, fd protoreflect.FieldDescriptor, key string) error {
 	implicit := !fd.HasPresence()
 	if !m.Has(fd) && (!implicit || in.omitEmpty[fd.Number()]) {
+		if fd == fdDiffChanges && v2Diff(m) {
+			e.key(key)
+			e.buf.WriteString("[]")
+		}
 		return nil
 	}
 	v := m.Get(fd)
@@ -356,3 +360,16 @@ func (e *encoder) str(s string) {
 // plainByte reports whether c stands for itself in a JSON string: ASCII,
 // neither a control character, a quote nor a backslash.
 func plainByte(c byte) bool { return c >= ' ' && c < utf8.RuneSelf && c != '"' && c != '\\' }
+
+// v2Diff says whether diff d, whose changes are empty, is of ACP v2's form
+// (it has none of v1's members), so that its `"changes": []`, which v2
+// requires, is written back.
+func v2Diff(d protoreflect.Message) bool {
+	fields := d.Descriptor().Fields()
+	for _, name := range []protoreflect.Name{"path", "old_text", "new_text"} {
+		if d.Has(fields.ByName(name)) {
+			return false
+		}
+	}
+	return true
+}

@@ -39,6 +39,9 @@ var decoderSeeds = []string{
 	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"content","content":{"type":"text","text":"x","annotations":{"priority":1}}}]}`,
 	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"weird"}]}`,
 	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":{"type":"diff"}}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"diff","changes":[{"operation":"modify","path":"/p"}],"patch":{"format":"git_patch","text":"x"}}]}`,
+	`{"sessionUpdate":"tool_call_update","toolCallId":"c","content":[{"type":"diff","path":"/p","newText":"b","changes":[]}]}`,
+	`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c","content":{"type":"diff","changes":[{"operation":"add","path":"/p"}]}}`,
 	`{"sessionUpdate":"tool_call_update","toolCallId":"c","_meta":[1]}`,
 	`{"sessionUpdate":"tool_call_content_chunk","toolCallId":"c"}`,
 	`{"sessionUpdate":"tool_call_content_chunk","content":{"type":"terminal","terminalId":"t"}}`,
@@ -291,9 +294,19 @@ func sampleJSON(s slot) string {
 		if s.sub.items != nil { // a list message
 			return sampleJSON(s.sub.items.slot)
 		}
-		return `{}`
+		return requiredJSON(s.sub)
 	}
 	return `{"k":1}` // google.protobuf.Value and Struct
+}
+
+// requiredJSON is an object of t's required members.
+func requiredJSON(t *table) string {
+	members := map[string]json.RawMessage{}
+	for _, r := range t.required {
+		members[r.key] = json.RawMessage(sampleJSON(r.slot))
+	}
+	b, _ := json.Marshal(members)
+	return string(b)
 }
 
 // TestDecoderFillsEveryField: every member of every ACP message, given

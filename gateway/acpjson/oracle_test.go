@@ -34,24 +34,6 @@ func oracleDecode(data []byte, m proto.Message, v Version) error {
 	return d.object(obj, m.ProtoReflect())
 }
 
-// parseObject parses data as Decode reads it.
-func parseObject(data []byte) (map[string]any, error) {
-	v, trailing, err := parseStd(data)
-	switch {
-	case err != nil:
-		return nil, &Error{Reason: "not valid JSON: " + err.Error()}
-	case trailing:
-		return nil, &Error{Reason: "trailing data after the JSON object"}
-	case deeper(v, MaxDepth):
-		return nil, tooDeep()
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, &Error{Reason: fmt.Sprintf("want a JSON object, got %s", jsonKind(v))}
-	}
-	return obj, nil
-}
-
 // sessionUpdate decodes the `update` member of a session/update.
 func (d *oracle) sessionUpdate(obj map[string]any, u *acpv2.SessionUpdate) error {
 	tag, hasTag := obj["sessionUpdate"]

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"google.golang.org/protobuf/types/known/structpb"
-
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
@@ -13,10 +11,11 @@ import (
 // `session/request_permission` request into a PermissionRequest (without its
 // request id or preview, which the gateway fills in).
 //
-// ACP v1 carries the tool call as `toolCall`; ACP v2 carries a `title` and a
-// `subject`, whose `tool_call` form holds the same ToolCallUpdate shape. A v2
-// subject of another type (a command, say) is kept in the request's `meta`
-// under "subject" so that nothing is lost.
+// ACP v1 carries the tool call as `toolCall`; ACP v2 carries a `title`, a
+// `description` and a `subject`, whose `tool_call` form holds the same
+// ToolCallUpdate shape. A v2 subject of another type is the request's
+// `subject`: a command, or one of a type the gateway does not know, kept
+// whole.
 func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, error) {
 	req, err := decodePermissionRequest(data, v)
 	if err != nil {
@@ -32,7 +31,8 @@ func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 		return nil, decoder{}.notObject(r)
 	}
 	// The members that matter, as their bytes (the last of each).
-	var title string
+	var title, description string
+	var hasDescription bool
 	var toolCall, subject, options, meta []byte
 	raw := func() ([]byte, error) {
 		start, d0 := r.offset(), r.depth()
@@ -48,6 +48,13 @@ func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 			title = ""
 			if r.kind() == '"' {
 				title, err = r.str()
+				return true, err
+			}
+		case "description":
+			description, hasDescription = "", false
+			if r.kind() == '"' {
+				description, err = r.str()
+				hasDescription = true
 				return true, err
 			}
 		case "toolCall":
@@ -74,8 +81,12 @@ func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 	isObject := func(b []byte) bool { return len(b) > 0 && b[0] == '{' }
 	d := decoder{version: v}
 	req := &acpv2.PermissionRequest{Title: title}
+	if hasDescription {
+		req.Description = &description
+	}
 	switch {
 	case isObject(toolCall):
+		subject = nil
 	case isObject(subject):
 		toolCall = nil
 		typ, err := lastString(subject, "type")
@@ -132,21 +143,19 @@ func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 		}
 		req.Options = append(req.Options, po)
 	}
-	if isObject(meta) || subject != nil {
-		s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-		if isObject(meta) {
-			if s, err = r.structOf(meta, 1); err != nil {
-				return nil, err
-			}
+	if subject != nil {
+		req.Subject = &acpv2.PermissionSubject{}
+		sub := getReader(subject, MaxDepth-1)
+		err := d.object(sub, tableOf(req.Subject.ProtoReflect().Descriptor()), unsafe.Pointer(req.Subject))
+		putReader(sub)
+		if err != nil {
+			return nil, within(err, "subject")
 		}
-		if subject != nil {
-			sv, err := r.valueOf(subject, 1)
-			if err != nil {
-				return nil, err
-			}
-			s.Fields["subject"] = sv
+	}
+	if isObject(meta) {
+		if req.Meta, err = r.structOf(meta, 1); err != nil {
+			return nil, err
 		}
-		req.Meta = s
 	}
 	return req, nil
 }

@@ -1,10 +1,12 @@
 package acpjson_test
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -46,13 +48,60 @@ func TestDecodePermissionRequestV2(t *testing.T) {
 		t.Fatalf("custom option kind lost: %v", req.GetOptions())
 	}
 
-	cmd := `{"sessionId":"s","title":"Run?","subject":{"type":"command","command":"rm -rf build","cwd":"/w"},"options":[{"optionId":"y","name":"Yes","kind":"allow_once"}]}`
-	req, err = acpjson.DecodePermissionRequest([]byte(cmd), acpjson.V2)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// A v2 request's description and its subject of another type than
+// tool_call are typed fields, and the subject is written back as the agent
+// sent it.
+func TestDecodePermissionRequestV2Subjects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		subject string
+		want    *acpv2.PermissionSubject
+	}{
+		{
+			subject: `{"type":"command","command":"rm -rf build","cwd":"/w","toolCallId":"c1","_meta":{"k":1},"shell":"bash"}`,
+			want: &acpv2.PermissionSubject{Subject: &acpv2.PermissionSubject_Command{Command: &acpv2.CommandSubject{
+				Command: "rm -rf build", Cwd: "/w", ToolCallId: proto.String("c1"),
+				Meta:  jsonStruct(t, `{"k":1}`),
+				Extra: jsonStruct(t, `{"shell":"bash"}`),
+			}}},
+		},
+		{
+			subject: `{"type":"command","command":"ls"}`, // no cwd: kept whole
+			want:    &acpv2.PermissionSubject{Subject: &acpv2.PermissionSubject_Unknown{Unknown: jsonStruct(t, `{"type":"command","command":"ls"}`)}},
+		},
+		{
+			subject: `{"type":"_network","host":"example.com"}`,
+			want:    &acpv2.PermissionSubject{Subject: &acpv2.PermissionSubject_Unknown{Unknown: jsonStruct(t, `{"type":"_network","host":"example.com"}`)}},
+		},
+	} {
+		js := `{"sessionId":"s","title":"Run?","description":"It cleans the build.","subject":` + tc.subject + `,"options":[{"optionId":"y","name":"Yes","kind":"allow_once"}],"_meta":{"m":true}}`
+		req, err := acpjson.DecodePermissionRequest([]byte(js), acpjson.V2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.GetToolCall() != nil || req.GetDescription() != "It cleans the build." || req.Description == nil {
+			t.Fatalf("%s: decoded %v", tc.subject, req)
+		}
+		if !proto.Equal(req.GetSubject(), tc.want) {
+			t.Fatalf("%s: subject %v, want %v", tc.subject, req.GetSubject(), tc.want)
+		}
+		if !proto.Equal(req.GetMeta(), jsonStruct(t, `{"m":true}`)) {
+			t.Fatalf("%s: meta %v, want the agent's _meta alone", tc.subject, req.GetMeta())
+		}
+		back, err := acpjson.Encode(req.GetSubject(), acpjson.V2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !testutil.JSONEqual(t, back, []byte(tc.subject)) {
+			t.Fatalf("subject written back as %s, want %s", back, tc.subject)
+		}
 	}
-	if req.GetToolCall() != nil || req.GetMeta().GetFields()["subject"].GetStructValue().GetFields()["command"].GetStringValue() != "rm -rf build" {
-		t.Fatalf("command subject not kept: %v", req)
+	// No description: absent, not empty.
+	req, err := acpjson.DecodePermissionRequest([]byte(`{"sessionId":"s","title":"t","options":[]}`), acpjson.V2)
+	if err != nil || req.Description != nil || req.Subject != nil {
+		t.Fatalf("decoded %v, %v", req, err)
 	}
 }
 
@@ -101,4 +150,18 @@ func TestContentBlockRoundTrip(t *testing.T) {
 	if !testutil.JSONEqual(t, out, in) {
 		t.Fatalf("got %s", out)
 	}
+}
+
+// jsonStruct is the JSON object js as a Struct.
+func jsonStruct(t *testing.T, js string) *structpb.Struct {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		t.Fatal(err)
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -85,14 +85,25 @@ func init() {
 	defineUnion(&acpv2.PlanContent{}, "type", "unknown", map[string]variant{
 		"items": {field: field(&acpv2.PlanContent{}, "items")},
 	})
+	// A v2 permission request's subject, but for its tool_call form,
+	// which DecodePermissionRequest takes as the request's tool call.
+	defineUnion(&acpv2.PermissionSubject{}, "type", "unknown", map[string]variant{
+		"command": {field: field(&acpv2.PermissionSubject{}, "command")},
+	})
 
 	require(&acpv2.ToolCallUpdate{}, "tool_call_id")
 	require(&acpv2.ToolCallContentChunk{}, "tool_call_id", "content")
 	require(&acpv2.ToolCall{}, "tool_call_id")
 	require(&acpv2.PermissionOption{}, "option_id")
+	require(&acpv2.DiffChange{}, "operation")
+	require(&acpv2.DiffPatch{}, "format")
+	require(&acpv2.CommandSubject{}, "command", "cwd")
 
 	omitEmpty(&acpv2.ToolCall{}, "kind", "status", "content", "locations")
 	omitEmpty(&acpv2.Annotations{}, "audience")
+	// A v1 diff has no changes; a v2 diff's empty changes are written
+	// back by the encoder (see diffChanges).
+	omitEmpty(&acpv2.Diff{}, "changes")
 
 	buildTables()
 	internNames()
@@ -204,6 +215,8 @@ var (
 	mdToolCallUpdate      = (&acpv2.ToolCallUpdate{}).ProtoReflect().Descriptor()
 	mdSessionConfigOption = (&acpv2.SessionConfigOption{}).ProtoReflect().Descriptor()
 	mdEmbeddedResource    = (&acpv2.EmbeddedResource{}).ProtoReflect().Descriptor()
+	mdDiff                = (&acpv2.Diff{}).ProtoReflect().Descriptor()
+	fdDiffChanges         = mdDiff.Fields().ByName("changes")
 	mdSessionUpdate       = (&acpv2.SessionUpdate{}).ProtoReflect().Descriptor()
 	updateOneof           = mdSessionUpdate.Oneofs().ByName("update")
 )

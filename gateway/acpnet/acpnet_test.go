@@ -108,6 +108,9 @@ func startGateway(t *testing.T, cfg app.Config) *gateway {
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(hc.CloseIdleConnections)
 	base, _ := testutil.Serve(t, gw.Server.Serve, gw.Shutdown)
+	if cfg.TLS != nil {
+		base = "https" + strings.TrimPrefix(base, "http")
+	}
 	return &gateway{
 		base:    base,
 		ws:      "ws" + strings.TrimPrefix(base, "http"),

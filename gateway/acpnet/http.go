@@ -78,28 +78,65 @@ type httpConn struct {
 	// when the last one ended.
 	active int
 	idle   *time.Timer
+	// resumer is the bridge's, which takes a session up from a position
+	// (Bind).
+	resumer bridge.Resumer
 }
 
-// sseStream is the messages of one SSE stream, numbered from 1 (the SSE
-// event id); it keeps the last streamKeep for Last-Event-ID.
+// sseStream is the messages of one SSE stream, in order (n, from 1); it
+// keeps the last streamKeep for Last-Event-ID. The connection's stream
+// numbers its events by n. A session's stream names each by its place in
+// the session's log: a message made from event SEQ is "SEQ" (or "SEQ.PART"
+// when the event made several and it is not the last), and any other
+// message (an answer, a request to the client) "POSITION:N", the Nth since
+// the last such place.
 type sseStream struct {
 	events []sseEvent
 	bytes  int
-	nextID uint64
-	// sent is the last id written to a client.
+	next   uint64
+	// sent is the last message (n) written to a client.
 	sent uint64
 	// wake is signalled when a message comes.
 	wake chan struct{}
 	// reader is the GET now serving the stream; a new GET takes over.
 	reader chan struct{}
+
+	// session: the stream is a session's, whose messages are named by
+	// their place in its log: at, and extra messages since that no event
+	// made.
+	session bool
+	at      bridge.Position
+	extra   int
+	// from is the Last-Event-ID the stream was taken up from on this
+	// connection (Resume), and skip the parts of a partly had event that
+	// its client had, which are not sent again.
+	from string
+	skip bridge.Position
 }
 
 type sseEvent struct {
-	id   uint64
+	n    uint64
+	id   string
 	data []byte
 }
 
-func newStream() *sseStream { return &sseStream{nextID: 1, wake: make(chan struct{}, 1)} }
+func newStream(session bool) *sseStream {
+	return &sseStream{next: 1, wake: make(chan struct{}, 1), session: session}
+}
+
+// after returns the n of the message that SSE event id names in s, for a
+// GET that resumes after it.
+func (s *sseStream) after(id string) (uint64, bool) {
+	for i := len(s.events) - 1; i >= 0; i-- {
+		if s.events[i].id == id {
+			return s.events[i].n, true
+		}
+	}
+	if id == s.from && (len(s.events) == 0 || s.events[0].n == 1) {
+		return 0, true
+	}
+	return 0, false
+}
 
 // Read implements bridge.Messages.
 func (c *httpConn) Read() ([]byte, error) {
@@ -148,11 +185,52 @@ func (c *httpConn) Write(msg []byte) error {
 		delete(c.routes, id)
 	}
 	s := c.streamLocked(session)
-	s.events = append(s.events, sseEvent{id: s.nextID, data: msg})
-	s.nextID++
+	id = strconv.FormatUint(s.next, 10)
+	if s.session {
+		s.extra++
+		id = s.at.String() + ":" + strconv.Itoa(s.extra)
+	}
+	return c.appendLocked(s, id, msg)
+}
+
+// WriteAt implements bridge.Positioned: msg goes to the session's stream,
+// named by its place in the session's log; a part of an event that a
+// resumed client had is dropped.
+func (c *httpConn) WriteAt(session string, at bridge.Position, msg []byte) error {
+	c.mu.Lock()
+	s := c.streamLocked(session)
+	if at.Part != 0 && at.Seq == s.skip.Seq && at.Part <= s.skip.Part {
+		c.mu.Unlock()
+		return nil
+	}
+	s.at, s.extra = at, 0
+	return c.appendLocked(s, at.String(), msg)
+}
+
+// Reached implements bridge.Positioned.
+func (c *httpConn) Reached(session string, at bridge.Position) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.streamLocked(session); s.at.Before(at) {
+		s.at, s.extra = at, 0
+	}
+}
+
+// Bind implements bridge.Positioned.
+func (c *httpConn) Bind(r bridge.Resumer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resumer = r
+}
+
+// appendLocked adds message msg, named id, to stream s and wakes its
+// reader. c.mu is held, and let go.
+func (c *httpConn) appendLocked(s *sseStream, id string, msg []byte) error {
+	s.events = append(s.events, sseEvent{n: s.next, id: id, data: msg})
+	s.next++
 	s.bytes += len(msg)
 	for len(s.events) > streamKeep || s.bytes > streamKeepBytes {
-		if s.events[0].id > s.sent {
+		if s.events[0].n > s.sent {
 			// Never sent, and no room: the client is not reading.
 			c.mu.Unlock()
 			c.h.opts.Log.Warn("ending an /acp connection whose client does not read its messages", "connection", c.id)
@@ -174,7 +252,7 @@ func (c *httpConn) Write(msg []byte) error {
 func (c *httpConn) streamLocked(session string) *sseStream {
 	s := c.streams[session]
 	if s == nil {
-		s = newStream()
+		s = newStream(session != "")
 		c.streams[session] = s
 	}
 	return s
@@ -294,7 +372,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, opts bridge
 	c := &httpConn{
 		id: newConnectionID(), user: user, h: h, ctx: ctx, cancel: cancel,
 		in:      make(chan []byte, 16),
-		streams: map[string]*sseStream{"": newStream()},
+		streams: map[string]*sseStream{"": newStream(false)},
 		routes:  map[string]string{},
 		initID:  string(e.ID), initAnswer: answer,
 		active: 1,
@@ -387,23 +465,31 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, c *httpConn) {
 }
 
 // sse serves one of the connection's SSE streams: the session's named by
-// Acp-Session-Id, else the connection's. Each event's id numbers it in its
-// stream; a client that comes back with Last-Event-ID gets what came after
-// it, when the stream still holds it (409 when it does not: load the
-// session again).
+// Acp-Session-Id, else the connection's. A client that comes back with
+// Last-Event-ID gets what came after that event: from the stream, when
+// this connection's stream holds it (409 when it does not any more); or,
+// for a session's stream this connection has not had yet, from the
+// session's log, from the place the id names (the session's stream on
+// another connection, perhaps on another replica), and then live.
 func (h *Handler) sse(w http.ResponseWriter, r *http.Request, c *httpConn) {
 	if !acceptsEventStream(r) {
 		http.Error(w, "Accept must include text/event-stream", http.StatusNotAcceptable)
 		return
 	}
 	session := r.Header.Get(HeaderSessionID)
+	lastID := r.Header.Get("Last-Event-ID")
 	if session != "" {
 		c.mu.Lock()
 		_, known := c.streams[session]
 		c.mu.Unlock()
-		// A session the bridge has not touched yet (before session/load)
-		// must be one the user may see.
-		if !known {
+		switch {
+		case !known && lastID != "":
+			if !h.resume(w, r, c, session, lastID) {
+				return
+			}
+		case !known:
+			// A session the bridge has not touched yet (before
+			// session/load) must be one the user may see.
 			if _, err := h.client.GetSession(withPeer(r.Context(), r.RemoteAddr), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: session})); err != nil {
 				http.Error(w, "unknown session", http.StatusNotFound)
 				return
@@ -413,9 +499,9 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, c *httpConn) {
 	c.mu.Lock()
 	s := c.streamLocked(session)
 	after := s.sent
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n >= s.nextID || len(s.events) > 0 && n+1 < s.events[0].id {
+	if lastID != "" {
+		n, ok := s.after(lastID)
+		if !ok {
 			c.mu.Unlock()
 			http.Error(w, "Last-Event-ID is not in this stream any more", http.StatusConflict)
 			return
@@ -449,22 +535,22 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, c *httpConn) {
 	for {
 		c.mu.Lock()
 		var batch []sseEvent
-		if n := len(s.events); n > 0 && s.events[n-1].id > after {
-			// The kept events' ids follow one another: those after after
+		if n := len(s.events); n > 0 && s.events[n-1].n > after {
+			// The kept events' ns follow one another: those after after
 			// start at its place, not found by a scan of every one.
-			first := s.events[0].id
+			first := s.events[0].n
 			batch = slices.Clone(s.events[max(after+1, first)-first:])
 		}
 		c.mu.Unlock()
 		if len(batch) > 0 {
 			var buf bytes.Buffer
 			for _, ev := range batch {
-				fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", ev.id, ev.data)
+				fmt.Fprintf(&buf, "id: %s\ndata: %s\n\n", ev.id, ev.data)
 			}
 			if !h.write(rc, w, buf.Bytes()) {
 				return
 			}
-			after = batch[len(batch)-1].id
+			after = batch[len(batch)-1].n
 			c.mu.Lock()
 			s.sent = max(s.sent, after)
 			c.mu.Unlock()
@@ -483,6 +569,59 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, c *httpConn) {
 			return
 		}
 	}
+}
+
+// resume takes session up on connection c from the place in its log that
+// SSE event id lastID names, for a client that had the session's stream
+// up to it on another connection, or answers why not.
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request, c *httpConn, session, lastID string) bool {
+	at, err := bridge.ParsePosition(lastID)
+	if err != nil {
+		http.Error(w, "Last-Event-ID: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	c.mu.Lock()
+	resumer := c.resumer
+	s := c.streamLocked(session)
+	s.from = lastID
+	if at.Part != 0 {
+		s.skip = at
+	}
+	c.mu.Unlock()
+	if resumer != nil {
+		err = resumer.Resume(withPeer(r.Context(), r.RemoteAddr), session, at)
+	} else {
+		err = bridge.ErrAttached
+	}
+	if err == nil {
+		return true
+	}
+	c.mu.Lock()
+	if c.streams[session] == s && len(s.events) == 0 {
+		delete(c.streams, session)
+	}
+	c.mu.Unlock()
+	switch code := connect.CodeOf(err); {
+	case errors.Is(err, bridge.ErrAttached):
+		http.Error(w, "this connection has the session already: Last-Event-ID is not in its stream", http.StatusConflict)
+	case code == connect.CodeNotFound || code == connect.CodePermissionDenied:
+		http.Error(w, "unknown session", http.StatusNotFound)
+	case code == connect.CodeOutOfRange || code == connect.CodeFailedPrecondition:
+		http.Error(w, "Last-Event-ID: "+connectMessage(err), http.StatusConflict)
+	case r.Context().Err() != nil:
+	default:
+		h.opts.Log.Warn("resuming an /acp session stream", "session", session, "error", err)
+		http.Error(w, "the session could not be resumed: "+connectMessage(err), http.StatusServiceUnavailable)
+	}
+	return false
+}
+
+// connectMessage is err's message without its code.
+func connectMessage(err error) string {
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
 }
 
 // write writes and flushes b within the write timeout.

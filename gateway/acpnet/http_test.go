@@ -1,21 +1,23 @@
 package acpnet_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/coder/websocket"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpnet"
 	"github.com/acp-gateway/acp-gateway/gateway/app"
+	"github.com/acp-gateway/acp-gateway/gateway/bridge"
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/testutil"
 )
 
 // httpClient is a raw client of the Streamable HTTP profile.
@@ -82,7 +84,7 @@ func (c *httpClient) initialize() map[string]any {
 
 // sseEvent is one event of an SSE stream.
 type sseEvent struct {
-	id  uint64
+	id  string
 	msg map[string]any
 }
 
@@ -100,26 +102,25 @@ func (c *httpClient) stream(session string, header http.Header) (<-chan sseEvent
 		res.Body.Close()
 		c.t.Fatalf("GET (session %q): %d %s", session, res.StatusCode, b)
 	}
+	raw := make(chan testutil.SSEMessage, 1000)
 	events := make(chan sseEvent, 1000)
+	go testutil.ReadSSE(res.Body, raw)
 	go func() {
 		defer close(events)
-		sc := bufio.NewScanner(res.Body)
-		sc.Buffer(nil, 16<<20)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "id: "):
-				ev.id, _ = strconv.ParseUint(strings.TrimPrefix(line, "id: "), 10, 64)
-			case strings.HasPrefix(line, "data: "):
-				_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev.msg)
-			case line == "" && ev.msg != nil:
-				events <- ev
-				ev = sseEvent{}
-			}
+		for m := range raw {
+			events <- sseEvent{id: m.ID, msg: m.Msg}
 		}
 	}()
 	return events, func() { res.Body.Close() }
+}
+
+func mustPosition(t *testing.T, id string) bridge.Position {
+	t.Helper()
+	at, err := bridge.ParsePosition(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at
 }
 
 func next(t *testing.T, events <-chan sseEvent) sseEvent {
@@ -161,18 +162,34 @@ func TestStreamableHTTPServesACP(t *testing.T) {
 	c.post("", fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":%q,"mcpServers":[]}}`, t.TempDir()), http.StatusAccepted)
 	created := next(t, conn)
 	sid, _ := created.msg["result"].(map[string]any)["sessionId"].(string)
-	if sid == "" || created.id != 1 {
+	if sid == "" || created.id != "1" {
 		t.Fatalf("session/new answered %+v on the connection's stream, want event 1 with a session", created)
 	}
 	events, stop := c.stream(sid, nil)
 	c.post(sid, `{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"`+sid+`","prompt":[{"type":"text","text":"hi"}]}}`, http.StatusAccepted)
 	got := until(t, events, 2)
+	// A session's SSE ids are its seqs: the seq of the event a message was
+	// made from, else the place it follows and a count.
 	var msgs []map[string]any
+	prev := bridge.Position{}
 	for i, ev := range got {
-		if ev.id != uint64(i+1) {
-			t.Errorf("event %d has id %d, want %d", i, ev.id, i+1)
+		at, err := bridge.ParsePosition(ev.id)
+		base, extra, isExtra := strings.Cut(ev.id, ":")
+		switch {
+		case err != nil:
+			t.Errorf("event %d has id %q: %v", i, ev.id, err)
+		case ev.msg["method"] == "session/update" && (isExtra || !prev.Before(at)):
+			t.Errorf("update %d has id %q after %s, want the seq of its event", i, ev.id, prev)
+		case ev.msg["method"] == nil && (!isExtra || base != prev.String() || extra != "1"):
+			t.Errorf("the answer has id %q, want %s:1", ev.id, prev)
 		}
+		prev = at
 		msgs = append(msgs, ev.msg)
+	}
+	if snap, err := g.connect(aliceToken).GetSession(testCtx(t), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: sid})); err != nil {
+		t.Fatal(err)
+	} else if last := snap.Msg.GetSession().GetLastSeq(); prev.Seq > last || prev.Seq == 0 {
+		t.Errorf("the last update's seq is %d, the session's last %d", prev.Seq, last)
 	}
 	if texts := texts(msgs); strings.Join(texts, "|") != "agent_message_chunk:Hello |agent_message_chunk:world" {
 		t.Errorf("updates %q", texts)
@@ -184,16 +201,16 @@ func TestStreamableHTTPServesACP(t *testing.T) {
 
 	// Last-Event-ID resumes the session's stream after that event, without
 	// loss or duplication.
-	again, stop := c.stream(sid, http.Header{"Last-Event-ID": {"1"}})
+	again, stop := c.stream(sid, http.Header{"Last-Event-ID": {got[0].id}})
 	defer stop()
 	for _, want := range got[1:] {
 		if ev := next(t, again); ev.id != want.id || fmt.Sprint(ev.msg) != fmt.Sprint(want.msg) {
-			t.Fatalf("resumed with event %d %v, want %d %v", ev.id, ev.msg, want.id, want.msg)
+			t.Fatalf("resumed with event %s %v, want %s %v", ev.id, ev.msg, want.id, want.msg)
 		}
 	}
 	c.post(sid, `{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"`+sid+`","prompt":[{"type":"text","text":"again"}]}}`, http.StatusAccepted)
-	if ev := next(t, again); ev.id != got[len(got)-1].id+1 {
-		t.Errorf("the next event has id %d, want %d", ev.id, got[len(got)-1].id+1)
+	if ev := next(t, again); !prev.Before(mustPosition(t, ev.id)) {
+		t.Errorf("the next event has id %s, want one after %s", ev.id, prev)
 	}
 
 	// DELETE ends the connection; the session lives on.

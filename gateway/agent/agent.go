@@ -52,11 +52,11 @@ type Update struct {
 const clientProtocolVersion = 2
 
 // Client receives what the agent sends, in the order the agent sent it.
-// RequestPermission is called from the agent's read loop, and
-// SessionUpdates from a goroutine that runs beside it (the read loop
-// decodes the next updates meanwhile, and waits for it before it handles
-// any other message): neither may block for long. RequestPermission
-// returns a channel that is answered later.
+// RequestPermission, Elicit and ElicitationComplete are called from the
+// agent's read loop, and SessionUpdates from a goroutine that runs beside
+// it (the read loop decodes the next updates meanwhile, and waits for it
+// before it handles any other message): none may block for long.
+// RequestPermission and Elicit return a channel that is answered later.
 type Client interface {
 	// SessionUpdates receives the `update` of session/update
 	// notifications, at least one: all those the read loop decoded while
@@ -72,6 +72,15 @@ type Client interface {
 	// that: the Client then answers it cancelled, at once. An error is
 	// returned to the agent as the request's error.
 	RequestPermission(params json.RawMessage) (outcome <-chan *acpv2.PermissionOutcome, withdraw func(), err error)
+	// Elicit receives the params of an elicitation/create request, as
+	// RequestPermission does a permission request's: the agent gets the
+	// answer sent on the returned channel (its action, and its content
+	// with accept), or cancel when the channel is closed without a
+	// value; withdraw is called if the agent withdraws the request first.
+	Elicit(params json.RawMessage) (answer <-chan *acpv2.ElicitationResolved, withdraw func(), err error)
+	// ElicitationComplete receives the params of an elicitation/complete
+	// notification.
+	ElicitationComplete(params json.RawMessage)
 }
 
 // Config describes an agent to run.
@@ -219,6 +228,13 @@ type Agent struct {
 	profile Profile
 
 	exited chan struct{} // closed when the process is reaped
+	// tail keeps the last lines of the agent's stderr; stderrDone is
+	// closed when its stderr has ended (all its writers gone).
+	tail       stderrTail
+	stderrDone chan struct{}
+	// echoed is set when the agent sent the gateway an initialize
+	// request: the gateway's own, sent back by a program that echoes.
+	echoed atomic.Bool
 	// ended is cancelled when the agent has ended, see finish; calls to
 	// the agent are cut short by it.
 	ended    context.Context
@@ -359,7 +375,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 	}
 	started = true // a.Close closes the Group from here on
-	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{})}
+	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	a.ended, a.setEnded = context.WithCancel(context.Background())
 	a.cfg.Log.Info("agent started", "pid", cmd.Process.Pid)
 	if cfg.Fence != nil {
@@ -367,6 +383,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 
 	go func() {
+		defer close(a.stderrDone)
 		defer errR.Close()
 		a.logStderr(errR)
 	}()
@@ -400,11 +417,25 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := a.initialize(startCtx); err != nil {
 		a.Close()
 		if errors.Is(startCtx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("agent: no answer to initialize within %v", cfg.StartTimeout)
+			err = fmt.Errorf("agent: no answer to initialize within %v", cfg.StartTimeout)
 		}
-		return nil, err
+		return nil, &StartError{Err: err, Stderr: a.StderrTail()}
 	}
 	return a, nil
+}
+
+// StderrTail returns the last lines of the agent's stderr
+// (StderrTailLines, StderrTailBytes), for an agent that has ended: once its
+// stderr has ended too, or after StopGrace when a process it left holds
+// it open. Like [StartError.Stderr], it is for the session's own user.
+func (a *Agent) StderrTail() string {
+	t := time.NewTimer(a.cfg.StopGrace)
+	defer t.Stop()
+	select {
+	case <-a.stderrDone:
+	case <-t.C:
+	}
+	return a.tail.String()
 }
 
 // connect starts the JSON-RPC connection over the agent's output and
@@ -531,15 +562,117 @@ func (a *Agent) Version() acpjson.Version { return acpjson.Version(a.version.Loa
 
 // Resume re-attaches to the agent's session id with session/resume, which
 // does not replay the conversation.
-func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) error {
-	return a.call(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, nil)
+func (a *Agent) Resume(ctx context.Context, sessionID, cwd string) (SessionSetup, error) {
+	return a.reopen(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd})
+}
+
+// ResumeReplay re-attaches to the agent's session id with ACP v2
+// session/resume asking for the whole conversation (replayFrom
+// {"type":"start"}), which the agent replays as session/update
+// notifications before it answers, as for Load. An agent of another
+// version gets nothing: ErrUnsupported.
+func (a *Agent) ResumeReplay(ctx context.Context, sessionID, cwd string) (SessionSetup, error) {
+	if a.Version() < acpjson.V2 {
+		return SessionSetup{}, ErrUnsupported
+	}
+	return a.reopen(ctx, "session/resume", map[string]any{"sessionId": sessionID, "cwd": cwd,
+		"replayFrom": map[string]any{"type": "start"}})
 }
 
 // Load re-attaches to the agent's session id with session/load. The agent
 // replays the conversation as session/update notifications before it
 // answers; the Client decides what to do with them.
-func (a *Agent) Load(ctx context.Context, sessionID, cwd string) error {
-	return a.call(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd, "mcpServers": a.mcpParam()}, nil)
+func (a *Agent) Load(ctx context.Context, sessionID, cwd string) (SessionSetup, error) {
+	return a.reopen(ctx, "session/load", map[string]any{"sessionId": sessionID, "cwd": cwd})
+}
+
+// reopen calls method (session/resume or session/load) with params and
+// the session's MCP servers.
+func (a *Agent) reopen(ctx context.Context, method string, params map[string]any) (SessionSetup, error) {
+	params["mcpServers"] = a.mcpParam()
+	var res setupResult
+	if err := a.call(ctx, method, params, &res); err != nil {
+		return SessionSetup{}, err
+	}
+	return res.decode(a.Version()), nil
+}
+
+// ListedSession is one of the sessions an agent lists (ACP SessionInfo).
+type ListedSession struct {
+	ID  string `json:"sessionId"`
+	Cwd string `json:"cwd"`
+	// Title and UpdatedAt (ISO 8601) are empty when the agent gave none.
+	Title     string `json:"title"`
+	UpdatedAt string `json:"updatedAt"`
+}
+
+// ListSessions asks the agent for one page of the sessions it keeps
+// (session/list), after cursor ("" for the first page); next is the
+// cursor of the page after it, "" for none. An agent that does not offer
+// session/list gets nothing: ErrUnsupported.
+func (a *Agent) ListSessions(ctx context.Context, cursor string) (_ []ListedSession, next string, _ error) {
+	if !a.Capabilities().List {
+		return nil, "", ErrUnsupported
+	}
+	params := map[string]any{}
+	if cursor != "" {
+		params["cursor"] = cursor
+	}
+	var res struct {
+		Sessions   []json.RawMessage `json:"sessions"`
+		NextCursor *string           `json:"nextCursor"`
+	}
+	if err := a.call(ctx, "session/list", params, &res); err != nil {
+		return nil, "", err
+	}
+	out := make([]ListedSession, 0, len(res.Sessions))
+	for _, raw := range res.Sessions {
+		// ACP skips the items that do not decode, and so does this.
+		var ls ListedSession
+		if json.Unmarshal(raw, &ls) == nil && ls.ID != "" {
+			out = append(out, ls)
+		}
+	}
+	if res.NextCursor != nil {
+		next = *res.NextCursor
+	}
+	return out, next, nil
+}
+
+// SessionSetup is what an agent's answer to session/new, session/resume
+// or session/load says of the session: its modes and its configuration
+// options, each nil when the answer has none (or they do not decode).
+type SessionSetup struct {
+	Modes         *acpv2.SessionModeState
+	ConfigOptions []*acpv2.SessionConfigOption
+}
+
+// setupResult is the part of those answers that SessionSetup decodes.
+type setupResult struct {
+	Modes         json.RawMessage `json:"modes"`
+	ConfigOptions json.RawMessage `json:"configOptions"`
+}
+
+// decode decodes r for an agent of version v. What does not decode is
+// left out: the session works without it.
+func (r setupResult) decode(v acpjson.Version) SessionSetup {
+	var out SessionSetup
+	if len(r.Modes) > 0 && string(r.Modes) != "null" {
+		m := &acpv2.SessionModeState{}
+		if acpjson.Decode(r.Modes, m, v) == nil {
+			out.Modes = m
+		}
+	}
+	if len(r.ConfigOptions) > 0 && string(r.ConfigOptions) != "null" {
+		u := &acpv2.ConfigOptionUpdate{}
+		if acpjson.Decode([]byte(`{"configOptions":`+string(r.ConfigOptions)+`}`), u, v) == nil {
+			out.ConfigOptions = u.GetConfigOptions()
+			if out.ConfigOptions == nil {
+				out.ConfigOptions = []*acpv2.SessionConfigOption{}
+			}
+		}
+	}
+	return out
 }
 
 // SetMode sends session/set_mode (ACP v1; v2 has no such method).
@@ -650,16 +783,24 @@ func (e *RPCError) Error() string {
 
 // NewSession creates a session at the agent and returns its id.
 func (a *Agent) NewSession(ctx context.Context, cwd string) (string, error) {
+	sid, _, err := a.NewSessionSetup(ctx, cwd)
+	return sid, err
+}
+
+// NewSessionSetup is NewSession that also returns what the agent's
+// answer says of the session.
+func (a *Agent) NewSessionSetup(ctx context.Context, cwd string) (string, SessionSetup, error) {
 	var res struct {
 		SessionID string `json:"sessionId"`
+		setupResult
 	}
 	if err := a.call(ctx, "session/new", map[string]any{"cwd": cwd, "mcpServers": a.mcpParam()}, &res); err != nil {
-		return "", err
+		return "", SessionSetup{}, err
 	}
 	if res.SessionID == "" {
-		return "", errors.New("agent: session/new returned no sessionId")
+		return "", SessionSetup{}, errors.New("agent: session/new returned no sessionId")
 	}
-	return res.SessionID, nil
+	return res.SessionID, res.decode(a.Version()), nil
 }
 
 // Prompt sends a prompt turn and waits for its stop reason, which is empty
@@ -820,6 +961,10 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 		params = *req.Params
 	}
 	switch req.Method {
+	case "initialize":
+		// No agent asks its client this: the gateway's own request, sent
+		// back (see initialize).
+		a.echoed.Store(true)
 	case "session/update":
 		// Only what updateLine leaves: requests, and odd notifications.
 		var p struct {
@@ -841,26 +986,31 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 		if err != nil {
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
 		}
-		id := req.ID
-		// By pointer: a request id the agent reuses while the first is
-		// pending is the second's, and the first's end leaves it alone.
-		w := &withdraw
-		if withdraw != nil {
-			a.asked.Store(id, w)
-		}
-		go func() {
-			defer a.asked.CompareAndDelete(id, w)
+		return a.answerLater(conn, req.ID, withdraw, func() []byte {
 			outcome, ok := <-ch
 			if !ok || outcome == nil {
 				outcome = &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_Cancelled{Cancelled: true}}
 			}
-			res := json.RawMessage(acpjson.EncodePermissionResponse(outcome))
-			_ = conn.Reply(context.Background(), id, &res)
-		}()
-		return deferred{}, nil
+			return acpjson.EncodePermissionResponse(outcome)
+		}), nil
+	case "elicitation/create":
+		ch, withdraw, err := a.cfg.Client.Elicit(params)
+		if err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: err.Error()}
+		}
+		return a.answerLater(conn, req.ID, withdraw, func() []byte {
+			res, ok := <-ch
+			if !ok || res == nil {
+				res = &acpv2.ElicitationResolved{Action: acpjson.ElicitCancel}
+			}
+			return acpjson.EncodeElicitationResponse(res)
+		}), nil
+	case "elicitation/complete":
+		a.cfg.Client.ElicitationComplete(params)
+		return nil, nil
 	case "$/cancel_request":
 		// The agent withdraws a request of its own: only a permission
-		// request waits for an answer here.
+		// request or an elicitation waits for an answer here.
 		var p struct {
 			RequestID *jsonrpc2.ID `json:"requestId"`
 		}
@@ -882,6 +1032,24 @@ func (a *Agent) handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 			Message: "terminals are not offered by this gateway (clientCapabilities.terminal is false)"}
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not supported by the gateway: " + req.Method}
+}
+
+// answerLater answers the agent's request id with what answer returns,
+// from a goroutine of its own, and returns deferred. withdraw, when set,
+// is called if the agent withdraws the request ($/cancel_request) first.
+func (a *Agent) answerLater(conn *jsonrpc2.Conn, id jsonrpc2.ID, withdraw func(), answer func() []byte) deferred {
+	// By pointer: a request id the agent reuses while the first is
+	// pending is the second's, and the first's end leaves it alone.
+	w := &withdraw
+	if withdraw != nil {
+		a.asked.Store(id, w)
+	}
+	go func() {
+		defer a.asked.CompareAndDelete(id, w)
+		res := json.RawMessage(answer())
+		_ = conn.Reply(context.Background(), id, &res)
+	}()
+	return deferred{}
 }
 
 func closeAll(cs []io.Closer) {

@@ -87,6 +87,11 @@ type Capabilities struct {
 	// Delete: session/delete (v1 sessionCapabilities.delete, v2
 	// capabilities.session.delete).
 	Delete bool
+	// Logout: v1 logout (agentCapabilities.auth.logout), v2 auth/logout
+	// (offered by every agent that lists authentication methods).
+	Logout bool
+	// List: session/list (v1 sessionCapabilities.list, v2 baseline).
+	List bool
 }
 
 // Profile returns what the agent said of itself at initialize.
@@ -125,6 +130,21 @@ func (a *Agent) Authenticate(ctx context.Context, id string) error {
 	return a.call(ctx, method, map[string]any{"methodId": id}, nil)
 }
 
+// Logout asks the agent to end what it authenticated: ACP v2 auth/logout,
+// v1 logout. It returns ErrUnsupported for an agent that does not offer it
+// (v1: no agentCapabilities.auth.logout; v2: no authentication methods, when
+// a client must not call it).
+func (a *Agent) Logout(ctx context.Context) error {
+	if !a.Capabilities().Logout {
+		return ErrUnsupported
+	}
+	method := "logout"
+	if a.Version() >= acpjson.V2 {
+		method = "auth/logout"
+	}
+	return a.call(ctx, method, map[string]any{}, nil)
+}
+
 // initializeResult is the answer to initialize, in the names of both ACP
 // versions.
 type initializeResult struct {
@@ -143,6 +163,9 @@ type initializeResult struct {
 		PromptCapabilities  map[string]json.RawMessage `json:"promptCapabilities"`
 		SessionCapabilities map[string]json.RawMessage `json:"sessionCapabilities"`
 		MCPCapabilities     map[string]json.RawMessage `json:"mcpCapabilities"`
+		Auth                struct {
+			Logout json.RawMessage `json:"logout"`
+		} `json:"auth"`
 	} `json:"agentCapabilities"`
 	// v2
 	Info         *implementation `json:"info"`
@@ -164,6 +187,11 @@ func offered(raw json.RawMessage) bool {
 	return len(raw) > 0 && (raw[0] == '{' || string(raw) == "true")
 }
 
+// elicitationCapability is the gateway's clientCapabilities.elicitation
+// (v1) and capabilities.elicitation (v2), the same shape in both: form and
+// url elicitations are relayed to the session's clients.
+var elicitationCapability = map[string]any{"form": map[string]any{}, "url": map[string]any{}}
+
 func (a *Agent) initialize(ctx context.Context) error {
 	params := map[string]any{
 		"protocolVersion": clientProtocolVersion,
@@ -171,19 +199,29 @@ func (a *Agent) initialize(ctx context.Context) error {
 		"clientCapabilities": map[string]any{
 			"fs":       map[string]any{"readTextFile": true, "writeTextFile": true},
 			"terminal": false,
+			// Relayed to the session's clients, as permission requests are.
+			"elicitation": elicitationCapability,
 		},
 		"clientInfo": map[string]any{"name": "acp-gateway", "version": clientVersion},
 		// v2 names.
 		"info":         map[string]any{"name": "acp-gateway", "version": clientVersion},
-		"capabilities": map[string]any{},
+		"capabilities": map[string]any{"elicitation": elicitationCapability},
 	}
 	var res initializeResult
-	if err := a.call(ctx, "initialize", params, &res); err != nil {
+	err := a.call(ctx, "initialize", params, &res)
+	switch {
+	case a.echoed.Load():
+		return fmt.Errorf("agent: initialize: %w: it sent the gateway's initialize request back, as a program that echoes its input (cat) does", ErrNotACP)
+	case err != nil && a.Reason() == ReasonProtocolError:
+		return fmt.Errorf("agent: initialize: %w: its output is not ACP's JSON-RPC: %w", ErrNotACP, err)
+	case err != nil:
 		return fmt.Errorf("agent: initialize: %w", err)
 	}
 	switch res.ProtocolVersion {
 	case 1, 2:
 		a.version.Store(int64(res.ProtocolVersion))
+	case 0:
+		return fmt.Errorf("agent: initialize: %w: its answer has no protocolVersion", ErrNotACP)
 	default:
 		return fmt.Errorf("agent: initialize: unsupported protocol version %d (the gateway speaks 1 and 2)", res.ProtocolVersion)
 	}
@@ -217,6 +255,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		p.Capabilities.Load = res.AgentCapabilities.LoadSession
 		p.Capabilities.Resume = offered(session["resume"])
 		p.Capabilities.Close = offered(session["close"])
+		p.Capabilities.List = offered(session["list"])
 		p.MCP = mcpTransports(v, res.AgentCapabilities.MCPCapabilities, nil)
 		if p.Capabilities.Load {
 			p.Session = append(p.Session, "load")
@@ -227,6 +266,7 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		// capabilities at all keeps its sessions.
 		p.Capabilities.Resume = offered(res.Capabilities.Session)
 		p.Capabilities.Close = p.Capabilities.Resume
+		p.Capabilities.List = p.Capabilities.Resume
 		if p.Capabilities.Resume {
 			_ = json.Unmarshal(res.Capabilities.Session, &session)
 			var sub map[string]json.RawMessage
@@ -239,6 +279,13 @@ func (res *initializeResult) profile(v acpjson.Version) Profile {
 		}
 	}
 	p.Capabilities.Delete = offered(session["delete"])
+	if v == acpjson.V1 {
+		p.Capabilities.Logout = offered(res.AgentCapabilities.Auth.Logout)
+	} else {
+		// v2: "Agents MUST support this method when their initialize
+		// response advertised at least one valid authentication method."
+		p.Capabilities.Logout = len(p.AuthMethods) > 0
+	}
 	p.Prompt = PromptCapabilities{Image: offered(prompt["image"]), Audio: offered(prompt["audio"]), EmbeddedContext: offered(prompt["embeddedContext"])}
 	for name, raw := range session {
 		if name != "_meta" && offered(raw) {

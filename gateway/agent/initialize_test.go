@@ -32,7 +32,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			"agentCapabilities":{"loadSession":true,
 				"promptCapabilities":{"image":true,"audio":false,"embeddedContext":true},
 				"sessionCapabilities":{"resume":{},"list":{},"close":null,"_meta":{}},
-				"mcpCapabilities":{"http":false,"sse":true}}}`,
+				"mcpCapabilities":{"http":false,"sse":true},"auth":{"logout":{}}}}`,
 		want: Profile{
 			Version: acpjson.V1,
 			Info:    Info{Name: "a1", Title: "Agent One", Version: "1.2.3"},
@@ -42,7 +42,7 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 			},
 			Prompt:       PromptCapabilities{Image: true, EmbeddedContext: true},
 			Session:      []string{"list", "load", "resume"},
-			Capabilities: Capabilities{Load: true, Resume: true},
+			Capabilities: Capabilities{Load: true, Resume: true, Logout: true, List: true},
 			MCP:          MCPTransports{Stdio: true, SSE: true},
 		},
 	}, {
@@ -59,9 +59,10 @@ func TestProfileReadsEachVersionsNames(t *testing.T) {
 				{ID: "oauth", Name: "OAuth", Type: AuthAgent},
 				{ID: "x", Name: "X", Type: "_custom"},
 			},
-			Prompt:       PromptCapabilities{Image: true},
-			Session:      []string{"delete"},
-			Capabilities: Capabilities{Resume: true, Close: true, Delete: true},
+			Prompt:  PromptCapabilities{Image: true},
+			Session: []string{"delete"},
+			// v2 agents with authentication methods offer auth/logout.
+			Capabilities: Capabilities{Resume: true, Close: true, Delete: true, Logout: true, List: true},
 			MCP:          MCPTransports{HTTP: true},
 		},
 	}, {
@@ -124,6 +125,30 @@ func TestInitializeTellsTheGatewaysVersion(t *testing.T) {
 		}
 	}
 	p.send(t, `{"jsonrpc":"2.0","id":`+strconv.Itoa(int(req["id"].(float64)))+`,"result":{"protocolVersion":1}}`+"\n")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// initialize advertises form and url elicitation, in v1's
+// clientCapabilities and v2's capabilities alike (the same shape in both).
+func TestInitializeAdvertisesElicitation(t *testing.T) {
+	t.Parallel()
+	p := newPipeAgent(t, &recorder{}, DefaultMaxLine, acpjson.V1)
+	done := make(chan error, 1)
+	go func() { done <- p.initialize(context.Background()) }()
+	req := p.next(t)
+	params, _ := req["params"].(map[string]any)
+	for _, field := range []string{"clientCapabilities", "capabilities"} {
+		caps, _ := params[field].(map[string]any)
+		el, _ := caps["elicitation"].(map[string]any)
+		form, isForm := el["form"].(map[string]any)
+		url, isURL := el["url"].(map[string]any)
+		if !isForm || !isURL || len(form) != 0 || len(url) != 0 {
+			t.Errorf("initialize's %s.elicitation is %v, want {form: {}, url: {}}", field, caps["elicitation"])
+		}
+	}
+	p.send(t, `{"jsonrpc":"2.0","id":`+strconv.Itoa(int(req["id"].(float64)))+`,"result":{"protocolVersion":2}}`+"\n")
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

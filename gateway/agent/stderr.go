@@ -2,7 +2,10 @@ package agent
 
 import (
 	"bufio"
+	"errors"
 	"io"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -30,6 +33,9 @@ func (a *Agent) logStderr(r io.Reader) {
 	lim := newStderrLimit(a.cfg.StderrLines, a.cfg.StderrBytes, time.Now())
 	for {
 		line, err := readLine(br, maxStderrLine)
+		if len(line) > 0 {
+			a.tail.add(line)
+		}
 		if len(line) > 0 && a.stderrAllowed(lim, len(line)) {
 			a.cfg.Log.Info("agent stderr", "line", line)
 		}
@@ -110,3 +116,60 @@ func (l *stderrLimit) allow(n int, now time.Time) (dropped int, ok bool) {
 	dropped, l.dropped = l.dropped, 0
 	return dropped, true
 }
+
+// Bounds of the stderr an agent that failed to start is reported with.
+const (
+	// StderrTailLines is how many of its last lines are kept.
+	StderrTailLines = 20
+	// StderrTailBytes bounds them together; a longer line keeps its end.
+	StderrTailBytes = 4 << 10
+)
+
+// stderrTail keeps the last lines of an agent's stderr, every line (not
+// only those logged), within StderrTailLines and StderrTailBytes.
+type stderrTail struct {
+	mu    sync.Mutex
+	lines []string
+	bytes int
+}
+
+func (t *stderrTail) add(line string) {
+	if len(line) > StderrTailBytes {
+		line = "…" + line[len(line)-StderrTailBytes+len("…"):]
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, line)
+	t.bytes += len(line) + 1
+	for len(t.lines) > StderrTailLines || t.bytes > StderrTailBytes {
+		t.bytes -= len(t.lines[0]) + 1
+		t.lines = t.lines[1:]
+	}
+}
+
+func (t *stderrTail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
+
+// StartError is the error of an agent that started but did not answer
+// initialize as an ACP agent: it ended, broke the protocol, did not answer
+// in time, or answered as no ACP agent does.
+type StartError struct {
+	// Err says what went wrong; its message has no stderr in it.
+	Err error
+	// Stderr is the last of what the agent wrote to its stderr
+	// (StderrTailLines, StderrTailBytes), often the real cause; empty when
+	// it wrote nothing. It is the business of the user whose agent it is:
+	// give it to them alone.
+	Stderr string
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// ErrNotACP is wrapped by the error of a program that does not speak ACP
+// on its stdout: one that echoes its input, writes lines that are not
+// JSON-RPC, or answers initialize without a protocol version.
+var ErrNotACP = errors.New("not an ACP agent")

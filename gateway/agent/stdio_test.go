@@ -17,6 +17,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -74,6 +75,32 @@ func (r *recorder) RequestPermission(params json.RawMessage) (<-chan *acpv2.Perm
 	}
 	ch <- &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: "allow"}}
 	return ch, func() { r.note("withdrawn") }, nil
+}
+
+func (r *recorder) Elicit(params json.RawMessage) (<-chan *acpv2.ElicitationResolved, func(), error) {
+	req, err := acpjson.DecodeElicitationRequest(params, acpjson.V2)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.note("elicit " + req.GetMode())
+	ch := make(chan *acpv2.ElicitationResolved, 1)
+	if r.hold {
+		return ch, func() {
+			r.note("withdrawn")
+			ch <- &acpv2.ElicitationResolved{Action: acpjson.ElicitCancel}
+		}, nil
+	}
+	ch <- &acpv2.ElicitationResolved{Action: acpjson.ElicitAccept, Content: &structpb.Struct{Fields: map[string]*structpb.Value{"name": structpb.NewStringValue("ada")}}}
+	return ch, func() { r.note("withdrawn") }, nil
+}
+
+func (r *recorder) ElicitationComplete(params json.RawMessage) {
+	id, err := acpjson.DecodeElicitationComplete(params)
+	if err != nil {
+		r.note("complete: " + err.Error())
+		return
+	}
+	r.note("complete " + id)
 }
 
 func (r *recorder) seen() []string {
@@ -444,6 +471,54 @@ func TestAgentWithdrawsItsPermissionRequest(t *testing.T) {
 	}
 	if seen := rec.seen(); !slices.Equal(seen, []string{"permission", "withdrawn"}) {
 		t.Fatalf("the client saw %q, want the request, then its withdrawal", seen)
+	}
+}
+
+// An agent's elicitation/create reaches the Client and is answered with
+// what it says; elicitation/complete reaches it in the agent's order; a
+// malformed request is refused with invalid params.
+func TestElicitationIsRelayed(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	p := newPipeAgent(t, rec, DefaultMaxLine, acpjson.V1)
+	p.send(t,
+		`{"jsonrpc":"2.0","id":7,"method":"elicitation/create","params":{"sessionId":"s","mode":"form","message":"who?","requestedSchema":{"type":"object","properties":{"name":{"type":"string"}}}}}`+"\n",
+		`{"jsonrpc":"2.0","method":"elicitation/complete","params":{"elicitationId":"e1"}}`+"\n",
+		`{"jsonrpc":"2.0","id":8,"method":"elicitation/create","params":{"sessionId":"s","mode":"url","message":"go"}}`+"\n")
+	got := map[any]map[string]any{}
+	for range 2 {
+		m := p.next(t)
+		got[m["id"]] = m
+	}
+	res, _ := got[float64(7)]["result"].(map[string]any)
+	content, _ := res["content"].(map[string]any)
+	if res["action"] != "accept" || content["name"] != "ada" {
+		t.Fatalf("the answer to the elicitation is %v, want accept with name ada", got[float64(7)])
+	}
+	if e, _ := got[float64(8)]["error"].(map[string]any); e["code"] != float64(-32602) {
+		t.Fatalf("a url elicitation without a url was answered %v, want invalid params", got[float64(8)])
+	}
+	if seen := rec.seen(); !slices.Equal(seen, []string{"elicit form", "complete e1"}) {
+		t.Fatalf("the client saw %q, want the elicitation, then its completion", seen)
+	}
+}
+
+// An agent's $/cancel_request for its elicitation withdraws it, as it
+// does a permission request, and the agent is answered cancel.
+func TestAgentWithdrawsItsElicitation(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{hold: true}
+	p := newPipeAgent(t, rec, DefaultMaxLine, acpjson.V2)
+	p.send(t,
+		`{"jsonrpc":"2.0","id":"e","method":"elicitation/create","params":{"sessionId":"s","mode":"url","message":"log in","url":"https://example.com/a","elicitationId":"x"}}`+"\n",
+		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"e"}}`+"\n")
+	m := p.next(t)
+	res, _ := m["result"].(map[string]any)
+	if m["id"] != "e" || res["action"] != "cancel" {
+		t.Fatalf("the answer to the withdrawn elicitation is %v, want id e cancel", m)
+	}
+	if seen := rec.seen(); !slices.Equal(seen, []string{"elicit url", "withdrawn"}) {
+		t.Fatalf("the client saw %q, want the elicitation, then its withdrawal", seen)
 	}
 }
 

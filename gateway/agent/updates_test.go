@@ -29,6 +29,12 @@ func (*heldClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionO
 	return nil, func() {}, nil
 }
 
+func (*heldClient) Elicit(json.RawMessage) (<-chan *acpv2.ElicitationResolved, func(), error) {
+	return nil, func() {}, nil
+}
+
+func (*heldClient) ElicitationComplete(json.RawMessage) {}
+
 // While the Client takes its time, the read loop queues the next updates,
 // up to the bound and not beyond; the Client then gets them all in order,
 // those queued meanwhile in one call,

@@ -189,6 +189,21 @@ func TestCwdEscaping(t *testing.T) {
 	}
 }
 
+// An elicit step sends elicitation/create with the script's params and
+// the prompt's session, and reports the client's answer.
+func TestElicit(t *testing.T) {
+	t.Parallel()
+	s := oneTurn(agentsim.Step{Elicit: raw(`{"mode":"form","message":"in {{cwd}}","requestedSchema":{"type":"object"}}`)})
+	h := start(t, s, clientConfig{})
+	h.initialize()
+	id := h.newSession("/p")
+	h.run(id)
+	want := []string{`elicit accept {"message":"in /p","session":"` + id + `"}`}
+	if got := texts(h.allUpdates()); !reflect.DeepEqual(got, want) {
+		t.Errorf("texts = %q, want %q", got, want)
+	}
+}
+
 func TestPermission(t *testing.T) {
 	t.Parallel()
 	toolCall := raw(`{"toolCallId":"c1","title":"Edit {{cwd}}/main.go","kind":"edit"}`)
@@ -647,7 +662,7 @@ func TestServeRejectsInvalidScript(t *testing.T) {
 		{name: "two actions", script: oneTurn(agentsim.Step{Update: msg("x"), Raw: "y"}), want: "turns[0].steps[0] does more than one thing"},
 		{name: "update not object", script: oneTurn(agentsim.Step{Update: raw(`[1]`)}), want: "turns[0].steps[0].update"},
 		{name: "bad json", script: agentsim.Script{Startup: []agentsim.Step{{Update: raw(`{"a":`)}}}, want: "startup[0].update"},
-		{name: "missing tool call", script: oneTurn(agentsim.Step{Permission: &agentsim.Permission{}}), want: "permission.toolCall"},
+		{name: "missing tool call", script: oneTurn(agentsim.Step{Permission: &agentsim.Permission{}}), want: "permission: needs a toolCall"},
 		{name: "nested", script: oneTurn(agentsim.Step{Permission: &agentsim.Permission{
 			ToolCall: raw(`{"toolCallId":"c"}`),
 			Rejected: []agentsim.Step{{Sleep: -1}},

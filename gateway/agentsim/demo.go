@@ -18,6 +18,11 @@ import (
 // "execute" tool call whose output streams as tool_call_update messages with
 // growing content arrays before it completes, and a closing summary. Its
 // paths are under the session's working directory, and it ends "end_turn".
+//
+// Nothing of it is real: no file is read or written and no command runs.
+// Its first message says so ([DemoDisclaimer]), and its last says again
+// that the contents, the edit and the output were made up, so that nobody
+// takes the tour for work done on their project.
 func Demo() Script {
 	const (
 		short  = Duration(100 * time.Millisecond)
@@ -54,15 +59,15 @@ func Demo() Script {
 	}
 
 	steps := []Step{
-		think("The user wants a tour. I'll read the README, make a small edit, and run the tests."),
+		say(DemoDisclaimer),
+		sleep(short),
+		think("The user wants a tour. I'll play a read, an edit and a command."),
 		sleep(long),
-		say("Hi! I'm the acp-gateway demo agent. "),
+		say("I'll show a file being read, "),
 		sleep(short),
-		say("I'll read a file, "),
+		say("an edit that asks your permission, "),
 		sleep(short),
-		say("propose an edit, "),
-		sleep(short),
-		say("and run a command."),
+		say("and a command's output."),
 		sleep(medium),
 		plan("pending", "pending", "pending"),
 		sleep(long),
@@ -114,7 +119,7 @@ func Demo() Script {
 			},
 			Rejected: []Step{
 				update(obj{{"sessionUpdate", "tool_call_update"}, {"toolCallId", "demo-edit"}, {"status", "failed"}}),
-				say("The edit was rejected, so I left hello.go unchanged. "),
+				say("The edit was rejected (it would not have been written anyway: this is a script). "),
 			},
 		}},
 		sleep(medium),
@@ -153,7 +158,7 @@ func Demo() Script {
 		sleep(short),
 		plan("completed", "completed", "completed"),
 		sleep(medium),
-		say("All done: I read README.md, proposed an edit to hello.go, and the tests pass."),
+		say("That is the whole script: the README, the edit to hello.go and the test output above were made up; no file was read or written and no command ran. Configure a real agent with --agent NAME=COMMAND_LINE."),
 	)
 	return Script{
 		ProtocolVersion: 1,
@@ -163,6 +168,10 @@ func Demo() Script {
 		Turns:  []Turn{{Steps: steps, StopReason: "end_turn"}},
 	}
 }
+
+// DemoDisclaimer is the demo agent's first message: it is a script.
+const DemoDisclaimer = "This is the acp-gateway demo agent, a script, not an AI: it reads no file, writes nothing and runs no command. " +
+	"What follows is made up, to show what a turn streams: text, a plan, tool calls, a diff, a permission request and a command's output.\n\n"
 
 // obj is a JSON object that keeps its keys in order, so the demo's
 // messages read naturally on the wire (sessionUpdate first).

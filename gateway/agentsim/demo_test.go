@@ -65,6 +65,22 @@ func TestDemo(t *testing.T) {
 				t.Errorf("permission request %+v", perm)
 			}
 
+			// It says first that it is a script, before any tool call,
+			// and writes nothing.
+			all := h.allUpdates()
+			var first struct {
+				SessionUpdate string `json:"sessionUpdate"`
+				Content       struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			}
+			if len(all) == 0 || json.Unmarshal(all[0].Update, &first) != nil ||
+				first.SessionUpdate != "agent_message_chunk" || !strings.Contains(first.Content.Text, "a script, not an AI") {
+				t.Errorf("the first update is not the disclaimer: %+v", first)
+			}
+			if w := h.fileWrites(); len(w) != 0 {
+				t.Errorf("the demo wrote files: %v", w)
+			}
 			kinds := map[string]int{}
 			toolKinds := map[string]bool{}
 			statuses := map[string]string{}

@@ -7,10 +7,12 @@
 // end-to-end tests, which pass a [Script] encoded as JSON.
 //
 // The agent answers initialize, authenticate, session/new, session/load,
-// session/prompt, session/set_mode and session/set_config_option, and it
+// session/resume, session/list, session/close, session/delete (each of
+// those five when its script offers it), session/prompt,
+// session/set_mode and session/set_config_option, and it
 // accepts the session/cancel notification. Prompt number n of a process
 // (counting from 0) plays Turns[n % len(Turns)]: each [Step] sends a
-// session/update, asks for permission, sleeps, writes a raw line or a stderr
+// session/update, asks for permission, elicits input, sleeps, writes a raw line or a stderr
 // line, calls fs/read_text_file or fs/write_text_file, exits or hangs; the
 // hostile steps flood the client with updates, write a line of a given
 // length, or write raw bytes that need not be UTF-8.

@@ -177,6 +177,14 @@ func (h *harness) answer(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2
 			}
 		}
 		_ = conn.Reply(ctx, req.ID, result)
+	case "elicitation/create":
+		// Accepted, the message and session echoed as content.
+		var p struct {
+			SessionID string `json:"sessionId"`
+			Message   string `json:"message"`
+		}
+		_ = json.Unmarshal(params, &p)
+		_ = conn.Reply(ctx, req.ID, map[string]any{"action": "accept", "content": map[string]string{"message": p.Message, "session": p.SessionID}})
 	case "fs/read_text_file":
 		var p struct {
 			Path string `json:"path"`

@@ -74,6 +74,8 @@ func (r *run) step(st Step) (outcome, error) {
 		return r.update(r.expandJSON(st.Update))
 	case st.Permission != nil:
 		return r.permission(st.Permission)
+	case len(st.Elicit) > 0:
+		return r.elicit(st.Elicit)
 	case st.Sleep > 0:
 		t := time.NewTimer(time.Duration(st.Sleep))
 		defer t.Stop()
@@ -212,10 +214,13 @@ func (r *run) permission(p *Permission) (outcome, error) {
 	}
 	options = r.expandJSON(options)
 	params := struct {
-		SessionID string          `json:"sessionId"`
-		ToolCall  json.RawMessage `json:"toolCall"`
-		Options   json.RawMessage `json:"options"`
-	}{r.sess.id, r.expandJSON(p.ToolCall), options}
+		SessionID   string          `json:"sessionId"`
+		ToolCall    json.RawMessage `json:"toolCall,omitempty"`
+		Title       string          `json:"title,omitempty"`
+		Description string          `json:"description,omitempty"`
+		Subject     json.RawMessage `json:"subject,omitempty"`
+		Options     json.RawMessage `json:"options"`
+	}{r.sess.id, r.expandJSON(p.ToolCall), p.Title, p.Description, r.expandJSON(p.Subject), options}
 	var res struct {
 		Outcome struct {
 			Outcome  string `json:"outcome"`
@@ -254,6 +259,26 @@ func (r *run) permission(p *Permission) (outcome, error) {
 		return next, fmt.Errorf("session/request_permission: option %q has kind %q, neither allow nor reject", o.OptionID, o.Kind)
 	}
 	return next, fmt.Errorf("session/request_permission: unknown option %q selected", res.Outcome.OptionID)
+}
+
+// elicit sends elicitation/create with params, its sessionId the
+// prompt's session, and reports the answer.
+func (r *run) elicit(params json.RawMessage) (outcome, error) {
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(r.expandJSON(params), &p); err != nil {
+		return next, fmt.Errorf("elicit params: %w", err)
+	}
+	p["sessionId"], _ = json.Marshal(r.sess.id)
+	var res struct {
+		Action  string          `json:"action"`
+		Content json.RawMessage `json:"content"`
+	}
+	return r.callAndSay("elicitation/create", p, &res, "elicit: ", func() string {
+		if len(res.Content) > 0 && string(res.Content) != "null" {
+			return "elicit " + res.Action + " " + string(res.Content)
+		}
+		return "elicit " + res.Action
+	})
 }
 
 // notifyIdle sends the ACP v2 idle state_update that ends a turn.

@@ -26,9 +26,9 @@ type Script struct {
 	// session/load, which replays nothing and returns {}. Without it
 	// session/load is an unknown method.
 	LoadSession bool `json:"loadSession"`
-	// LoadReplay is played during session/load, before it is answered: an
-	// agent replays the loaded conversation as session/update
-	// notifications.
+	// LoadReplay is played during session/load, and during an ACP v2
+	// session/resume with replayFrom, before it is answered: an agent
+	// replays the loaded conversation as session/update notifications.
 	LoadReplay []Step `json:"loadReplay,omitempty"`
 	// Resume advertises session/resume (ACP v1
 	// agentCapabilities.sessionCapabilities.resume, v2 capabilities.session)
@@ -43,12 +43,33 @@ type Script struct {
 	// capabilities.session.delete) and serves it. Without it
 	// session/delete is an unknown method.
 	Delete bool `json:"delete,omitempty"`
+	// List advertises session/list (ACP v1
+	// agentCapabilities.sessionCapabilities.list; in v2 a baseline method
+	// of capabilities.session, which it makes an object) and serves it
+	// with ListedSessions, ListPageSize a page (all on one when zero),
+	// each page's nextCursor naming the next. Without it session/list is
+	// an unknown method.
+	List           bool            `json:"list,omitempty"`
+	ListedSessions []ListedSession `json:"listedSessions,omitempty"`
+	ListPageSize   int             `json:"listPageSize,omitempty"`
 	// SessionsFile, when set, gets a line "close ID" or "delete ID"
-	// appended for each session/close and session/delete served.
+	// appended for each session/close and session/delete served, and
+	// "logout" for each logout.
 	SessionsFile string `json:"sessionsFile,omitempty"`
+	// Logout advertises v1 logout (agentCapabilities.auth.logout) and
+	// serves it, and serves v2 auth/logout, which v2 agents with
+	// authentication methods offer without advertising it: either ends
+	// the authentication, so that the next session/new needs it again.
+	// Without it both are unknown methods.
+	Logout bool `json:"logout,omitempty"`
 	// ConfigOptions is the configOptions array that answers
 	// session/set_config_option; empty means [].
 	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
+	// SessionModes and SessionConfigOptions, when set, are the `modes`
+	// and `configOptions` of the answers to session/new, session/resume
+	// and session/load (left out when empty).
+	SessionModes         json.RawMessage `json:"sessionModes,omitempty"`
+	SessionConfigOptions json.RawMessage `json:"sessionConfigOptions,omitempty"`
 	// AuthMethods are the advertised authentication method ids (ACP v1
 	// `id`; v2 `methodId`, of type `agent`). When it is not empty,
 	// session/new and session/load fail with the JSON-RPC error code
@@ -94,6 +115,15 @@ type Script struct {
 	IgnoreEOF bool `json:"ignoreEOF,omitempty"`
 }
 
+// ListedSession is one of the sessions session/list answers with (ACP
+// SessionInfo); Title and UpdatedAt are left out when empty.
+type ListedSession struct {
+	SessionID string `json:"sessionId"`
+	Cwd       string `json:"cwd"`
+	Title     string `json:"title,omitempty"`
+	UpdatedAt string `json:"updatedAt,omitempty"`
+}
+
 // RPCError is a JSON-RPC error the agent answers with.
 type RPCError struct {
 	Code    int64  `json:"code"`
@@ -133,6 +163,13 @@ type Step struct {
 	Update json.RawMessage `json:"update,omitempty"`
 	// Permission sends session/request_permission and waits for the answer.
 	Permission *Permission `json:"permission,omitempty"`
+	// Elicit sends elicitation/create with these params (an object; its
+	// sessionId is set to the prompt's session), waits for the answer, and
+	// reports it as an agent_message_chunk text update "elicit <action>"
+	// followed by " <content JSON>" when the answer has content, or
+	// "elicit: <error message>". It uses Serve's context, as a permission
+	// request does.
+	Elicit json.RawMessage `json:"elicit,omitempty"`
 	// Sleep pauses; session/cancel interrupts it at once. In JSON it is a Go
 	// duration string such as "50ms".
 	Sleep Duration `json:"sleep,omitempty"`
@@ -198,8 +235,14 @@ type Flood struct {
 // the client must answer it (ACP says with the cancelled outcome), and the
 // turn then ends "cancelled" whatever the answer.
 type Permission struct {
-	// ToolCall is the ToolCallUpdate object sent as params.toolCall.
-	ToolCall json.RawMessage `json:"toolCall"`
+	// ToolCall is the ToolCallUpdate object sent as params.toolCall (ACP
+	// v1); left out when empty.
+	ToolCall json.RawMessage `json:"toolCall,omitempty"`
+	// Title, Description and Subject are sent as params.title,
+	// params.description and params.subject (ACP v2) when set.
+	Title       string          `json:"title,omitempty"`
+	Description string          `json:"description,omitempty"`
+	Subject     json.RawMessage `json:"subject,omitempty"`
 	// Options is the PermissionOption array sent as params.options; empty
 	// means DefaultPermissionOptions.
 	Options json.RawMessage `json:"options,omitempty"`
@@ -306,10 +349,27 @@ func (st Step) validate(where string) error {
 			return fmt.Errorf("agentsim: %s.update: %w", where, err)
 		}
 	}
+	if len(st.Elicit) > 0 {
+		actions = append(actions, "elicit")
+		if err := jsonKind(st.Elicit, '{'); err != nil {
+			return fmt.Errorf("agentsim: %s.elicit: %w", where, err)
+		}
+	}
 	if st.Permission != nil {
 		actions = append(actions, "permission")
-		if err := jsonKind(st.Permission.ToolCall, '{'); err != nil {
-			return fmt.Errorf("agentsim: %s.permission.toolCall: %w", where, err)
+		p := st.Permission
+		if len(p.ToolCall) == 0 && len(p.Subject) == 0 {
+			return fmt.Errorf("agentsim: %s.permission: needs a toolCall (v1) or a subject (v2)", where)
+		}
+		if len(p.ToolCall) > 0 {
+			if err := jsonKind(p.ToolCall, '{'); err != nil {
+				return fmt.Errorf("agentsim: %s.permission.toolCall: %w", where, err)
+			}
+		}
+		if len(p.Subject) > 0 {
+			if err := jsonKind(p.Subject, '{'); err != nil {
+				return fmt.Errorf("agentsim: %s.permission.subject: %w", where, err)
+			}
 		}
 		if len(st.Permission.Options) > 0 {
 			if err := jsonKind(st.Permission.Options, '['); err != nil {

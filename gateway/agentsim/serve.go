@@ -170,6 +170,13 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 			return
 		}
 		a.authenticate(conn, req)
+	case "logout", "auth/logout":
+		// v1 logout, v2 auth/logout: each only in its version.
+		if !a.script.Logout || (req.Method == "auth/logout") != (a.protocolVersion() >= 2) {
+			a.methodNotFound(conn, req)
+			return
+		}
+		a.logout(conn, req)
 	case "session/new":
 		a.newSession(conn, req)
 	case "session/load":
@@ -183,7 +190,13 @@ func (a *agent) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Req
 			a.methodNotFound(conn, req)
 			return
 		}
-		a.resumeSession(conn, req)
+		a.spawn(func() { a.resumeSession(conn, req) })
+	case "session/list":
+		if !a.script.List {
+			a.methodNotFound(conn, req)
+			return
+		}
+		a.listSessions(conn, req)
 	case "session/prompt":
 		a.prompt(conn, req)
 	case "session/cancel":
@@ -233,8 +246,12 @@ func (a *agent) initialize(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if pv >= 2 {
 		res.Info = &res.AgentInfo
 	}
-	if a.script.Resume || a.script.Close || a.script.Delete {
-		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close), Delete: offer(a.script.Delete)}
+	if a.script.Logout && pv < 2 {
+		res.AgentCapabilities.Auth = &authCapabilities{Logout: &struct{}{}}
+	}
+	if a.script.Resume || a.script.Close || a.script.Delete || a.script.List {
+		res.AgentCapabilities.SessionCapabilities = &sessionCapabilities{Resume: offer(a.script.Resume), Close: offer(a.script.Close),
+			Delete: offer(a.script.Delete), List: offer(a.script.List)}
 		res.Capabilities = &v2Capabilities{Session: &v2SessionCapabilities{Delete: offer(a.script.Delete)}}
 	}
 	if mc := a.script.MCPCapabilities; mc != (MCPCapabilities{}) {
@@ -308,33 +325,95 @@ func (a *agent) newSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	a.mu.Unlock()
 	a.reply(conn, req, struct {
 		SessionID string `json:"sessionId"`
-	}{id})
+		sessionSetup
+	}{id, a.setup()})
+}
+
+// sessionSetup is what the answers to session/new, session/resume and
+// session/load say of the session besides its id.
+type sessionSetup struct {
+	Modes         json.RawMessage `json:"modes,omitempty"`
+	ConfigOptions json.RawMessage `json:"configOptions,omitempty"`
+}
+
+func (a *agent) setup() sessionSetup {
+	return sessionSetup{Modes: a.script.SessionModes, ConfigOptions: a.script.SessionConfigOptions}
 }
 
 // loadSession serves session/load: it plays LoadReplay, then answers.
 func (a *agent) loadSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	a.reopenSession(conn, req, true)
+}
+
+// resumeSession serves session/resume, which replays nothing but in ACP
+// v2 with replayFrom: then it plays LoadReplay, as session/load does.
+func (a *agent) resumeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		ReplayFrom *struct {
+			Type string `json:"type"`
+		} `json:"replayFrom"`
+	}
+	_ = decodeParams(req, &p)
+	replay := p.ReplayFrom != nil && a.protocolVersion() >= 2
+	if replay && p.ReplayFrom.Type != "start" {
+		a.replyError(conn, req, invalidParams("unknown replayFrom type %q", p.ReplayFrom.Type))
+		return
+	}
+	a.reopenSession(conn, req, replay)
+}
+
+// reopenSession makes the session of a session/load or session/resume
+// known, plays LoadReplay when replay is set, and answers.
+func (a *agent) reopenSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request, replay bool) {
 	sess, e := a.reopen(req)
 	if e != nil {
 		a.replyError(conn, req, e)
 		return
 	}
-	r := &run{a: a, conn: conn, ctx: a.ctx, sess: sess, cwd: sess.cwd}
-	if o, err := r.play(a.script.LoadReplay); err != nil {
-		a.fail(conn, req, err)
-		return
-	} else if o != next {
-		return
+	if replay {
+		r := &run{a: a, conn: conn, ctx: a.ctx, sess: sess, cwd: sess.cwd}
+		if o, err := r.play(a.script.LoadReplay); err != nil {
+			a.fail(conn, req, err)
+			return
+		} else if o != next {
+			return
+		}
 	}
-	a.reply(conn, req, struct{}{})
+	a.reply(conn, req, a.setup())
 }
 
-// resumeSession serves session/resume, which replays nothing.
-func (a *agent) resumeSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	if _, e := a.reopen(req); e != nil {
+// listSessions serves session/list: a page of ListedSessions from the
+// index the cursor names.
+func (a *agent) listSessions(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	var p struct {
+		Cursor string `json:"cursor"`
+	}
+	if e := decodeParams(req, &p); e != nil {
 		a.replyError(conn, req, e)
 		return
 	}
-	a.reply(conn, req, struct{}{})
+	all := a.script.ListedSessions
+	from := 0
+	if p.Cursor != "" {
+		n, err := strconv.Atoi(p.Cursor)
+		if err != nil || n < 0 || n > len(all) {
+			a.replyError(conn, req, invalidParams("bad cursor %q", p.Cursor))
+			return
+		}
+		from = n
+	}
+	to := len(all)
+	if size := a.script.ListPageSize; size > 0 {
+		to = min(from+size, len(all))
+	}
+	res := struct {
+		Sessions   []ListedSession `json:"sessions"`
+		NextCursor string          `json:"nextCursor,omitempty"`
+	}{Sessions: append([]ListedSession{}, all[from:to]...)}
+	if to < len(all) {
+		res.NextCursor = strconv.Itoa(to)
+	}
+	a.reply(conn, req, res)
 }
 
 // reopen makes the session named by a session/load or session/resume
@@ -506,6 +585,26 @@ func (a *agent) endSession(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	a.reply(conn, req, struct{}{})
 }
 
+// logout serves logout (v1) and auth/logout (v2): the authentication
+// ends, and SessionsFile, when set, gets the line "logout".
+func (a *agent) logout(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	a.mu.Lock()
+	a.authenticated = false
+	a.mu.Unlock()
+	if f := a.script.SessionsFile; f != "" {
+		out, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err == nil {
+			_, err = fmt.Fprintln(out, "logout")
+			err = errors.Join(err, out.Close())
+		}
+		if err != nil {
+			a.replyError(conn, req, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: err.Error()})
+			return
+		}
+	}
+	a.reply(conn, req, struct{}{})
+}
+
 func (a *agent) cancel(req *jsonrpc2.Request) {
 	var p struct {
 		SessionID string `json:"sessionId"`
@@ -612,6 +711,12 @@ type agentCapabilities struct {
 	PromptCapabilities  PromptCapabilities   `json:"promptCapabilities"`
 	SessionCapabilities *sessionCapabilities `json:"sessionCapabilities,omitempty"`
 	MCPCapabilities     *mcpCapabilities     `json:"mcpCapabilities,omitempty"`
+	Auth                *authCapabilities    `json:"auth,omitempty"`
+}
+
+// authCapabilities are v1 agentCapabilities.auth.
+type authCapabilities struct {
+	Logout *struct{} `json:"logout,omitempty"`
 }
 
 type mcpCapabilities struct {
@@ -629,6 +734,7 @@ type sessionCapabilities struct {
 	Resume *struct{} `json:"resume,omitempty"`
 	Close  *struct{} `json:"close,omitempty"`
 	Delete *struct{} `json:"delete,omitempty"`
+	List   *struct{} `json:"list,omitempty"`
 }
 
 type v2Capabilities struct {

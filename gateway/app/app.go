@@ -9,6 +9,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -98,6 +99,9 @@ type Config struct {
 	// ACP serves ACP itself at /acp (package acpnet), over the same
 	// SessionService, authentication, limits and metrics.
 	ACP bool
+	// TLS, when set, serves HTTPS (HTTP/1.1 and HTTP/2) with it instead of
+	// plain HTTP/1.1 and h2c.
+	TLS *tls.Config
 	// Extra handlers are mounted beside the service, by pattern.
 	Extra map[string]http.Handler
 }
@@ -212,6 +216,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		IdleTimeout:    cfg.ConnIdleTimeout,
 		MaxConnections: cfg.MaxConnections,
 		ACP:            acpOpts,
+		TLS:            cfg.TLS,
 	})
 	return &App{Manager: mgr, Metrics: met, Server: srv, ready: ready}, nil
 }

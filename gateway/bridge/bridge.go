@@ -38,6 +38,14 @@ type Options struct {
 	// gateway refuses a name it does not know); and session/list then
 	// lists the sessions of every agent.
 	ChooseAgent bool
+	// CheckGateway makes initialize ask the gateway for its agents first
+	// (ListAgents), and fail with a JSON-RPC error saying why when the
+	// gateway cannot be reached, refuses the token, or has no agent
+	// [Options.Agent]: an editor then shows the problem at once, rather
+	// than at its first session. For a bridge over the network
+	// (`acp-gateway connect`); one in the gateway's own process has no
+	// need.
+	CheckGateway bool
 	// Cwd, when set, is the working directory given to the gateway for new
 	// sessions instead of the one the editor sends, which need not exist
 	// on the gateway's machine.
@@ -97,6 +105,7 @@ func serve(ctx context.Context, stream *objectStream, opts Options) error {
 	base, stop := context.WithCancel(ctx)
 	defer stop()
 	b := &bridge{
+		stream:   stream,
 		opts:     opts,
 		client:   opts.Client,
 		log:      opts.Log,
@@ -105,6 +114,9 @@ func serve(ctx context.Context, stream *objectStream, opts Options) error {
 		sessions: map[string]*session{},
 		inflight: map[jsonrpc2.ID]func(){},
 		version:  acpjson.V1,
+	}
+	if p, ok := stream.m.(Positioned); ok {
+		p.Bind(b)
 	}
 	// jsonrpc2's own logging is silenced: the bridge logs what matters.
 	b.conn = jsonrpc2.NewConn(base, stream, b, jsonrpc2.SetLogger(log.New(io.Discard, "", 0)))
@@ -131,6 +143,9 @@ type bridge struct {
 	client acpv2connect.SessionServiceClient
 	log    *slog.Logger
 	conn   *jsonrpc2.Conn
+	// stream is conn's: session/update notifications are written to it
+	// directly, with their place in the session's log (writeAt).
+	stream *objectStream
 	// base is the parent of every call's context; it ends when the
 	// editor goes.
 	base context.Context
@@ -141,9 +156,12 @@ type bridge struct {
 	// apart from the ids of the editor's requests.
 	nextID atomic.Uint64
 
-	mu       sync.Mutex
-	closing  bool
-	version  acpjson.Version
+	mu      sync.Mutex
+	closing bool
+	version acpjson.Version
+	// elicit holds the elicitation modes the editor advertised at
+	// initialize (elicit.go).
+	elicit   map[string]bool
 	sessions map[string]*session
 	// inflight maps the editor's pending requests to what cancels them,
 	// for $/cancel_request.
@@ -167,8 +185,8 @@ type session struct {
 	// editor.
 	mu   sync.Mutex
 	turn *turn
-	// asks are the editor's permission requests, by the gateway's request
-	// id.
+	// asks are the editor's permission requests and elicitations, by the
+	// gateway's request id.
 	asks map[string]*ask
 	// stopFollow ends the session's follower (Options.Follow); nil when
 	// none runs.
@@ -275,6 +293,15 @@ func (b *bridge) Handle(_ context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Reque
 	}
 	switch req.Method {
 	case "initialize":
+		if b.opts.CheckGateway {
+			b.call(req.ID, nil, func(ctx context.Context) (any, error) {
+				if err := b.checkGateway(ctx); err != nil {
+					return nil, err
+				}
+				return b.initialize(params)
+			})
+			return
+		}
 		res, err := b.initialize(params)
 		b.reply(req.ID, res, err)
 		return
@@ -340,7 +367,8 @@ func (b *bridge) reply(id jsonrpc2.ID, res any, err error) {
 	_ = b.conn.Reply(b.base, id, res)
 }
 
-// notify sends the editor one session/update notification.
+// notify sends the editor one session/update notification that no event
+// of the session made.
 func (b *bridge) notify(sessionID string, update json.RawMessage) {
 	params := struct {
 		SessionID string          `json:"sessionId"`
@@ -358,8 +386,23 @@ func (b *bridge) emitLocked(s *session, ev *acpv2.SessionEvent, replay bool) {
 	if err != nil {
 		b.log.Warn("an event could not be converted for the editor", "session", s.id, "error", err)
 	}
-	for _, u := range updates {
-		b.notify(s.id, u)
+	b.emitAtLocked(s, ev.GetSeq(), updates)
+}
+
+// emitAtLocked sends the editor updates, made from event seq of session s,
+// each at its place in the session's log (Positioned); with no seq, as
+// messages no event made. s.out must be held.
+func (b *bridge) emitAtLocked(s *session, seq uint64, updates []json.RawMessage) {
+	for i, u := range updates {
+		if seq == 0 {
+			b.notify(s.id, u)
+			continue
+		}
+		at := Position{Seq: seq}
+		if i < len(updates)-1 {
+			at.Part = i + 1
+		}
+		b.writeAt(s.id, at, u)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -614,23 +613,5 @@ func TestCutOffTurnIsFollowedInTheLog(t *testing.T) {
 		c.Session.WatchBuffer = 16
 	})
 	e := startEditor(t, bridgeOptions(g, "sim"), nil)
-	e.initialize(t)
-	sid := e.newSession(t)
-	res, err := e.prompt(testCtx(t), sid, "flood")
-	if err != nil {
-		t.Fatalf("session/prompt: %v", err)
-	}
-	if res.StopReason != acp.StopReasonEndTurn {
-		t.Errorf("stopReason %q, want end_turn", res.StopReason)
-	}
-	updates, _ := e.rec.snapshot()
-	got := texts(updates)
-	if len(got) != n {
-		t.Fatalf("the editor got %d chunks, want %d", len(got), n)
-	}
-	for i, s := range got {
-		if s != strconv.Itoa(i+1) {
-			t.Fatalf("chunk %d is %q, want %d", i, s, i+1)
-		}
-	}
+	e.countedTurn(t, n)
 }

@@ -74,14 +74,14 @@ func (c *converter) updates(ev *acpv2.SessionEvent, replay bool) ([]json.RawMess
 			delete(c.chunked, e.ToolCallUpdate.GetToolCallId())
 			break
 		}
-		err = add(&acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: e.ToolCallUpdate}})
+		err = add(&acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: v2Patch(e.ToolCallUpdate)}})
 	case *acpv2.SessionEvent_ToolCallContentChunk:
 		if c.version == acpjson.V1 {
 			c.chunked[e.ToolCallContentChunk.GetToolCallId()] = true
 			delete(c.delta, e.ToolCallContentChunk.GetToolCallId())
 			break
 		}
-		err = add(&acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: e.ToolCallContentChunk}})
+		err = add(&acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallContentChunk{ToolCallContentChunk: v2Chunk(e.ToolCallContentChunk)}})
 	case *acpv2.SessionEvent_ToolCall:
 		// A v2 editor has had the delta itself.
 		if c.version == acpjson.V1 {
@@ -102,7 +102,7 @@ func (c *converter) updates(ev *acpv2.SessionEvent, replay bool) ([]json.RawMess
 				out = append(out, js)
 				continue
 			}
-			if err = add(&acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: wholePatch(tc)}}); err != nil {
+			if err = add(&acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_ToolCallUpdate{ToolCallUpdate: v2Patch(wholePatch(tc))}}); err != nil {
 				return nil, err
 			}
 		}
@@ -138,11 +138,11 @@ func (c *converter) updates(ev *acpv2.SessionEvent, replay bool) ([]json.RawMess
 		if err == nil && !replay && c.version != acpjson.V1 {
 			err = add(stateUpdate("running", ""))
 		}
-	case *acpv2.SessionEvent_PermissionRequest:
+	case *acpv2.SessionEvent_PermissionRequest, *acpv2.SessionEvent_ElicitationRequest:
 		if !replay && c.version != acpjson.V1 {
 			err = add(stateUpdate("requires_action", ""))
 		}
-	case *acpv2.SessionEvent_PermissionResolved:
+	case *acpv2.SessionEvent_PermissionResolved, *acpv2.SessionEvent_ElicitationResolved:
 		if !replay && c.version != acpjson.V1 {
 			err = add(stateUpdate("running", ""))
 		}
@@ -178,9 +178,9 @@ func (c *converter) toolCallV1(tc *acpv2.ToolCall) ([]byte, error) {
 		patch = v1Patch(delta)
 	case chunked:
 		// v1 cannot append: send the whole content as it now stands.
-		patch = &acpv2.ToolCallUpdate{ToolCallId: id, Content: &acpv2.ToolCallContentPatch{
+		patch = v1Patch(&acpv2.ToolCallUpdate{ToolCallId: id, Content: &acpv2.ToolCallContentPatch{
 			Op: &acpv2.ToolCallContentPatch_Value{Value: &acpv2.ToolCallContentList{Items: tc.GetContent()}},
-		}}
+		}})
 	default:
 		patch = v1Patch(wholePatch(tc))
 	}
@@ -193,16 +193,20 @@ func (c *converter) toolCallV1(tc *acpv2.ToolCall) ([]byte, error) {
 // instead: a cleared kind is ACP's default kind "other", a cleared status
 // its default "pending", a cleared title the empty title. Kinds and
 // statuses v1's closed enums lack are mapped as [v1Kind] and [v1Status]
-// say.
+// say, and v2 diffs as [v1Content] makes them.
 func v1Patch(p *acpv2.ToolCallUpdate) *acpv2.ToolCallUpdate {
 	kind, kindOK := v1StringPatch(p.GetKind(), "other", func(v string) (string, bool) { return v1Kind(v), true })
 	status, statusOK := v1StringPatch(p.GetStatus(), "pending", v1Status)
 	title, titleOK := v1StringPatch(p.GetTitle(), "", func(v string) (string, bool) { return v, true })
-	if kindOK && statusOK && titleOK {
+	content, contentChanged := v1Content(p.GetContent().GetValue().GetItems())
+	if kindOK && statusOK && titleOK && !contentChanged {
 		return p
 	}
 	q := proto.Clone(p).(*acpv2.ToolCallUpdate)
 	q.Kind, q.Status, q.Title = kind, status, title
+	if contentChanged {
+		q.GetContent().GetValue().Items = content
+	}
 	return q
 }
 
@@ -227,18 +231,23 @@ func v1StringPatch(sp *acpv2.StringPatch, cleared string, v1Value func(string) (
 }
 
 // v1ToolCall returns tc with its kind and status as v1's closed enums
-// allow: see [v1Kind] and [v1Status].
+// allow (see [v1Kind] and [v1Status]) and its v2 diffs as [v1Content]
+// makes them.
 func v1ToolCall(tc *acpv2.ToolCall) *acpv2.ToolCall {
 	kind := v1Kind(tc.GetKind())
 	status, ok := v1Status(tc.GetStatus())
 	if !ok {
 		status = "" // v1's default, pending
 	}
-	if kind == tc.GetKind() && status == tc.GetStatus() {
+	content, contentChanged := v1Content(tc.GetContent())
+	if kind == tc.GetKind() && status == tc.GetStatus() && !contentChanged {
 		return tc
 	}
 	out := proto.Clone(tc).(*acpv2.ToolCall)
 	out.Kind, out.Status = kind, status
+	if contentChanged {
+		out.Content = content
+	}
 	return out
 }
 

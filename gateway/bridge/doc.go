@@ -42,7 +42,10 @@
 // editor, authenticates to the gateway. The bridge offers loadSession (v1)
 // and session/list, session/resume and session/close; it offers only the
 // baseline prompt content (text and resource links), since it cannot know
-// what the gateway's agent accepts.
+// what the gateway's agent accepts. `acp-gateway connect` (CheckGateway)
+// first asks the gateway for its agents, and answers initialize with a
+// JSON-RPC error (-32603) saying why when the gateway cannot be reached,
+// refuses the token, or has no such agent.
 //
 //   - session/new: CreateSession with the configured agent and the editor's
 //     cwd (or --cwd), and the editor's MCP servers, which the gateway
@@ -61,7 +64,13 @@
 //     request waits) and `idle` with the stop reason, made by the bridge from
 //     the gateway's turn events (the agent's own state updates are not
 //     forwarded, nor, to a v2 editor, the agent's user messages: the bridge
-//     reports the prompt as the user_message).
+//     reports the prompt as the user_message). A Prompt stream the
+//     gateway cuts off mid-turn (it fell behind, `aborted`, also before
+//     the bridge read the turn's start; or the replicas changed hands) is
+//     followed on in the session's log with Watch from the last event
+//     the editor got, again after each cut, until the turn ends; the
+//     bridge gives up, with the gateway's error, after 8 Watch streams
+//     in a row that bring nothing.
 //   - session/cancel: Cancel, also when it arrives before the gateway has
 //     started the turn.
 //   - Permission requests become session/request_permission requests from
@@ -118,4 +127,23 @@
 // has no form for (terminal updates, other plan types) are not sent. A v2
 // editor gets the patches as they are, a v1 `plan` as the `plan_update` of
 // plan id "plan", and a made-up message id on chunks that have none.
+//
+// # Diffs and permission subjects
+//
+// v1 diffs carry whole texts (path, oldText, newText), v2 diffs `changes`
+// (operations and paths) and optionally a git patch. A v1 editor gets a v2
+// diff's v1 members when the agent sent them too; otherwise each added
+// file whose whole text the git patch holds becomes a v1 diff without
+// oldText, and what is left (modified, deleted, moved or copied files,
+// whose whole texts no patch holds, and patches of other formats) one text
+// item: the operations and paths, then the patch in a ```diff block. A v2
+// editor gets a v1 diff with `changes` (`add` without oldText, else
+// `modify`) beside its v1 members.
+//
+// A v2 permission request's `description` and `subject` reach a v2 editor
+// as they are. A v1 editor, whose requests must name a tool call, gets for
+// one that names none a made-up call (id `permission-REQUEST_ID`) titled
+// with the request's title (else the command), of kind `execute` with the
+// command and its cwd as rawInput for a command subject, and the
+// description as its content.
 package bridge

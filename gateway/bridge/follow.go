@@ -61,31 +61,37 @@ func (b *bridge) followLoop(ctx context.Context, s *session) {
 }
 
 // watchOnce follows session s from the last event handled until its
-// Watch ends or, with untilTurnEnd, until a turn ends, whose end it
-// returns.
-func (b *bridge) watchOnce(ctx context.Context, s *session, untilTurnEnd bool) (*acpv2.TurnEnded, error) {
-	s.out.Lock()
-	after := s.lastSeq
-	s.out.Unlock()
+// Watch ends or, with untilTurnEnd, until a turn ends, whose turnEnded
+// event it returns.
+func (b *bridge) watchOnce(ctx context.Context, s *session, untilTurnEnd bool) (*acpv2.SessionEvent, error) {
+	after := s.handled()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := b.client.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: s.id, AfterSeq: after}))
 	if err != nil {
 		return nil, err
 	}
-	var te *acpv2.TurnEnded
-	for te == nil && stream.Receive() {
+	var end *acpv2.SessionEvent
+	for end == nil && stream.Receive() {
 		if ev := stream.Msg().GetEvent(); ev != nil {
 			b.handleLive(s, ev)
-			if untilTurnEnd {
-				te = ev.GetTurnEnded()
+			if untilTurnEnd && ev.GetTurnEnded() != nil {
+				end = ev
 			}
 		}
 	}
-	if te == nil {
+	if end == nil {
 		err = stream.Err()
 	}
 	cancel() // so that Close need not wait on a live stream
 	_ = stream.Close()
-	return te, err
+	return end, err
+}
+
+// handled returns the seq of the last live event of s handled, which the
+// editor has.
+func (s *session) handled() uint64 {
+	s.out.Lock()
+	defer s.out.Unlock()
+	return s.lastSeq
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -157,15 +158,17 @@ func startEditor(t *testing.T, opts bridge.Options, answer func(context.Context,
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	rec := &recorder{answer: answer}
+	rec := &recorder{answer: answer, window: make(chan struct{}, updateWindow)}
 	e := &editor{rec: rec, in: inW, served: make(chan struct{})}
 	go func() {
 		e.servedErr = bridge.Serve(context.Background(), inR, outW, opts)
 		close(e.served)
 	}()
-	e.ClientSideConnection = acp.NewClientSideConnection(rec, inW, outR)
+	stop := make(chan struct{})
+	e.ClientSideConnection = acp.NewClientSideConnection(rec, inW, &pacedReader{r: bufio.NewReader(outR), window: rec.window, stop: stop})
 	e.SetLogger(slog.New(slog.DiscardHandler))
 	t.Cleanup(func() {
+		close(stop)
 		inW.Close()
 		if err := e.wait(t); err != nil {
 			t.Errorf("Serve: %v", err)
@@ -173,6 +176,51 @@ func startEditor(t *testing.T, opts bridge.Options, answer func(context.Context,
 		outR.Close()
 	})
 	return e
+}
+
+// updateWindow is how many session/update notifications the test editor
+// reads ahead of those it has handled.
+const updateWindow = 256
+
+// pacedReader is the test editor's end of the bridge's output. The SDK
+// reads its input as fast as it comes into a queue of 1,024 notifications,
+// and drops the connection when its handler falls that far behind (the
+// prompt then fails with "peer disconnected before response"), which a
+// flood of updates on a busy host brings about whatever the bridge does.
+// This reader hands the SDK no more than updateWindow session/update
+// notifications ahead of those the recorder took: an editor that reads as
+// it handles, which pushes back on the bridge.
+type pacedReader struct {
+	r *bufio.Reader
+	// window holds a token for each update handed on that the recorder
+	// has not taken.
+	window chan struct{}
+	// stop, closed as the test ends, lets everything through.
+	stop <-chan struct{}
+	line []byte // the rest of the line being read
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if len(p.line) == 0 {
+		line, err := p.r.ReadBytes('\n')
+		if len(line) == 0 {
+			return 0, err
+		}
+		var m struct {
+			Method string           `json:"method"`
+			ID     *json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(line, &m) == nil && m.Method == "session/update" && m.ID == nil {
+			select {
+			case p.window <- struct{}{}:
+			case <-p.stop:
+			}
+		}
+		p.line = line
+	}
+	n := copy(b, p.line)
+	p.line = p.line[n:]
+	return n, nil
 }
 
 // ctx returns a context that ends with the test or after 30 s.
@@ -213,6 +261,9 @@ func (e *editor) prompt(ctx context.Context, sid, text string) (acp.PromptRespon
 // recorder is the SDK client: it records what the bridge sends.
 type recorder struct {
 	answer func(context.Context, acp.RequestPermissionRequest) acp.RequestPermissionResponse
+	// window takes back a token of the pacedReader's for each update
+	// (one the SDK could not decode keeps its token: a few do no harm).
+	window chan struct{}
 
 	mu      sync.Mutex
 	updates []acp.SessionUpdate
@@ -223,6 +274,10 @@ func (r *recorder) SessionUpdate(_ context.Context, n acp.SessionNotification) e
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.updates = append(r.updates, n.Update)
+	select {
+	case <-r.window:
+	default: // let through as the test ended
+	}
 	return nil
 }
 
@@ -297,6 +352,31 @@ func texts(updates []acp.SessionUpdate) []string {
 		}
 	}
 	return out
+}
+
+// countedTurn initializes, creates a session and runs a turn, which must
+// end with end_turn and bring the editor n agent message chunks, "1" to
+// n, each once and in order.
+func (e *editor) countedTurn(t *testing.T, n int) {
+	t.Helper()
+	e.initialize(t)
+	res, err := e.prompt(testCtx(t), e.newSession(t), "count")
+	if err != nil {
+		t.Fatalf("session/prompt: %v", err)
+	}
+	if res.StopReason != acp.StopReasonEndTurn {
+		t.Errorf("stopReason %q, want end_turn", res.StopReason)
+	}
+	updates, _ := e.rec.snapshot()
+	got := texts(updates)
+	if len(got) != n {
+		t.Fatalf("the editor got %d chunks, want %d", len(got), n)
+	}
+	for i, s := range got {
+		if s != strconv.Itoa(i+1) {
+			t.Fatalf("chunk %d is %q, want %d", i, s, i+1)
+		}
+	}
 }
 
 // rawEditor speaks JSON-RPC to a bridge line by line, for what the SDK

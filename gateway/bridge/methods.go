@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -28,17 +29,23 @@ func (b *bridge) implementation() map[string]any {
 func (b *bridge) initialize(params json.RawMessage) (any, error) {
 	var p struct {
 		ProtocolVersion json.Number `json:"protocolVersion"`
+		// v1 names, v2 names.
+		ClientCapabilities clientCapabilities `json:"clientCapabilities"`
+		Capabilities       clientCapabilities `json:"capabilities"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil {
 		return nil, invalidParams("initialize: %v", err)
 	}
 	asked, _ := p.ProtocolVersion.Float64()
 	v := acpjson.V1
+	caps := p.ClientCapabilities
 	if asked >= 2 {
 		v = acpjson.V2
+		caps = p.Capabilities
 	}
 	b.mu.Lock()
 	b.version = v
+	b.elicit = caps.elicitModes()
 	b.mu.Unlock()
 	if v == acpjson.V1 {
 		return map[string]any{
@@ -72,6 +79,27 @@ func (b *bridge) initialize(params json.RawMessage) (any, error) {
 		}},
 		"authMethods": []any{},
 	}, nil
+}
+
+// checkGateway checks that the gateway answers, takes the bridge's token
+// and has the bridge's agent (Options.CheckGateway).
+func (b *bridge) checkGateway(ctx context.Context) error {
+	res, err := b.client.ListAgents(ctx, connect.NewRequest(&acpv2.ListAgentsRequest{}))
+	if err != nil {
+		return rpcError("initialize (asking the gateway for its agents)", err)
+	}
+	if b.opts.Agent == "" {
+		return nil
+	}
+	var names []string
+	for _, a := range res.Msg.GetAgents() {
+		if a.GetName() == b.opts.Agent {
+			return nil
+		}
+		names = append(names, a.GetName())
+	}
+	return &jsonrpc2.Error{Code: codeInternal,
+		Message: fmt.Sprintf("acp-gateway initialize failed: the gateway has no agent %q (it has %s); check --agent", b.opts.Agent, strings.Join(names, ", "))}
 }
 
 // newSession creates a gateway session of the configured agent.
@@ -168,10 +196,18 @@ func (b *bridge) reattach(ctx context.Context, method string, params json.RawMes
 			return nil, err
 		}
 	}
-	// What follows the history is news.
-	s.out.Lock()
-	s.lastSeq = max(s.lastSeq, lastSeq)
-	s.out.Unlock()
+	// What follows the history is news; unless the session is followed
+	// already, from a point its client had (Resume), which goes on from
+	// there.
+	s.mu.Lock()
+	followed := s.stopFollow != nil
+	s.mu.Unlock()
+	if !followed {
+		s.out.Lock()
+		s.lastSeq = max(s.lastSeq, lastSeq)
+		b.stream.reached(s.id, Position{Seq: s.lastSeq})
+		s.out.Unlock()
+	}
 	b.follow(s)
 	return struct{}{}, nil
 }

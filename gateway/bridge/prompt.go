@@ -16,7 +16,7 @@ import (
 )
 
 // callTimeout bounds the short gateway calls the bridge makes on its own
-// (Cancel, RespondPermission).
+// (Cancel, RespondPermission, RespondElicitation).
 const callTimeout = 30 * time.Second
 
 // turn is a prompt turn the editor started. Its fields are guarded by the
@@ -30,7 +30,8 @@ type turn struct {
 	started bool
 }
 
-// ask is a session/request_permission the bridge sent the editor.
+// ask is a session/request_permission or elicitation/create the bridge
+// sent the editor.
 type ask struct {
 	editorID jsonrpc2.ID
 	// done: the editor answered, or the gateway resolved the request.
@@ -90,7 +91,6 @@ func (b *bridge) prompt(id jsonrpc2.ID, params json.RawMessage) {
 // (v1). A v2 editor is answered when the gateway starts the turn, and the
 // turn's end is an idle state_update.
 func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *turn, blocks []*acpv2.ContentBlock) (any, error) {
-	v2 := s.conv.version != acpjson.V1
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := b.client.Prompt(ctx, connect.NewRequest(&acpv2.PromptRequest{SessionId: s.id, Prompt: blocks}))
 	if err != nil {
@@ -108,35 +108,32 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 			continue // heartbeat
 		}
 		if _, ok := ev.GetEvent().(*acpv2.SessionEvent_TurnStarted); ok {
-			s.mu.Lock()
-			t.started = true
-			cancelNow := t.cancelWanted
-			s.mu.Unlock()
-			if cancelNow {
-				b.spawn(func() { b.gatewayCancel(s.id) })
-			}
-			if v2 {
-				// A v2 prompt is answered once accepted.
-				b.reply(id, struct{}{}, nil)
-				acked = true
-			}
+			acked = b.turnStarted(id, s, t)
 		}
 		b.handleLive(s, ev)
 		if te := ev.GetTurnEnded(); te != nil {
-			return b.endTurn(s, te, acked)
+			return b.endTurn(s, ev.GetSeq(), te, acked)
 		}
 	}
 	err = stream.Err()
 	s.mu.Lock()
 	started := t.started
 	s.mu.Unlock()
+	if !started && connect.CodeOf(err) == connect.CodeAborted {
+		// A Prompt stream is cut off for lagging (aborted) only once the
+		// gateway started its turn: it subscribes the stream as it
+		// starts the turn, and the turn's first events may lap it before
+		// it sent the turn_started. The turn is under way.
+		acked = b.turnStarted(id, s, t)
+		started = true
+	}
 	if started && resumable(err) {
 		// Cut off mid-turn (the stream fell too far behind, or the
 		// gateway's replicas changed hands): the turn goes on in the
 		// session's log; follow it there from where the editor is.
-		te, werr := b.resumeTurn(ctx, s)
-		if te != nil {
-			return b.endTurn(s, te, acked)
+		end, werr := b.resumeTurn(ctx, s, err)
+		if end != nil {
+			return b.endTurn(s, end.GetSeq(), end.GetTurnEnded(), acked)
 		}
 		err = werr
 	}
@@ -147,9 +144,28 @@ func (b *bridge) runPrompt(ctx context.Context, id jsonrpc2.ID, s *session, t *t
 		rerr = &jsonrpc2.Error{Code: codeInternal, Message: "acp-gateway: the Prompt stream ended before the turn did"}
 	}
 	if acked {
-		return b.endTurn(s, &acpv2.TurnEnded{Error: rerr.Message}, true)
+		return b.endTurn(s, 0, &acpv2.TurnEnded{Error: rerr.Message}, true)
 	}
 	return nil, rerr
+}
+
+// turnStarted notes that the gateway started turn t of session s, which
+// prompt id asked for: a cancel the editor asked for meanwhile goes to the
+// gateway, and a v2 prompt is answered (acked) as accepted.
+func (b *bridge) turnStarted(id jsonrpc2.ID, s *session, t *turn) (acked bool) {
+	s.mu.Lock()
+	t.started = true
+	cancelNow := t.cancelWanted
+	s.mu.Unlock()
+	if cancelNow {
+		b.spawn(func() { b.gatewayCancel(s.id) })
+	}
+	if s.conv.version == acpjson.V1 {
+		return false
+	}
+	// A v2 prompt is answered once accepted.
+	b.reply(id, struct{}{}, nil)
+	return true
 }
 
 // resumable says whether a stream that ended with err may be taken up
@@ -163,29 +179,39 @@ func resumable(err error) bool {
 	return false
 }
 
-// resumeTurns bounds the Watch streams a cut-off turn is followed on.
+// resumeTurns bounds the Watch streams in a row that a cut-off turn is
+// followed on while none of them brings the editor an event. A Watch
+// that brings some is progress, and is followed by another however many
+// came before: a turn that floods the session goes on being followed
+// while the bridge keeps up with its log, however often the gateway cuts
+// the bridge's streams off.
 const resumeTurns = 8
 
 // resumeTurn follows session s's log from where the editor is until the
-// running turn's end, which it returns, sending the editor each event's
-// updates; nil and the last stream's error if it cannot.
-func (b *bridge) resumeTurn(ctx context.Context, s *session) (*acpv2.TurnEnded, error) {
-	var err error
-	for range resumeTurns {
+// running turn's end, whose event it returns, sending the editor each
+// event's updates; nil and the last stream's error if it cannot.
+func (b *bridge) resumeTurn(ctx context.Context, s *session, cause error) (*acpv2.SessionEvent, error) {
+	err := cause
+	for idle := 0; idle < resumeTurns; idle++ {
 		b.log.Info("the turn's stream was cut off: following the session's log", "session", s.id, "error", err)
-		var te *acpv2.TurnEnded
-		if te, err = b.watchOnce(ctx, s, true); te != nil || !resumable(err) {
-			return te, err
+		from := s.handled()
+		var end *acpv2.SessionEvent
+		if end, err = b.watchOnce(ctx, s, true); end != nil || !resumable(err) {
+			return end, err
+		}
+		if s.handled() > from {
+			idle = -1 // progress: the count starts again
 		}
 	}
 	return nil, err
 }
 
-// endTurn answers the prompt for the turn's end: with its stop reason, or
-// a JSON-RPC error when the turn failed. A v2 editor, answered already,
-// gets an idle state_update instead; a failure shows as an agent message
-// and in the update's _meta.
-func (b *bridge) endTurn(s *session, te *acpv2.TurnEnded, acked bool) (any, error) {
+// endTurn answers the prompt for the turn's end, event seq (0 when the
+// bridge ended the turn itself): with its stop reason, or a JSON-RPC error
+// when the turn failed. A v2 editor, answered already, gets an idle
+// state_update instead; a failure shows as an agent message and in the
+// update's _meta.
+func (b *bridge) endTurn(s *session, seq uint64, te *acpv2.TurnEnded, acked bool) (any, error) {
 	reason := te.GetStopReason()
 	if reason == "" {
 		reason = "end_turn"
@@ -201,30 +227,36 @@ func (b *bridge) endTurn(s *session, te *acpv2.TurnEnded, acked bool) (any, erro
 	}
 	s.out.Lock()
 	defer s.out.Unlock()
-	idle := stateUpdate("idle", reason)
+	b.emitAtLocked(s, seq, b.turnEndUpdates(s, te))
+	return nil, errReplied
+}
+
+// turnEndUpdates returns what a v2 editor gets at a turn's end: an idle
+// state_update with the stop reason, after the failure as an agent message
+// when the turn failed (also in the update's _meta).
+func (b *bridge) turnEndUpdates(s *session, te *acpv2.TurnEnded) []json.RawMessage {
+	idle := stateUpdate("idle", cmp.Or(te.GetStopReason(), "end_turn"))
+	updates := []*acpv2.SessionUpdate{idle}
 	if msg := te.GetError(); msg != "" {
 		id := newMessageID()
-		b.emitUpdateLocked(s, &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
+		updates = []*acpv2.SessionUpdate{{Update: &acpv2.SessionUpdate_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{
 			Content:   &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "acp-gateway: the turn failed: " + msg}}},
 			MessageId: &id,
-		}}})
+		}}}, idle}
 		if meta, err := structpb.NewStruct(map[string]any{"acpGateway": map[string]any{"error": msg}}); err == nil {
 			idle.GetStateUpdate().Meta = meta
 		}
 	}
-	b.emitUpdateLocked(s, idle)
-	return nil, errReplied
-}
-
-// emitUpdateLocked sends the editor one update the bridge made itself.
-// s.out must be held.
-func (b *bridge) emitUpdateLocked(s *session, u *acpv2.SessionUpdate) {
-	js, err := acpjson.EncodeUpdate(u, s.conv.version)
-	if err != nil {
-		b.log.Warn("an update could not be encoded", "session", s.id, "error", err)
-		return
+	out := make([]json.RawMessage, 0, len(updates))
+	for _, u := range updates {
+		js, err := acpjson.EncodeUpdate(u, s.conv.version)
+		if err != nil {
+			b.log.Warn("an update could not be encoded", "session", s.id, "error", err)
+			continue
+		}
+		out = append(out, js)
 	}
-	b.notify(s.id, js)
+	return out
 }
 
 // cancelTurn cancels the editor's turn in session id: at once when the
@@ -281,7 +313,9 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 	v1 := s.conv.version == acpjson.V1
 	switch e := ev.GetEvent().(type) {
 	case *acpv2.SessionEvent_PermissionResolved:
-		b.permissionResolved(s, e.PermissionResolved.GetRequestId())
+		b.resolved(s, e.PermissionResolved.GetRequestId())
+	case *acpv2.SessionEvent_ElicitationResolved:
+		b.resolved(s, e.ElicitationResolved.GetRequestId())
 	case *acpv2.SessionEvent_TurnStarted:
 		if !ours && v1 {
 			b.emitLocked(s, ev, true) // the prompt, as replayed
@@ -289,7 +323,7 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 		}
 	case *acpv2.SessionEvent_TurnEnded:
 		if !ours && !v1 {
-			b.emitUpdateLocked(s, stateUpdate("idle", cmp.Or(e.TurnEnded.GetStopReason(), "end_turn")))
+			b.emitAtLocked(s, ev.GetSeq(), b.turnEndUpdates(s, e.TurnEnded))
 			return
 		}
 	}
@@ -297,6 +331,11 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 	if pr := ev.GetPermissionRequest(); pr != nil {
 		s.mu.Lock()
 		b.askLocked(s, pr)
+		s.mu.Unlock()
+	}
+	if er := ev.GetElicitationRequest(); er != nil && b.elicits(er.GetMode()) {
+		s.mu.Lock()
+		b.elicitLocked(s, er)
 		s.mu.Unlock()
 	}
 }
@@ -338,11 +377,7 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 			err = call.Wait(ctx, &res)
 		}
 	}
-	s.mu.Lock()
-	resolved := a.done
-	a.done = true
-	s.mu.Unlock()
-	if resolved {
+	if !s.claim(a) {
 		return // the gateway resolved it meanwhile, and the editor was told
 	}
 	req := &acpv2.RespondPermissionRequest{SessionId: s.id, RequestId: requestID}
@@ -356,20 +391,38 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 	}
 	rctx, cancel := context.WithTimeout(b.base, callTimeout)
 	defer cancel()
-	if _, err := b.client.RespondPermission(rctx, connect.NewRequest(req)); err != nil {
-		switch connect.CodeOf(err) {
-		case connect.CodeFailedPrecondition, connect.CodeNotFound: // answered or ended meanwhile
-		default:
-			b.log.Warn("relaying a permission answer", "session", s.id, "request", requestID, "error", err)
+	_, err = b.client.RespondPermission(rctx, connect.NewRequest(req))
+	b.relayed(s, "permission", requestID, err)
+}
+
+// claim marks the editor's answer to a as the one to relay, and reports
+// false when the gateway resolved a first (the editor was then told).
+func (s *session) claim(a *ask) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resolved := a.done
+	a.done = true
+	return !resolved
+}
+
+// relayed logs how relaying the editor's answer to what (permission,
+// elicitation) request requestID went, err being the gateway's word: an
+// answer that came late (answered or ended meanwhile) is not news.
+func (b *bridge) relayed(s *session, what, requestID string, err error) {
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition, connect.CodeNotFound:
+	default:
+		if err != nil {
+			b.log.Warn("relaying a "+what+" answer", "session", s.id, "request", requestID, "error", err)
 		}
 	}
 }
 
-// permissionResolved handles the gateway's word that a permission request
-// was resolved. When the editor has not answered it (the turn was
-// cancelled, the request timed out or another client answered), the editor
-// gets a $/cancel_request for it.
-func (b *bridge) permissionResolved(s *session, requestID string) {
+// resolved handles the gateway's word that a permission request or an
+// elicitation was resolved. When the editor has not answered it (the turn
+// was cancelled, the request timed out, was withdrawn by the agent, or
+// another client answered), the editor gets a $/cancel_request for it.
+func (b *bridge) resolved(s *session, requestID string) {
 	s.mu.Lock()
 	a := s.asks[requestID]
 	delete(s.asks, requestID)
@@ -385,8 +438,8 @@ func (b *bridge) permissionResolved(s *session, requestID string) {
 
 // permissionParams returns the params of the session/request_permission
 // for pr, in the editor's ACP version: v1 carries the tool call as
-// `toolCall` (made up from the request's title when the agent named none),
-// v2 a `title` and a `subject`.
+// `toolCall` (made up when the agent named none: see [permissionCall]),
+// v2 a `title`, a `description` and a `subject`.
 func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json.RawMessage, error) {
 	v := s.conv.version
 	opts := pr.GetOptions()
@@ -406,20 +459,23 @@ func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json
 	for k, f := range pr.GetMeta().GetFields() {
 		meta[k] = f.AsInterface()
 	}
+	// A gateway before the typed subject kept it in meta.
 	subject := meta["subject"]
 	delete(meta, "subject")
 	if len(meta) > 0 {
 		params["_meta"] = meta
 	}
+	if pr.GetSubject() != nil {
+		js, err := acpjson.Encode(pr.GetSubject(), acpjson.V2)
+		if err != nil {
+			return nil, err
+		}
+		subject = json.RawMessage(js)
+	}
 	tc := pr.GetToolCall()
 	if v == acpjson.V1 {
 		if tc == nil {
-			title := pr.GetTitle()
-			if title == "" {
-				title = "Permission requested"
-			}
-			tc = &acpv2.ToolCallUpdate{ToolCallId: "permission-" + pr.GetRequestId(),
-				Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: title}}}
+			tc = permissionCall(pr)
 		}
 		js, err := acpjson.Encode(v1Patch(tc), acpjson.V1)
 		if err != nil {
@@ -435,9 +491,12 @@ func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json
 			title = "Permission requested"
 		}
 		params["title"] = title
+		if pr.Description != nil {
+			params["description"] = pr.GetDescription()
+		}
 		switch {
 		case tc != nil:
-			js, err := acpjson.Encode(tc, acpjson.V2)
+			js, err := acpjson.Encode(v2Patch(tc), acpjson.V2)
 			if err != nil {
 				return nil, err
 			}
@@ -447,4 +506,30 @@ func (b *bridge) permissionParams(s *session, pr *acpv2.PermissionRequest) (json
 		}
 	}
 	return json.Marshal(params)
+}
+
+// permissionCall makes up the v1 tool call of a permission request that
+// names none (a v2 request about a command, say): titled with the
+// request's title, else the command, else "Permission requested"; for a
+// command, of kind execute with the command and its cwd as rawInput; with
+// the request's description as its content.
+func permissionCall(pr *acpv2.PermissionRequest) *acpv2.ToolCallUpdate {
+	str := func(v string) *acpv2.StringPatch { return &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: v}} }
+	cmd := pr.GetSubject().GetCommand()
+	title := cmp.Or(pr.GetTitle(), cmd.GetCommand(), "Permission requested")
+	tc := &acpv2.ToolCallUpdate{ToolCallId: "permission-" + pr.GetRequestId(), Title: str(title)}
+	if cmd != nil {
+		tc.Kind = str("execute")
+		tc.RawInput = &acpv2.ValuePatch{Op: &acpv2.ValuePatch_Value{Value: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"command": structpb.NewStringValue(cmd.GetCommand()),
+			"cwd":     structpb.NewStringValue(cmd.GetCwd()),
+		}})}}
+	}
+	if pr.Description != nil {
+		tc.Content = &acpv2.ToolCallContentPatch{Op: &acpv2.ToolCallContentPatch_Value{Value: &acpv2.ToolCallContentList{Items: []*acpv2.ToolCallContent{{
+			Item: &acpv2.ToolCallContent_Content{Content: &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{
+				Text: &acpv2.TextContent{Text: pr.GetDescription()}}}},
+		}}}}}
+	}
+	return tc
 }

@@ -92,6 +92,28 @@ func (s *objectStream) WriteObject(v any) error {
 	return s.write(b)
 }
 
+// writeAt writes msg, made from an event of session id, at position at
+// where the transport numbers messages so (Positioned).
+func (s *objectStream) writeAt(id string, at Position, msg []byte) error {
+	p, ok := s.m.(Positioned)
+	if !ok {
+		return s.write(msg)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return p.WriteAt(id, at, msg)
+}
+
+// reached tells a Positioned transport that the client has session id
+// through at.
+func (s *objectStream) reached(id string, at Position) {
+	if p, ok := s.m.(Positioned); ok {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		p.Reached(id, at)
+	}
+}
+
 func (s *objectStream) write(b []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()

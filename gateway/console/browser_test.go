@@ -50,14 +50,7 @@ func TestBrowser(t *testing.T) {
 	token := "console-test-token"
 	g := startGateway(t, token)
 
-	shots := t.ArtifactDir()
-	if *updateScreenshots {
-		shots = filepath.Join(repoRoot, "docs", "screenshots")
-		if err := os.MkdirAll(shots, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	shots, _ = filepath.Abs(shots)
+	shots := screenshotDir(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -65,20 +58,12 @@ func TestBrowser(t *testing.T) {
 		"CONSOLE_DROP_URL="+g.base+"/test/drop",
 		"CONSOLE_SCREENSHOTS="+shots,
 	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("browser.mjs: %v\nstdout:\n%s\nstderr:\n%s\nscreenshots in %s (kept with go test -artifacts)", err, stdout.String(), stderr.String(), shots)
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var got struct {
 		SessionID  string `json:"sessionId"`
 		LastSeq    string `json:"lastSeq"`
 		Reconnects int    `json:"reconnects"`
 	}
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
-		t.Fatalf("browser.mjs output %q: %v", stdout.String(), err)
-	}
+	runBrowserScript(t, cmd, shots, &got)
 
 	t.Logf("session %s: the page showed seq 1 to %s, reconnected %d times; Watch afterSeq after the cut: %v",
 		got.SessionID, got.LastSeq, got.Reconnects, g.watchesSinceDrop())
@@ -100,6 +85,43 @@ func TestBrowser(t *testing.T) {
 	if !resumed {
 		t.Errorf("after the streams were cut, the page's Watch calls had afterSeq %v, want one > 0", after)
 	}
+}
+
+// runBrowserScript runs cmd, a browser script, and decodes the last line of
+// its output into result; it fails the test with the script's output when
+// the script fails.
+func runBrowserScript(t *testing.T, cmd *exec.Cmd, shots string, result any) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	name := filepath.Base(cmd.Args[len(cmd.Args)-1])
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s\nscreenshots in %s (kept with go test -artifacts)", name, err, stdout.String(), stderr.String(), shots)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), result); err != nil {
+		t.Fatalf("%s output %q: %v", name, stdout.String(), err)
+	}
+}
+
+// screenshotDir returns where a browser script writes its screenshots,
+// absolute: docs/screenshots (made if missing) with -update-screenshots,
+// else the test's artifact directory.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	dir := t.ArtifactDir()
+	var err error
+	if *updateScreenshots {
+		dir = filepath.Join(repoRoot, "docs", "screenshots")
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		dir, err = filepath.Abs(dir)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // browserScript returns node running web/console/test/NAME against g, with
@@ -151,7 +173,9 @@ type gateway struct {
 	dropAt  int      // len(watches) when the connections were cut
 }
 
-func startGateway(t *testing.T, token string) *gateway {
+// startGateway starts a gateway with the demo agent as "demo"; each of
+// configure may change its session options (add agents, use a store).
+func startGateway(t *testing.T, token string, configure ...func(*session.Options)) *gateway {
 	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte(token+" tester\n"), 0o600); err != nil {
@@ -166,14 +190,18 @@ func startGateway(t *testing.T, token string) *gateway {
 		t.Fatal(err)
 	}
 	g := &gateway{dropAt: -1}
+	opts := session.Options{
+		Agents:         map[string][]string{"demo": demo},
+		Env:            []string{"PATH=" + os.Getenv("PATH")},
+		Store:          statestore.NewMemory(statestore.Options{}),
+		AgentStopGrace: 500 * time.Millisecond,
+		IdleTimeout:    -1,
+	}
+	for _, f := range configure {
+		f(&opts)
+	}
 	gw, err := app.New(context.Background(), app.Config{
-		Session: session.Options{
-			Agents:         map[string][]string{"demo": demo},
-			Env:            []string{"PATH=" + os.Getenv("PATH")},
-			Store:          statestore.NewMemory(statestore.Options{}),
-			AgentStopGrace: 500 * time.Millisecond,
-			IdleTimeout:    -1,
-		},
+		Session:      opts,
 		Auth:         authn,
 		AnyCwd:       true, // the page's cwd is a temporary directory
 		Interceptors: []connect.Interceptor{watchRecorder{g}},
@@ -301,4 +329,19 @@ func (l *conns) closeExcept(remote string) int {
 		_ = c.Close()
 	}
 	return len(victims)
+}
+
+// startGatewayWith starts a gateway as startGateway does, with agents, by
+// name, beside the demo agent.
+func startGatewayWith(t *testing.T, token string, agents map[string]agentsim.Script) *gateway {
+	t.Helper()
+	return startGateway(t, token, func(o *session.Options) {
+		for name, script := range agents {
+			cmd, err := agentsim.Command(script)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Agents[name] = cmd
+		}
+	})
 }

@@ -77,8 +77,12 @@ func TestBatchedEventsArriveWithoutWaiting(t *testing.T) {
 			if w.err != nil {
 				t.Fatal(w.err)
 			}
-			if len(w.events) != len(prompted) || len(prompted) != 300+6 {
-				t.Fatalf("the watch got %d events, the prompt %d; want %d", len(w.events), len(prompted), 300+6)
+			// The turn's start and end, the 300, the request and its
+			// resolution, the gateway's merge of the answered request's
+			// call (its update and merged call), the agent's update and
+			// merged call.
+			if len(w.events) != len(prompted) || len(prompted) != 300+8 {
+				t.Fatalf("the watch got %d events, the prompt %d; want %d", len(w.events), len(prompted), 300+8)
 			}
 			for i := range prompted {
 				if !eventEqual(w.events[i], prompted[i]) {

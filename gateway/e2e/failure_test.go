@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/agentsim"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/encoded"
@@ -164,6 +166,15 @@ func TestAgentFailuresEndTheTurnWithAnError(t *testing.T) {
 	}
 }
 
+// noise is n steps writing "noise 1" ... "noise n" to stderr.
+func noise(n int) []agentsim.Step {
+	steps := make([]agentsim.Step, n)
+	for i := range steps {
+		steps[i].Stderr = fmt.Sprintf("noise %d", i+1)
+	}
+	return steps
+}
+
 func TestAgentThatHangsOrDiesAtStartup(t *testing.T) {
 	t.Parallel()
 	exit1 := 1
@@ -172,14 +183,35 @@ func TestAgentThatHangsOrDiesAtStartup(t *testing.T) {
 		"die":     agentCommand(t, agentsim.Script{Startup: []agentsim.Step{{Exit: &exit1}}, Turns: []agentsim.Turn{{}}}),
 		"missing": {"/nonexistent/agent-binary"},
 		"v9":      agentCommand(t, agentsim.Script{ProtocolVersion: 9, Turns: []agentsim.Turn{{}}}),
+		// As node does without its module: a few lines on stderr, then exit.
+		"nomodule": agentCommand(t, agentsim.Script{Startup: append(noise(30),
+			agentsim.Step{Stderr: "Error: Cannot find module 'nope'"}, agentsim.Step{Stderr: "Node.js v22.0.0"}, agentsim.Step{Exit: &exit1}),
+			Turns: []agentsim.Turn{{}}}),
+		"cat": {"cat"},
+		// Answers initialize, then dies at session/new saying why.
+		"nokey":   {"/bin/sh", "-c", `read -r _; echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1}}'; read -r _; echo 'Error: ANTHROPIC_API_KEY is not set' >&2; exit 1`},
+		"garbage": agentCommand(t, agentsim.Script{Startup: []agentsim.Step{{Raw: "Usage: agent [options]"}, {Hang: true}}, Turns: []agentsim.Turn{{}}}),
 	}})
 	t.Run("each", func(t *testing.T) {
-		for name, want := range map[string]string{"hang": "initialize", "die": "status 1", "missing": "no such file", "v9": "protocol version 9"} {
+		for name, want := range map[string]string{"hang": "initialize", "die": "status 1", "missing": "no such file", "v9": "protocol version 9",
+			"nomodule": "status 1; the last lines of its stderr:\nnoise 13\n", "cat": "not an ACP agent: it sent the gateway's initialize request back",
+			"garbage": "not an ACP agent: its output is not ACP's JSON-RPC",
+			"nokey":   "session/new: agent ended: exited with status 1; the last lines of its stderr:\nError: ANTHROPIC_API_KEY is not set"} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				_, err := g.connect.CreateSession(context.Background(), connect.NewRequest(&acpv2.CreateSessionRequest{Agent: name, Cwd: t.TempDir()}))
-				if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), want) {
-					t.Fatalf("CreateSession: %v, want unavailable mentioning %q", err, want)
+				if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), want) ||
+					!strings.Contains(err.Error(), "the agent did not start") || strings.Contains(err.Error(), "agent is gone") {
+					t.Fatalf("CreateSession: %v, want unavailable: the agent did not start, mentioning %q", err, want)
+				}
+				if name != "nomodule" {
+					return
+				}
+				// The last 20 lines, the cause among them; the earlier
+				// noise left out.
+				if !strings.HasSuffix(err.Error(), "\nError: Cannot find module 'nope'\nNode.js v22.0.0") || strings.Contains(err.Error(), "noise 12\n") ||
+					strings.Count(err.Error(), "\n") != agent.StderrTailLines {
+					t.Fatalf("CreateSession: %v, want the last %d lines of the agent's stderr", err, agent.StderrTailLines)
 				}
 			})
 		}
@@ -188,6 +220,17 @@ func TestAgentThatHangsOrDiesAtStartup(t *testing.T) {
 	list, err := g.connect.ListSessions(context.Background(), connect.NewRequest(&acpv2.ListSessionsRequest{}))
 	if err != nil || len(list.Msg.GetSessions()) != 0 {
 		t.Fatalf("ListSessions after failed creations = %v, %v; want none", list.Msg.GetSessions(), err)
+	}
+	// ListAgents starts its agents for every user: it says that the agent
+	// did not start, never what its stderr said.
+	agents, err := g.connect.ListAgents(context.Background(), connect.NewRequest(&acpv2.ListAgentsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents.Msg.GetAgents() {
+		if a.GetName() == "nomodule" && (a.GetError() == "" || strings.Contains(a.GetError(), "Cannot find module")) {
+			t.Errorf("ListAgents says of the agent %q, want that it did not start, without its stderr", a.GetError())
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1023,5 +1024,49 @@ func checkTrimmed(t *testing.T, what string, calls []*acpv2.ToolCall) {
 	first, last := calls[0], calls[len(calls)-1]
 	if !trimmed(first) || first.GetRawOutput() != nil || first.GetTitle() != "call 1" || trimmed(last) || last.GetRawOutput() == nil {
 		t.Fatalf("%s: the oldest call %v, the newest %v; want the oldest trimmed, the newest whole", what, first, last)
+	}
+}
+
+// TestHostileStateFitsInOneResponse: an agent that sends 10,000 distinct
+// terminals, long config option and mode lists and a giant title does not
+// make GetSession (or Watch's snapshot) too large for a response, in any
+// encoding, when its state takes more than half of it: the state is cut
+// to what a client needs (the title, the current mode, the terminals
+// without their output). (The script is a command-line argument, at
+// most 128 KiB: the state's own bounds are sessionstate's tests.)
+func TestHostileStateFitsInOneResponse(t *testing.T) {
+	t.Parallel()
+	const maxResponse = 64 << 10
+	var opts, modes []string
+	for i := range 200 {
+		name := fmt.Sprintf("%d%s", i, strings.Repeat("n", 60))
+		opts = append(opts, `{"configId":"`+name+`","name":"`+name+`","type":"select","currentValue":"a","options":[]}`)
+		modes = append(modes, `{"id":"`+name+`","name":"`+name+`"}`)
+	}
+	script := agentsim.Script{ProtocolVersion: 2,
+		SessionModes:         raw(`{"currentModeId":"m","availableModes":[` + strings.Join(modes, ",") + `]}`),
+		SessionConfigOptions: raw(`[` + strings.Join(opts, ",") + `]`),
+		Turns: []agentsim.Turn{{Steps: []agentsim.Step{
+			update(`{"sessionUpdate":"session_info_update","title":"` + strings.Repeat("x", 20<<10) + `"}`),
+			{Flood: &agentsim.Flood{Count: 10000, Update: raw(`{"sessionUpdate":"terminal_update","terminalId":"t{{n}}","command":"` +
+				strings.Repeat("c", 500) + `","output":{"data":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 1000)) + `"}}`)}},
+		}}}}
+	g := startGateway(t, gatewayOpts{sendMaxBytes: maxResponse, store: statestore.NewMemory(statestore.Options{MaxEvents: 10}),
+		agents: map[string][]string{"hostile": agentCommand(t, script)}})
+	id := g.create(t, "hostile")
+	turn(t, g.connect, id, nil)
+	ctx := context.Background()
+	for proto, c := range uncompressedClients(t, g) {
+		res, err := c.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+		if err != nil {
+			t.Fatalf("GetSession over %s: %v", proto, err)
+		}
+		first := watchAll(t, c, id, 0, 1)[0].GetSnapshot()
+		for what, snap := range map[string]*acpv2.SessionSnapshot{"GetSession": res.Msg.GetSession(), "Watch's snapshot": first} {
+			terms := snap.GetTerminals()
+			if len(snap.GetTitle()) != 4<<10 || snap.GetModes().GetCurrentModeId() != "m" || len(terms) != 16 || terms[15].GetTerminalId() != "t10000" {
+				t.Fatalf("%s over %s: title of %d bytes, mode %q, %d terminals", what, proto, len(snap.GetTitle()), snap.GetModes().GetCurrentModeId(), len(terms))
+			}
+		}
 	}
 }

@@ -95,6 +95,7 @@ func everyRPC(c acpv2connect.SessionServiceClient, id, requestID string) map[str
 	errs["Prompt"] = drain(ps, err)
 	ws, err := c.Watch(ctx, connect.NewRequest(&acpv2.WatchRequest{SessionId: id}))
 	errs["Watch"] = drain(ws, err)
+	_, errs["Logout"] = c.Logout(ctx, connect.NewRequest(&acpv2.LogoutRequest{SessionId: id}))
 	_, errs["CloseSession"] = c.CloseSession(ctx, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id}))
 	return errs
 }

@@ -116,10 +116,13 @@ func TestMetricsThroughTheServer(t *testing.T) {
 	s.want(t, 1, "acp_gateway_agent_start_duration_seconds", agent)
 	s.want(t, 1, "acp_gateway_turns_total", agent, "stop_reason=end_turn")
 	s.want(t, 1, "acp_gateway_turn_duration_seconds", agent)
+	// The agent's one update; the gateway's merge of the answered
+	// request's call is not the agent's, and not counted.
 	s.want(t, 1, "acp_gateway_updates_total", agent, "kind=tool_call_update")
-	// The stored call has no kind: it counts as other.
-	s.want(t, 1, "acp_gateway_tool_calls_total", agent, "kind=other", "status=completed")
-	s.want(t, 1, "acp_gateway_tool_call_duration_seconds", agent, "kind=other", "status=completed")
+	// The agent's update gives the call no kind: it has the request's,
+	// merged once the request was answered.
+	s.want(t, 1, "acp_gateway_tool_calls_total", agent, "kind=edit", "status=completed")
+	s.want(t, 1, "acp_gateway_tool_call_duration_seconds", agent, "kind=edit", "status=completed")
 	s.want(t, 1, "acp_gateway_permission_requests_total", agent, "outcome=allow_once")
 	s.want(t, 1, "acp_gateway_permission_answer_duration_seconds", agent)
 	s.want(t, float64(len(events)), "acp_gateway_events_sent_total", "rpc=Prompt")

@@ -117,7 +117,7 @@ type testReplica struct {
 
 // startReplica starts a replica on r with authentication (alice and bob)
 // and the given secret; nil runs it with InsecureForwarding.
-func startReplica(t *testing.T, r *sharedRedis, secret *replica.Secret) *testReplica {
+func startReplica(t *testing.T, r *sharedRedis, secret *replica.Secret, configure ...func(*app.Config)) *testReplica {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -136,6 +136,9 @@ func startReplica(t *testing.T, r *sharedRedis, secret *replica.Secret) *testRep
 			c.ReplicaSecret = secret
 			c.InsecureForwarding = secret == nil
 			c.Interceptors = append(c.Interceptors, rep.forwarded)
+			for _, f := range configure {
+				f(c)
+			}
 		},
 	})
 	return rep

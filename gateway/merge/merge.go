@@ -232,6 +232,17 @@ func (s *State) Preview(u *acpv2.ToolCallUpdate) (*acpv2.ToolCall, error) {
 	return applyUpdate(id, s.Get(id), u), nil
 }
 
+// Apply returns prev (nil for a call not seen) with u applied, as a
+// State would store it, without a State: for a call read from a store.
+// It modifies neither; u must have a tool call id.
+func Apply(prev *acpv2.ToolCall, u *acpv2.ToolCallUpdate) (*acpv2.ToolCall, error) {
+	id := u.GetToolCallId()
+	if id == "" {
+		return nil, ErrNoToolCallID
+	}
+	return applyUpdate(id, prev, u), nil
+}
+
 // Get returns the stored tool call for id, or nil. The result must not be
 // modified.
 func (s *State) Get(id string) *acpv2.ToolCall {

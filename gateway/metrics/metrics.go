@@ -74,6 +74,8 @@ type Metrics struct {
 	toolDuration *prometheus.HistogramVec
 	permissions  *prometheus.CounterVec
 	permAnswer   *prometheus.HistogramVec
+	elicits      *prometheus.CounterVec
+	elicitAnswer *prometheus.HistogramVec
 
 	streams    *prometheus.GaugeVec
 	acpConns   *prometheus.GaugeVec
@@ -148,6 +150,11 @@ func New(opts Options) *Metrics {
 				"(allow_once, reject_always, ...), cancelled, or timed_out.", []string{"agent", "outcome"}),
 		permAnswer: f.histogram("permission_answer_duration_seconds",
 			"Time from a permission request to its answer.", agent, permissionBuckets),
+		elicits: f.counter("elicitations_total",
+			"Elicitations answered, by agent, mode (form, url, other) and action: accept, decline, cancel, or timed_out.",
+			[]string{"agent", "mode", "action"}),
+		elicitAnswer: f.histogram("elicitation_answer_duration_seconds",
+			"Time from an elicitation to its answer.", agent, permissionBuckets),
 
 		streams: f.gauge("streams_connected",
 			"Server streams open now, by RPC (Prompt, Watch).", []string{"rpc"}),

@@ -54,12 +54,14 @@ func TestAgentValuesCannotGrowTheSeries(t *testing.T) {
 		s.ToolCallFinished(custom, "completed", time.Millisecond)
 		s.TurnEnded(custom, time.Second)
 		s.PermissionAnswered(custom, time.Second)
+		s.ElicitationAnswered(custom, custom, time.Second)
 		s.ToolStatus("", custom)
 	}
 	for name, want := range map[string]int{
 		"acp_gateway_tool_calls_total":           1,
 		"acp_gateway_turns_total":                1,
 		"acp_gateway_permission_requests_total":  1,
+		"acp_gateway_elicitations_total":         1,
 		"acp_gateway_session_tool_calls":         1,
 		"acp_gateway_tool_call_duration_seconds": 1,
 	} {

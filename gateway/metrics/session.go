@@ -183,6 +183,25 @@ func (s *Session) PermissionAnswered(outcome string, d time.Duration) {
 	s.m.permAnswer.WithLabelValues(s.agent).Observe(d.Seconds())
 }
 
+// ElicitationAnswered counts an elicitation of mode answered with action
+// (or timed_out) after waiting d.
+func (s *Session) ElicitationAnswered(mode, action string, d time.Duration) {
+	if s == nil {
+		return
+	}
+	if action != "timed_out" {
+		action = bounded(action, elicitActions)
+	}
+	s.m.elicits.WithLabelValues(s.agent, bounded(mode, elicitModes), action).Inc()
+	s.m.elicitAnswer.WithLabelValues(s.agent).Observe(d.Seconds())
+}
+
+// The label values of elicitations_total; others are "other".
+var (
+	elicitModes   = []string{"form", "url"}
+	elicitActions = []string{"accept", "decline", "cancel"}
+)
+
 // AgentStarted counts an agent process that started and answered
 // initialize after took.
 func (s *Session) AgentStarted(took time.Duration) {

@@ -88,6 +88,11 @@ func (s *store) ToolCalls(ctx context.Context, id string) (calls []*acpv2.ToolCa
 	return s.Store.ToolCalls(ctx, id)
 }
 
+func (s *store) ToolCall(ctx context.Context, id, callID string) (tc *acpv2.ToolCall, asOf uint64, err error) {
+	defer func(t time.Time) { s.observe("tool_call", t, err) }(time.Now())
+	return s.Store.ToolCall(ctx, id, callID)
+}
+
 func (s *store) DeleteSession(ctx context.Context, id string) (err error) {
 	defer func(t time.Time) { s.observe("delete_session", t, err) }(time.Now())
 	return s.Store.DeleteSession(ctx, id)

@@ -6,6 +6,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -114,6 +115,10 @@ type Options struct {
 	// MaxConnections. Its Service is set here; a zero ReadMaxBytes is
 	// ReadMaxBytes.
 	ACP *acpnet.Options
+	// TLS, when set, makes the server serve HTTPS with it: HTTP/1.1 and
+	// HTTP/2 over TLS, negotiated by ALPN, on the one port. Without it the
+	// server serves plain HTTP/1.1 and h2c.
+	TLS *tls.Config
 }
 
 // Server is one gateway HTTP server.
@@ -229,7 +234,11 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	if opts.TLS != nil {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	base, cancel := context.WithCancelCause(context.Background())
 	s := &Server{cancel: cancel, acp: acp}
 	if n := cmp.Or(opts.MaxConnections, DefaultMaxConnections); n > 0 {
@@ -243,12 +252,21 @@ func New(svc acpv2connect.SessionServiceHandler, opts Options) *Server {
 		IdleTimeout: max(cmp.Or(opts.IdleTimeout, DefaultIdleTimeout), 0),
 		BaseContext: func(net.Listener) context.Context { return base },
 	}
+	if opts.TLS != nil {
+		s.http.TLSConfig = opts.TLS.Clone()
+	}
 	return s
 }
 
 // Serve serves on l until Shutdown. It returns nil after a clean shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.http.Serve(bufferedListener{Listener: l, limit: s.limit})
+	var err error
+	if s.http.TLSConfig != nil {
+		// The certificates are in TLSConfig; ALPN offers h2 and http/1.1.
+		err = s.http.ServeTLS(bufferedListener{Listener: l, limit: s.limit}, "", "")
+	} else {
+		err = s.http.Serve(bufferedListener{Listener: l, limit: s.limit})
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

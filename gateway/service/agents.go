@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/session"
@@ -45,4 +46,25 @@ func describeAgent(a session.AgentProfile) *acpv2.AgentDescription {
 
 func authMethod(m agent.AuthMethod) *acpv2.AuthMethod {
 	return &acpv2.AuthMethod{Id: m.ID, Name: m.Name, Description: m.Description, Type: m.Type}
+}
+
+// ListAgentSessions implements acpv2connect.SessionServiceHandler: the
+// sessions the agent keeps in the caller's workspace, which
+// CreateSession may adopt. It starts the agent on this replica.
+func (s *Service) ListAgentSessions(ctx context.Context, req *connect.Request[acpv2.ListAgentSessionsRequest]) (*connect.Response[acpv2.ListAgentSessionsResponse], error) {
+	if err := checkID("agent", req.Msg.GetAgent()); err != nil {
+		return nil, err
+	}
+	list, truncated, err := s.mgr.AgentSessions(ctx, s.user(ctx), req.Msg.GetAgent())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &acpv2.ListAgentSessionsResponse{Sessions: make([]*acpv2.AgentSession, len(list)), Truncated: truncated}
+	for i, as := range list {
+		out.Sessions[i] = &acpv2.AgentSession{AgentSessionId: as.ID, Cwd: as.Cwd, Title: as.Title}
+		if !as.UpdatedAt.IsZero() {
+			out.Sessions[i].UpdatedAt = timestamppb.New(as.UpdatedAt)
+		}
+	}
+	return connect.NewResponse(out), nil
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
+	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/eventjson"
 )
@@ -42,7 +43,8 @@ func jsonCodec(h http.Header) bool {
 // fit returns snap as it fits in a response to a client of the given
 // encoding: snap itself, or a copy whose oldest tool calls are trimmed
 // (finished ones first; each then has the meta {"acpGateway": {"trimmed":
-// true}}). A session's calls are kept within a response as protobuf
+// true}}), and whose state is cut (sessionstate.Thin) when it would take
+// more than half the response. A session's calls are kept within a response as protobuf
 // already (session.Options.MaxToolCallBytes); JSON takes more, as may a
 // session stored by an older gateway.
 func (s *Service) fit(snap *acpv2.SessionSnapshot, isJSON bool) *acpv2.SessionSnapshot {
@@ -73,8 +75,16 @@ func (s *Service) fit(snap *acpv2.SessionSnapshot, isJSON bool) *acpv2.SessionSn
 		}
 		return true
 	})
-	calls, trimmed := merge.Fit(snap.GetToolCalls(), limit, size(rest), callSize)
-	if trimmed == 0 {
+	// The session's state takes its share first only when it would take
+	// more than half the response (a small --max-response-bytes; the
+	// state alone is bounded by sessionstate.MaxBytes).
+	fixed, thinned := size(rest), false
+	if fixed > limit/2 {
+		sessionstate.Thin(rest)
+		fixed, thinned = size(rest), true
+	}
+	calls, trimmed := merge.Fit(snap.GetToolCalls(), limit, fixed, callSize)
+	if trimmed == 0 && !thinned {
 		return snap
 	}
 	rest.ToolCalls = calls

@@ -57,6 +57,8 @@ var procedures = []procedure{
 	{"SetConfigOption", false, func() proto.Message { return &acpv2.SetConfigOptionResponse{} }},
 	{"ListAgents", false, func() proto.Message { return &acpv2.ListAgentsResponse{} }},
 	{"DeleteSession", false, func() proto.Message { return &acpv2.DeleteSessionResponse{} }},
+	{"Logout", false, func() proto.Message { return &acpv2.LogoutResponse{} }},
+	{"RespondElicitation", false, func() proto.Message { return &acpv2.RespondElicitationResponse{} }},
 }
 
 // Placeholders in a fuzzed body: the id of a live session, and a directory
@@ -333,6 +335,9 @@ func FuzzRequests(f *testing.F) {
 		{"RespondPermission", `{"sessionId":"{{sid}}","requestId":"perm-1","optionId":"allow-once"}`},
 		{"RespondPermission", `{"sessionId":"{{sid}}","requestId":"perm-1","cancelled":true}`},
 		{"RespondPermission", `{"sessionId":"{{sid}}","requestId":"perm-1","optionId":"a","cancelled":true}`},
+		{"RespondElicitation", `{"sessionId":"{{sid}}","requestId":"elicit-1","action":"accept","content":{"name":"a","n":[1,{"k":null}]}}`},
+		{"RespondElicitation", `{"sessionId":"{{sid}}","requestId":"elicit-1","action":"maybe"}`},
+		{"RespondElicitation", `{"sessionId":"{{sid}}","requestId":"","action":"decline"}`},
 		{"GetSession", `{"sessionId":"{{sid}}"}`},
 		{"GetSession", `{"sessionId":"{{sid}}","unknownField":[1]}`},
 		{"GetSession", `{"sessionId":"` + strings.Repeat("s", 300) + `"}`},
@@ -368,6 +373,7 @@ func FuzzRequests(f *testing.F) {
 		{"Watch", &acpv2.WatchRequest{SessionId: "s_unknown"}},
 		{"Cancel", &acpv2.CancelRequest{SessionId: sidPlaceholder}},
 		{"RespondPermission", &acpv2.RespondPermissionRequest{SessionId: sidPlaceholder, RequestId: "perm-2", OptionId: "allow-once"}},
+		{"RespondElicitation", &acpv2.RespondElicitationRequest{SessionId: sidPlaceholder, RequestId: "elicit-2", Action: "accept", Content: numbers}},
 		{"GetSession", &acpv2.GetSessionRequest{SessionId: sidPlaceholder}},
 		{"GetSession", &acpv2.GetSessionRequest{SessionId: "s_unknown"}},
 		{"ListSessions", &acpv2.ListSessionsRequest{}},

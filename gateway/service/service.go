@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -156,9 +157,10 @@ func toConnect(err error) error {
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrNoTurn), errors.Is(err, session.ErrClosed),
 		errors.Is(err, session.ErrAlreadyAnswered), errors.Is(err, session.ErrCannotReattach),
-		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused):
+		errors.Is(err, session.ErrUnsupported), errors.Is(err, session.ErrAgentRefused),
+		errors.Is(err, session.ErrAdoptionOff), errors.Is(err, session.ErrAdopted):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
+	case errors.Is(err, session.ErrAgentGone), errors.Is(err, session.ErrAgentStart), errors.Is(err, session.ErrShutdown), errors.Is(err, session.ErrMoved),
 		errors.Is(err, session.ErrStoreUnavailable), errors.Is(err, session.ErrStoreRecovering):
 		code = connect.CodeUnavailable
 	case errors.Is(err, session.ErrDataLost):
@@ -177,8 +179,29 @@ func toConnect(err error) error {
 	if code == connect.CodeInternal {
 		return connect.NewError(code, &internalError{err})
 	}
-	return connect.NewError(code, err)
+	return connect.NewError(code, saidOnce(code, err))
 }
+
+// saidOnce drops from err's message a leading word of its code's (the
+// session's ErrInvalid is "invalid argument: ...", ErrPermission
+// "permission denied: ..."), which the client already prints before it:
+// `invalid_argument: invalid argument: cwd ...` says it twice.
+func saidOnce(code connect.Code, err error) error {
+	words := strings.ReplaceAll(code.String(), "_", " ")
+	if msg, ok := strings.CutPrefix(err.Error(), words+": "); ok && msg != "" {
+		return &restated{msg: msg, err: err}
+	}
+	return err
+}
+
+// restated is err with another message; errors.Is and As still see err.
+type restated struct {
+	msg string
+	err error
+}
+
+func (e *restated) Error() string { return e.msg }
+func (e *restated) Unwrap() error { return e.err }
 
 // internalError hides its cause from clients (its message is just
 // "internal error") but keeps it for the access log.
@@ -218,11 +241,19 @@ func (s *Service) CreateSession(ctx context.Context, req *connect.Request[acpv2.
 	if len(m.GetAuthMethod()) > maxIDLen {
 		return nil, invalid("auth_method is longer than %d bytes", maxIDLen)
 	}
+	if len(m.GetAdoptAgentSessionId()) > maxIDLen {
+		return nil, invalid("adopt_agent_session_id is longer than %d bytes", maxIDLen)
+	}
 	mcp, err := mcpServers(m.GetMcpServers())
 	if err != nil {
 		return nil, err
 	}
-	sess, err := s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd(), m.GetAuthMethod(), mcp...)
+	var sess *session.Session
+	if id := m.GetAdoptAgentSessionId(); id != "" {
+		sess, err = s.mgr.Adopt(ctx, s.user(ctx), m.GetAgent(), id, m.GetCwd(), m.GetAuthMethod(), mcp...)
+	} else {
+		sess, err = s.mgr.Create(ctx, s.user(ctx), m.GetAgent(), m.GetCwd(), m.GetAuthMethod(), mcp...)
+	}
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -538,6 +569,18 @@ func (s *Service) RespondPermission(ctx context.Context, req *connect.Request[ac
 		})
 }
 
+// RespondElicitation implements acpv2connect.SessionServiceHandler.
+func (s *Service) RespondElicitation(ctx context.Context, req *connect.Request[acpv2.RespondElicitationRequest]) (*connect.Response[acpv2.RespondElicitationResponse], error) {
+	m := req.Msg
+	if err := checkID("request_id", m.GetRequestId()); err != nil {
+		return nil, err
+	}
+	return onSession(ctx, s, req, m.GetSessionId(), acpv2connect.SessionServiceClient.RespondElicitation,
+		func(sess *session.Session) (*acpv2.RespondElicitationResponse, error) {
+			return &acpv2.RespondElicitationResponse{}, sess.RespondElicitation(m.GetRequestId(), m.GetAction(), m.GetContent(), s.user(ctx))
+		})
+}
+
 // GetSession implements acpv2connect.SessionServiceHandler.
 func (s *Service) GetSession(ctx context.Context, req *connect.Request[acpv2.GetSessionRequest]) (*connect.Response[acpv2.GetSessionResponse], error) {
 	if err := checkID("session_id", req.Msg.GetSessionId()); err != nil {
@@ -552,18 +595,11 @@ func (s *Service) GetSession(ctx context.Context, req *connect.Request[acpv2.Get
 
 // ListSessions implements acpv2connect.SessionServiceHandler.
 func (s *Service) ListSessions(ctx context.Context, _ *connect.Request[acpv2.ListSessionsRequest]) (*connect.Response[acpv2.ListSessionsResponse], error) {
-	recs, err := s.mgr.List(ctx, s.user(ctx))
+	sums, err := s.mgr.Summaries(ctx, s.user(ctx))
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &acpv2.ListSessionsResponse{}
-	for _, r := range recs {
-		out.Sessions = append(out.Sessions, &acpv2.SessionSummary{
-			SessionId: r.ID, Agent: r.Agent, Cwd: r.Cwd, LastSeq: r.LastSeq, CreatedAt: timestamppb.New(r.CreatedAt),
-			State: string(r.State), StateDetail: r.Detail,
-		})
-	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(&acpv2.ListSessionsResponse{Sessions: sums}), nil
 }
 
 // CloseSession implements acpv2connect.SessionServiceHandler.
@@ -579,6 +615,14 @@ func (s *Service) DeleteSession(ctx context.Context, req *connect.Request[acpv2.
 	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.DeleteSession,
 		func(sess *session.Session) (*acpv2.DeleteSessionResponse, error) {
 			return &acpv2.DeleteSessionResponse{}, sess.Delete()
+		})
+}
+
+// Logout implements acpv2connect.SessionServiceHandler.
+func (s *Service) Logout(ctx context.Context, req *connect.Request[acpv2.LogoutRequest]) (*connect.Response[acpv2.LogoutResponse], error) {
+	return onSession(ctx, s, req, req.Msg.GetSessionId(), acpv2connect.SessionServiceClient.Logout,
+		func(sess *session.Session) (*acpv2.LogoutResponse, error) {
+			return &acpv2.LogoutResponse{}, sess.Logout(ctx)
 		})
 }
 

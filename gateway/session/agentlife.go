@@ -14,13 +14,28 @@ import (
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
+// attachMode says which agent session attach gives the session.
+type attachMode int
+
+const (
+	// attachNew makes a new agent session (session/new).
+	attachNew attachMode = iota
+	// attachAgain takes the agent session back after the agent was lost.
+	attachAgain
+	// attachAdopt takes an agent session the agent had before the
+	// gateway session, recording the history the agent replays (adopt.go).
+	attachAdopt
+)
+
 // attach spawns the agent and authenticates with authMethod when one is
 // named. A new session gets session/new; a re-attach (after the agent was
 // lost) gets session/resume or session/load with the agent's session id,
 // whichever the agent offers, and when it offers neither (or its session
 // id was not kept), session/new: a new agent session that does not know
-// the earlier turns, which the state's detail says.
-func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) error {
+// the earlier turns, which the state's detail says. An adoption takes the
+// agent's session id as adopt.go says.
+func (s *Session) attach(ctx context.Context, authMethod string, mode attachMode) error {
+	reattach := mode == attachAgain
 	started := time.Now()
 	cfg, err := s.m.agentConfig(s)
 	var a *agent.Agent
@@ -29,11 +44,12 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	}
 	if err != nil {
 		s.met.AgentExited("start_failed")
+		// The state's detail, which the store keeps, without the stderr.
 		s.setState(statestore.StateAgentLost, err.Error())
 		if errors.Is(err, ErrPermission) {
 			return err // its working directory is no longer the one checked
 		}
-		return fmt.Errorf("%w: %v", ErrAgentGone, err)
+		return startFailed(err)
 	}
 	s.met.AgentStarted(time.Since(started))
 	fail := func(err error) error {
@@ -53,21 +69,23 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 			return fail(err)
 		}
 	}
-	authErr := func(err error) bool {
-		var rpcErr *agent.RPCError
-		return errors.As(err, &rpcErr) && rpcErr.Code == agent.CodeAuthRequired
-	}
+	authErr := authRequired
 	s.mu.Lock()
 	agentSID := s.agentSessionID
 	s.mu.Unlock()
 	var how string
+	var setup agent.SessionSetup
 	caps := a.Capabilities()
 	switch {
+	case mode == attachAdopt:
+		if how, setup, err = s.adopt(ctx, a, agentSID); err != nil {
+			return fail(err)
+		}
 	case !reattach || agentSID == "" || !caps.Resume && !caps.Load:
 		if reattach {
 			how = detailFreshSession
 		}
-		agentSID, err = a.NewSession(ctx, s.rec.Cwd)
+		agentSID, setup, err = a.NewSessionSetup(ctx, s.rec.Cwd)
 		if authErr(err) && reattach {
 			return fail(fmt.Errorf("%w: the agent requires authentication to start a new session", ErrCannotReattach))
 		}
@@ -76,18 +94,26 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 		}
 		if err != nil {
 			// What the agent said, where it answered: not a lost agent.
-			return fail(agentCallErr("session/new", err))
+			// One that ended instead tells why on its stderr.
+			if !errors.Is(err, agent.ErrExited) {
+				return fail(agentCallErr("session/new", err))
+			}
+			err = fail(fmt.Errorf("%w: session/new: %v", ErrAgentStart, err))
+			if tail := a.StderrTail(); tail != "" {
+				err = fmt.Errorf("%w; the last lines of its stderr:\n%s", err, tail)
+			}
+			return err
 		}
 	case caps.Resume:
 		how = "re-attached with session/resume"
-		err = a.Resume(ctx, agentSID, s.rec.Cwd)
+		setup, err = a.Resume(ctx, agentSID, s.rec.Cwd)
 	default:
 		how = "re-attached with session/load"
 		// The agent replays the conversation, which the log holds already.
 		s.mu.Lock()
 		s.loading = true
 		s.mu.Unlock()
-		err = a.Load(ctx, agentSID, s.rec.Cwd)
+		setup, err = a.Load(ctx, agentSID, s.rec.Cwd)
 		s.mu.Lock()
 		s.loading = false
 		s.mu.Unlock()
@@ -107,13 +133,17 @@ func (s *Session) attach(ctx context.Context, authMethod string, reattach bool) 
 	}
 	s.agent, s.agentSessionID, s.version, s.authMethod = a, agentSID, a.Version(), authMethod
 	s.resumable = caps.Resume || caps.Load
+	// Stored with the next events (a re-attach's ready event below).
+	if s.sstate.Seed(setup.Modes, setup.ConfigOptions) {
+		s.sstateDirty = true
+	}
 	s.mu.Unlock()
 	if err := s.m.opts.Store.SetAgentSession(ctx, s.rec.ID, keptSessionID(agentSID, caps), int(a.Version())); err != nil {
 		s.log.ErrorContext(ctx, "store: recording the agent session", "error", err)
 	}
 	s.mu.Lock()
 	s.setStateLocked(statestore.StateReady, how)
-	if reattach {
+	if mode != attachNew {
 		s.log.InfoContext(ctx, "agent "+how)
 		_ = s.emitLocked([]*acpv2.SessionEvent{stateEvent(statestore.StateReady, how)}, nil)
 	}
@@ -151,7 +181,7 @@ func (s *Session) reattach(ctx context.Context) error {
 	s.attaching = true
 	authMethod := s.authMethod
 	s.mu.Unlock()
-	err := s.attach(ctx, authMethod, true)
+	err := s.attach(ctx, authMethod, attachAgain)
 	s.mu.Lock()
 	s.attaching = false
 	s.mu.Unlock()
@@ -182,9 +212,7 @@ func (s *Session) agentLostLocked(a *agent.Agent) {
 	// a.Err, which the turn checks, is set just before Done is closed.
 	<-a.Done()
 	s.met.AgentExited(a.Reason())
-	for id := range s.perms {
-		s.resolveLocked(id, cancelled(), AnsweredByCancel)
-	}
+	s.cancelAsksLocked(AnsweredByCancel)
 	if s.state != statestore.StateClosed && !s.moved {
 		s.log.Warn("agent lost", "reason", a.Err())
 		detail := a.Err().Error()
@@ -248,6 +276,25 @@ func (s *Session) liveAgent(ctx context.Context) (*agent.Agent, string, error) {
 		return nil, "", fmt.Errorf("%w (%s)", ErrAgentGone, s.detail)
 	}
 	return s.agent, s.agentSessionID, nil
+}
+
+// startFailed is the error of an agent that did not start: what went
+// wrong and, when it wrote any, the last lines of its stderr, which
+// usually say why (a missing module, a bad flag, a missing key). Only the
+// session's own user gets it: the agent ran for their session.
+func startFailed(err error) error {
+	var se *agent.StartError
+	if errors.As(err, &se) && se.Stderr != "" {
+		return fmt.Errorf("%w: %v; the last lines of its stderr:\n%s", ErrAgentStart, err, se.Stderr)
+	}
+	return fmt.Errorf("%w: %v", ErrAgentStart, err)
+}
+
+// authRequired says whether err is the agent's refusal to work before
+// authentication.
+func authRequired(err error) bool {
+	var rpcErr *agent.RPCError
+	return errors.As(err, &rpcErr) && rpcErr.Code == agent.CodeAuthRequired
 }
 
 // agentCallErr maps an agent's answer to a session error.

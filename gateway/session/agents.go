@@ -174,9 +174,25 @@ func (m *Manager) runProbe(ctx context.Context, name string, log *slog.Logger) (
 			return strings.HasPrefix(kv, "HOME=")
 		}), "HOME="+home)
 	}
+	a, err := m.startHelper(ctx, name, ws, env, func() (string, error) { return home, nil }, "probe", log)
+	if err != nil {
+		return agent.Profile{}, err
+	}
+	p := a.Profile()
+	a.Close()
+	log.Info("asked the agent what it offers")
+	return p, nil
+}
+
+// startHelper starts agent name for the gateway's own questions, with
+// no session: in the directory ws (which it closes), with env, confined
+// as a session's agent is but with the HOME that home returns (for the
+// Sandbox), in a group named after what. Whatever the agent sends of its
+// own is dropped (probeClient). closers are closed with ws.
+func (m *Manager) startHelper(ctx context.Context, name string, ws *os.File, env []string, home func() (string, error), what string, log *slog.Logger, closers ...io.Closer) (*agent.Agent, error) {
 	cfg := agent.Config{
 		Command:      m.opts.Agents[name],
-		Dir:          work,
+		Dir:          ws.Name(),
 		Env:          env,
 		Client:       probeClient{},
 		Log:          log,
@@ -186,20 +202,13 @@ func (m *Manager) runProbe(ctx context.Context, name string, log *slog.Logger) (
 		StderrLines:  m.opts.AgentStderrLines,
 		StderrBytes:  m.opts.AgentStderrBytes,
 		Workspace:    ws,
-		Closers:      []io.Closer{ws},
+		Closers:      append([]io.Closer{ws}, closers...),
 	}
-	cfg, err = m.confine(cfg, func() (string, error) { return home, nil }, "probe-"+newID()[2:10])
+	cfg, err := m.confine(cfg, home, what+"-"+newID()[2:10])
 	if err != nil {
-		return agent.Profile{}, err
+		return nil, err
 	}
-	a, err := agent.Start(ctx, cfg)
-	if err != nil {
-		return agent.Profile{}, err
-	}
-	p := a.Profile()
-	a.Close()
-	log.Info("asked the agent what it offers")
-	return p, nil
+	return agent.Start(ctx, cfg)
 }
 
 // probeClient is the Client of an agent started only to be initialized:
@@ -211,3 +220,9 @@ func (probeClient) SessionUpdates([]agent.Update) {}
 func (probeClient) RequestPermission(json.RawMessage) (<-chan *acpv2.PermissionOutcome, func(), error) {
 	return nil, nil, errors.New("no session")
 }
+
+func (probeClient) Elicit(json.RawMessage) (<-chan *acpv2.ElicitationResolved, func(), error) {
+	return nil, nil, errors.New("no session")
+}
+
+func (probeClient) ElicitationComplete(json.RawMessage) {}

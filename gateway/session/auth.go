@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
@@ -25,6 +26,28 @@ func authenticate(ctx context.Context, a *agent.Agent, id string) error {
 		method = "auth/login"
 	}
 	if err := a.Authenticate(ctx, id); err != nil {
+		return agentCallErr(method, err)
+	}
+	return nil
+}
+
+// Logout asks the session's agent to end what it authenticated (ACP v2
+// auth/logout, v1 logout), re-attaching a lost agent first. An agent that
+// does not offer it is ErrUnsupported; its refusal is told as agentCallErr
+// tells it.
+func (s *Session) Logout(ctx context.Context) error {
+	a, _, err := s.liveAgent(ctx)
+	if err != nil {
+		return err
+	}
+	method := "logout"
+	if a.Version() >= acpjson.V2 {
+		method = "auth/logout"
+	}
+	if err := a.Logout(ctx); err != nil {
+		if errors.Is(err, agent.ErrUnsupported) {
+			return fmt.Errorf("%w: the agent does not offer %s", ErrUnsupported, method)
+		}
 		return agentCallErr(method, err)
 	}
 	return nil

@@ -209,7 +209,7 @@ func TestPendingPermissionsAreCapped(t *testing.T) {
 	// Many answered requests: the oldest are forgotten.
 	for range maxAnswered + 50 {
 		s.mu.Lock()
-		for id, p := range s.perms {
+		for id, p := range s.asks {
 			if !p.resolved {
 				s.resolveLocked(id, cancelled(), AnsweredByCancel)
 			}
@@ -220,7 +220,7 @@ func TestPendingPermissionsAreCapped(t *testing.T) {
 		}
 	}
 	s.mu.Lock()
-	kept, pending := len(s.perms), s.pending
+	kept, pending := len(s.asks), s.pending
 	s.mu.Unlock()
 	if kept > maxAnswered+2 || pending != 1 {
 		t.Fatalf("%d requests kept, %d pending; want at most %d, 1", kept, pending, maxAnswered+2)

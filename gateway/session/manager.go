@@ -42,11 +42,12 @@ var (
 	ErrNoTurn          = errors.New("no turn is running in this session")
 	ErrClosed          = errors.New("session is closed")
 	ErrAgentGone       = errors.New("the session's agent is gone")
+	ErrAgentStart      = errors.New("the agent did not start")
 	ErrCannotReattach  = errors.New("the session's agent ended and cannot be re-attached")
 	ErrUnsupported     = errors.New("not supported by the session's agent")
 	ErrAgentRefused    = errors.New("the agent refused the request")
-	ErrAlreadyAnswered = errors.New("permission request already answered")
-	ErrNoRequest       = errors.New("no such permission request")
+	ErrAlreadyAnswered = errors.New("request already answered")
+	ErrNoRequest       = errors.New("no such request")
 	ErrLagging         = errors.New("watcher fell too far behind")
 	ErrShutdown        = errors.New("gateway is shutting down")
 	ErrMoved           = errors.New("the session moved to another gateway replica")
@@ -120,8 +121,8 @@ type Options struct {
 	// CancelGrace is how long an agent has to end its turn after
 	// session/cancel (Cancel, or TurnTimeout) before it is stopped.
 	CancelGrace time.Duration
-	// PermissionTimeout answers a permission request left unanswered this
-	// long with cancelled.
+	// PermissionTimeout answers a permission request (or an elicitation)
+	// left unanswered this long with cancelled.
 	PermissionTimeout time.Duration
 	// WatchBuffer and WatchBufferBytes bound how far a watcher may fall
 	// behind the live events, in events and in their encoded bytes, before
@@ -156,9 +157,9 @@ type Options struct {
 	// refused as bad agent output. Zero means DefaultMaxToolCallBytes;
 	// less than zero, no cap.
 	MaxToolCallBytes int
-	// MaxPendingPermissions caps a session's permission requests waiting
-	// for an answer: the agent's request past it is answered with an
-	// error. Zero means DefaultMaxPendingPermissions; less than zero, no
+	// MaxPendingPermissions caps a session's permission requests and
+	// elicitations waiting for an answer, counted together: the agent's
+	// request past it is answered with an error. Zero means DefaultMaxPendingPermissions; less than zero, no
 	// cap.
 	MaxPendingPermissions int
 	// MaxStoreBytes bounds what the store keeps of the sessions' logs
@@ -225,6 +226,10 @@ type Options struct {
 	// the session keeps the resolved path. With Workspaces nil every cwd
 	// is refused. Without ConfineCwd any existing directory will do.
 	ConfineCwd bool
+	// AdoptAgentSessions lets users list the sessions an agent keeps
+	// (ACP session/list) in their workspace and adopt one as a new
+	// session (adopt.go). Off, both are ErrAdoptionOff.
+	AdoptAgentSessions bool
 }
 
 // orDefault is a cap's value: def for zero, and for less than zero none
@@ -369,6 +374,11 @@ func newID() string {
 // The agent is given the MCP servers configured for it and mcp, which
 // Options.MCPAllow must allow (else ErrInvalid).
 func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod string, mcp ...agent.MCPServer) (*Session, error) {
+	return m.create(ctx, user, agentName, cwd, authMethod, "", mcp)
+}
+
+// create is Create, or with adoptID Adopt.
+func (m *Manager) create(ctx context.Context, user, agentName, cwd, authMethod, adoptID string, mcp []agent.MCPServer) (*Session, error) {
 	command, ok := m.opts.Agents[agentName]
 	if !ok {
 		return nil, fmt.Errorf("%w %q (configured: %v)", ErrUnknownAgent, agentName, m.AgentNames())
@@ -377,7 +387,14 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		return nil, err
 	}
 	id := newID()
-	dir, fresh, err := m.workdir(user, id, cwd)
+	var dir string
+	var fresh bool
+	var err error
+	if adoptID != "" {
+		dir, err = m.adoptedCwd(ctx, user, agentName, adoptID, cwd)
+	} else {
+		dir, fresh, err = m.workdir(user, id, cwd)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +407,12 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 		}
 	}
 	m.creating.Lock()
-	rec, err := m.reserve(ctx, id, user, agentName, dir, encodeMCP(mcp))
+	var rec *statestore.Session
+	release, err := m.claim(ctx, agentName, adoptID)
+	if err == nil {
+		rec, err = m.reserve(ctx, id, user, agentName, dir, adoptID, encodeMCP(mcp))
+		release()
+	}
 	m.creating.Unlock()
 	if err != nil {
 		undo()
@@ -418,7 +440,14 @@ func (m *Manager) Create(ctx context.Context, user, agentName, cwd, authMethod s
 	}
 	m.registerLocked(s)
 	m.mu.Unlock()
-	if err := s.attach(ctx, authMethod, false); err != nil {
+	mode := attachNew
+	if adoptID != "" {
+		mode = attachAdopt
+		s.mu.Lock()
+		s.agentSessionID = adoptID
+		s.mu.Unlock()
+	}
+	if err := s.attach(ctx, authMethod, mode); err != nil {
 		m.unregister(s)
 		m.discard(rec.ID)
 		undo()
@@ -444,24 +473,39 @@ func (m *Manager) workdir(user, id, cwd string) (dir string, fresh bool, err err
 		return dir, true, nil
 	case !filepath.IsAbs(cwd):
 		return "", false, fmt.Errorf("%w: cwd %q is not an absolute path", ErrInvalid, cwd)
+	}
+	dir, err = m.checkCwd(user, cwd)
+	return dir, false, err
+}
+
+// checkCwd checks an absolute cwd for user's session, and returns the
+// directory the session keeps: where cwd is confined, cwd resolved, which
+// must be in user's directory (else ErrPermission, the same whether or not
+// it exists); otherwise any existing directory (else ErrInvalid).
+func (m *Manager) checkCwd(user, cwd string) (string, error) {
+	ws := m.opts.Workspaces
+	switch {
+	case !filepath.IsAbs(cwd):
+		return "", fmt.Errorf("%w: cwd %q is not an absolute path", ErrInvalid, cwd)
 	case m.opts.ConfineCwd && ws == nil:
-		return "", false, fmt.Errorf("%w: %w: this gateway has none for you", ErrPermission, workspace.ErrOutside)
+		return "", fmt.Errorf("%w: %w: this gateway has none for you", ErrPermission, workspace.ErrOutside)
 	case m.opts.ConfineCwd:
 		dir, err := ws.Resolve(user, cwd)
 		if err != nil {
-			return "", false, fmt.Errorf("%w: %w", ErrPermission, err)
+			return "", fmt.Errorf("%w: %w", ErrPermission, err)
 		}
-		return dir, false, nil
+		return dir, nil
 	}
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return "", false, fmt.Errorf("%w: cwd %q is not a directory on the gateway", ErrInvalid, cwd)
+		return "", fmt.Errorf("%w: cwd %q is not a directory on the gateway", ErrInvalid, cwd)
 	}
-	return filepath.Clean(cwd), false, nil
+	return filepath.Clean(cwd), nil
 }
 
 // reserve checks the limits and records a new session id, starting, in
-// cwd, with the MCP servers its client gave. m.creating must be held.
-func (m *Manager) reserve(ctx context.Context, id, user, agentName, cwd string, mcp []byte) (*statestore.Session, error) {
+// cwd, with the MCP servers its client gave, and the agent's session id
+// when it adopts one ("" for a new one). m.creating must be held.
+func (m *Manager) reserve(ctx context.Context, id, user, agentName, cwd, agentSID string, mcp []byte) (*statestore.Session, error) {
 	m.mu.Lock()
 	closed, running := m.closed, len(m.sessions)
 	m.mu.Unlock()
@@ -487,7 +531,7 @@ func (m *Manager) reserve(ctx context.Context, id, user, agentName, cwd string, 
 		}
 	}
 	rec := &statestore.Session{
-		ID: id, Owner: user, Agent: agentName, Cwd: cwd, MCPServers: mcp,
+		ID: id, Owner: user, Agent: agentName, Cwd: cwd, MCPServers: mcp, AgentSessionID: agentSID,
 		State: statestore.StateStarting, CreatedAt: time.Now().UTC(),
 	}
 	if err := m.opts.Store.CreateSession(ctx, rec); err != nil {
@@ -728,18 +772,21 @@ func (m *Manager) agentConfig(s *Session) (agent.Config, error) {
 	}
 	cfg.Workspace = ws
 	cfg.Closers = append(cfg.Closers, ws)
-	home := func() (string, error) {
-		if m.opts.Homes == nil {
-			return "", errors.New("the sandbox needs a directory for the users' homes")
-		}
-		home, err := m.opts.Homes.UserDir(s.rec.Owner)
-		if err != nil {
-			return "", fmt.Errorf("the agent's home: %w", err)
-		}
-		return home, nil
-	}
+	home := func() (string, error) { return m.agentHome(s.rec.Owner) }
 	// A name of its own for every agent the session starts.
 	return m.confine(cfg, home, s.rec.ID+"-"+newID()[2:10])
+}
+
+// agentHome returns user's agent HOME in the Sandbox.
+func (m *Manager) agentHome(user string) (string, error) {
+	if m.opts.Homes == nil {
+		return "", errors.New("the sandbox needs a directory for the users' homes")
+	}
+	home, err := m.opts.Homes.UserDir(user)
+	if err != nil {
+		return "", fmt.Errorf("the agent's home: %w", err)
+	}
+	return home, nil
 }
 
 // confine puts the agent of cfg, which works in cfg.Dir (opened as

@@ -104,7 +104,7 @@ func askAndCancel(s *Session, params []byte) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id := range s.perms {
+	for id := range s.asks {
 		s.resolveLocked(id, cancelled(), AnsweredByCancel)
 	}
 }

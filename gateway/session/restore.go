@@ -212,13 +212,17 @@ func (m *Manager) restore(ctx context.Context, rec *statestore.Session) (*Sessio
 	if err := m.settle(ctx, rec, detailGatewayGone); err != nil {
 		return nil, err
 	}
-	calls, asOf, err := m.opts.Store.ToolCalls(ctx, rec.ID)
+	kept, err := readStored(ctx, m.opts.Store, rec)
 	if err != nil {
 		return nil, err
 	}
 	s := newSession(m, rec, m.opts.Agents[rec.Agent])
-	s.tools = merge.Restore(calls)
-	s.seq, s.stored = asOf, asOf
+	s.tools = merge.Restore(kept.calls)
+	s.seq, s.stored = kept.asOf, kept.asOf
+	// Its agent is gone: no turn runs, no request waits (readStored),
+	// which the store learns with the next events.
+	s.sstate, s.sstateDirty = kept.state, kept.ended
+	s.lastTime = kept.updated
 	s.detail = rec.Detail
 	s.agentSessionID = rec.AgentSessionID
 	s.resumable = rec.AgentSessionID != ""

@@ -15,6 +15,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
 	"github.com/acp-gateway/acp-gateway/gateway/metrics"
+	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
@@ -87,11 +88,13 @@ type Session struct {
 	subs     map[*Subscription]struct{}
 	// live holds the last live events for the subscriptions; nil while
 	// there is none.
-	live  *ring
-	turn  bool
-	perms map[string]*permission
-	// pending counts the requests of perms not answered yet; answered
-	// holds the ids of those answered, oldest first, which perms keeps
+	live *ring
+	turn bool
+	// asks holds the agent's permission requests and elicitations
+	// (permissions.go).
+	asks map[string]*ask
+	// pending counts the requests of asks not answered yet; answered
+	// holds the ids of those answered, oldest first, which asks keeps
 	// (to tell a late answer so) up to maxAnswered of.
 	pending  int
 	answered []string
@@ -109,6 +112,13 @@ type Session struct {
 	// fence freezes the agent when the session's lease may lapse
 	// (fence.go).
 	fence fence
+	// sstate is the session's materialised state, fed every event
+	// emitted (emitBodiesLocked); sstateDirty says it changed since it
+	// was last queued for the store, which takes it with the next events.
+	sstate      *sessionstate.State
+	sstateDirty bool
+	// lastTime is the time of the session's last event.
+	lastTime *timestamppb.Timestamp
 }
 
 func newSession(m *Manager, rec *statestore.Session, command []string) *Session {
@@ -120,8 +130,9 @@ func newSession(m *Manager, rec *statestore.Session, command []string) *Session 
 		state:       rec.State,
 		tools:       merge.New(),
 		subs:        map[*Subscription]struct{}{},
-		perms:       map[string]*permission{},
+		asks:        map[string]*ask{},
 		toolStarted: map[string]time.Time{},
+		sstate:      &sessionstate.State{},
 	}
 }
 
@@ -188,7 +199,7 @@ func (s *Session) Watch(afterSeq uint64) *Subscription {
 func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &acpv2.SessionSnapshot{
+	snap := &acpv2.SessionSnapshot{
 		SessionId:   s.rec.ID,
 		ToolCalls:   s.tools.Snapshot(),
 		Agent:       s.rec.Agent,
@@ -200,7 +211,28 @@ func (s *Session) Snapshot() *acpv2.SessionSnapshot {
 
 		// The next agent cannot take back the lost one's session.
 		AgentContextLost: s.state == statestore.StateAgentLost && !s.resumable,
+
+		PendingElicitations: s.pendingElicitationsLocked(),
 	}
+	s.sstate.Fill(snap)
+	if len(snap.GetPendingPermissions()) > 0 {
+		withPreviews(snap, s.tools.Get)
+	}
+	snap.UpdatedAt = s.lastTime
+	return snap
+}
+
+// Summary returns the session's summary.
+func (s *Session) Summary() *acpv2.SessionSummary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum := &acpv2.SessionSummary{
+		SessionId: s.rec.ID, Agent: s.rec.Agent, Cwd: s.rec.Cwd, LastSeq: s.stored,
+		CreatedAt: timestamppb.New(s.rec.CreatedAt), State: string(s.state), StateDetail: s.detail,
+		UpdatedAt: s.lastTime,
+	}
+	s.sstate.Summarise(sum)
+	return sum
 }
 
 // agentCloseTimeout bounds the wait for an agent's answer to

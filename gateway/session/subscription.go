@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -16,7 +15,9 @@ const replayPage = 256
 // events after its starting point, then live ones from the session's ring.
 // A subscription that falls more than the watch buffer behind (its next
 // event has left the ring) is cut off with ErrLagging; the client resumes
-// from the last seq it saw.
+// from the last seq it saw. One lapped while it replays is cut off once it
+// has replayed what was stored when it subscribed, so that each resumption
+// makes progress.
 //
 // It is cut off when the ring laps it, whatever its reader is doing; a
 // reader stuck in a write to a client that stopped reading is told so by
@@ -184,12 +185,13 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []*encoded.Event) (i
 		return 0, nil
 	}
 	if sub.next < sub.liveFrom {
-		if sub.lappedBy() {
-			// The rest of the replay would end at the cut too.
-			return 0, sub.lagging()
-		}
+		// The replay goes on though the ring lapped the subscription
+		// meanwhile, which cuts it off where the replay ends: what was
+		// stored when it subscribed is in the store still, and a client
+		// resuming behind a flood that laps it before it reads makes
+		// progress with every Watch rather than none.
 		if len(sub.page) == 0 {
-			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage)
+			events, err := readEvents(ctx, sub.s.m.opts.Store, sub.s.rec.ID, sub.next-1, replayPage, sub.s)
 			if err != nil {
 				return 0, err
 			}
@@ -256,16 +258,6 @@ func (sub *Subscription) NextBatch(ctx context.Context, dst []*encoded.Event) (i
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
-	}
-}
-
-// lappedBy says the ring lapped sub: it ended with ErrLagging.
-func (sub *Subscription) lappedBy() bool {
-	select {
-	case <-sub.ended:
-		return errors.Is(sub.err, ErrLagging)
-	default:
-		return false
 	}
 }
 

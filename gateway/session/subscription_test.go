@@ -127,6 +127,32 @@ func TestReplayLongerThanOnePage(t *testing.T) {
 	}
 }
 
+// A subscription that starts behind the ring replays from the store what
+// was stored when it subscribed, even when the ring laps it meanwhile (a
+// flood under way): only then is it cut off. Were it cut off at once, a
+// client resuming behind a flood would be cut off again and again with
+// nothing read, and never catch up.
+func TestLappedReplayReturnsWhatWasStoredFirst(t *testing.T) {
+	t.Parallel()
+	const buffer, backlog = 4, replayPage + 10
+	s := testSession(t, buffer)
+	emitText(t, s, backlog)
+	sub := s.Watch(2)
+	emitText(t, s, 3*buffer) // laps the ring before sub reads anything
+	seqs, err := collect(sub, make([]*encoded.Event, 7), backlog-2+1)
+	checkRun(t, seqs, 3)
+	if len(seqs) != backlog-2 || !errors.Is(err, ErrLagging) {
+		t.Fatalf("lapped in its replay: %d events (%v), err %v; want seqs 3 to %d, then ErrLagging", len(seqs), seqs, err, backlog)
+	}
+	if sub.LastSeq() != backlog {
+		t.Fatalf("LastSeq = %d, want %d (the afterSeq to resume from)", sub.LastSeq(), backlog)
+	}
+	// Resuming from there, it goes on from the store.
+	resumed := s.Watch(sub.LastSeq())
+	defer resumed.Close()
+	checkRun(t, seqsOf(t, resumed, make([]*encoded.Event, 5), 3*buffer), backlog+1)
+}
+
 // next reads sub's next event with NextBatch, and checks that it comes
 // with its encoding.
 func next(ctx context.Context, sub Stream) (*acpv2.SessionEvent, error) {

@@ -81,9 +81,7 @@ func (s *Session) runTurn(ctx context.Context, a *agent.Agent, agentSID string, 
 	s.turnTimers = nil
 	cause := s.turnCause
 	// A permission request cannot outlive its turn.
-	for id := range s.perms {
-		s.resolveLocked(id, cancelled(), AnsweredByCancel)
-	}
+	s.cancelAsksLocked(AnsweredByCancel)
 	if a.Err() != nil {
 		// Record the loss before the turn's end, so that a client reacting
 		// to turn_ended finds the agent gone.
@@ -154,9 +152,7 @@ func (s *Session) cancelLocked(cause string) <-chan struct{} {
 	s.armGraceLocked(gen, cause)
 	written := make(chan struct{})
 	if a == nil { // the turn is ending with the agent
-		for id := range s.perms {
-			s.resolveLocked(id, cancelled(), AnsweredByCancel)
-		}
+		s.cancelAsksLocked(AnsweredByCancel)
 		close(written)
 		return written
 	}
@@ -183,9 +179,7 @@ func (s *Session) cancelLocked(cause string) <-chan struct{} {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if running() {
-			for id := range s.perms {
-				s.resolveLocked(id, cancelled(), AnsweredByCancel)
-			}
+			s.cancelAsksLocked(AnsweredByCancel)
 		}
 	}()
 	return written

@@ -12,6 +12,7 @@ import (
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/merge"
+	"github.com/acp-gateway/acp-gateway/gateway/sessionstate"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
@@ -113,6 +114,21 @@ func (s *Session) emitBodiesLocked(events []*acpv2.SessionEvent, bodies []encode
 	if !s.startWriterLocked() {
 		return ErrShutdown // after the manager closed: nothing is stored
 	}
+	for _, ev := range events {
+		if s.sstate.Apply(ev) {
+			s.sstateDirty = true
+		}
+	}
+	s.lastTime = now
+	if s.sstateDirty {
+		// The state as these events leave it, stored with them.
+		rec, err := s.sstate.Record()
+		if err != nil {
+			invalid = cmp.Or(invalid, err)
+		}
+		calls = append(calls, statestore.Call{ID: sessionstate.RecordID, Proto: rec})
+		s.sstateDirty = false
+	}
 	s.seq += uint64(len(events))
 	s.enqueueLocked(pending{events: encs, changed: calls, invalid: invalid})
 	return nil
@@ -126,6 +142,13 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 	if s.loading {
 		return // history replayed by session/load
 	}
+	s.mergeLocked(updates, true)
+}
+
+// mergeLocked makes updates events, merging the tool calls they update,
+// and queues them: the agent's (fromAgent), or the gateway's own, which
+// the metrics do not count as the agent's updates. s.mu must be held.
+func (s *Session) mergeLocked(updates []agent.Update, fromAgent bool) {
 	events := make([]*acpv2.SessionEvent, 0, 2*len(updates))
 	bodies := make([]encoded.Body, 0, 2*len(updates))
 	var changed []toolChange
@@ -135,12 +158,14 @@ func (s *Session) sessionUpdates(updates []agent.Update) {
 			// u holds what the agent sent, kept whole rather than dropped.
 			s.log.Warn("agent sent an update that does not decode", "error", err)
 		}
-		if st := u.GetStateUpdate(); st.GetState() == "idle" && s.turnIdle != nil {
-			s.stopReason = st.GetStopReason()
-			close(s.turnIdle)
-			s.turnIdle = nil
+		if fromAgent { // the gateway's own end no turn, and are not counted
+			if st := u.GetStateUpdate(); st.GetState() == "idle" && s.turnIdle != nil {
+				s.stopReason = st.GetStopReason()
+				close(s.turnIdle)
+				s.turnIdle = nil
+			}
+			s.met.Update(updateKind(u))
 		}
-		s.met.Update(updateKind(u))
 		ev := eventOf(u)
 		bd := encoded.BodyOf(ev)
 		if id, ok := toolCallID(u); ok {

@@ -12,8 +12,10 @@
 //
 // Usage: node client.mjs GEN_DIR BASE_URL connect|grpc CWD
 //
-// GEN_DIR holds acp/v2/*_pb.js. Every permission request is answered with
-// its first allow_once option.
+// GEN_DIR holds acp/v2/*_pb.js, or is the package name
+// @acp-gateway/client: the package clients/ts, installed beside this
+// script. Every permission request is answered with its first allow_once
+// option.
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { toJson } from "@bufbuild/protobuf";
@@ -29,7 +31,9 @@ const print = (v) => process.stdout.write(JSON.stringify(v) + "\n");
 
 try {
   const { SessionService, SessionEventSchema } = await import(
-    pathToFileURL(join(genDir, "acp", "v2", "session_service_pb.js")).href
+    genDir === "@acp-gateway/client"
+      ? genDir
+      : pathToFileURL(join(genDir, "acp", "v2", "session_service_pb.js")).href
   );
   const transport =
     protocol === "grpc"

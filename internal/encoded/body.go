@@ -436,7 +436,9 @@ func appendDiff(b []byte, d *acpv2.Diff) ([]byte, error) {
 	if d == nil {
 		return b, nil
 	}
-	if len(d.ProtoReflect().GetUnknown()) != 0 {
+	// A v2 diff (changes, patch) is left to proto.Marshal: only v1's
+	// whole texts, which can be large, are worth encoding by hand.
+	if len(d.ProtoReflect().GetUnknown()) != 0 || d.Changes != nil || d.Patch != nil {
 		return nil, pbstruct.ErrUnsupported
 	}
 	for i, s := range [...]*string{d.Path, d.OldText, d.NewText} {

@@ -945,6 +945,48 @@ func (s *Store) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uint
 	return out, asOf, nil
 }
 
+// ToolCall implements statestore.Store: one lookup in callidx, one in
+// calls.
+func (s *Store) ToolCall(_ context.Context, id, callID string) (*acpv2.ToolCall, uint64, error) {
+	var (
+		out  *acpv2.ToolCall
+		asOf uint64
+	)
+	err := s.view("read a tool call of", id, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		asOf = r.LastSeq
+		idx, err := logOf(tx, id, bucketCallIdx)
+		if err != nil {
+			return err
+		}
+		at := idx.Get([]byte(callID))
+		if at == nil {
+			return nil
+		}
+		list, err := logOf(tx, id, bucketCalls)
+		if err != nil {
+			return err
+		}
+		v := list.Get(at)
+		if v == nil {
+			return corrupt(fmt.Sprintf("tool call %q", callID), errors.New("its index names no call"))
+		}
+		tc := &acpv2.ToolCall{}
+		if err := proto.Unmarshal(v, tc); err != nil {
+			return corrupt(fmt.Sprintf("tool call %q", callID), err)
+		}
+		out = tc
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, asOf, nil
+}
+
 // DeleteSession implements statestore.Store.
 func (s *Store) DeleteSession(_ context.Context, id string) error {
 	var owner string // "" for a corrupt record

@@ -83,9 +83,9 @@ func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) 
 // asked for trimmed.
 var errTrimmed = errors.New("trimmed")
 
-// read runs eventsScript or toolCallsScript, and returns the bytes they
-// read and the number that comes with them. It fails with errTrimmed
-// when the script says so.
+// read runs eventsScript, toolCallsScript or toolCallScript, and returns
+// the bytes they read and the number that comes with them. It fails with
+// errTrimmed when the script says so.
 func (s *Store) read(ctx context.Context, id string, script *redis.Script, keys []string, args ...any) ([]string, uint64, error) {
 	reply, err := script.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
@@ -204,4 +204,19 @@ func (s *Store) ToolCalls(ctx context.Context, id string) ([]*acpv2.ToolCall, ui
 		out = append(out, tc)
 	}
 	return out, last, nil
+}
+
+// ToolCall implements statestore.Store. The call and the seq are read in
+// one script, so they agree.
+func (s *Store) ToolCall(ctx context.Context, id, callID string) (*acpv2.ToolCall, uint64, error) {
+	k := s.keys(id)
+	blobs, last, err := s.read(ctx, id, toolCallScript, []string{k.rec, k.tc}, callID)
+	if err != nil || len(blobs) == 0 {
+		return nil, last, err
+	}
+	tc := &acpv2.ToolCall{}
+	if err := proto.Unmarshal([]byte(blobs[0]), tc); err != nil {
+		return nil, 0, fmt.Errorf("redisstore: corrupt tool call %q of session %s: %w", callID, id, err)
+	}
+	return tc, last, nil
 }

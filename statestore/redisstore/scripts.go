@@ -333,3 +333,16 @@ for _, id in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
 end
 return r
 `)
+
+// toolCallScript reads one tool call, and the seq it reflects.
+// KEYS: rec, tc. ARGV: the call's id.
+// Returns {0} when the session does not exist, else {1, last seq} and,
+// when the session has the call, its bytes.
+var toolCallScript = redis.NewScript(`
+local last = redis.call('HGET', KEYS[1], 'last')
+if not last then return {0} end
+local r = {1, last}
+local tc = redis.call('HGET', KEYS[2], ARGV[1])
+if tc then r[3] = tc end
+return r
+`)

@@ -60,6 +60,10 @@ var updateTemplates = map[protoreflect.Name]string{
 // placeholder at its deepest place.
 const permissionTemplate = `{"toolCall":{"toolCallId":"deep","content":[{"type":"content","content":` + embeddedResource + `}]},"options":[{"optionId":"a","name":"Allow","kind":"allow_once"}]}`
 
+// elicitationTemplate is a form elicitation whose schema takes the
+// placeholder at its deepest place.
+const elicitationTemplate = `{"mode":"form","message":"m","requestedSchema":{"type":"object","properties":{"p":{"type":"string","_meta":` + deepPlaceholder + `}}}}`
+
 // nestedObjects is a JSON value of levels nested objects (the deepest
 // kind: each object is three protobuf messages), or a number for none.
 func nestedObjects(levels int) string {
@@ -150,6 +154,19 @@ func DeepestEvents(t testing.TB) ([]*acpv2.SessionEvent, *acpv2.ToolCall) {
 	byName["permission_request"] = &acpv2.SessionEvent{Event: &acpv2.SessionEvent_PermissionRequest{PermissionRequest: req}}
 	byName["permission_resolved"] = &acpv2.SessionEvent{Event: &acpv2.SessionEvent_PermissionResolved{PermissionResolved: &acpv2.PermissionResolved{
 		RequestId: "perm-1", Outcome: &acpv2.PermissionOutcome{Outcome: &acpv2.PermissionOutcome_SelectedOptionId{SelectedOptionId: "a"}}}}}
+	doc = deepest(t, elicitationTemplate, func(doc []byte) error {
+		_, err := acpjson.DecodeElicitationRequest(doc, acpjson.V2)
+		return err
+	})
+	elicit, _ := acpjson.DecodeElicitationRequest(doc, acpjson.V2)
+	elicit.RequestId = "elicit-1"
+	byName["elicitation_request"] = &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ElicitationRequest{ElicitationRequest: elicit}}
+	// Accepted content holds strings, numbers, booleans and arrays of
+	// strings only (session.checkContent).
+	byName["elicitation_resolved"] = &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ElicitationResolved{ElicitationResolved: &acpv2.ElicitationResolved{
+		RequestId: "elicit-1", Action: "accept", AnsweredBy: "user", Content: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"p": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStringValue("v")}})}}}}}
+	byName["elicitation_complete"] = &acpv2.SessionEvent{Event: &acpv2.SessionEvent_ElicitationComplete{ElicitationComplete: &acpv2.ElicitationComplete{ElicitationId: "e"}}}
 	// A prompt's JSON values may nest acpjson.MaxDepth levels of their
 	// own, below the deepest content block.
 	prompt := &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Resource{Resource: &acpv2.EmbeddedResource{
@@ -159,7 +176,7 @@ func DeepestEvents(t testing.TB) ([]*acpv2.SessionEvent, *acpv2.ToolCall) {
 	byName["turn_ended"] = &acpv2.SessionEvent{Event: &acpv2.SessionEvent_TurnEnded{TurnEnded: &acpv2.TurnEnded{StopReason: "end_turn", Reason: acpv2.StopReason_STOP_REASON_END_TURN}}}
 	byName["state_changed"] = &acpv2.SessionEvent{Event: &acpv2.SessionEvent_StateChanged{StateChanged: &acpv2.SessionStateChanged{State: "agent_lost", Detail: "gone"}}}
 	byName["snapshot"] = &acpv2.SessionEvent{Event: &acpv2.SessionEvent_Snapshot{Snapshot: &acpv2.SessionSnapshot{
-		SessionId: "a", ToolCalls: []*acpv2.ToolCall{call}, LastSeq: 1}}}
+		SessionId: "a", ToolCalls: []*acpv2.ToolCall{call}, LastSeq: 1, PendingElicitations: []*acpv2.ElicitationRequest{elicit}}}}
 
 	var events []*acpv2.SessionEvent
 	oneof := (&acpv2.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event")

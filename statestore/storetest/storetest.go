@@ -37,6 +37,7 @@ func Run(t *testing.T, open Opener) {
 	t.Run("AppendKeepsEncodings", func(t *testing.T) { testAppendEncoded(t, plain(t)) })
 	t.Run("SeqConflict", func(t *testing.T) { testSeqConflict(t, plain(t)) })
 	t.Run("ToolCallOrder", func(t *testing.T) { testToolCalls(t, plain(t)) })
+	t.Run("ToolCallByID", func(t *testing.T) { testToolCall(t, plain(t)) })
 	t.Run("ToolCallsFromTheirEvents", func(t *testing.T) { testCallsFromTheirEvents(t, plain(t)) })
 	t.Run("ConcurrentSessions", func(t *testing.T) { testConcurrent(t, plain(t)) })
 	t.Run("Retention", func(t *testing.T) { testRetention(t, open(t, statestore.Options{MaxEvents: 10})) })
@@ -197,6 +198,7 @@ func testNotFound(t *testing.T, s statestore.Store) {
 	checks["Append"] = s.Append(ctx, "nope", Encode(t, Event(1, "x")), nil)
 	_, checks["Events"] = s.Events(ctx, "nope", 0, 0)
 	_, _, checks["ToolCalls"] = s.ToolCalls(ctx, "nope")
+	_, _, checks["ToolCall"] = s.ToolCall(ctx, "nope", "c")
 	checks["DeleteSession"] = s.DeleteSession(ctx, "nope")
 	checks["WaitEvents"] = s.WaitEvents(ctx, "nope", 0)
 	for op, err := range checks {
@@ -386,6 +388,55 @@ func testToolCalls(t *testing.T, s statestore.Store) {
 		if !proto.Equal(got[i], want[i]) {
 			t.Fatalf("ToolCalls[%d] = %v, want %v", i, got[i], want[i])
 		}
+	}
+}
+
+// ToolCall reads one call by its id, as ToolCalls has it, with the seq of
+// the last event; a call the session does not have is nil, not an error.
+// A call carrying a field ToolCall does not declare (as the session's
+// state record does) keeps it.
+func testToolCall(t *testing.T, s statestore.Store) {
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, session("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	if tc, asOf, err := s.ToolCall(ctx, "a", "z"); err != nil || tc != nil || asOf != 0 {
+		t.Fatalf("ToolCall of a new session = %v, %d, %v; want nil, 0, nil", tc, asOf, err)
+	}
+	record := protowire.AppendTag(nil, 1, protowire.BytesType)
+	record = protowire.AppendString(record, "rec")
+	record = protowire.AppendTag(record, 1000, protowire.BytesType)
+	record = protowire.AppendBytes(record, []byte("state"))
+	steps := [][]statestore.Call{
+		Calls(t, &acpv2.ToolCall{ToolCallId: "z", Status: "pending"}),
+		append(Calls(t, &acpv2.ToolCall{ToolCallId: "a", Status: "pending"}), statestore.Call{ID: "rec", Proto: record}),
+		Calls(t, &acpv2.ToolCall{ToolCallId: "z", Status: "completed"}),
+	}
+	for i, changed := range steps {
+		if err := s.Append(ctx, "a", Encode(t, Event(uint64(i+1), "e")), changed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Calls without events leave the seq as it was.
+	if err := s.Append(ctx, "a", nil, Calls(t, &acpv2.ToolCall{ToolCallId: "a", Status: "failed"})); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]*acpv2.ToolCall{
+		"z": {ToolCallId: "z", Status: "completed"},
+		"a": {ToolCallId: "a", Status: "failed"},
+		"m": nil,
+	} {
+		tc, asOf, err := s.ToolCall(ctx, "a", id)
+		if err != nil || asOf != uint64(len(steps)) {
+			t.Fatalf("ToolCall(%s) as of %d, %v; want %d", id, asOf, err, len(steps))
+		}
+		if want == nil && tc != nil || want != nil && !proto.Equal(tc, want) {
+			t.Fatalf("ToolCall(%s) = %v, want %v", id, tc, want)
+		}
+	}
+	tc, _, err := s.ToolCall(ctx, "a", "rec")
+	if err != nil || tc.GetToolCallId() != "rec" || !bytes.Equal(tc.ProtoReflect().GetUnknown(), record[5:]) {
+		t.Fatalf("ToolCall(rec) = %v, %v; want its unknown field kept", tc, err)
 	}
 }
 
@@ -615,6 +666,9 @@ func testDelete(t *testing.T, s statestore.Store) {
 	}
 	if calls, _, err := s.ToolCalls(ctx, "a"); err != nil || len(calls) != 0 {
 		t.Fatalf("recreated session has tool calls %v, %v", calls, err)
+	}
+	if tc, _, err := s.ToolCall(ctx, "a", "c1"); err != nil || tc != nil {
+		t.Fatalf("recreated session has tool call %v, %v", tc, err)
 	}
 	// An id taken again by another owner moves to that owner's list.
 	if err := s.DeleteSession(ctx, "b"); err != nil {

@@ -60,6 +60,9 @@ type SessionEvent struct {
 	//	*SessionEvent_TurnEnded
 	//	*SessionEvent_Snapshot
 	//	*SessionEvent_StateChanged
+	//	*SessionEvent_ElicitationRequest
+	//	*SessionEvent_ElicitationResolved
+	//	*SessionEvent_ElicitationComplete
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -350,6 +353,33 @@ func (x *SessionEvent) GetStateChanged() *SessionStateChanged {
 	return nil
 }
 
+func (x *SessionEvent) GetElicitationRequest() *ElicitationRequest {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ElicitationRequest); ok {
+			return x.ElicitationRequest
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetElicitationResolved() *ElicitationResolved {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ElicitationResolved); ok {
+			return x.ElicitationResolved
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetElicitationComplete() *ElicitationComplete {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ElicitationComplete); ok {
+			return x.ElicitationComplete
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -469,6 +499,22 @@ type SessionEvent_StateChanged struct {
 	StateChanged *SessionStateChanged `protobuf:"bytes,46,opt,name=state_changed,json=stateChanged,proto3,oneof"`
 }
 
+type SessionEvent_ElicitationRequest struct {
+	// The agent asks the user for input (ACP `elicitation/create`).
+	ElicitationRequest *ElicitationRequest `protobuf:"bytes,47,opt,name=elicitation_request,json=elicitationRequest,proto3,oneof"`
+}
+
+type SessionEvent_ElicitationResolved struct {
+	// An elicitation was answered, withdrawn or cancelled.
+	ElicitationResolved *ElicitationResolved `protobuf:"bytes,48,opt,name=elicitation_resolved,json=elicitationResolved,proto3,oneof"`
+}
+
+type SessionEvent_ElicitationComplete struct {
+	// The agent says a url-mode elicitation is complete (ACP
+	// `elicitation/complete`).
+	ElicitationComplete *ElicitationComplete `protobuf:"bytes,49,opt,name=elicitation_complete,json=elicitationComplete,proto3,oneof"`
+}
+
 func (*SessionEvent_UserMessageChunk) isSessionEvent_Event() {}
 
 func (*SessionEvent_AgentMessageChunk) isSessionEvent_Event() {}
@@ -520,6 +566,12 @@ func (*SessionEvent_TurnEnded) isSessionEvent_Event() {}
 func (*SessionEvent_Snapshot) isSessionEvent_Event() {}
 
 func (*SessionEvent_StateChanged) isSessionEvent_Event() {}
+
+func (*SessionEvent_ElicitationRequest) isSessionEvent_Event() {}
+
+func (*SessionEvent_ElicitationResolved) isSessionEvent_Event() {}
+
+func (*SessionEvent_ElicitationComplete) isSessionEvent_Event() {}
 
 // SessionStateChanged records a change of the session's agent: `ready`
 // (attached, or re-attached after a loss), `agent_lost` (the agent process
@@ -589,8 +641,15 @@ type PermissionRequest struct {
 	Preview *ToolCall           `protobuf:"bytes,3,opt,name=preview,proto3" json:"preview,omitempty"`
 	Options []*PermissionOption `protobuf:"bytes,4,rep,name=options,proto3" json:"options,omitempty"`
 	// The request's title, when the agent gives one (ACP v2).
-	Title         string           `protobuf:"bytes,5,opt,name=title,proto3" json:"title,omitempty"`
-	Meta          *structpb.Struct `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
+	Title string `protobuf:"bytes,5,opt,name=title,proto3" json:"title,omitempty"`
+	// Why permission is needed, when the agent says (ACP v2 `description`).
+	Description *string `protobuf:"bytes,6,opt,name=description,proto3,oneof" json:"description,omitempty"`
+	// What the request is about when it is not a tool call (ACP v2
+	// `subject` of another type than `tool_call`, whose tool call is
+	// `tool_call`): a command, or a subject of a type the gateway does not
+	// know. Absent for a tool call and for a request without a subject.
+	Subject       *PermissionSubject `protobuf:"bytes,7,opt,name=subject,proto3" json:"subject,omitempty"`
+	Meta          *structpb.Struct   `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -660,9 +719,199 @@ func (x *PermissionRequest) GetTitle() string {
 	return ""
 }
 
+func (x *PermissionRequest) GetDescription() string {
+	if x != nil && x.Description != nil {
+		return *x.Description
+	}
+	return ""
+}
+
+func (x *PermissionRequest) GetSubject() *PermissionSubject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
 func (x *PermissionRequest) GetMeta() *structpb.Struct {
 	if x != nil {
 		return x.Meta
+	}
+	return nil
+}
+
+// PermissionSubject is the operation a v2 permission request asks about,
+// other than a tool call.
+type PermissionSubject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Subject:
+	//
+	//	*PermissionSubject_Command
+	//	*PermissionSubject_Unknown
+	Subject       isPermissionSubject_Subject `protobuf_oneof:"subject"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PermissionSubject) Reset() {
+	*x = PermissionSubject{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PermissionSubject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PermissionSubject) ProtoMessage() {}
+
+func (x *PermissionSubject) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PermissionSubject.ProtoReflect.Descriptor instead.
+func (*PermissionSubject) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PermissionSubject) GetSubject() isPermissionSubject_Subject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *PermissionSubject) GetCommand() *CommandSubject {
+	if x != nil {
+		if x, ok := x.Subject.(*PermissionSubject_Command); ok {
+			return x.Command
+		}
+	}
+	return nil
+}
+
+func (x *PermissionSubject) GetUnknown() *structpb.Struct {
+	if x != nil {
+		if x, ok := x.Subject.(*PermissionSubject_Unknown); ok {
+			return x.Unknown
+		}
+	}
+	return nil
+}
+
+type isPermissionSubject_Subject interface {
+	isPermissionSubject_Subject()
+}
+
+type PermissionSubject_Command struct {
+	// ACP `{"type": "command", "command": ..., "cwd": ...}`.
+	Command *CommandSubject `protobuf:"bytes,1,opt,name=command,proto3,oneof"`
+}
+
+type PermissionSubject_Unknown struct {
+	// A subject of a `type` this gateway does not know: the whole ACP JSON
+	// object, `type` included.
+	Unknown *structpb.Struct `protobuf:"bytes,15,opt,name=unknown,proto3,oneof"`
+}
+
+func (*PermissionSubject_Command) isPermissionSubject_Subject() {}
+
+func (*PermissionSubject_Unknown) isPermissionSubject_Subject() {}
+
+// CommandSubject is a command an agent asks permission to run.
+type CommandSubject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The command line that would run.
+	Command string `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	// Its absolute working directory.
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The tool call it belongs to, when known.
+	ToolCallId *string `protobuf:"bytes,3,opt,name=tool_call_id,json=toolCallId,proto3,oneof" json:"tool_call_id,omitempty"`
+	// The terminal it would run in, when known.
+	TerminalId    *string          `protobuf:"bytes,4,opt,name=terminal_id,json=terminalId,proto3,oneof" json:"terminal_id,omitempty"`
+	Meta          *structpb.Struct `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
+	Extra         *structpb.Struct `protobuf:"bytes,15,opt,name=extra,proto3" json:"extra,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandSubject) Reset() {
+	*x = CommandSubject{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandSubject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandSubject) ProtoMessage() {}
+
+func (x *CommandSubject) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandSubject.ProtoReflect.Descriptor instead.
+func (*CommandSubject) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CommandSubject) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *CommandSubject) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *CommandSubject) GetToolCallId() string {
+	if x != nil && x.ToolCallId != nil {
+		return *x.ToolCallId
+	}
+	return ""
+}
+
+func (x *CommandSubject) GetTerminalId() string {
+	if x != nil && x.TerminalId != nil {
+		return *x.TerminalId
+	}
+	return ""
+}
+
+func (x *CommandSubject) GetMeta() *structpb.Struct {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *CommandSubject) GetExtra() *structpb.Struct {
+	if x != nil {
+		return x.Extra
 	}
 	return nil
 }
@@ -684,7 +933,7 @@ type PermissionResolved struct {
 
 func (x *PermissionResolved) Reset() {
 	*x = PermissionResolved{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	mi := &file_acp_v2_session_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +945,7 @@ func (x *PermissionResolved) String() string {
 func (*PermissionResolved) ProtoMessage() {}
 
 func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[3]
+	mi := &file_acp_v2_session_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +958,7 @@ func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionResolved.ProtoReflect.Descriptor instead.
 func (*PermissionResolved) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{3}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PermissionResolved) GetRequestId() string {
@@ -733,6 +982,238 @@ func (x *PermissionResolved) GetAnsweredBy() string {
 	return ""
 }
 
+// ElicitationRequest is an agent's `elicitation/create`, relayed.
+type ElicitationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gateway's id for this request; pass it to RespondElicitation.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// `form` (fill in requested_schema), `url` (visit url), or a custom or
+	// future mode, which a client that does not know it declines.
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// What the agent asks for, to show the user.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Form mode: the JSON Schema of the content to send back, an object of
+	// primitive-typed properties.
+	RequestedSchema *structpb.Struct `protobuf:"bytes,4,opt,name=requested_schema,json=requestedSchema,proto3" json:"requested_schema,omitempty"`
+	// URL mode: the page the user is to visit.
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// URL mode: the agent's id of the elicitation, which
+	// `elicitationComplete` names.
+	ElicitationId string `protobuf:"bytes,6,opt,name=elicitation_id,json=elicitationId,proto3" json:"elicitation_id,omitempty"`
+	// The tool call the elicitation belongs to, when the agent says.
+	ToolCallId    string           `protobuf:"bytes,7,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	Meta          *structpb.Struct `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElicitationRequest) Reset() {
+	*x = ElicitationRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElicitationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElicitationRequest) ProtoMessage() {}
+
+func (x *ElicitationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElicitationRequest.ProtoReflect.Descriptor instead.
+func (*ElicitationRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ElicitationRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetRequestedSchema() *structpb.Struct {
+	if x != nil {
+		return x.RequestedSchema
+	}
+	return nil
+}
+
+func (x *ElicitationRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetElicitationId() string {
+	if x != nil {
+		return x.ElicitationId
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ElicitationRequest) GetMeta() *structpb.Struct {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+// ElicitationResolved says how an elicitation ended.
+type ElicitationResolved struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// `accept`, `decline` or `cancel`.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// What the user entered, with `accept` in form mode.
+	Content *structpb.Struct `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	// Who answered, as PermissionResolved.answered_by: `user:NAME` or
+	// `user`, or `agent` (withdrawn with `$/cancel_request`), `timeout` or
+	// `cancel`; the action is then `cancel`.
+	AnsweredBy    string `protobuf:"bytes,4,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElicitationResolved) Reset() {
+	*x = ElicitationResolved{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElicitationResolved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElicitationResolved) ProtoMessage() {}
+
+func (x *ElicitationResolved) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElicitationResolved.ProtoReflect.Descriptor instead.
+func (*ElicitationResolved) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ElicitationResolved) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ElicitationResolved) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ElicitationResolved) GetContent() *structpb.Struct {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ElicitationResolved) GetAnsweredBy() string {
+	if x != nil {
+		return x.AnsweredBy
+	}
+	return ""
+}
+
+// ElicitationComplete is the agent's `elicitation/complete`: the
+// url-mode elicitation it names is done.
+type ElicitationComplete struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ElicitationRequest.elicitation_id.
+	ElicitationId string `protobuf:"bytes,1,opt,name=elicitation_id,json=elicitationId,proto3" json:"elicitation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElicitationComplete) Reset() {
+	*x = ElicitationComplete{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElicitationComplete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElicitationComplete) ProtoMessage() {}
+
+func (x *ElicitationComplete) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElicitationComplete.ProtoReflect.Descriptor instead.
+func (*ElicitationComplete) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ElicitationComplete) GetElicitationId() string {
+	if x != nil {
+		return x.ElicitationId
+	}
+	return ""
+}
+
 // TurnStarted records the prompt that began a turn.
 type TurnStarted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -743,7 +1224,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +1236,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[4]
+	mi := &file_acp_v2_session_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +1249,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{4}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TurnStarted) GetPrompt() []*ContentBlock {
@@ -805,7 +1286,7 @@ type TurnEnded struct {
 
 func (x *TurnEnded) Reset() {
 	*x = TurnEnded{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[5]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1298,7 @@ func (x *TurnEnded) String() string {
 func (*TurnEnded) ProtoMessage() {}
 
 func (x *TurnEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[5]
+	mi := &file_acp_v2_session_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1311,7 @@ func (x *TurnEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnEnded.ProtoReflect.Descriptor instead.
 func (*TurnEnded) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{5}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TurnEnded) GetStopReason() string {
@@ -885,13 +1366,52 @@ type SessionSnapshot struct {
 	// (the log keeps them, and goes on); a `stateChanged` `ready` event
 	// marks where the new agent session begins.
 	AgentContextLost bool `protobuf:"varint,9,opt,name=agent_context_lost,json=agentContextLost,proto3" json:"agent_context_lost,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The current mode and the modes the agent offers: from session/new's,
+	// session/resume's or session/load's `modes`, then current_mode_update.
+	// Unset when the agent never reported modes.
+	Modes *SessionModeState `protobuf:"bytes,10,opt,name=modes,proto3" json:"modes,omitempty"`
+	// The session's configuration options with their values: from
+	// session/new's, session/resume's or session/load's `configOptions`,
+	// then config_option_update (and SetConfigOption's answer).
+	ConfigOptions []*SessionConfigOption `protobuf:"bytes,11,rep,name=config_options,json=configOptions,proto3" json:"config_options,omitempty"`
+	// The commands the agent offers (the latest available_commands_update).
+	AvailableCommands []*AvailableCommand `protobuf:"bytes,12,rep,name=available_commands,json=availableCommands,proto3" json:"available_commands,omitempty"`
+	// The session's title (session_info_update); empty when none was given.
+	Title string `protobuf:"bytes,13,opt,name=title,proto3" json:"title,omitempty"`
+	// The latest usage_update.
+	Usage *UsageUpdate `protobuf:"bytes,14,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The latest plan: a v1 `plan` (as `items`) or the content of a v2
+	// plan_update, which replaces it.
+	Plan *PlanContent `protobuf:"bytes,15,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The agent's display terminals (ACP v2 terminal_update and
+	// terminal_output_chunk), in the order first seen; at most 16, the
+	// oldest let go first.
+	Terminals []*SessionTerminal `protobuf:"bytes,16,rep,name=terminals,proto3" json:"terminals,omitempty"`
+	// The permission requests waiting for an answer, oldest first, each
+	// with its preview made from the tool calls as they are now; each is
+	// answered with RespondPermission.
+	PendingPermissions []*PermissionRequest `protobuf:"bytes,17,rep,name=pending_permissions,json=pendingPermissions,proto3" json:"pending_permissions,omitempty"`
+	// Whether a prompt turn is running: its turn_started event has no
+	// turn_ended yet. A turn keeps running when the Prompt stream that
+	// started it drops; Cancel ends it.
+	TurnRunning bool `protobuf:"varint,18,opt,name=turn_running,json=turnRunning,proto3" json:"turn_running,omitempty"`
+	// While a turn runs: the seq and time of its turn_started event.
+	TurnStartedSeq uint64                 `protobuf:"varint,19,opt,name=turn_started_seq,json=turnStartedSeq,proto3" json:"turn_started_seq,omitempty"`
+	TurnStartedAt  *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=turn_started_at,json=turnStartedAt,proto3" json:"turn_started_at,omitempty"`
+	// The time of the session's last event.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The text of the session's first prompt, cut to 256 bytes.
+	FirstPrompt string `protobuf:"bytes,22,opt,name=first_prompt,json=firstPrompt,proto3" json:"first_prompt,omitempty"`
+	// The elicitations still waiting for an answer, oldest first: only
+	// from the gateway that runs the session.
+	PendingElicitations []*ElicitationRequest `protobuf:"bytes,40,rep,name=pending_elicitations,json=pendingElicitations,proto3" json:"pending_elicitations,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SessionSnapshot) Reset() {
 	*x = SessionSnapshot{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1423,7 @@ func (x *SessionSnapshot) String() string {
 func (*SessionSnapshot) ProtoMessage() {}
 
 func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[6]
+	mi := &file_acp_v2_session_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1436,7 @@ func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshot.ProtoReflect.Descriptor instead.
 func (*SessionSnapshot) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{6}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionSnapshot) GetSessionId() string {
@@ -982,6 +1502,197 @@ func (x *SessionSnapshot) GetAgentContextLost() bool {
 	return false
 }
 
+func (x *SessionSnapshot) GetModes() *SessionModeState {
+	if x != nil {
+		return x.Modes
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetConfigOptions() []*SessionConfigOption {
+	if x != nil {
+		return x.ConfigOptions
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetAvailableCommands() []*AvailableCommand {
+	if x != nil {
+		return x.AvailableCommands
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *SessionSnapshot) GetUsage() *UsageUpdate {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetPlan() *PlanContent {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetTerminals() []*SessionTerminal {
+	if x != nil {
+		return x.Terminals
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetPendingPermissions() []*PermissionRequest {
+	if x != nil {
+		return x.PendingPermissions
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetTurnRunning() bool {
+	if x != nil {
+		return x.TurnRunning
+	}
+	return false
+}
+
+func (x *SessionSnapshot) GetTurnStartedSeq() uint64 {
+	if x != nil {
+		return x.TurnStartedSeq
+	}
+	return 0
+}
+
+func (x *SessionSnapshot) GetTurnStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TurnStartedAt
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetFirstPrompt() string {
+	if x != nil {
+		return x.FirstPrompt
+	}
+	return ""
+}
+
+func (x *SessionSnapshot) GetPendingElicitations() []*ElicitationRequest {
+	if x != nil {
+		return x.PendingElicitations
+	}
+	return nil
+}
+
+// SessionTerminal is an agent-owned display terminal (ACP v2) as its
+// terminal_update and terminal_output_chunk events left it.
+type SessionTerminal struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TerminalId string                 `protobuf:"bytes,1,opt,name=terminal_id,json=terminalId,proto3" json:"terminal_id,omitempty"`
+	// The command it runs; empty when unknown.
+	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// The command's working directory; empty when unknown.
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The terminal's output bytes: the latest `output` snapshot with the
+	// chunks after it appended, its last 16 KiB kept.
+	Output []byte `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	// Set when output lost its beginning to the 16 KiB cap.
+	OutputTruncated bool `protobuf:"varint,5,opt,name=output_truncated,json=outputTruncated,proto3" json:"output_truncated,omitempty"`
+	// The exit status (ACP TerminalExitStatus: `exitCode`, `signal`), set
+	// once the command exited.
+	ExitStatus    *structpb.Struct `protobuf:"bytes,6,opt,name=exit_status,json=exitStatus,proto3" json:"exit_status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionTerminal) Reset() {
+	*x = SessionTerminal{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionTerminal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionTerminal) ProtoMessage() {}
+
+func (x *SessionTerminal) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionTerminal.ProtoReflect.Descriptor instead.
+func (*SessionTerminal) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SessionTerminal) GetTerminalId() string {
+	if x != nil {
+		return x.TerminalId
+	}
+	return ""
+}
+
+func (x *SessionTerminal) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *SessionTerminal) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *SessionTerminal) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *SessionTerminal) GetOutputTruncated() bool {
+	if x != nil {
+		return x.OutputTruncated
+	}
+	return false
+}
+
+func (x *SessionTerminal) GetExitStatus() *structpb.Struct {
+	if x != nil {
+		return x.ExitStatus
+	}
+	return nil
+}
+
 // SessionSummary describes a session without its tool calls.
 type SessionSummary struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -993,14 +1704,28 @@ type SessionSummary struct {
 	// `starting`, `ready`, `agent_lost` or `closed`.
 	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
 	// Why the session is in its state, e.g. how its agent ended.
-	StateDetail   string `protobuf:"bytes,7,opt,name=state_detail,json=stateDetail,proto3" json:"state_detail,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateDetail string `protobuf:"bytes,7,opt,name=state_detail,json=stateDetail,proto3" json:"state_detail,omitempty"`
+	// The session's title (session_info_update); empty when none was given.
+	Title string `protobuf:"bytes,8,opt,name=title,proto3" json:"title,omitempty"`
+	// The text of the session's first prompt, cut to 256 bytes: a name for
+	// a session without a title.
+	FirstPrompt string `protobuf:"bytes,9,opt,name=first_prompt,json=firstPrompt,proto3" json:"first_prompt,omitempty"`
+	// The time of the session's last event.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Whether a prompt turn is running, and since which event and when.
+	TurnRunning    bool                   `protobuf:"varint,11,opt,name=turn_running,json=turnRunning,proto3" json:"turn_running,omitempty"`
+	TurnStartedSeq uint64                 `protobuf:"varint,12,opt,name=turn_started_seq,json=turnStartedSeq,proto3" json:"turn_started_seq,omitempty"`
+	TurnStartedAt  *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=turn_started_at,json=turnStartedAt,proto3" json:"turn_started_at,omitempty"`
+	// How many permission requests wait for an answer (GetSession lists
+	// them).
+	PendingPermissions uint32 `protobuf:"varint,14,opt,name=pending_permissions,json=pendingPermissions,proto3" json:"pending_permissions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1737,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[7]
+	mi := &file_acp_v2_session_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1750,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{7}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -1077,6 +1802,55 @@ func (x *SessionSummary) GetStateDetail() string {
 	return ""
 }
 
+func (x *SessionSummary) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *SessionSummary) GetFirstPrompt() string {
+	if x != nil {
+		return x.FirstPrompt
+	}
+	return ""
+}
+
+func (x *SessionSummary) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *SessionSummary) GetTurnRunning() bool {
+	if x != nil {
+		return x.TurnRunning
+	}
+	return false
+}
+
+func (x *SessionSummary) GetTurnStartedSeq() uint64 {
+	if x != nil {
+		return x.TurnStartedSeq
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetTurnStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TurnStartedAt
+	}
+	return nil
+}
+
+func (x *SessionSummary) GetPendingPermissions() uint32 {
+	if x != nil {
+		return x.PendingPermissions
+	}
+	return 0
+}
+
 // CreateSessionRequest names the agent and its working directory.
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1098,14 +1872,25 @@ type CreateSessionRequest struct {
 	// is by default), and its transport advertised by the agent
 	// (INVALID_ARGUMENT otherwise). Their env and header values are never
 	// shown by GetSession or ListSessions, nor logged.
-	McpServers    []*McpServer `protobuf:"bytes,4,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	McpServers []*McpServer `protobuf:"bytes,4,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	// The id of one of the agent's own sessions, as ListAgentSessions lists
+	// it for the caller, to adopt instead of making a new agent session: the
+	// gateway session works in that session's directory (cwd, when given,
+	// must be it), and its agent takes the session up with ACP v2
+	// `session/resume` from the start of its history, v1 `session/load`, or
+	// else v1 `session/resume`; the history the agent replays is the gateway
+	// session's first events. NOT_FOUND for a session the agent does not
+	// list in the caller's workspace; FAILED_PRECONDITION when a gateway
+	// session that is not closed holds it, or without
+	// --adopt-agent-sessions.
+	AdoptAgentSessionId string `protobuf:"bytes,5,opt,name=adopt_agent_session_id,json=adoptAgentSessionId,proto3" json:"adopt_agent_session_id,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1902,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[8]
+	mi := &file_acp_v2_session_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1915,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{8}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateSessionRequest) GetAgent() string {
@@ -1161,6 +1946,13 @@ func (x *CreateSessionRequest) GetMcpServers() []*McpServer {
 	return nil
 }
 
+func (x *CreateSessionRequest) GetAdoptAgentSessionId() string {
+	if x != nil {
+		return x.AdoptAgentSessionId
+	}
+	return ""
+}
+
 // McpServer is an MCP server an agent connects to (ACP McpServer).
 type McpServer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1176,7 +1968,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1980,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[9]
+	mi := &file_acp_v2_session_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1993,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{9}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *McpServer) GetTransport() isMcpServer_Transport {
@@ -1280,7 +2072,7 @@ type McpServerStdio struct {
 
 func (x *McpServerStdio) Reset() {
 	*x = McpServerStdio{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +2084,7 @@ func (x *McpServerStdio) String() string {
 func (*McpServerStdio) ProtoMessage() {}
 
 func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[10]
+	mi := &file_acp_v2_session_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +2097,7 @@ func (x *McpServerStdio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerStdio.ProtoReflect.Descriptor instead.
 func (*McpServerStdio) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{10}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *McpServerStdio) GetName() string {
@@ -1350,7 +2142,7 @@ type McpServerHttp struct {
 
 func (x *McpServerHttp) Reset() {
 	*x = McpServerHttp{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +2154,7 @@ func (x *McpServerHttp) String() string {
 func (*McpServerHttp) ProtoMessage() {}
 
 func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[11]
+	mi := &file_acp_v2_session_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +2167,7 @@ func (x *McpServerHttp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerHttp.ProtoReflect.Descriptor instead.
 func (*McpServerHttp) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{11}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *McpServerHttp) GetName() string {
@@ -1413,7 +2205,7 @@ type McpServerSse struct {
 
 func (x *McpServerSse) Reset() {
 	*x = McpServerSse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +2217,7 @@ func (x *McpServerSse) String() string {
 func (*McpServerSse) ProtoMessage() {}
 
 func (x *McpServerSse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[12]
+	mi := &file_acp_v2_session_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +2230,7 @@ func (x *McpServerSse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerSse.ProtoReflect.Descriptor instead.
 func (*McpServerSse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{12}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *McpServerSse) GetName() string {
@@ -1474,7 +2266,7 @@ type McpNameValue struct {
 
 func (x *McpNameValue) Reset() {
 	*x = McpNameValue{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +2278,7 @@ func (x *McpNameValue) String() string {
 func (*McpNameValue) ProtoMessage() {}
 
 func (x *McpNameValue) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[13]
+	mi := &file_acp_v2_session_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +2291,7 @@ func (x *McpNameValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpNameValue.ProtoReflect.Descriptor instead.
 func (*McpNameValue) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{13}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *McpNameValue) GetName() string {
@@ -1526,7 +2318,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +2330,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[14]
+	mi := &file_acp_v2_session_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +2343,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{14}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateSessionResponse) GetSessionId() string {
@@ -1574,7 +2366,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +2378,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[15]
+	mi := &file_acp_v2_session_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +2391,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{15}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PromptRequest) GetSessionId() string {
@@ -1636,7 +2428,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +2440,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[16]
+	mi := &file_acp_v2_session_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +2453,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{16}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PromptResponse) GetEvent() *SessionEvent {
@@ -1696,7 +2488,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +2500,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[17]
+	mi := &file_acp_v2_session_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +2513,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{17}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRequest) GetSessionId() string {
@@ -1758,7 +2550,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +2562,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[18]
+	mi := &file_acp_v2_session_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +2575,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{18}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchResponse) GetEvent() *SessionEvent {
@@ -1810,7 +2602,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2614,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[19]
+	mi := &file_acp_v2_session_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2627,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{19}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -1854,7 +2646,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2658,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[20]
+	mi := &file_acp_v2_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2671,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{20}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 // RespondPermissionRequest answers a permission request with an option, or
@@ -1896,7 +2688,7 @@ type RespondPermissionRequest struct {
 
 func (x *RespondPermissionRequest) Reset() {
 	*x = RespondPermissionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2700,7 @@ func (x *RespondPermissionRequest) String() string {
 func (*RespondPermissionRequest) ProtoMessage() {}
 
 func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[21]
+	mi := &file_acp_v2_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2713,7 @@ func (x *RespondPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionRequest.ProtoReflect.Descriptor instead.
 func (*RespondPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{21}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RespondPermissionRequest) GetSessionId() string {
@@ -1961,7 +2753,7 @@ type RespondPermissionResponse struct {
 
 func (x *RespondPermissionResponse) Reset() {
 	*x = RespondPermissionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2765,7 @@ func (x *RespondPermissionResponse) String() string {
 func (*RespondPermissionResponse) ProtoMessage() {}
 
 func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[22]
+	mi := &file_acp_v2_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2778,116 @@ func (x *RespondPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondPermissionResponse.ProtoReflect.Descriptor instead.
 func (*RespondPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{22}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
+}
+
+// RespondElicitationRequest answers an elicitation.
+type RespondElicitationRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// `accept`, `decline` or `cancel`.
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// With `accept` in form mode: the values entered, which must match the
+	// request's requested_schema (see docs/API.md). Empty otherwise.
+	Content       *structpb.Struct `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondElicitationRequest) Reset() {
+	*x = RespondElicitationRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondElicitationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondElicitationRequest) ProtoMessage() {}
+
+func (x *RespondElicitationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondElicitationRequest.ProtoReflect.Descriptor instead.
+func (*RespondElicitationRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RespondElicitationRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RespondElicitationRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RespondElicitationRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RespondElicitationRequest) GetContent() *structpb.Struct {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+// RespondElicitationResponse is empty.
+type RespondElicitationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondElicitationResponse) Reset() {
+	*x = RespondElicitationResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondElicitationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondElicitationResponse) ProtoMessage() {}
+
+func (x *RespondElicitationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondElicitationResponse.ProtoReflect.Descriptor instead.
+func (*RespondElicitationResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
 }
 
 // GetSessionRequest names a session.
@@ -1999,7 +2900,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2912,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[23]
+	mi := &file_acp_v2_session_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2925,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{23}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2044,7 +2945,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2957,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[24]
+	mi := &file_acp_v2_session_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2970,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{24}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetSessionResponse) GetSession() *SessionSnapshot {
@@ -2088,7 +2989,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +3001,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[25]
+	mi := &file_acp_v2_session_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +3014,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{25}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
 }
 
 // ListSessionsResponse lists sessions.
@@ -2126,7 +3027,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +3039,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[26]
+	mi := &file_acp_v2_session_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +3052,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{26}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -2171,7 +3072,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +3084,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[27]
+	mi := &file_acp_v2_session_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +3097,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{27}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2215,7 +3116,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +3128,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[28]
+	mi := &file_acp_v2_session_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +3141,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{28}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
 }
 
 // DeleteSessionRequest names the session to delete.
@@ -2253,7 +3154,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +3166,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[29]
+	mi := &file_acp_v2_session_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +3179,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{29}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -2297,7 +3198,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +3210,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[30]
+	mi := &file_acp_v2_session_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +3223,88 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{30}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
+}
+
+// LogoutRequest names the session whose agent is to log out.
+type LogoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogoutRequest) Reset() {
+	*x = LogoutRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogoutRequest) ProtoMessage() {}
+
+func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogoutRequest.ProtoReflect.Descriptor instead.
+func (*LogoutRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *LogoutRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type LogoutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogoutResponse) Reset() {
+	*x = LogoutResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogoutResponse) ProtoMessage() {}
+
+func (x *LogoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogoutResponse.ProtoReflect.Descriptor instead.
+func (*LogoutResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
 }
 
 // SetModeRequest names the mode to switch to.
@@ -2336,7 +3318,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +3330,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[31]
+	mi := &file_acp_v2_session_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +3343,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{31}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetModeRequest) GetSessionId() string {
@@ -2387,7 +3369,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +3381,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[32]
+	mi := &file_acp_v2_session_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +3394,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{32}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{42}
 }
 
 // SetConfigOptionRequest sets one configuration option.
@@ -2431,7 +3413,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +3425,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[33]
+	mi := &file_acp_v2_session_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +3438,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{33}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetConfigOptionRequest) GetSessionId() string {
@@ -2526,7 +3508,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +3520,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[34]
+	mi := &file_acp_v2_session_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,12 +3533,192 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{34}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*SessionConfigOption {
 	if x != nil {
 		return x.ConfigOptions
+	}
+	return nil
+}
+
+// ListAgentSessionsRequest names the agent whose sessions are listed.
+type ListAgentSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A configured agent name.
+	Agent         string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentSessionsRequest) Reset() {
+	*x = ListAgentSessionsRequest{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentSessionsRequest) ProtoMessage() {}
+
+func (x *ListAgentSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListAgentSessionsRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+// ListAgentSessionsResponse lists an agent's sessions in the caller's
+// workspace, in the agent's order.
+type ListAgentSessionsResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*AgentSession        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Set when the list stopped at the gateway's bounds (1000 sessions, 32
+	// pages of `session/list`) before the agent's end.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentSessionsResponse) Reset() {
+	*x = ListAgentSessionsResponse{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentSessionsResponse) ProtoMessage() {}
+
+func (x *ListAgentSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListAgentSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListAgentSessionsResponse) GetSessions() []*AgentSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListAgentSessionsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// AgentSession is one of an agent's own sessions (ACP SessionInfo).
+type AgentSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent's session id, which CreateSession's adopt_agent_session_id
+	// takes.
+	AgentSessionId string `protobuf:"bytes,1,opt,name=agent_session_id,json=agentSessionId,proto3" json:"agent_session_id,omitempty"`
+	// The session's working directory, as the gateway session that adopts
+	// it keeps it (its symbolic links resolved, where the gateway confines
+	// working directories).
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The agent's title of the session (at most 256 bytes); empty when it
+	// gave none.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// The time of the session's last activity; unset when the agent gave
+	// none (or none that parses as RFC 3339).
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentSession) Reset() {
+	*x = AgentSession{}
+	mi := &file_acp_v2_session_service_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSession) ProtoMessage() {}
+
+func (x *AgentSession) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_session_service_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSession.ProtoReflect.Descriptor instead.
+func (*AgentSession) Descriptor() ([]byte, []int) {
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *AgentSession) GetAgentSessionId() string {
+	if x != nil {
+		return x.AgentSessionId
+	}
+	return ""
+}
+
+func (x *AgentSession) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *AgentSession) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *AgentSession) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
 	}
 	return nil
 }
@@ -2570,7 +3732,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +3744,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[35]
+	mi := &file_acp_v2_session_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +3757,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{35}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{48}
 }
 
 // ListAgentsResponse lists agents, sorted by name.
@@ -2608,7 +3770,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +3782,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[36]
+	mi := &file_acp_v2_session_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +3795,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{36}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentDescription {
@@ -2677,7 +3839,7 @@ type AgentDescription struct {
 
 func (x *AgentDescription) Reset() {
 	*x = AgentDescription{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +3851,7 @@ func (x *AgentDescription) String() string {
 func (*AgentDescription) ProtoMessage() {}
 
 func (x *AgentDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[37]
+	mi := &file_acp_v2_session_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +3864,7 @@ func (x *AgentDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentDescription.ProtoReflect.Descriptor instead.
 func (*AgentDescription) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{37}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AgentDescription) GetName() string {
@@ -2767,7 +3929,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3941,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[38]
+	mi := &file_acp_v2_session_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3954,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{38}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -2830,7 +3992,7 @@ type PromptCapabilities struct {
 
 func (x *PromptCapabilities) Reset() {
 	*x = PromptCapabilities{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +4004,7 @@ func (x *PromptCapabilities) String() string {
 func (*PromptCapabilities) ProtoMessage() {}
 
 func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[39]
+	mi := &file_acp_v2_session_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +4017,7 @@ func (x *PromptCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCapabilities.ProtoReflect.Descriptor instead.
 func (*PromptCapabilities) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{39}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PromptCapabilities) GetImage() bool {
@@ -2895,7 +4057,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +4069,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_session_service_proto_msgTypes[40]
+	mi := &file_acp_v2_session_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +4082,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{40}
+	return file_acp_v2_session_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -2955,7 +4117,7 @@ var File_acp_v2_session_service_proto protoreflect.FileDescriptor
 
 const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1cacp/v2/session_service.proto\x12\x06acp.v2\x1a\x14acp/v2/content.proto\x1a\x1bacp/v2/session_update.proto\x1a\x16acp/v2/tool_call.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x0e\n" +
+	"\x1cacp/v2/session_service.proto\x12\x06acp.v2\x1a\x14acp/v2/content.proto\x1a\x1bacp/v2/session_update.proto\x1a\x16acp/v2/tool_call.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x10\n" +
 	"\fSessionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12D\n" +
@@ -2987,25 +4149,66 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
 	"turn_ended\x18, \x01(\v2\x11.acp.v2.TurnEndedH\x00R\tturnEnded\x125\n" +
 	"\bsnapshot\x18- \x01(\v2\x17.acp.v2.SessionSnapshotH\x00R\bsnapshot\x12B\n" +
-	"\rstate_changed\x18. \x01(\v2\x1b.acp.v2.SessionStateChangedH\x00R\fstateChangedB\a\n" +
+	"\rstate_changed\x18. \x01(\v2\x1b.acp.v2.SessionStateChangedH\x00R\fstateChanged\x12M\n" +
+	"\x13elicitation_request\x18/ \x01(\v2\x1a.acp.v2.ElicitationRequestH\x00R\x12elicitationRequest\x12P\n" +
+	"\x14elicitation_resolved\x180 \x01(\v2\x1b.acp.v2.ElicitationResolvedH\x00R\x13elicitationResolved\x12P\n" +
+	"\x14elicitation_complete\x181 \x01(\v2\x1b.acp.v2.ElicitationCompleteH\x00R\x13elicitationCompleteB\a\n" +
 	"\x05event\"C\n" +
 	"\x13SessionStateChanged\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x8a\x02\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xf6\x02\n" +
 	"\x11PermissionRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
 	"\ttool_call\x18\x02 \x01(\v2\x16.acp.v2.ToolCallUpdateR\btoolCall\x12*\n" +
 	"\apreview\x18\x03 \x01(\v2\x10.acp.v2.ToolCallR\apreview\x122\n" +
 	"\aoptions\x18\x04 \x03(\v2\x18.acp.v2.PermissionOptionR\aoptions\x12\x14\n" +
-	"\x05title\x18\x05 \x01(\tR\x05title\x12+\n" +
-	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"\x89\x01\n" +
+	"\x05title\x18\x05 \x01(\tR\x05title\x12%\n" +
+	"\vdescription\x18\x06 \x01(\tH\x00R\vdescription\x88\x01\x01\x123\n" +
+	"\asubject\x18\a \x01(\v2\x19.acp.v2.PermissionSubjectR\asubject\x12+\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04metaB\x0e\n" +
+	"\f_description\"\x87\x01\n" +
+	"\x11PermissionSubject\x122\n" +
+	"\acommand\x18\x01 \x01(\v2\x16.acp.v2.CommandSubjectH\x00R\acommand\x123\n" +
+	"\aunknown\x18\x0f \x01(\v2\x17.google.protobuf.StructH\x00R\aunknownB\t\n" +
+	"\asubject\"\x86\x02\n" +
+	"\x0eCommandSubject\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12%\n" +
+	"\ftool_call_id\x18\x03 \x01(\tH\x00R\n" +
+	"toolCallId\x88\x01\x01\x12$\n" +
+	"\vterminal_id\x18\x04 \x01(\tH\x01R\n" +
+	"terminalId\x88\x01\x01\x12+\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\x12-\n" +
+	"\x05extra\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x05extraB\x0f\n" +
+	"\r_tool_call_idB\x0e\n" +
+	"\f_terminal_id\"\x89\x01\n" +
 	"\x12PermissionResolved\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x123\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x19.acp.v2.PermissionOutcomeR\aoutcome\x12\x1f\n" +
 	"\vanswered_by\x18\x03 \x01(\tR\n" +
-	"answeredBy\";\n" +
+	"answeredBy\"\xad\x02\n" +
+	"\x12ElicitationRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12B\n" +
+	"\x10requested_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x0frequestedSchema\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x12%\n" +
+	"\x0eelicitation_id\x18\x06 \x01(\tR\relicitationId\x12 \n" +
+	"\ftool_call_id\x18\a \x01(\tR\n" +
+	"toolCallId\x12+\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\"\xa0\x01\n" +
+	"\x13ElicitationResolved\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x121\n" +
+	"\acontent\x18\x03 \x01(\v2\x17.google.protobuf.StructR\acontent\x12\x1f\n" +
+	"\vanswered_by\x18\x04 \x01(\tR\n" +
+	"answeredBy\"<\n" +
+	"\x13ElicitationComplete\x12%\n" +
+	"\x0eelicitation_id\x18\x01 \x01(\tR\relicitationId\";\n" +
 	"\vTurnStarted\x12,\n" +
 	"\x06prompt\x18\x01 \x03(\v2\x14.acp.v2.ContentBlockR\x06prompt\"\x84\x01\n" +
 	"\tTurnEnded\x12\x1f\n" +
@@ -3013,7 +4216,7 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"stopReason\x12*\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x12.acp.v2.StopReasonR\x06reason\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x14\n" +
-	"\x05cause\x18\x04 \x01(\tR\x05cause\"\xc6\x02\n" +
+	"\x05cause\x18\x04 \x01(\tR\x05cause\"\xae\b\n" +
 	"\x0fSessionSnapshot\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
@@ -3026,7 +4229,32 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12!\n" +
 	"\fstate_detail\x18\b \x01(\tR\vstateDetail\x12,\n" +
-	"\x12agent_context_lost\x18\t \x01(\bR\x10agentContextLost\"\xe6\x01\n" +
+	"\x12agent_context_lost\x18\t \x01(\bR\x10agentContextLost\x12.\n" +
+	"\x05modes\x18\n" +
+	" \x01(\v2\x18.acp.v2.SessionModeStateR\x05modes\x12B\n" +
+	"\x0econfig_options\x18\v \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\x12G\n" +
+	"\x12available_commands\x18\f \x03(\v2\x18.acp.v2.AvailableCommandR\x11availableCommands\x12\x14\n" +
+	"\x05title\x18\r \x01(\tR\x05title\x12)\n" +
+	"\x05usage\x18\x0e \x01(\v2\x13.acp.v2.UsageUpdateR\x05usage\x12'\n" +
+	"\x04plan\x18\x0f \x01(\v2\x13.acp.v2.PlanContentR\x04plan\x125\n" +
+	"\tterminals\x18\x10 \x03(\v2\x17.acp.v2.SessionTerminalR\tterminals\x12J\n" +
+	"\x13pending_permissions\x18\x11 \x03(\v2\x19.acp.v2.PermissionRequestR\x12pendingPermissions\x12!\n" +
+	"\fturn_running\x18\x12 \x01(\bR\vturnRunning\x12(\n" +
+	"\x10turn_started_seq\x18\x13 \x01(\x04R\x0eturnStartedSeq\x12B\n" +
+	"\x0fturn_started_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rturnStartedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
+	"\ffirst_prompt\x18\x16 \x01(\tR\vfirstPrompt\x12M\n" +
+	"\x14pending_elicitations\x18( \x03(\v2\x1a.acp.v2.ElicitationRequestR\x13pendingElicitations\"\xdb\x01\n" +
+	"\x0fSessionTerminal\x12\x1f\n" +
+	"\vterminal_id\x18\x01 \x01(\tR\n" +
+	"terminalId\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12\x16\n" +
+	"\x06output\x18\x04 \x01(\fR\x06output\x12)\n" +
+	"\x10output_truncated\x18\x05 \x01(\bR\x0foutputTruncated\x128\n" +
+	"\vexit_status\x18\x06 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"exitStatus\"\x9c\x04\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3036,14 +4264,24 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12!\n" +
-	"\fstate_detail\x18\a \x01(\tR\vstateDetail\"\x93\x01\n" +
+	"\fstate_detail\x18\a \x01(\tR\vstateDetail\x12\x14\n" +
+	"\x05title\x18\b \x01(\tR\x05title\x12!\n" +
+	"\ffirst_prompt\x18\t \x01(\tR\vfirstPrompt\x129\n" +
+	"\n" +
+	"updated_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
+	"\fturn_running\x18\v \x01(\bR\vturnRunning\x12(\n" +
+	"\x10turn_started_seq\x18\f \x01(\x04R\x0eturnStartedSeq\x12B\n" +
+	"\x0fturn_started_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rturnStartedAt\x12/\n" +
+	"\x13pending_permissions\x18\x0e \x01(\rR\x12pendingPermissions\"\xc8\x01\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x1f\n" +
 	"\vauth_method\x18\x03 \x01(\tR\n" +
 	"authMethod\x122\n" +
 	"\vmcp_servers\x18\x04 \x03(\v2\x11.acp.v2.McpServerR\n" +
-	"mcpServers\"\x9f\x01\n" +
+	"mcpServers\x123\n" +
+	"\x16adopt_agent_session_id\x18\x05 \x01(\tR\x13adoptAgentSessionId\"\x9f\x01\n" +
 	"\tMcpServer\x12.\n" +
 	"\x05stdio\x18\x01 \x01(\v2\x16.acp.v2.McpServerStdioH\x00R\x05stdio\x12+\n" +
 	"\x04http\x18\x02 \x01(\v2\x15.acp.v2.McpServerHttpH\x00R\x04http\x12(\n" +
@@ -3097,7 +4335,15 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1b\n" +
 	"\toption_id\x18\x03 \x01(\tR\boptionId\x12\x1c\n" +
 	"\tcancelled\x18\x04 \x01(\bR\tcancelled\"\x1b\n" +
-	"\x19RespondPermissionResponse\"2\n" +
+	"\x19RespondPermissionResponse\"\xa4\x01\n" +
+	"\x19RespondElicitationRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x121\n" +
+	"\acontent\x18\x04 \x01(\v2\x17.google.protobuf.StructR\acontent\"\x1c\n" +
+	"\x1aRespondElicitationResponse\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"G\n" +
@@ -3113,7 +4359,11 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
-	"\x15DeleteSessionResponse\"H\n" +
+	"\x15DeleteSessionResponse\".\n" +
+	"\rLogoutRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x10\n" +
+	"\x0eLogoutResponse\"H\n" +
 	"\x0eSetModeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -3127,7 +4377,18 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\aboolean\x18\x04 \x01(\bH\x00R\abooleanB\a\n" +
 	"\x05value\"]\n" +
 	"\x17SetConfigOptionResponse\x12B\n" +
-	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\"\x13\n" +
+	"\x0econfig_options\x18\x01 \x03(\v2\x1b.acp.v2.SessionConfigOptionR\rconfigOptions\"0\n" +
+	"\x18ListAgentSessionsRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\"k\n" +
+	"\x19ListAgentSessionsResponse\x120\n" +
+	"\bsessions\x18\x01 \x03(\v2\x14.acp.v2.AgentSessionR\bsessions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x9b\x01\n" +
+	"\fAgentSession\x12(\n" +
+	"\x10agent_session_id\x18\x01 \x01(\tR\x0eagentSessionId\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x129\n" +
+	"\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x13\n" +
 	"\x11ListAgentsRequest\"F\n" +
 	"\x12ListAgentsResponse\x120\n" +
 	"\x06agents\x18\x01 \x03(\v2\x18.acp.v2.AgentDescriptionR\x06agents\"\xc5\x02\n" +
@@ -3152,13 +4413,14 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\tR\x04type2\xe2\x06\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type2\xd2\b\n" +
 	"\x0eSessionService\x12L\n" +
 	"\rCreateSession\x12\x1c.acp.v2.CreateSessionRequest\x1a\x1d.acp.v2.CreateSessionResponse\x129\n" +
 	"\x06Prompt\x12\x15.acp.v2.PromptRequest\x1a\x16.acp.v2.PromptResponse0\x01\x126\n" +
 	"\x05Watch\x12\x14.acp.v2.WatchRequest\x1a\x15.acp.v2.WatchResponse0\x01\x127\n" +
 	"\x06Cancel\x12\x15.acp.v2.CancelRequest\x1a\x16.acp.v2.CancelResponse\x12X\n" +
-	"\x11RespondPermission\x12 .acp.v2.RespondPermissionRequest\x1a!.acp.v2.RespondPermissionResponse\x12C\n" +
+	"\x11RespondPermission\x12 .acp.v2.RespondPermissionRequest\x1a!.acp.v2.RespondPermissionResponse\x12[\n" +
+	"\x12RespondElicitation\x12!.acp.v2.RespondElicitationRequest\x1a\".acp.v2.RespondElicitationResponse\x12C\n" +
 	"\n" +
 	"GetSession\x12\x19.acp.v2.GetSessionRequest\x1a\x1a.acp.v2.GetSessionResponse\x12I\n" +
 	"\fListSessions\x12\x1b.acp.v2.ListSessionsRequest\x1a\x1c.acp.v2.ListSessionsResponse\x12I\n" +
@@ -3167,7 +4429,9 @@ const file_acp_v2_session_service_proto_rawDesc = "" +
 	"\x0fSetConfigOption\x12\x1e.acp.v2.SetConfigOptionRequest\x1a\x1f.acp.v2.SetConfigOptionResponse\x12C\n" +
 	"\n" +
 	"ListAgents\x12\x19.acp.v2.ListAgentsRequest\x1a\x1a.acp.v2.ListAgentsResponse\x12L\n" +
-	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponseB\x8f\x01\n" +
+	"\rDeleteSession\x12\x1c.acp.v2.DeleteSessionRequest\x1a\x1d.acp.v2.DeleteSessionResponse\x127\n" +
+	"\x06Logout\x12\x15.acp.v2.LogoutRequest\x1a\x16.acp.v2.LogoutResponse\x12X\n" +
+	"\x11ListAgentSessions\x12 .acp.v2.ListAgentSessionsRequest\x1a!.acp.v2.ListAgentSessionsResponseB\x8f\x01\n" +
 	"\n" +
 	"com.acp.v2B\x13SessionServiceProtoP\x01Z3github.com/acp-gateway/acp-gateway/gen/acp/v2;acpv2\xa2\x02\x03AXX\xaa\x02\x06Acp.V2\xca\x02\x06Acp\\V2\xe2\x02\x12Acp\\V2\\GPBMetadata\xea\x02\aAcp::V2b\x06proto3"
 
@@ -3183,159 +4447,208 @@ func file_acp_v2_session_service_proto_rawDescGZIP() []byte {
 	return file_acp_v2_session_service_proto_rawDescData
 }
 
-var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_acp_v2_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_acp_v2_session_service_proto_goTypes = []any{
-	(*SessionEvent)(nil),              // 0: acp.v2.SessionEvent
-	(*SessionStateChanged)(nil),       // 1: acp.v2.SessionStateChanged
-	(*PermissionRequest)(nil),         // 2: acp.v2.PermissionRequest
-	(*PermissionResolved)(nil),        // 3: acp.v2.PermissionResolved
-	(*TurnStarted)(nil),               // 4: acp.v2.TurnStarted
-	(*TurnEnded)(nil),                 // 5: acp.v2.TurnEnded
-	(*SessionSnapshot)(nil),           // 6: acp.v2.SessionSnapshot
-	(*SessionSummary)(nil),            // 7: acp.v2.SessionSummary
-	(*CreateSessionRequest)(nil),      // 8: acp.v2.CreateSessionRequest
-	(*McpServer)(nil),                 // 9: acp.v2.McpServer
-	(*McpServerStdio)(nil),            // 10: acp.v2.McpServerStdio
-	(*McpServerHttp)(nil),             // 11: acp.v2.McpServerHttp
-	(*McpServerSse)(nil),              // 12: acp.v2.McpServerSse
-	(*McpNameValue)(nil),              // 13: acp.v2.McpNameValue
-	(*CreateSessionResponse)(nil),     // 14: acp.v2.CreateSessionResponse
-	(*PromptRequest)(nil),             // 15: acp.v2.PromptRequest
-	(*PromptResponse)(nil),            // 16: acp.v2.PromptResponse
-	(*WatchRequest)(nil),              // 17: acp.v2.WatchRequest
-	(*WatchResponse)(nil),             // 18: acp.v2.WatchResponse
-	(*CancelRequest)(nil),             // 19: acp.v2.CancelRequest
-	(*CancelResponse)(nil),            // 20: acp.v2.CancelResponse
-	(*RespondPermissionRequest)(nil),  // 21: acp.v2.RespondPermissionRequest
-	(*RespondPermissionResponse)(nil), // 22: acp.v2.RespondPermissionResponse
-	(*GetSessionRequest)(nil),         // 23: acp.v2.GetSessionRequest
-	(*GetSessionResponse)(nil),        // 24: acp.v2.GetSessionResponse
-	(*ListSessionsRequest)(nil),       // 25: acp.v2.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 26: acp.v2.ListSessionsResponse
-	(*CloseSessionRequest)(nil),       // 27: acp.v2.CloseSessionRequest
-	(*CloseSessionResponse)(nil),      // 28: acp.v2.CloseSessionResponse
-	(*DeleteSessionRequest)(nil),      // 29: acp.v2.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),     // 30: acp.v2.DeleteSessionResponse
-	(*SetModeRequest)(nil),            // 31: acp.v2.SetModeRequest
-	(*SetModeResponse)(nil),           // 32: acp.v2.SetModeResponse
-	(*SetConfigOptionRequest)(nil),    // 33: acp.v2.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),   // 34: acp.v2.SetConfigOptionResponse
-	(*ListAgentsRequest)(nil),         // 35: acp.v2.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 36: acp.v2.ListAgentsResponse
-	(*AgentDescription)(nil),          // 37: acp.v2.AgentDescription
-	(*AgentInfo)(nil),                 // 38: acp.v2.AgentInfo
-	(*PromptCapabilities)(nil),        // 39: acp.v2.PromptCapabilities
-	(*AuthMethod)(nil),                // 40: acp.v2.AuthMethod
-	(*timestamppb.Timestamp)(nil),     // 41: google.protobuf.Timestamp
-	(*ContentChunk)(nil),              // 42: acp.v2.ContentChunk
-	(*ToolCallUpdate)(nil),            // 43: acp.v2.ToolCallUpdate
-	(*ToolCallContentChunk)(nil),      // 44: acp.v2.ToolCallContentChunk
-	(*Plan)(nil),                      // 45: acp.v2.Plan
-	(*PlanUpdate)(nil),                // 46: acp.v2.PlanUpdate
-	(*AvailableCommandsUpdate)(nil),   // 47: acp.v2.AvailableCommandsUpdate
-	(*CurrentModeUpdate)(nil),         // 48: acp.v2.CurrentModeUpdate
-	(*ConfigOptionUpdate)(nil),        // 49: acp.v2.ConfigOptionUpdate
-	(*SessionInfoUpdate)(nil),         // 50: acp.v2.SessionInfoUpdate
-	(*UsageUpdate)(nil),               // 51: acp.v2.UsageUpdate
-	(*MessageUpdate)(nil),             // 52: acp.v2.MessageUpdate
-	(*StateUpdate)(nil),               // 53: acp.v2.StateUpdate
-	(*TerminalUpdate)(nil),            // 54: acp.v2.TerminalUpdate
-	(*TerminalOutputChunk)(nil),       // 55: acp.v2.TerminalOutputChunk
-	(*UnknownUpdate)(nil),             // 56: acp.v2.UnknownUpdate
-	(*ToolCall)(nil),                  // 57: acp.v2.ToolCall
-	(*PermissionOption)(nil),          // 58: acp.v2.PermissionOption
-	(*structpb.Struct)(nil),           // 59: google.protobuf.Struct
-	(*PermissionOutcome)(nil),         // 60: acp.v2.PermissionOutcome
-	(*ContentBlock)(nil),              // 61: acp.v2.ContentBlock
-	(StopReason)(0),                   // 62: acp.v2.StopReason
-	(*SessionConfigOption)(nil),       // 63: acp.v2.SessionConfigOption
+	(*SessionEvent)(nil),               // 0: acp.v2.SessionEvent
+	(*SessionStateChanged)(nil),        // 1: acp.v2.SessionStateChanged
+	(*PermissionRequest)(nil),          // 2: acp.v2.PermissionRequest
+	(*PermissionSubject)(nil),          // 3: acp.v2.PermissionSubject
+	(*CommandSubject)(nil),             // 4: acp.v2.CommandSubject
+	(*PermissionResolved)(nil),         // 5: acp.v2.PermissionResolved
+	(*ElicitationRequest)(nil),         // 6: acp.v2.ElicitationRequest
+	(*ElicitationResolved)(nil),        // 7: acp.v2.ElicitationResolved
+	(*ElicitationComplete)(nil),        // 8: acp.v2.ElicitationComplete
+	(*TurnStarted)(nil),                // 9: acp.v2.TurnStarted
+	(*TurnEnded)(nil),                  // 10: acp.v2.TurnEnded
+	(*SessionSnapshot)(nil),            // 11: acp.v2.SessionSnapshot
+	(*SessionTerminal)(nil),            // 12: acp.v2.SessionTerminal
+	(*SessionSummary)(nil),             // 13: acp.v2.SessionSummary
+	(*CreateSessionRequest)(nil),       // 14: acp.v2.CreateSessionRequest
+	(*McpServer)(nil),                  // 15: acp.v2.McpServer
+	(*McpServerStdio)(nil),             // 16: acp.v2.McpServerStdio
+	(*McpServerHttp)(nil),              // 17: acp.v2.McpServerHttp
+	(*McpServerSse)(nil),               // 18: acp.v2.McpServerSse
+	(*McpNameValue)(nil),               // 19: acp.v2.McpNameValue
+	(*CreateSessionResponse)(nil),      // 20: acp.v2.CreateSessionResponse
+	(*PromptRequest)(nil),              // 21: acp.v2.PromptRequest
+	(*PromptResponse)(nil),             // 22: acp.v2.PromptResponse
+	(*WatchRequest)(nil),               // 23: acp.v2.WatchRequest
+	(*WatchResponse)(nil),              // 24: acp.v2.WatchResponse
+	(*CancelRequest)(nil),              // 25: acp.v2.CancelRequest
+	(*CancelResponse)(nil),             // 26: acp.v2.CancelResponse
+	(*RespondPermissionRequest)(nil),   // 27: acp.v2.RespondPermissionRequest
+	(*RespondPermissionResponse)(nil),  // 28: acp.v2.RespondPermissionResponse
+	(*RespondElicitationRequest)(nil),  // 29: acp.v2.RespondElicitationRequest
+	(*RespondElicitationResponse)(nil), // 30: acp.v2.RespondElicitationResponse
+	(*GetSessionRequest)(nil),          // 31: acp.v2.GetSessionRequest
+	(*GetSessionResponse)(nil),         // 32: acp.v2.GetSessionResponse
+	(*ListSessionsRequest)(nil),        // 33: acp.v2.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 34: acp.v2.ListSessionsResponse
+	(*CloseSessionRequest)(nil),        // 35: acp.v2.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 36: acp.v2.CloseSessionResponse
+	(*DeleteSessionRequest)(nil),       // 37: acp.v2.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),      // 38: acp.v2.DeleteSessionResponse
+	(*LogoutRequest)(nil),              // 39: acp.v2.LogoutRequest
+	(*LogoutResponse)(nil),             // 40: acp.v2.LogoutResponse
+	(*SetModeRequest)(nil),             // 41: acp.v2.SetModeRequest
+	(*SetModeResponse)(nil),            // 42: acp.v2.SetModeResponse
+	(*SetConfigOptionRequest)(nil),     // 43: acp.v2.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),    // 44: acp.v2.SetConfigOptionResponse
+	(*ListAgentSessionsRequest)(nil),   // 45: acp.v2.ListAgentSessionsRequest
+	(*ListAgentSessionsResponse)(nil),  // 46: acp.v2.ListAgentSessionsResponse
+	(*AgentSession)(nil),               // 47: acp.v2.AgentSession
+	(*ListAgentsRequest)(nil),          // 48: acp.v2.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 49: acp.v2.ListAgentsResponse
+	(*AgentDescription)(nil),           // 50: acp.v2.AgentDescription
+	(*AgentInfo)(nil),                  // 51: acp.v2.AgentInfo
+	(*PromptCapabilities)(nil),         // 52: acp.v2.PromptCapabilities
+	(*AuthMethod)(nil),                 // 53: acp.v2.AuthMethod
+	(*timestamppb.Timestamp)(nil),      // 54: google.protobuf.Timestamp
+	(*ContentChunk)(nil),               // 55: acp.v2.ContentChunk
+	(*ToolCallUpdate)(nil),             // 56: acp.v2.ToolCallUpdate
+	(*ToolCallContentChunk)(nil),       // 57: acp.v2.ToolCallContentChunk
+	(*Plan)(nil),                       // 58: acp.v2.Plan
+	(*PlanUpdate)(nil),                 // 59: acp.v2.PlanUpdate
+	(*AvailableCommandsUpdate)(nil),    // 60: acp.v2.AvailableCommandsUpdate
+	(*CurrentModeUpdate)(nil),          // 61: acp.v2.CurrentModeUpdate
+	(*ConfigOptionUpdate)(nil),         // 62: acp.v2.ConfigOptionUpdate
+	(*SessionInfoUpdate)(nil),          // 63: acp.v2.SessionInfoUpdate
+	(*UsageUpdate)(nil),                // 64: acp.v2.UsageUpdate
+	(*MessageUpdate)(nil),              // 65: acp.v2.MessageUpdate
+	(*StateUpdate)(nil),                // 66: acp.v2.StateUpdate
+	(*TerminalUpdate)(nil),             // 67: acp.v2.TerminalUpdate
+	(*TerminalOutputChunk)(nil),        // 68: acp.v2.TerminalOutputChunk
+	(*UnknownUpdate)(nil),              // 69: acp.v2.UnknownUpdate
+	(*ToolCall)(nil),                   // 70: acp.v2.ToolCall
+	(*PermissionOption)(nil),           // 71: acp.v2.PermissionOption
+	(*structpb.Struct)(nil),            // 72: google.protobuf.Struct
+	(*PermissionOutcome)(nil),          // 73: acp.v2.PermissionOutcome
+	(*ContentBlock)(nil),               // 74: acp.v2.ContentBlock
+	(StopReason)(0),                    // 75: acp.v2.StopReason
+	(*SessionModeState)(nil),           // 76: acp.v2.SessionModeState
+	(*SessionConfigOption)(nil),        // 77: acp.v2.SessionConfigOption
+	(*AvailableCommand)(nil),           // 78: acp.v2.AvailableCommand
+	(*PlanContent)(nil),                // 79: acp.v2.PlanContent
 }
 var file_acp_v2_session_service_proto_depIdxs = []int32{
-	41, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
-	42, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
-	42, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
-	42, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
-	43, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
-	44, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
-	45, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
-	46, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
-	47, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
-	48, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
-	49, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
-	50, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
-	51, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
-	52, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
-	52, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
-	52, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
-	53, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
-	54, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
-	55, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
-	56, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
-	57, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
+	54, // 0: acp.v2.SessionEvent.time:type_name -> google.protobuf.Timestamp
+	55, // 1: acp.v2.SessionEvent.user_message_chunk:type_name -> acp.v2.ContentChunk
+	55, // 2: acp.v2.SessionEvent.agent_message_chunk:type_name -> acp.v2.ContentChunk
+	55, // 3: acp.v2.SessionEvent.agent_thought_chunk:type_name -> acp.v2.ContentChunk
+	56, // 4: acp.v2.SessionEvent.tool_call_update:type_name -> acp.v2.ToolCallUpdate
+	57, // 5: acp.v2.SessionEvent.tool_call_content_chunk:type_name -> acp.v2.ToolCallContentChunk
+	58, // 6: acp.v2.SessionEvent.plan:type_name -> acp.v2.Plan
+	59, // 7: acp.v2.SessionEvent.plan_update:type_name -> acp.v2.PlanUpdate
+	60, // 8: acp.v2.SessionEvent.available_commands_update:type_name -> acp.v2.AvailableCommandsUpdate
+	61, // 9: acp.v2.SessionEvent.current_mode_update:type_name -> acp.v2.CurrentModeUpdate
+	62, // 10: acp.v2.SessionEvent.config_option_update:type_name -> acp.v2.ConfigOptionUpdate
+	63, // 11: acp.v2.SessionEvent.session_info_update:type_name -> acp.v2.SessionInfoUpdate
+	64, // 12: acp.v2.SessionEvent.usage_update:type_name -> acp.v2.UsageUpdate
+	65, // 13: acp.v2.SessionEvent.user_message:type_name -> acp.v2.MessageUpdate
+	65, // 14: acp.v2.SessionEvent.agent_message:type_name -> acp.v2.MessageUpdate
+	65, // 15: acp.v2.SessionEvent.agent_thought:type_name -> acp.v2.MessageUpdate
+	66, // 16: acp.v2.SessionEvent.state_update:type_name -> acp.v2.StateUpdate
+	67, // 17: acp.v2.SessionEvent.terminal_update:type_name -> acp.v2.TerminalUpdate
+	68, // 18: acp.v2.SessionEvent.terminal_output_chunk:type_name -> acp.v2.TerminalOutputChunk
+	69, // 19: acp.v2.SessionEvent.unknown:type_name -> acp.v2.UnknownUpdate
+	70, // 20: acp.v2.SessionEvent.tool_call:type_name -> acp.v2.ToolCall
 	2,  // 21: acp.v2.SessionEvent.permission_request:type_name -> acp.v2.PermissionRequest
-	3,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
-	4,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
-	5,  // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
-	6,  // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
+	5,  // 22: acp.v2.SessionEvent.permission_resolved:type_name -> acp.v2.PermissionResolved
+	9,  // 23: acp.v2.SessionEvent.turn_started:type_name -> acp.v2.TurnStarted
+	10, // 24: acp.v2.SessionEvent.turn_ended:type_name -> acp.v2.TurnEnded
+	11, // 25: acp.v2.SessionEvent.snapshot:type_name -> acp.v2.SessionSnapshot
 	1,  // 26: acp.v2.SessionEvent.state_changed:type_name -> acp.v2.SessionStateChanged
-	43, // 27: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
-	57, // 28: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
-	58, // 29: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
-	59, // 30: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
-	60, // 31: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
-	61, // 32: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
-	62, // 33: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
-	57, // 34: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
-	41, // 35: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	41, // 36: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
-	9,  // 37: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
-	10, // 38: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
-	11, // 39: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
-	12, // 40: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
-	13, // 41: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
-	13, // 42: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
-	13, // 43: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
-	61, // 44: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
-	0,  // 45: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
-	41, // 46: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	0,  // 47: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
-	41, // 48: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
-	6,  // 49: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
-	7,  // 50: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
-	63, // 51: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
-	37, // 52: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
-	38, // 53: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
-	39, // 54: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
-	40, // 55: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
-	8,  // 56: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
-	15, // 57: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
-	17, // 58: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
-	19, // 59: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
-	21, // 60: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
-	23, // 61: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
-	25, // 62: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
-	27, // 63: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
-	31, // 64: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
-	33, // 65: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
-	35, // 66: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
-	29, // 67: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
-	14, // 68: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
-	16, // 69: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
-	18, // 70: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
-	20, // 71: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
-	22, // 72: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
-	24, // 73: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
-	26, // 74: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
-	28, // 75: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
-	32, // 76: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
-	34, // 77: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
-	36, // 78: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
-	30, // 79: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
-	68, // [68:80] is the sub-list for method output_type
-	56, // [56:68] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	6,  // 27: acp.v2.SessionEvent.elicitation_request:type_name -> acp.v2.ElicitationRequest
+	7,  // 28: acp.v2.SessionEvent.elicitation_resolved:type_name -> acp.v2.ElicitationResolved
+	8,  // 29: acp.v2.SessionEvent.elicitation_complete:type_name -> acp.v2.ElicitationComplete
+	56, // 30: acp.v2.PermissionRequest.tool_call:type_name -> acp.v2.ToolCallUpdate
+	70, // 31: acp.v2.PermissionRequest.preview:type_name -> acp.v2.ToolCall
+	71, // 32: acp.v2.PermissionRequest.options:type_name -> acp.v2.PermissionOption
+	3,  // 33: acp.v2.PermissionRequest.subject:type_name -> acp.v2.PermissionSubject
+	72, // 34: acp.v2.PermissionRequest.meta:type_name -> google.protobuf.Struct
+	4,  // 35: acp.v2.PermissionSubject.command:type_name -> acp.v2.CommandSubject
+	72, // 36: acp.v2.PermissionSubject.unknown:type_name -> google.protobuf.Struct
+	72, // 37: acp.v2.CommandSubject.meta:type_name -> google.protobuf.Struct
+	72, // 38: acp.v2.CommandSubject.extra:type_name -> google.protobuf.Struct
+	73, // 39: acp.v2.PermissionResolved.outcome:type_name -> acp.v2.PermissionOutcome
+	72, // 40: acp.v2.ElicitationRequest.requested_schema:type_name -> google.protobuf.Struct
+	72, // 41: acp.v2.ElicitationRequest.meta:type_name -> google.protobuf.Struct
+	72, // 42: acp.v2.ElicitationResolved.content:type_name -> google.protobuf.Struct
+	74, // 43: acp.v2.TurnStarted.prompt:type_name -> acp.v2.ContentBlock
+	75, // 44: acp.v2.TurnEnded.reason:type_name -> acp.v2.StopReason
+	70, // 45: acp.v2.SessionSnapshot.tool_calls:type_name -> acp.v2.ToolCall
+	54, // 46: acp.v2.SessionSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	76, // 47: acp.v2.SessionSnapshot.modes:type_name -> acp.v2.SessionModeState
+	77, // 48: acp.v2.SessionSnapshot.config_options:type_name -> acp.v2.SessionConfigOption
+	78, // 49: acp.v2.SessionSnapshot.available_commands:type_name -> acp.v2.AvailableCommand
+	64, // 50: acp.v2.SessionSnapshot.usage:type_name -> acp.v2.UsageUpdate
+	79, // 51: acp.v2.SessionSnapshot.plan:type_name -> acp.v2.PlanContent
+	12, // 52: acp.v2.SessionSnapshot.terminals:type_name -> acp.v2.SessionTerminal
+	2,  // 53: acp.v2.SessionSnapshot.pending_permissions:type_name -> acp.v2.PermissionRequest
+	54, // 54: acp.v2.SessionSnapshot.turn_started_at:type_name -> google.protobuf.Timestamp
+	54, // 55: acp.v2.SessionSnapshot.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 56: acp.v2.SessionSnapshot.pending_elicitations:type_name -> acp.v2.ElicitationRequest
+	72, // 57: acp.v2.SessionTerminal.exit_status:type_name -> google.protobuf.Struct
+	54, // 58: acp.v2.SessionSummary.created_at:type_name -> google.protobuf.Timestamp
+	54, // 59: acp.v2.SessionSummary.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 60: acp.v2.SessionSummary.turn_started_at:type_name -> google.protobuf.Timestamp
+	15, // 61: acp.v2.CreateSessionRequest.mcp_servers:type_name -> acp.v2.McpServer
+	16, // 62: acp.v2.McpServer.stdio:type_name -> acp.v2.McpServerStdio
+	17, // 63: acp.v2.McpServer.http:type_name -> acp.v2.McpServerHttp
+	18, // 64: acp.v2.McpServer.sse:type_name -> acp.v2.McpServerSse
+	19, // 65: acp.v2.McpServerStdio.env:type_name -> acp.v2.McpNameValue
+	19, // 66: acp.v2.McpServerHttp.headers:type_name -> acp.v2.McpNameValue
+	19, // 67: acp.v2.McpServerSse.headers:type_name -> acp.v2.McpNameValue
+	74, // 68: acp.v2.PromptRequest.prompt:type_name -> acp.v2.ContentBlock
+	0,  // 69: acp.v2.PromptResponse.event:type_name -> acp.v2.SessionEvent
+	54, // 70: acp.v2.PromptResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 71: acp.v2.WatchResponse.event:type_name -> acp.v2.SessionEvent
+	54, // 72: acp.v2.WatchResponse.heartbeat:type_name -> google.protobuf.Timestamp
+	72, // 73: acp.v2.RespondElicitationRequest.content:type_name -> google.protobuf.Struct
+	11, // 74: acp.v2.GetSessionResponse.session:type_name -> acp.v2.SessionSnapshot
+	13, // 75: acp.v2.ListSessionsResponse.sessions:type_name -> acp.v2.SessionSummary
+	77, // 76: acp.v2.SetConfigOptionResponse.config_options:type_name -> acp.v2.SessionConfigOption
+	47, // 77: acp.v2.ListAgentSessionsResponse.sessions:type_name -> acp.v2.AgentSession
+	54, // 78: acp.v2.AgentSession.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 79: acp.v2.ListAgentsResponse.agents:type_name -> acp.v2.AgentDescription
+	51, // 80: acp.v2.AgentDescription.info:type_name -> acp.v2.AgentInfo
+	52, // 81: acp.v2.AgentDescription.prompt_capabilities:type_name -> acp.v2.PromptCapabilities
+	53, // 82: acp.v2.AgentDescription.auth_methods:type_name -> acp.v2.AuthMethod
+	14, // 83: acp.v2.SessionService.CreateSession:input_type -> acp.v2.CreateSessionRequest
+	21, // 84: acp.v2.SessionService.Prompt:input_type -> acp.v2.PromptRequest
+	23, // 85: acp.v2.SessionService.Watch:input_type -> acp.v2.WatchRequest
+	25, // 86: acp.v2.SessionService.Cancel:input_type -> acp.v2.CancelRequest
+	27, // 87: acp.v2.SessionService.RespondPermission:input_type -> acp.v2.RespondPermissionRequest
+	29, // 88: acp.v2.SessionService.RespondElicitation:input_type -> acp.v2.RespondElicitationRequest
+	31, // 89: acp.v2.SessionService.GetSession:input_type -> acp.v2.GetSessionRequest
+	33, // 90: acp.v2.SessionService.ListSessions:input_type -> acp.v2.ListSessionsRequest
+	35, // 91: acp.v2.SessionService.CloseSession:input_type -> acp.v2.CloseSessionRequest
+	41, // 92: acp.v2.SessionService.SetMode:input_type -> acp.v2.SetModeRequest
+	43, // 93: acp.v2.SessionService.SetConfigOption:input_type -> acp.v2.SetConfigOptionRequest
+	48, // 94: acp.v2.SessionService.ListAgents:input_type -> acp.v2.ListAgentsRequest
+	37, // 95: acp.v2.SessionService.DeleteSession:input_type -> acp.v2.DeleteSessionRequest
+	39, // 96: acp.v2.SessionService.Logout:input_type -> acp.v2.LogoutRequest
+	45, // 97: acp.v2.SessionService.ListAgentSessions:input_type -> acp.v2.ListAgentSessionsRequest
+	20, // 98: acp.v2.SessionService.CreateSession:output_type -> acp.v2.CreateSessionResponse
+	22, // 99: acp.v2.SessionService.Prompt:output_type -> acp.v2.PromptResponse
+	24, // 100: acp.v2.SessionService.Watch:output_type -> acp.v2.WatchResponse
+	26, // 101: acp.v2.SessionService.Cancel:output_type -> acp.v2.CancelResponse
+	28, // 102: acp.v2.SessionService.RespondPermission:output_type -> acp.v2.RespondPermissionResponse
+	30, // 103: acp.v2.SessionService.RespondElicitation:output_type -> acp.v2.RespondElicitationResponse
+	32, // 104: acp.v2.SessionService.GetSession:output_type -> acp.v2.GetSessionResponse
+	34, // 105: acp.v2.SessionService.ListSessions:output_type -> acp.v2.ListSessionsResponse
+	36, // 106: acp.v2.SessionService.CloseSession:output_type -> acp.v2.CloseSessionResponse
+	42, // 107: acp.v2.SessionService.SetMode:output_type -> acp.v2.SetModeResponse
+	44, // 108: acp.v2.SessionService.SetConfigOption:output_type -> acp.v2.SetConfigOptionResponse
+	49, // 109: acp.v2.SessionService.ListAgents:output_type -> acp.v2.ListAgentsResponse
+	38, // 110: acp.v2.SessionService.DeleteSession:output_type -> acp.v2.DeleteSessionResponse
+	40, // 111: acp.v2.SessionService.Logout:output_type -> acp.v2.LogoutResponse
+	46, // 112: acp.v2.SessionService.ListAgentSessions:output_type -> acp.v2.ListAgentSessionsResponse
+	98, // [98:113] is the sub-list for method output_type
+	83, // [83:98] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_session_service_proto_init() }
@@ -3373,13 +4686,22 @@ func file_acp_v2_session_service_proto_init() {
 		(*SessionEvent_TurnEnded)(nil),
 		(*SessionEvent_Snapshot)(nil),
 		(*SessionEvent_StateChanged)(nil),
+		(*SessionEvent_ElicitationRequest)(nil),
+		(*SessionEvent_ElicitationResolved)(nil),
+		(*SessionEvent_ElicitationComplete)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[9].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[2].OneofWrappers = []any{}
+	file_acp_v2_session_service_proto_msgTypes[3].OneofWrappers = []any{
+		(*PermissionSubject_Command)(nil),
+		(*PermissionSubject_Unknown)(nil),
+	}
+	file_acp_v2_session_service_proto_msgTypes[4].OneofWrappers = []any{}
+	file_acp_v2_session_service_proto_msgTypes[15].OneofWrappers = []any{
 		(*McpServer_Stdio)(nil),
 		(*McpServer_Http)(nil),
 		(*McpServer_Sse)(nil),
 	}
-	file_acp_v2_session_service_proto_msgTypes[33].OneofWrappers = []any{
+	file_acp_v2_session_service_proto_msgTypes[43].OneofWrappers = []any{
 		(*SetConfigOptionRequest_ValueId)(nil),
 		(*SetConfigOptionRequest_Boolean)(nil),
 	}
@@ -3389,7 +4711,7 @@ func file_acp_v2_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_session_service_proto_rawDesc), len(file_acp_v2_session_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

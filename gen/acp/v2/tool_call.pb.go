@@ -1249,12 +1249,29 @@ func (*ToolCallContent_Terminal) isToolCallContent_Item() {}
 
 func (*ToolCallContent_Unknown) isToolCallContent_Item() {}
 
-// Diff is a file modification. `old_text` is absent for a new file.
+// Diff is a file modification, in either ACP version's form.
+//
+// ACP v1 (and v1 agents under v2): the whole texts, `path`, `old_text`
+// (absent for a new file) and `new_text`.
+//
+// ACP v2: `changes`, the files the diff touches and how (authoritative for
+// paths and operations), and optionally `patch`, renderable text for some or
+// all of them (`format` `git_patch`). In proto JSON:
+//
+//	{"diff": {"changes": [{"operation": "modify", "path": "/p/a.go"}],
+//	          "patch": {"format": "git_patch", "text": "diff --git ..."}}}
+//
+// A v2 diff with no changes keeps its `"changes": []` when written back as
+// ACP JSON.
 type Diff struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          *string                `protobuf:"bytes,1,opt,name=path,proto3,oneof" json:"path,omitempty"`
-	OldText       *string                `protobuf:"bytes,2,opt,name=old_text,json=oldText,proto3,oneof" json:"old_text,omitempty"`
-	NewText       *string                `protobuf:"bytes,3,opt,name=new_text,json=newText,proto3,oneof" json:"new_text,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Path    *string                `protobuf:"bytes,1,opt,name=path,proto3,oneof" json:"path,omitempty"`
+	OldText *string                `protobuf:"bytes,2,opt,name=old_text,json=oldText,proto3,oneof" json:"old_text,omitempty"`
+	NewText *string                `protobuf:"bytes,3,opt,name=new_text,json=newText,proto3,oneof" json:"new_text,omitempty"`
+	// ACP v2 `changes`.
+	Changes []*DiffChange `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	// ACP v2 `patch`; absent when the agent gave none (or null).
+	Patch         *DiffPatch `protobuf:"bytes,5,opt,name=patch,proto3" json:"patch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1310,6 +1327,184 @@ func (x *Diff) GetNewText() string {
 	return ""
 }
 
+func (x *Diff) GetChanges() []*DiffChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *Diff) GetPatch() *DiffPatch {
+	if x != nil {
+		return x.Patch
+	}
+	return nil
+}
+
+// DiffChange is one file-level change of a v2 Diff.
+type DiffChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ACP wire value: `add`, `delete`, `modify`, `move`, `copy`, or a
+	// custom (`_`-prefixed) or future operation.
+	Operation string `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// The absolute path the operation applies to (after it, for a move or
+	// a copy).
+	Path *string `protobuf:"bytes,2,opt,name=path,proto3,oneof" json:"path,omitempty"`
+	// For `move` and `copy`: the absolute path before the operation.
+	OldPath *string `protobuf:"bytes,3,opt,name=old_path,json=oldPath,proto3,oneof" json:"old_path,omitempty"`
+	// `text`, `binary`, `directory`, `symlink`, or another; absent when
+	// unknown.
+	FileType *string `protobuf:"bytes,4,opt,name=file_type,json=fileType,proto3,oneof" json:"file_type,omitempty"`
+	// The file's media type; absent when unknown.
+	MimeType      *string          `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3,oneof" json:"mime_type,omitempty"`
+	Meta          *structpb.Struct `protobuf:"bytes,14,opt,name=meta,proto3" json:"meta,omitempty"`
+	Extra         *structpb.Struct `protobuf:"bytes,15,opt,name=extra,proto3" json:"extra,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffChange) Reset() {
+	*x = DiffChange{}
+	mi := &file_acp_v2_tool_call_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffChange) ProtoMessage() {}
+
+func (x *DiffChange) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_tool_call_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffChange.ProtoReflect.Descriptor instead.
+func (*DiffChange) Descriptor() ([]byte, []int) {
+	return file_acp_v2_tool_call_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DiffChange) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *DiffChange) GetPath() string {
+	if x != nil && x.Path != nil {
+		return *x.Path
+	}
+	return ""
+}
+
+func (x *DiffChange) GetOldPath() string {
+	if x != nil && x.OldPath != nil {
+		return *x.OldPath
+	}
+	return ""
+}
+
+func (x *DiffChange) GetFileType() string {
+	if x != nil && x.FileType != nil {
+		return *x.FileType
+	}
+	return ""
+}
+
+func (x *DiffChange) GetMimeType() string {
+	if x != nil && x.MimeType != nil {
+		return *x.MimeType
+	}
+	return ""
+}
+
+func (x *DiffChange) GetMeta() *structpb.Struct {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *DiffChange) GetExtra() *structpb.Struct {
+	if x != nil {
+		return x.Extra
+	}
+	return nil
+}
+
+// DiffPatch is renderable patch text of a v2 Diff.
+type DiffPatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ACP wire value: `git_patch` (one or more `diff --git` sections in
+	// Git's patch format, with absolute paths) or a custom or future format.
+	Format        string           `protobuf:"bytes,1,opt,name=format,proto3" json:"format,omitempty"`
+	Text          string           `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Extra         *structpb.Struct `protobuf:"bytes,15,opt,name=extra,proto3" json:"extra,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffPatch) Reset() {
+	*x = DiffPatch{}
+	mi := &file_acp_v2_tool_call_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffPatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffPatch) ProtoMessage() {}
+
+func (x *DiffPatch) ProtoReflect() protoreflect.Message {
+	mi := &file_acp_v2_tool_call_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffPatch.ProtoReflect.Descriptor instead.
+func (*DiffPatch) Descriptor() ([]byte, []int) {
+	return file_acp_v2_tool_call_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DiffPatch) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *DiffPatch) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *DiffPatch) GetExtra() *structpb.Struct {
+	if x != nil {
+		return x.Extra
+	}
+	return nil
+}
+
 // Terminal embeds a terminal by its id.
 type Terminal struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1320,7 +1515,7 @@ type Terminal struct {
 
 func (x *Terminal) Reset() {
 	*x = Terminal{}
-	mi := &file_acp_v2_tool_call_proto_msgTypes[13]
+	mi := &file_acp_v2_tool_call_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1527,7 @@ func (x *Terminal) String() string {
 func (*Terminal) ProtoMessage() {}
 
 func (x *Terminal) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_tool_call_proto_msgTypes[13]
+	mi := &file_acp_v2_tool_call_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1540,7 @@ func (x *Terminal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terminal.ProtoReflect.Descriptor instead.
 func (*Terminal) Descriptor() ([]byte, []int) {
-	return file_acp_v2_tool_call_proto_rawDescGZIP(), []int{13}
+	return file_acp_v2_tool_call_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Terminal) GetTerminalId() string {
@@ -1368,7 +1563,7 @@ type ToolCallLocation struct {
 
 func (x *ToolCallLocation) Reset() {
 	*x = ToolCallLocation{}
-	mi := &file_acp_v2_tool_call_proto_msgTypes[14]
+	mi := &file_acp_v2_tool_call_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1575,7 @@ func (x *ToolCallLocation) String() string {
 func (*ToolCallLocation) ProtoMessage() {}
 
 func (x *ToolCallLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_acp_v2_tool_call_proto_msgTypes[14]
+	mi := &file_acp_v2_tool_call_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1588,7 @@ func (x *ToolCallLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallLocation.ProtoReflect.Descriptor instead.
 func (*ToolCallLocation) Descriptor() ([]byte, []int) {
-	return file_acp_v2_tool_call_proto_rawDescGZIP(), []int{14}
+	return file_acp_v2_tool_call_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolCallLocation) GetPath() string {
@@ -1497,14 +1692,35 @@ const file_acp_v2_tool_call_proto_rawDesc = "" +
 	"\aunknown\x18\r \x01(\v2\x17.google.protobuf.StructH\x00R\aunknown\x12+\n" +
 	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\x12-\n" +
 	"\x05extra\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x05extraB\x06\n" +
-	"\x04item\"\x82\x01\n" +
+	"\x04item\"\xd9\x01\n" +
 	"\x04Diff\x12\x17\n" +
 	"\x04path\x18\x01 \x01(\tH\x00R\x04path\x88\x01\x01\x12\x1e\n" +
 	"\bold_text\x18\x02 \x01(\tH\x01R\aoldText\x88\x01\x01\x12\x1e\n" +
-	"\bnew_text\x18\x03 \x01(\tH\x02R\anewText\x88\x01\x01B\a\n" +
+	"\bnew_text\x18\x03 \x01(\tH\x02R\anewText\x88\x01\x01\x12,\n" +
+	"\achanges\x18\x04 \x03(\v2\x12.acp.v2.DiffChangeR\achanges\x12'\n" +
+	"\x05patch\x18\x05 \x01(\v2\x11.acp.v2.DiffPatchR\x05patchB\a\n" +
 	"\x05_pathB\v\n" +
 	"\t_old_textB\v\n" +
-	"\t_new_text\"+\n" +
+	"\t_new_text\"\xb5\x02\n" +
+	"\n" +
+	"DiffChange\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12\x17\n" +
+	"\x04path\x18\x02 \x01(\tH\x00R\x04path\x88\x01\x01\x12\x1e\n" +
+	"\bold_path\x18\x03 \x01(\tH\x01R\aoldPath\x88\x01\x01\x12 \n" +
+	"\tfile_type\x18\x04 \x01(\tH\x02R\bfileType\x88\x01\x01\x12 \n" +
+	"\tmime_type\x18\x05 \x01(\tH\x03R\bmimeType\x88\x01\x01\x12+\n" +
+	"\x04meta\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x04meta\x12-\n" +
+	"\x05extra\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x05extraB\a\n" +
+	"\x05_pathB\v\n" +
+	"\t_old_pathB\f\n" +
+	"\n" +
+	"_file_typeB\f\n" +
+	"\n" +
+	"_mime_type\"f\n" +
+	"\tDiffPatch\x12\x16\n" +
+	"\x06format\x18\x01 \x01(\tR\x06format\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12-\n" +
+	"\x05extra\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x05extra\"+\n" +
 	"\bTerminal\x12\x1f\n" +
 	"\vterminal_id\x18\x01 \x01(\tR\n" +
 	"terminalId\"\xa4\x01\n" +
@@ -1554,7 +1770,7 @@ func file_acp_v2_tool_call_proto_rawDescGZIP() []byte {
 }
 
 var file_acp_v2_tool_call_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_acp_v2_tool_call_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_acp_v2_tool_call_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_acp_v2_tool_call_proto_goTypes = []any{
 	(ToolKind)(0),                 // 0: acp.v2.ToolKind
 	(ToolCallStatus)(0),           // 1: acp.v2.ToolCallStatus
@@ -1571,21 +1787,23 @@ var file_acp_v2_tool_call_proto_goTypes = []any{
 	(*ContentBlockPatch)(nil),     // 12: acp.v2.ContentBlockPatch
 	(*ToolCallContent)(nil),       // 13: acp.v2.ToolCallContent
 	(*Diff)(nil),                  // 14: acp.v2.Diff
-	(*Terminal)(nil),              // 15: acp.v2.Terminal
-	(*ToolCallLocation)(nil),      // 16: acp.v2.ToolCallLocation
-	(*structpb.Value)(nil),        // 17: google.protobuf.Value
-	(*structpb.Struct)(nil),       // 18: google.protobuf.Struct
-	(structpb.NullValue)(0),       // 19: google.protobuf.NullValue
-	(*ContentBlockList)(nil),      // 20: acp.v2.ContentBlockList
-	(*ContentBlock)(nil),          // 21: acp.v2.ContentBlock
+	(*DiffChange)(nil),            // 15: acp.v2.DiffChange
+	(*DiffPatch)(nil),             // 16: acp.v2.DiffPatch
+	(*Terminal)(nil),              // 17: acp.v2.Terminal
+	(*ToolCallLocation)(nil),      // 18: acp.v2.ToolCallLocation
+	(*structpb.Value)(nil),        // 19: google.protobuf.Value
+	(*structpb.Struct)(nil),       // 20: google.protobuf.Struct
+	(structpb.NullValue)(0),       // 21: google.protobuf.NullValue
+	(*ContentBlockList)(nil),      // 22: acp.v2.ContentBlockList
+	(*ContentBlock)(nil),          // 23: acp.v2.ContentBlock
 }
 var file_acp_v2_tool_call_proto_depIdxs = []int32{
 	13, // 0: acp.v2.ToolCall.content:type_name -> acp.v2.ToolCallContent
-	16, // 1: acp.v2.ToolCall.locations:type_name -> acp.v2.ToolCallLocation
-	17, // 2: acp.v2.ToolCall.raw_input:type_name -> google.protobuf.Value
-	17, // 3: acp.v2.ToolCall.raw_output:type_name -> google.protobuf.Value
-	18, // 4: acp.v2.ToolCall.meta:type_name -> google.protobuf.Struct
-	18, // 5: acp.v2.ToolCall.extra:type_name -> google.protobuf.Struct
+	18, // 1: acp.v2.ToolCall.locations:type_name -> acp.v2.ToolCallLocation
+	19, // 2: acp.v2.ToolCall.raw_input:type_name -> google.protobuf.Value
+	19, // 3: acp.v2.ToolCall.raw_output:type_name -> google.protobuf.Value
+	20, // 4: acp.v2.ToolCall.meta:type_name -> google.protobuf.Struct
+	20, // 5: acp.v2.ToolCall.extra:type_name -> google.protobuf.Struct
 	5,  // 6: acp.v2.ToolCallUpdate.title:type_name -> acp.v2.StringPatch
 	5,  // 7: acp.v2.ToolCallUpdate.kind:type_name -> acp.v2.StringPatch
 	5,  // 8: acp.v2.ToolCallUpdate.status:type_name -> acp.v2.StringPatch
@@ -1594,36 +1812,41 @@ var file_acp_v2_tool_call_proto_depIdxs = []int32{
 	6,  // 11: acp.v2.ToolCallUpdate.raw_input:type_name -> acp.v2.ValuePatch
 	6,  // 12: acp.v2.ToolCallUpdate.raw_output:type_name -> acp.v2.ValuePatch
 	7,  // 13: acp.v2.ToolCallUpdate.meta:type_name -> acp.v2.StructPatch
-	18, // 14: acp.v2.ToolCallUpdate.extra:type_name -> google.protobuf.Struct
+	20, // 14: acp.v2.ToolCallUpdate.extra:type_name -> google.protobuf.Struct
 	13, // 15: acp.v2.ToolCallContentChunk.content:type_name -> acp.v2.ToolCallContent
-	18, // 16: acp.v2.ToolCallContentChunk.meta:type_name -> google.protobuf.Struct
-	18, // 17: acp.v2.ToolCallContentChunk.extra:type_name -> google.protobuf.Struct
-	19, // 18: acp.v2.StringPatch.clear:type_name -> google.protobuf.NullValue
-	19, // 19: acp.v2.ValuePatch.clear:type_name -> google.protobuf.NullValue
-	17, // 20: acp.v2.ValuePatch.value:type_name -> google.protobuf.Value
-	19, // 21: acp.v2.StructPatch.clear:type_name -> google.protobuf.NullValue
-	18, // 22: acp.v2.StructPatch.value:type_name -> google.protobuf.Struct
-	19, // 23: acp.v2.ToolCallContentPatch.clear:type_name -> google.protobuf.NullValue
+	20, // 16: acp.v2.ToolCallContentChunk.meta:type_name -> google.protobuf.Struct
+	20, // 17: acp.v2.ToolCallContentChunk.extra:type_name -> google.protobuf.Struct
+	21, // 18: acp.v2.StringPatch.clear:type_name -> google.protobuf.NullValue
+	21, // 19: acp.v2.ValuePatch.clear:type_name -> google.protobuf.NullValue
+	19, // 20: acp.v2.ValuePatch.value:type_name -> google.protobuf.Value
+	21, // 21: acp.v2.StructPatch.clear:type_name -> google.protobuf.NullValue
+	20, // 22: acp.v2.StructPatch.value:type_name -> google.protobuf.Struct
+	21, // 23: acp.v2.ToolCallContentPatch.clear:type_name -> google.protobuf.NullValue
 	9,  // 24: acp.v2.ToolCallContentPatch.value:type_name -> acp.v2.ToolCallContentList
 	13, // 25: acp.v2.ToolCallContentList.items:type_name -> acp.v2.ToolCallContent
-	19, // 26: acp.v2.ToolCallLocationPatch.clear:type_name -> google.protobuf.NullValue
+	21, // 26: acp.v2.ToolCallLocationPatch.clear:type_name -> google.protobuf.NullValue
 	11, // 27: acp.v2.ToolCallLocationPatch.value:type_name -> acp.v2.ToolCallLocationList
-	16, // 28: acp.v2.ToolCallLocationList.items:type_name -> acp.v2.ToolCallLocation
-	19, // 29: acp.v2.ContentBlockPatch.clear:type_name -> google.protobuf.NullValue
-	20, // 30: acp.v2.ContentBlockPatch.value:type_name -> acp.v2.ContentBlockList
-	21, // 31: acp.v2.ToolCallContent.content:type_name -> acp.v2.ContentBlock
+	18, // 28: acp.v2.ToolCallLocationList.items:type_name -> acp.v2.ToolCallLocation
+	21, // 29: acp.v2.ContentBlockPatch.clear:type_name -> google.protobuf.NullValue
+	22, // 30: acp.v2.ContentBlockPatch.value:type_name -> acp.v2.ContentBlockList
+	23, // 31: acp.v2.ToolCallContent.content:type_name -> acp.v2.ContentBlock
 	14, // 32: acp.v2.ToolCallContent.diff:type_name -> acp.v2.Diff
-	15, // 33: acp.v2.ToolCallContent.terminal:type_name -> acp.v2.Terminal
-	18, // 34: acp.v2.ToolCallContent.unknown:type_name -> google.protobuf.Struct
-	18, // 35: acp.v2.ToolCallContent.meta:type_name -> google.protobuf.Struct
-	18, // 36: acp.v2.ToolCallContent.extra:type_name -> google.protobuf.Struct
-	18, // 37: acp.v2.ToolCallLocation.meta:type_name -> google.protobuf.Struct
-	18, // 38: acp.v2.ToolCallLocation.extra:type_name -> google.protobuf.Struct
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	17, // 33: acp.v2.ToolCallContent.terminal:type_name -> acp.v2.Terminal
+	20, // 34: acp.v2.ToolCallContent.unknown:type_name -> google.protobuf.Struct
+	20, // 35: acp.v2.ToolCallContent.meta:type_name -> google.protobuf.Struct
+	20, // 36: acp.v2.ToolCallContent.extra:type_name -> google.protobuf.Struct
+	15, // 37: acp.v2.Diff.changes:type_name -> acp.v2.DiffChange
+	16, // 38: acp.v2.Diff.patch:type_name -> acp.v2.DiffPatch
+	20, // 39: acp.v2.DiffChange.meta:type_name -> google.protobuf.Struct
+	20, // 40: acp.v2.DiffChange.extra:type_name -> google.protobuf.Struct
+	20, // 41: acp.v2.DiffPatch.extra:type_name -> google.protobuf.Struct
+	20, // 42: acp.v2.ToolCallLocation.meta:type_name -> google.protobuf.Struct
+	20, // 43: acp.v2.ToolCallLocation.extra:type_name -> google.protobuf.Struct
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_acp_v2_tool_call_proto_init() }
@@ -1663,14 +1886,15 @@ func file_acp_v2_tool_call_proto_init() {
 		(*ToolCallContent_Unknown)(nil),
 	}
 	file_acp_v2_tool_call_proto_msgTypes[12].OneofWrappers = []any{}
-	file_acp_v2_tool_call_proto_msgTypes[14].OneofWrappers = []any{}
+	file_acp_v2_tool_call_proto_msgTypes[13].OneofWrappers = []any{}
+	file_acp_v2_tool_call_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_acp_v2_tool_call_proto_rawDesc), len(file_acp_v2_tool_call_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -30,9 +30,16 @@ function base(): string {
   return new URL(".", document.baseURI).href.replace(/\/$/, "");
 }
 
-/** A SessionService client for the gateway that served the page. */
+/**
+ * A SessionService client for the gateway that served the page. It speaks
+ * Connect's binary format: smaller than JSON on the wire (tool-call
+ * snapshots repeat whole calls) and cheaper to decode.
+ */
 export function newClient(): SessionClient {
-  return createClient(SessionService, createConnectTransport({ baseUrl: base(), interceptors: [bearer] }));
+  return createClient(
+    SessionService,
+    createConnectTransport({ baseUrl: base(), interceptors: [bearer], useBinaryFormat: true }),
+  );
 }
 
 export interface Config {

@@ -1,10 +1,10 @@
-// DOM building blocks: tool-call cards, diffs, the plan. Text always goes in
-// through textContent, never as HTML.
+// Tool-call cards, content blocks and the plan. Text always goes in
+// through textContent, never as HTML; agent markdown goes through
+// markdown.ts, which sanitises it.
 import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import type {
   ContentBlock,
-  Diff,
   PermissionOption,
   PermissionRequest,
   PermissionResolved,
@@ -12,20 +12,11 @@ import type {
   ToolCall,
   ToolCallContent,
 } from "@acp-gateway/client";
+import { diffView } from "./diffview.js";
+import { h } from "./dom.js";
+import { permissionDetails, v2DiffView } from "./v2diff.js";
 
-type Child = Node | string | null | undefined | false;
-
-/** h creates an element with attributes (class, data-*, ...) and children. */
-export function h<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  attrs: Record<string, string> = {},
-  ...children: Child[]
-): HTMLElementTagNameMap[K] {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
-  for (const c of children) if (c) el.append(c);
-  return el;
-}
+export { h } from "./dom.js";
 
 // 16x16 stroke icons by ACP tool kind; unknown and custom kinds get "other".
 const icons: Record<string, string> = {
@@ -115,9 +106,13 @@ export class ToolCard {
     );
   }
 
-  /** Shows a permission request's options as buttons; answer sends the choice. */
-  ask(req: PermissionRequest, answer: (optionId: string) => Promise<void>): void {
-    if (this.requests.has(req.requestId)) return;
+  /**
+   * Shows a permission request's options as buttons; answer sends the
+   * choice. It returns the request's element, or null when it is shown
+   * already.
+   */
+  ask(req: PermissionRequest, answer: (optionId: string) => Promise<void>): HTMLElement | null {
+    if (this.requests.has(req.requestId)) return null;
     const buttons = req.options.map((o) => {
       const allow = o.kind.startsWith("allow");
       const b = h(
@@ -137,11 +132,13 @@ export class ToolCard {
     const el = h(
       "div",
       { class: "permission", "data-request-id": req.requestId },
-      h("p", {}, req.title || "The agent asks for permission:"),
+      h("p", {}, h("strong", { class: "waiting-label" }, "Waiting for you · "), req.title || "The agent asks for permission:"),
+      ...permissionDetails(req),
       h("div", { class: "choices" }, ...buttons),
     );
     this.requests.set(req.requestId, { el, options: req.options });
     this.perms.append(el);
+    return el;
   }
 
   /** Replaces a request's buttons with how it was answered. */
@@ -163,73 +160,15 @@ function contentItem(c: ToolCallContent): Node {
   const item = c.item;
   switch (item.case) {
     case "content":
-      return h("pre", { class: "text" }, blockText(item.value));
+      return item.value.block.case === "image" ? blockElement(item.value) : h("pre", { class: "text" }, blockText(item.value));
     case "diff":
-      return diffView(item.value);
+      return v2DiffView(item.value) ?? diffView(item.value);
     case "terminal":
       return h("p", { class: "terminal" }, `terminal ${item.value.terminalId}`);
     case "unknown":
       return h("pre", { class: "unknown" }, JSON.stringify(item.value, null, 2));
   }
   return h("span");
-}
-
-/** diffView shows a diff's old and new text side by side, changed lines marked. */
-export function diffView(d: Diff): HTMLElement {
-  const oldLines = d.oldText === undefined ? [] : splitLines(d.oldText);
-  const newLines = splitLines(d.newText ?? "");
-  const [oldKeep, newKeep] = common(oldLines, newLines);
-  const side = (cls: string, label: string, lines: string[], keep: Set<number>, mark: string) =>
-    h(
-      "div",
-      { class: `side ${cls}` },
-      h("div", { class: "label" }, label),
-      h("pre", {}, ...lines.map((l, i) => h("span", { class: keep.has(i) ? "line" : `line ${mark}` }, l + "\n"))),
-    );
-  return h(
-    "div",
-    { class: "diff" },
-    h("div", { class: "path" }, d.path ?? ""),
-    h(
-      "div",
-      { class: "sides" },
-      side("old", d.oldText === undefined ? "new file" : "old", oldLines, oldKeep, "del"),
-      side("new", "new", newLines, newKeep, "add"),
-    ),
-  );
-}
-
-function splitLines(s: string): string[] {
-  const lines = s.split("\n");
-  if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
-  return lines;
-}
-
-// common returns the indexes of the lines of a and of b that belong to a
-// longest common subsequence; diffs too big for that keep nothing marked.
-function common(a: string[], b: string[]): [Set<number>, Set<number>] {
-  const ka = new Set<number>();
-  const kb = new Set<number>();
-  if (a.length * b.length > 1_000_000) {
-    a.forEach((_, i) => ka.add(i));
-    b.forEach((_, i) => kb.add(i));
-    return [ka, kb];
-  }
-  const w = b.length + 1;
-  const lcs = new Uint32Array((a.length + 1) * w);
-  for (let i = a.length - 1; i >= 0; i--) {
-    for (let j = b.length - 1; j >= 0; j--) {
-      lcs[i * w + j] = a[i] === b[j] ? lcs[(i + 1) * w + j + 1]! + 1 : Math.max(lcs[(i + 1) * w + j]!, lcs[i * w + j + 1]!);
-    }
-  }
-  for (let i = 0, j = 0; i < a.length && j < b.length; ) {
-    if (a[i] === b[j]) {
-      ka.add(i++);
-      kb.add(j++);
-    } else if (lcs[(i + 1) * w + j]! >= lcs[i * w + j + 1]!) i++;
-    else j++;
-  }
-  return [ka, kb];
 }
 
 /** planView renders plan entries with their status and priority. */
@@ -246,4 +185,24 @@ export function planView(entries: PlanEntry[]): HTMLElement {
       ),
     ),
   );
+}
+
+// Base64 as agents send it; anything else is not put in a data URL.
+const base64 = /^[A-Za-z0-9+/=\s]*$/;
+
+/**
+ * blockElement shows a content block that is not text: an image as an
+ * image (from its data; an image only linked by URI is a link, as the page
+ * loads nothing from elsewhere), anything else as its text stand-in.
+ */
+export function blockElement(b: ContentBlock): HTMLElement {
+  const blk = b.block;
+  if (blk.case === "image") {
+    const { data, mimeType, uri } = blk.value;
+    if (data && /^image\/[\w.+-]+$/.test(mimeType) && base64.test(data)) {
+      return h("img", { class: "image", src: `data:${mimeType};base64,${data.replace(/\s/g, "")}`, alt: uri ?? `image ${mimeType}` });
+    }
+    if (uri) return h("a", { href: uri, target: "_blank", rel: "noopener noreferrer" }, `[image ${uri}]`);
+  }
+  return h("span", { class: "block" }, blockText(b));
 }

@@ -2,23 +2,109 @@
 // several streams (Watch, Prompt, a resumed Watch) and overlap: each seq is
 // shown once, in order, and an event that arrives early waits for the ones
 // before it.
+//
+// Each turn is a section with its own tool cards: an agent that reuses a
+// toolCallId in a later turn gets a new card there. Agent messages are
+// markdown; thoughts fold away. The session's title, mode, configuration
+// options and usage are kept in state for the page's controls.
 import { create } from "@bufbuild/protobuf";
 import {
   ToolCallSchema,
+  type ContentBlock,
   type ContentChunk,
   type MessageUpdate,
   type PermissionRequest,
   type PlanEntry,
+  type SessionConfigOption,
   type SessionEvent,
   type SessionSnapshot,
   type ToolCall,
+  type UsageUpdate,
 } from "@acp-gateway/client";
-import { blockText, h, planView, ToolCard } from "./render.js";
+import type { Attention } from "./attention.js";
+import { h } from "./dom.js";
+import { markdown } from "./markdown.js";
+import { blockElement, blockText, planView, ToolCard } from "./render.js";
 
 /** Answers a permission request with one of its options. */
 export type Respond = (requestId: string, optionId: string) => Promise<void>;
 
+export interface TranscriptHooks {
+  respond: Respond;
+  /** What waits for the user. */
+  attention: Attention;
+  /** Called before an event is rendered (the scroller notes the position). */
+  before: () => void;
+}
+
+/** What the session's events said of it, for the page's controls. */
+export interface SessionState {
+  /** The title from the last session_info_update; "" when none. */
+  title: string;
+  /** The text of the first turn's prompt. */
+  firstPrompt: string;
+  /** The current mode, from current_mode_update; "" when none. */
+  modeId: string;
+  /** The modes seen so far, in the order first seen. */
+  modes: string[];
+  /** The configuration options from the last config_option_update. */
+  configOptions: SessionConfigOption[];
+  /** The last usage_update, if any. */
+  usage: UsageUpdate | null;
+}
+
 type TextKind = "user" | "message" | "thought";
+
+// Bubble is one message: its parts (text runs and non-text blocks) are
+// kept so a streamed message can be rendered again whole, agent text as
+// markdown.
+class Bubble {
+  readonly body = h("div", { class: "body" });
+  readonly el: HTMLElement;
+  private parts: (string | HTMLElement)[] = [];
+
+  constructor(readonly kind: TextKind) {
+    const label = { user: "You", message: "Agent", thought: "Thinking" }[kind];
+    if (kind === "thought") {
+      // Thoughts are folded away; the summary shows how they start.
+      this.el = h("details", { class: "bubble thought" }, h("summary", { class: "who" }, label), this.body);
+    } else {
+      this.el = h("div", { class: `bubble ${kind}` }, h("div", { class: "who" }, label), this.body);
+    }
+  }
+
+  add(b: ContentBlock | undefined): void {
+    if (!b) return;
+    const last = this.parts.length - 1;
+    if (b.block.case === "text") {
+      if (typeof this.parts[last] === "string") this.parts[last] += b.block.value.text;
+      else this.parts.push(b.block.value.text);
+    } else if (b.block.case === "image") {
+      this.parts.push(blockElement(b));
+    } else {
+      const t = blockText(b);
+      if (typeof this.parts[last] === "string") this.parts[last] += t;
+      else this.parts.push(t);
+    }
+    this.render();
+  }
+
+  set(blocks: ContentBlock[]): void {
+    this.parts = [];
+    for (const b of blocks) this.add(b);
+    this.render();
+  }
+
+  private render(): void {
+    const md = this.kind === "message";
+    this.body.replaceChildren(...this.parts.map((p) => (typeof p !== "string" ? p : md ? markdown(p) : p)));
+    if (this.kind === "thought") {
+      const text = this.parts.filter((p) => typeof p === "string").join(" ");
+      const summary = this.el.firstElementChild!;
+      summary.replaceChildren("Thinking", h("span", { class: "preview" }, text.length > 80 ? `${text.slice(0, 80)}…` : text));
+    }
+  }
+}
 
 export class Transcript {
   readonly el = h("div", { class: "turns" });
@@ -30,21 +116,25 @@ export class Transcript {
   closed = false;
   /** The ids of the permission requests answered or cancelled. */
   readonly resolved = new Set<string>();
+  /** What the events said of the session. */
+  readonly state: SessionState = { title: "", firstPrompt: "", modeId: "", modes: [], configOptions: [], usage: null };
   /** Called after each event shown. */
   onChange: (ev: SessionEvent) => void = () => {};
 
   private readonly early = new Map<bigint, SessionEvent>();
-  private readonly cards = new Map<string, ToolCard>();
+  // The current turn's tool cards by toolCallId; a new turn starts afresh.
+  private cards = new Map<string, ToolCard>();
   private readonly requestCards = new Map<string, ToolCard>();
-  private readonly messages = new Map<string, HTMLElement>();
+  private readonly messages = new Map<string, Bubble>();
   private turn: HTMLElement | null = null;
-  private text: { kind: TextKind; el: HTMLElement } | null = null;
+  private text: Bubble | null = null;
   private plan: HTMLElement | null = null;
 
-  constructor(private readonly respond: Respond) {}
+  constructor(private readonly hooks: TranscriptHooks) {}
 
   /** apply shows ev unless it was shown already. */
   apply(ev: SessionEvent): void {
+    this.hooks.before();
     if (ev.event.case === "snapshot") {
       // Sent by Watch in place of events retention dropped: it reflects
       // every event up to its seq.
@@ -68,11 +158,13 @@ export class Transcript {
     const e = ev.event;
     switch (e.case) {
       case "turnStarted":
-        this.turn = h("section", { class: "turn" });
+        this.turn = h("section", { class: "turn", "data-seq": String(ev.seq) });
         this.el.append(this.turn);
         this.text = this.plan = null;
+        this.cards = new Map();
         this.running = true;
-        this.appendText("user", e.value.prompt.map(blockText).join("\n"));
+        this.state.firstPrompt ||= e.value.prompt.map(blockText).join("\n");
+        this.bubble("user").set(e.value.prompt);
         this.text = null;
         break;
       case "userMessageChunk":
@@ -108,6 +200,23 @@ export class Transcript {
       case "permissionResolved":
         this.resolved.add(e.value.requestId);
         this.requestCards.get(e.value.requestId)?.resolved(e.value);
+        this.hooks.attention.remove(e.value.requestId);
+        break;
+      case "sessionInfoUpdate": {
+        const t = e.value.title?.op;
+        if (t?.case === "value") this.state.title = t.value;
+        else if (t?.case === "clear") this.state.title = "";
+        break;
+      }
+      case "currentModeUpdate":
+        this.state.modeId = e.value.currentModeId;
+        if (!this.state.modes.includes(e.value.currentModeId)) this.state.modes.push(e.value.currentModeId);
+        break;
+      case "configOptionUpdate":
+        this.state.configOptions = e.value.configOptions;
+        break;
+      case "usageUpdate":
+        this.state.usage = e.value;
         break;
       case "turnEnded": {
         this.running = false;
@@ -125,9 +234,13 @@ export class Transcript {
         );
         this.text = null;
         break;
+      // Elicitations are shown by elicitation.ts, which main.ts feeds
+      // every event and gives the page's attention (attention.add and
+      // remove), below this view.
+      //
       // toolCallUpdate and toolCallContentChunk are the deltas of the
-      // toolCall snapshots that follow them; the rest (modes, commands,
-      // usage, ...) has no place in this view.
+      // toolCall snapshots that follow them; the rest (commands, terminals,
+      // ...) has no place in this view.
     }
   }
 
@@ -139,32 +252,31 @@ export class Transcript {
     return this.turn;
   }
 
-  private appendText(kind: TextKind, s: string): void {
+  // bubble returns the message being written if it is of this kind, else
+  // a new one.
+  private bubble(kind: TextKind): Bubble {
     if (this.text?.kind !== kind) {
-      const body = h("div", { class: "body" });
-      const label = { user: "You", message: "Agent", thought: "Thinking" }[kind];
-      this.section().append(h("div", { class: `bubble ${kind}` }, h("div", { class: "who" }, label), body));
-      this.text = { kind, el: body };
+      this.text = new Bubble(kind);
+      this.section().append(this.text.el);
     }
-    this.text.el.append(s);
+    return this.text;
   }
 
   private chunk(kind: TextKind, c: ContentChunk): void {
-    this.appendText(kind, blockText(c.content));
+    this.bubble(kind).add(c.content);
   }
 
   // message applies an ACP v2 whole-message update, keyed by its id.
   private message(kind: TextKind, m: MessageUpdate): void {
-    let el = this.messages.get(m.messageId);
-    if (!el) {
+    let b = this.messages.get(m.messageId);
+    if (!b) {
       this.text = null;
-      this.appendText(kind, "");
-      el = this.text!.el;
-      this.messages.set(m.messageId, el);
+      b = this.bubble(kind);
+      this.messages.set(m.messageId, b);
     }
     const op = m.content?.op;
-    if (op?.case === "value") el.textContent = op.value.items.map(blockText).join("");
-    else if (op?.case === "clear") el.textContent = "";
+    if (op?.case === "value") b.set(op.value.items);
+    else if (op?.case === "clear") b.set([]);
   }
 
   private setPlan(entries: PlanEntry[]): void {
@@ -194,7 +306,12 @@ export class Transcript {
     // stored state of the tool call.
     const c = this.cards.get(id) ?? this.card(req.preview ?? create(ToolCallSchema, { toolCallId: id }));
     this.requestCards.set(req.requestId, c);
-    c.ask(req, (optionId) => this.respond(req.requestId, optionId));
+    const el = c.ask(req, (optionId) => this.hooks.respond(req.requestId, optionId));
+    if (el && !this.resolved.has(req.requestId)) {
+      const patch = req.toolCall?.title?.op;
+      const title = req.title || req.preview?.title || (patch?.case === "value" ? patch.value : "") || "a tool call";
+      this.hooks.attention.add(req.requestId, { el, what: `Permission: ${title}` });
+    }
   }
 
   private snapshot(s: SessionSnapshot): void {

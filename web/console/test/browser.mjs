@@ -15,13 +15,8 @@
 // On success the last line of stdout is JSON: {sessionId, lastSeq, reconnects}.
 import assert from "node:assert/strict";
 import path from "node:path";
-import { chromium } from "playwright-core";
+import { env, launch, watchdog, watchProblems } from "./lib.mjs";
 
-function env(name) {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-}
 const url = env("CONSOLE_URL");
 const tokenValue = env("CONSOLE_TOKEN");
 const cwd = env("CONSOLE_CWD");
@@ -29,24 +24,13 @@ const dropURL = env("CONSOLE_DROP_URL");
 const shots = env("CONSOLE_SCREENSHOTS");
 const timeout = 20_000;
 
-setTimeout(() => {
-  console.error("browser test: timed out after 120s");
-  process.exit(1);
-}, 120_000).unref();
+watchdog("browser test", 120_000);
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--headless"],
-});
+const browser = await launch();
 const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
 page.setDefaultTimeout(timeout);
 const problems = [];
-page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
-page.on("console", (m) => {
-  // Failed loads (the 401 before the token, the cut streams) are expected;
-  // a policy violation is not.
-  if (m.type() === "error" && /Content Security Policy|Refused to/i.test(m.text())) problems.push(`console: ${m.text()}`);
-});
+watchProblems(page, problems);
 
 try {
   await run();
@@ -93,7 +77,7 @@ async function run() {
     ],
   );
   assert.equal(await page.isEnabled("#cancel"), true, "Cancel is enabled during a turn");
-  await choices.first().scrollIntoViewIfNeeded();
+  await page.locator("#waiting").filter({ hasText: /waiting for you/ }).waitFor();
   await page.screenshot({ path: path.join(shots, "console-permission.png") });
 
   // Fail the first Watch the page reopens, so it has to retry once more.
@@ -166,9 +150,11 @@ async function checkTurn(sessionId) {
 
   const diff = page.locator(".tool[data-tool-call-id=demo-edit] .diff");
   assert.equal(await diff.locator(".path").textContent(), `${cwd}/hello.go`);
-  assert.deepEqual(await diff.locator(".old .del").allTextContents(), ['\tfmt.Println("hello")\n']);
-  assert.deepEqual(await diff.locator(".new .add").allTextContents(), ['\tfmt.Println("hello, ACP gateway!")\n']);
-  assert.match(await diff.locator(".new pre").textContent(), /^package main\n/);
+  assert.deepEqual(await diff.locator(".unified .line.del .code").allTextContents(), ['-\tfmt.Println("hello")']);
+  assert.deepEqual(await diff.locator(".unified .line.add .code").allTextContents(), ['+\tfmt.Println("hello, ACP gateway!")']);
+  // Lines 1 and 2 fold away; 3 lines of context before the change, 1 after.
+  assert.deepEqual(await diff.locator(".fold").evaluateAll((bs) => bs.map((b) => b.dataset.lines)), ["2"]);
+  assert.match(await diff.locator(".sides .new pre").textContent(), /^package main\n/);
 
   assert.deepEqual(await page.locator(".tool[data-tool-call-id=demo-exec] .content pre.text").allTextContents(), [
     "=== RUN   TestGreeting",
@@ -189,11 +175,14 @@ async function checkTurn(sessionId) {
 
   assert.deepEqual(await page.locator(".bubble.user .body").allTextContents(), ["Show me what you can do."]);
   assert.deepEqual(await page.locator(".bubble.thought .body").allTextContents(), [
-    "The user wants a tour. I'll read the README, make a small edit, and run the tests.",
+    "The user wants a tour. I'll play a read, an edit and a command.",
   ]);
-  assert.deepEqual(await page.locator(".bubble.message .body").allTextContents(), [
-    "Hi! I'm the acp-gateway demo agent. I'll read a file, propose an edit, and run a command.",
-    "All done: I read README.md, proposed an edit to hello.go, and the tests pass.",
+  assert.deepEqual((await page.locator(".bubble.message .body").allTextContents()).map((t) => t.trim()), [
+    "This is the acp-gateway demo agent, a script, not an AI: it reads no file, writes nothing and runs no command. " +
+      "What follows is made up, to show what a turn streams: text, a plan, tool calls, a diff, a permission request and a command's output.",
+    "I'll show a file being read, an edit that asks your permission, and a command's output.",
+    "That is the whole script: the README, the edit to hello.go and the test output above were made up; " +
+      "no file was read or written and no command ran. Configure a real agent with --agent NAME=COMMAND_LINE.",
   ]);
   assert.deepEqual(await page.locator(".permission").allTextContents(), ["Answered: Allow once"]);
   assert.equal(await page.locator(".turn-end").count(), 1);

@@ -45,6 +45,9 @@ const (
 	// SessionServiceRespondPermissionProcedure is the fully-qualified name of the SessionService's
 	// RespondPermission RPC.
 	SessionServiceRespondPermissionProcedure = "/acp.v2.SessionService/RespondPermission"
+	// SessionServiceRespondElicitationProcedure is the fully-qualified name of the SessionService's
+	// RespondElicitation RPC.
+	SessionServiceRespondElicitationProcedure = "/acp.v2.SessionService/RespondElicitation"
 	// SessionServiceGetSessionProcedure is the fully-qualified name of the SessionService's GetSession
 	// RPC.
 	SessionServiceGetSessionProcedure = "/acp.v2.SessionService/GetSession"
@@ -65,6 +68,11 @@ const (
 	// SessionServiceDeleteSessionProcedure is the fully-qualified name of the SessionService's
 	// DeleteSession RPC.
 	SessionServiceDeleteSessionProcedure = "/acp.v2.SessionService/DeleteSession"
+	// SessionServiceLogoutProcedure is the fully-qualified name of the SessionService's Logout RPC.
+	SessionServiceLogoutProcedure = "/acp.v2.SessionService/Logout"
+	// SessionServiceListAgentSessionsProcedure is the fully-qualified name of the SessionService's
+	// ListAgentSessions RPC.
+	SessionServiceListAgentSessionsProcedure = "/acp.v2.SessionService/ListAgentSessions"
 )
 
 // SessionServiceClient is a client for the acp.v2.SessionService service.
@@ -79,6 +87,9 @@ type SessionServiceClient interface {
 	Cancel(context.Context, *connect.Request[v2.CancelRequest]) (*connect.Response[v2.CancelResponse], error)
 	// RespondPermission answers a pending permission request.
 	RespondPermission(context.Context, *connect.Request[v2.RespondPermissionRequest]) (*connect.Response[v2.RespondPermissionResponse], error)
+	// RespondElicitation answers a pending elicitation (ACP
+	// `elicitation/create`): accept with content, decline or cancel.
+	RespondElicitation(context.Context, *connect.Request[v2.RespondElicitationRequest]) (*connect.Response[v2.RespondElicitationResponse], error)
 	// GetSession returns the session's merged tool calls.
 	GetSession(context.Context, *connect.Request[v2.GetSessionRequest]) (*connect.Response[v2.GetSessionResponse], error)
 	// ListSessions lists the caller's sessions.
@@ -97,6 +108,16 @@ type SessionServiceClient interface {
 	// history of it (ACP `session/delete`, when the agent runs and offers
 	// it), and removes the gateway's record and log of it.
 	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
+	// Logout asks the session's agent to end what it authenticated (ACP v2
+	// `auth/logout`, v1 `logout`): the agent's login, which lives in the
+	// user's agent home, not in the one session.
+	Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error)
+	// ListAgentSessions lists the sessions an agent keeps itself (ACP
+	// `session/list`) whose working directory lies in the caller's
+	// workspace: those CreateSession's adopt_agent_session_id can take up.
+	// Off unless the gateway runs with --adopt-agent-sessions
+	// (FAILED_PRECONDITION).
+	ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error)
 }
 
 // NewSessionServiceClient constructs a client for the acp.v2.SessionService service. By default, it
@@ -138,6 +159,12 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			httpClient,
 			baseURL+SessionServiceRespondPermissionProcedure,
 			connect.WithSchema(sessionServiceMethods.ByName("RespondPermission")),
+			connect.WithClientOptions(opts...),
+		),
+		respondElicitation: connect.NewClient[v2.RespondElicitationRequest, v2.RespondElicitationResponse](
+			httpClient,
+			baseURL+SessionServiceRespondElicitationProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("RespondElicitation")),
 			connect.WithClientOptions(opts...),
 		),
 		getSession: connect.NewClient[v2.GetSessionRequest, v2.GetSessionResponse](
@@ -182,23 +209,38 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
 			connect.WithClientOptions(opts...),
 		),
+		logout: connect.NewClient[v2.LogoutRequest, v2.LogoutResponse](
+			httpClient,
+			baseURL+SessionServiceLogoutProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("Logout")),
+			connect.WithClientOptions(opts...),
+		),
+		listAgentSessions: connect.NewClient[v2.ListAgentSessionsRequest, v2.ListAgentSessionsResponse](
+			httpClient,
+			baseURL+SessionServiceListAgentSessionsProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("ListAgentSessions")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // sessionServiceClient implements SessionServiceClient.
 type sessionServiceClient struct {
-	createSession     *connect.Client[v2.CreateSessionRequest, v2.CreateSessionResponse]
-	prompt            *connect.Client[v2.PromptRequest, v2.PromptResponse]
-	watch             *connect.Client[v2.WatchRequest, v2.WatchResponse]
-	cancel            *connect.Client[v2.CancelRequest, v2.CancelResponse]
-	respondPermission *connect.Client[v2.RespondPermissionRequest, v2.RespondPermissionResponse]
-	getSession        *connect.Client[v2.GetSessionRequest, v2.GetSessionResponse]
-	listSessions      *connect.Client[v2.ListSessionsRequest, v2.ListSessionsResponse]
-	closeSession      *connect.Client[v2.CloseSessionRequest, v2.CloseSessionResponse]
-	setMode           *connect.Client[v2.SetModeRequest, v2.SetModeResponse]
-	setConfigOption   *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
-	listAgents        *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
-	deleteSession     *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
+	createSession      *connect.Client[v2.CreateSessionRequest, v2.CreateSessionResponse]
+	prompt             *connect.Client[v2.PromptRequest, v2.PromptResponse]
+	watch              *connect.Client[v2.WatchRequest, v2.WatchResponse]
+	cancel             *connect.Client[v2.CancelRequest, v2.CancelResponse]
+	respondPermission  *connect.Client[v2.RespondPermissionRequest, v2.RespondPermissionResponse]
+	respondElicitation *connect.Client[v2.RespondElicitationRequest, v2.RespondElicitationResponse]
+	getSession         *connect.Client[v2.GetSessionRequest, v2.GetSessionResponse]
+	listSessions       *connect.Client[v2.ListSessionsRequest, v2.ListSessionsResponse]
+	closeSession       *connect.Client[v2.CloseSessionRequest, v2.CloseSessionResponse]
+	setMode            *connect.Client[v2.SetModeRequest, v2.SetModeResponse]
+	setConfigOption    *connect.Client[v2.SetConfigOptionRequest, v2.SetConfigOptionResponse]
+	listAgents         *connect.Client[v2.ListAgentsRequest, v2.ListAgentsResponse]
+	deleteSession      *connect.Client[v2.DeleteSessionRequest, v2.DeleteSessionResponse]
+	logout             *connect.Client[v2.LogoutRequest, v2.LogoutResponse]
+	listAgentSessions  *connect.Client[v2.ListAgentSessionsRequest, v2.ListAgentSessionsResponse]
 }
 
 // CreateSession calls acp.v2.SessionService.CreateSession.
@@ -224,6 +266,11 @@ func (c *sessionServiceClient) Cancel(ctx context.Context, req *connect.Request[
 // RespondPermission calls acp.v2.SessionService.RespondPermission.
 func (c *sessionServiceClient) RespondPermission(ctx context.Context, req *connect.Request[v2.RespondPermissionRequest]) (*connect.Response[v2.RespondPermissionResponse], error) {
 	return c.respondPermission.CallUnary(ctx, req)
+}
+
+// RespondElicitation calls acp.v2.SessionService.RespondElicitation.
+func (c *sessionServiceClient) RespondElicitation(ctx context.Context, req *connect.Request[v2.RespondElicitationRequest]) (*connect.Response[v2.RespondElicitationResponse], error) {
+	return c.respondElicitation.CallUnary(ctx, req)
 }
 
 // GetSession calls acp.v2.SessionService.GetSession.
@@ -261,6 +308,16 @@ func (c *sessionServiceClient) DeleteSession(ctx context.Context, req *connect.R
 	return c.deleteSession.CallUnary(ctx, req)
 }
 
+// Logout calls acp.v2.SessionService.Logout.
+func (c *sessionServiceClient) Logout(ctx context.Context, req *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error) {
+	return c.logout.CallUnary(ctx, req)
+}
+
+// ListAgentSessions calls acp.v2.SessionService.ListAgentSessions.
+func (c *sessionServiceClient) ListAgentSessions(ctx context.Context, req *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error) {
+	return c.listAgentSessions.CallUnary(ctx, req)
+}
+
 // SessionServiceHandler is an implementation of the acp.v2.SessionService service.
 type SessionServiceHandler interface {
 	// CreateSession starts an agent for a new session.
@@ -273,6 +330,9 @@ type SessionServiceHandler interface {
 	Cancel(context.Context, *connect.Request[v2.CancelRequest]) (*connect.Response[v2.CancelResponse], error)
 	// RespondPermission answers a pending permission request.
 	RespondPermission(context.Context, *connect.Request[v2.RespondPermissionRequest]) (*connect.Response[v2.RespondPermissionResponse], error)
+	// RespondElicitation answers a pending elicitation (ACP
+	// `elicitation/create`): accept with content, decline or cancel.
+	RespondElicitation(context.Context, *connect.Request[v2.RespondElicitationRequest]) (*connect.Response[v2.RespondElicitationResponse], error)
 	// GetSession returns the session's merged tool calls.
 	GetSession(context.Context, *connect.Request[v2.GetSessionRequest]) (*connect.Response[v2.GetSessionResponse], error)
 	// ListSessions lists the caller's sessions.
@@ -291,6 +351,16 @@ type SessionServiceHandler interface {
 	// history of it (ACP `session/delete`, when the agent runs and offers
 	// it), and removes the gateway's record and log of it.
 	DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error)
+	// Logout asks the session's agent to end what it authenticated (ACP v2
+	// `auth/logout`, v1 `logout`): the agent's login, which lives in the
+	// user's agent home, not in the one session.
+	Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error)
+	// ListAgentSessions lists the sessions an agent keeps itself (ACP
+	// `session/list`) whose working directory lies in the caller's
+	// workspace: those CreateSession's adopt_agent_session_id can take up.
+	// Off unless the gateway runs with --adopt-agent-sessions
+	// (FAILED_PRECONDITION).
+	ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error)
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -328,6 +398,12 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		SessionServiceRespondPermissionProcedure,
 		svc.RespondPermission,
 		connect.WithSchema(sessionServiceMethods.ByName("RespondPermission")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sessionServiceRespondElicitationHandler := connect.NewUnaryHandler(
+		SessionServiceRespondElicitationProcedure,
+		svc.RespondElicitation,
+		connect.WithSchema(sessionServiceMethods.ByName("RespondElicitation")),
 		connect.WithHandlerOptions(opts...),
 	)
 	sessionServiceGetSessionHandler := connect.NewUnaryHandler(
@@ -372,6 +448,18 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("DeleteSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServiceLogoutHandler := connect.NewUnaryHandler(
+		SessionServiceLogoutProcedure,
+		svc.Logout,
+		connect.WithSchema(sessionServiceMethods.ByName("Logout")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sessionServiceListAgentSessionsHandler := connect.NewUnaryHandler(
+		SessionServiceListAgentSessionsProcedure,
+		svc.ListAgentSessions,
+		connect.WithSchema(sessionServiceMethods.ByName("ListAgentSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/acp.v2.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceCreateSessionProcedure:
@@ -384,6 +472,8 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceCancelHandler.ServeHTTP(w, r)
 		case SessionServiceRespondPermissionProcedure:
 			sessionServiceRespondPermissionHandler.ServeHTTP(w, r)
+		case SessionServiceRespondElicitationProcedure:
+			sessionServiceRespondElicitationHandler.ServeHTTP(w, r)
 		case SessionServiceGetSessionProcedure:
 			sessionServiceGetSessionHandler.ServeHTTP(w, r)
 		case SessionServiceListSessionsProcedure:
@@ -398,6 +488,10 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceListAgentsHandler.ServeHTTP(w, r)
 		case SessionServiceDeleteSessionProcedure:
 			sessionServiceDeleteSessionHandler.ServeHTTP(w, r)
+		case SessionServiceLogoutProcedure:
+			sessionServiceLogoutHandler.ServeHTTP(w, r)
+		case SessionServiceListAgentSessionsProcedure:
+			sessionServiceListAgentSessionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -427,6 +521,10 @@ func (UnimplementedSessionServiceHandler) RespondPermission(context.Context, *co
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.RespondPermission is not implemented"))
 }
 
+func (UnimplementedSessionServiceHandler) RespondElicitation(context.Context, *connect.Request[v2.RespondElicitationRequest]) (*connect.Response[v2.RespondElicitationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.RespondElicitation is not implemented"))
+}
+
 func (UnimplementedSessionServiceHandler) GetSession(context.Context, *connect.Request[v2.GetSessionRequest]) (*connect.Response[v2.GetSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.GetSession is not implemented"))
 }
@@ -453,4 +551,12 @@ func (UnimplementedSessionServiceHandler) ListAgents(context.Context, *connect.R
 
 func (UnimplementedSessionServiceHandler) DeleteSession(context.Context, *connect.Request[v2.DeleteSessionRequest]) (*connect.Response[v2.DeleteSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.DeleteSession is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) Logout(context.Context, *connect.Request[v2.LogoutRequest]) (*connect.Response[v2.LogoutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.Logout is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) ListAgentSessions(context.Context, *connect.Request[v2.ListAgentSessionsRequest]) (*connect.Response[v2.ListAgentSessionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("acp.v2.SessionService.ListAgentSessions is not implemented"))
 }

@@ -6,7 +6,7 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ContentBlock } from "./content_pb.js";
 import { file_acp_v2_content } from "./content_pb.js";
-import type { AvailableCommandsUpdate, ConfigOptionUpdate, ContentChunk, CurrentModeUpdate, MessageUpdate, PermissionOption, PermissionOutcome, Plan, PlanUpdate, SessionConfigOption, SessionInfoUpdate, StateUpdate, StopReason, TerminalOutputChunk, TerminalUpdate, UnknownUpdate, UsageUpdate } from "./session_update_pb.js";
+import type { AvailableCommand, AvailableCommandsUpdate, ConfigOptionUpdate, ContentChunk, CurrentModeUpdate, MessageUpdate, PermissionOption, PermissionOutcome, Plan, PlanContent, PlanUpdate, SessionConfigOption, SessionInfoUpdate, SessionModeState, StateUpdate, StopReason, TerminalOutputChunk, TerminalUpdate, UnknownUpdate, UsageUpdate } from "./session_update_pb.js";
 import { file_acp_v2_session_update } from "./session_update_pb.js";
 import type { ToolCall, ToolCallContentChunk, ToolCallUpdate } from "./tool_call_pb.js";
 import { file_acp_v2_tool_call } from "./tool_call_pb.js";
@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file acp/v2/session_service.proto.
  */
 export const file_acp_v2_session_service: GenFile = /*@__PURE__*/
-  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIi+AoKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIAEIHCgVldmVudCI0ChNTZXNzaW9uU3RhdGVDaGFuZ2VkEg0KBXN0YXRlGAEgASgJEg4KBmRldGFpbBgCIAEoCSLWAQoRUGVybWlzc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgl0b29sX2NhbGwYAiABKAsyFi5hY3AudjIuVG9vbENhbGxVcGRhdGUSIQoHcHJldmlldxgDIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbBIpCgdvcHRpb25zGAQgAygLMhguYWNwLnYyLlBlcm1pc3Npb25PcHRpb24SDQoFdGl0bGUYBSABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiaQoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZRITCgthbnN3ZXJlZF9ieRgDIAEoCSIzCgtUdXJuU3RhcnRlZBIkCgZwcm9tcHQYASADKAsyFC5hY3AudjIuQ29udGVudEJsb2NrImIKCVR1cm5FbmRlZBITCgtzdG9wX3JlYXNvbhgBIAEoCRIiCgZyZWFzb24YAiABKA4yEi5hY3AudjIuU3RvcFJlYXNvbhINCgVlcnJvchgDIAEoCRINCgVjYXVzZRgEIAEoCSLqAQoPU2Vzc2lvblNuYXBzaG90EhIKCnNlc3Npb25faWQYASABKAkSJAoKdG9vbF9jYWxscxgCIAMoCzIQLmFjcC52Mi5Ub29sQ2FsbBINCgVhZ2VudBgDIAEoCRILCgNjd2QYBCABKAkSEAoIbGFzdF9zZXEYBSABKAQSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSFAoMc3RhdGVfZGV0YWlsGAggASgJEhoKEmFnZW50X2NvbnRleHRfbG9zdBgJIAEoCCKnAQoOU2Vzc2lvblN1bW1hcnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVhZ2VudBgCIAEoCRILCgNjd2QYAyABKAkSEAoIbGFzdF9zZXEYBCABKAQSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYBiABKAkSFAoMc3RhdGVfZGV0YWlsGAcgASgJIm8KFENyZWF0ZVNlc3Npb25SZXF1ZXN0Eg0KBWFnZW50GAEgASgJEgsKA2N3ZBgCIAEoCRITCgthdXRoX21ldGhvZBgDIAEoCRImCgttY3Bfc2VydmVycxgEIAMoCzIRLmFjcC52Mi5NY3BTZXJ2ZXIijQEKCU1jcFNlcnZlchInCgVzdGRpbxgBIAEoCzIWLmFjcC52Mi5NY3BTZXJ2ZXJTdGRpb0gAEiUKBGh0dHAYAiABKAsyFS5hY3AudjIuTWNwU2VydmVySHR0cEgAEiMKA3NzZRgDIAEoCzIULmFjcC52Mi5NY3BTZXJ2ZXJTc2VIAEILCgl0cmFuc3BvcnQiYAoOTWNwU2VydmVyU3RkaW8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgwKBGFyZ3MYAyADKAkSIQoDZW52GAQgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSJRCg1NY3BTZXJ2ZXJIdHRwEgwKBG5hbWUYASABKAkSCwoDdXJsGAIgASgJEiUKB2hlYWRlcnMYAyADKAsyFC5hY3AudjIuTWNwTmFtZVZhbHVlIlAKDE1jcFNlcnZlclNzZRIMCgRuYW1lGAEgASgJEgsKA3VybBgCIAEoCRIlCgdoZWFkZXJzGAMgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSIrCgxNY3BOYW1lVmFsdWUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI+ChJHZXRTZXNzaW9uUmVzcG9uc2USKAoHc2Vzc2lvbhgBIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3QiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCJAChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIoCghzZXNzaW9ucxgBIAMoCzIWLmFjcC52Mi5TZXNzaW9uU3VtbWFyeSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIXChVEZWxldGVTZXNzaW9uUmVzcG9uc2UiNQoOU2V0TW9kZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdtb2RlX2lkGAIgASgJIhEKD1NldE1vZGVSZXNwb25zZSJvChZTZXRDb25maWdPcHRpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJY29uZmlnX2lkGAIgASgJEhIKCHZhbHVlX2lkGAMgASgJSAASEQoHYm9vbGVhbhgEIAEoCEgAQgcKBXZhbHVlIk4KF1NldENvbmZpZ09wdGlvblJlc3BvbnNlEjMKDmNvbmZpZ19vcHRpb25zGAEgAygLMhsuYWNwLnYyLlNlc3Npb25Db25maWdPcHRpb24iEwoRTGlzdEFnZW50c1JlcXVlc3QiPgoSTGlzdEFnZW50c1Jlc3BvbnNlEigKBmFnZW50cxgBIAMoCzIYLmFjcC52Mi5BZ2VudERlc2NyaXB0aW9uIusBChBBZ2VudERlc2NyaXB0aW9uEgwKBG5hbWUYASABKAkSHwoEaW5mbxgCIAEoCzIRLmFjcC52Mi5BZ2VudEluZm8SGAoQcHJvdG9jb2xfdmVyc2lvbhgDIAEoDRI3ChNwcm9tcHRfY2FwYWJpbGl0aWVzGAQgASgLMhouYWNwLnYyLlByb21wdENhcGFiaWxpdGllcxIcChRzZXNzaW9uX2NhcGFiaWxpdGllcxgFIAMoCRIoCgxhdXRoX21ldGhvZHMYBiADKAsyEi5hY3AudjIuQXV0aE1ldGhvZBINCgVlcnJvchgHIAEoCSI5CglBZ2VudEluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJIkwKElByb21wdENhcGFiaWxpdGllcxINCgVpbWFnZRgBIAEoCBINCgVhdWRpbxgCIAEoCBIYChBlbWJlZGRlZF9jb250ZXh0GAMgASgIIkkKCkF1dGhNZXRob2QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIMCgR0eXBlGAQgASgJMuIGCg5TZXNzaW9uU2VydmljZRJMCg1DcmVhdGVTZXNzaW9uEhwuYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkNyZWF0ZVNlc3Npb25SZXNwb25zZRI5CgZQcm9tcHQSFS5hY3AudjIuUHJvbXB0UmVxdWVzdBoWLmFjcC52Mi5Qcm9tcHRSZXNwb25zZTABEjYKBVdhdGNoEhQuYWNwLnYyLldhdGNoUmVxdWVzdBoVLmFjcC52Mi5XYXRjaFJlc3BvbnNlMAESNwoGQ2FuY2VsEhUuYWNwLnYyLkNhbmNlbFJlcXVlc3QaFi5hY3AudjIuQ2FuY2VsUmVzcG9uc2USWAoRUmVzcG9uZFBlcm1pc3Npb24SIC5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0GiEuYWNwLnYyLlJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2USQwoKR2V0U2Vzc2lvbhIZLmFjcC52Mi5HZXRTZXNzaW9uUmVxdWVzdBoaLmFjcC52Mi5HZXRTZXNzaW9uUmVzcG9uc2USSQoMTGlzdFNlc3Npb25zEhsuYWNwLnYyLkxpc3RTZXNzaW9uc1JlcXVlc3QaHC5hY3AudjIuTGlzdFNlc3Npb25zUmVzcG9uc2USSQoMQ2xvc2VTZXNzaW9uEhsuYWNwLnYyLkNsb3NlU2Vzc2lvblJlcXVlc3QaHC5hY3AudjIuQ2xvc2VTZXNzaW9uUmVzcG9uc2USOgoHU2V0TW9kZRIWLmFjcC52Mi5TZXRNb2RlUmVxdWVzdBoXLmFjcC52Mi5TZXRNb2RlUmVzcG9uc2USUgoPU2V0Q29uZmlnT3B0aW9uEh4uYWNwLnYyLlNldENvbmZpZ09wdGlvblJlcXVlc3QaHy5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USQwoKTGlzdEFnZW50cxIZLmFjcC52Mi5MaXN0QWdlbnRzUmVxdWVzdBoaLmFjcC52Mi5MaXN0QWdlbnRzUmVzcG9uc2USTAoNRGVsZXRlU2Vzc2lvbhIcLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVxdWVzdBodLmFjcC52Mi5EZWxldGVTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChxhY3AvdjIvc2Vzc2lvbl9zZXJ2aWNlLnByb3RvEgZhY3AudjIirQwKDFNlc3Npb25FdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoSdXNlcl9tZXNzYWdlX2NodW5rGAogASgLMhQuYWNwLnYyLkNvbnRlbnRDaHVua0gAEjMKE2FnZW50X21lc3NhZ2VfY2h1bmsYCyABKAsyFC5hY3AudjIuQ29udGVudENodW5rSAASMwoTYWdlbnRfdGhvdWdodF9jaHVuaxgMIAEoCzIULmFjcC52Mi5Db250ZW50Q2h1bmtIABIyChB0b29sX2NhbGxfdXBkYXRlGA0gASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlSAASPwoXdG9vbF9jYWxsX2NvbnRlbnRfY2h1bmsYDiABKAsyHC5hY3AudjIuVG9vbENhbGxDb250ZW50Q2h1bmtIABIcCgRwbGFuGA8gASgLMgwuYWNwLnYyLlBsYW5IABIpCgtwbGFuX3VwZGF0ZRgQIAEoCzISLmFjcC52Mi5QbGFuVXBkYXRlSAASRAoZYXZhaWxhYmxlX2NvbW1hbmRzX3VwZGF0ZRgRIAEoCzIfLmFjcC52Mi5BdmFpbGFibGVDb21tYW5kc1VwZGF0ZUgAEjgKE2N1cnJlbnRfbW9kZV91cGRhdGUYEiABKAsyGS5hY3AudjIuQ3VycmVudE1vZGVVcGRhdGVIABI6ChRjb25maWdfb3B0aW9uX3VwZGF0ZRgTIAEoCzIaLmFjcC52Mi5Db25maWdPcHRpb25VcGRhdGVIABI4ChNzZXNzaW9uX2luZm9fdXBkYXRlGBQgASgLMhkuYWNwLnYyLlNlc3Npb25JbmZvVXBkYXRlSAASKwoMdXNhZ2VfdXBkYXRlGBUgASgLMhMuYWNwLnYyLlVzYWdlVXBkYXRlSAASLQoMdXNlcl9tZXNzYWdlGBYgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF9tZXNzYWdlGBcgASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIuCg1hZ2VudF90aG91Z2h0GBggASgLMhUuYWNwLnYyLk1lc3NhZ2VVcGRhdGVIABIrCgxzdGF0ZV91cGRhdGUYGSABKAsyEy5hY3AudjIuU3RhdGVVcGRhdGVIABIxCg90ZXJtaW5hbF91cGRhdGUYGiABKAsyFi5hY3AudjIuVGVybWluYWxVcGRhdGVIABI8ChV0ZXJtaW5hbF9vdXRwdXRfY2h1bmsYGyABKAsyGy5hY3AudjIuVGVybWluYWxPdXRwdXRDaHVua0gAEigKB3Vua25vd24YJyABKAsyFS5hY3AudjIuVW5rbm93blVwZGF0ZUgAEiUKCXRvb2xfY2FsbBgoIAEoCzIQLmFjcC52Mi5Ub29sQ2FsbEgAEjcKEnBlcm1pc3Npb25fcmVxdWVzdBgpIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdEgAEjkKE3Blcm1pc3Npb25fcmVzb2x2ZWQYKiABKAsyGi5hY3AudjIuUGVybWlzc2lvblJlc29sdmVkSAASKwoMdHVybl9zdGFydGVkGCsgASgLMhMuYWNwLnYyLlR1cm5TdGFydGVkSAASJwoKdHVybl9lbmRlZBgsIAEoCzIRLmFjcC52Mi5UdXJuRW5kZWRIABIrCghzbmFwc2hvdBgtIAEoCzIXLmFjcC52Mi5TZXNzaW9uU25hcHNob3RIABI0Cg1zdGF0ZV9jaGFuZ2VkGC4gASgLMhsuYWNwLnYyLlNlc3Npb25TdGF0ZUNoYW5nZWRIABI5ChNlbGljaXRhdGlvbl9yZXF1ZXN0GC8gASgLMhouYWNwLnYyLkVsaWNpdGF0aW9uUmVxdWVzdEgAEjsKFGVsaWNpdGF0aW9uX3Jlc29sdmVkGDAgASgLMhsuYWNwLnYyLkVsaWNpdGF0aW9uUmVzb2x2ZWRIABI7ChRlbGljaXRhdGlvbl9jb21wbGV0ZRgxIAEoCzIbLmFjcC52Mi5FbGljaXRhdGlvbkNvbXBsZXRlSABCBwoFZXZlbnQiNAoTU2Vzc2lvblN0YXRlQ2hhbmdlZBINCgVzdGF0ZRgBIAEoCRIOCgZkZXRhaWwYAiABKAkirAIKEVBlcm1pc3Npb25SZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSKQoJdG9vbF9jYWxsGAIgASgLMhYuYWNwLnYyLlRvb2xDYWxsVXBkYXRlEiEKB3ByZXZpZXcYAyABKAsyEC5hY3AudjIuVG9vbENhbGwSKQoHb3B0aW9ucxgEIAMoCzIYLmFjcC52Mi5QZXJtaXNzaW9uT3B0aW9uEg0KBXRpdGxlGAUgASgJEhgKC2Rlc2NyaXB0aW9uGAYgASgJSACIAQESKgoHc3ViamVjdBgHIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uU3ViamVjdBIlCgRtZXRhGA4gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIOCgxfZGVzY3JpcHRpb24idQoRUGVybWlzc2lvblN1YmplY3QSKQoHY29tbWFuZBgBIAEoCzIWLmFjcC52Mi5Db21tYW5kU3ViamVjdEgAEioKB3Vua25vd24YDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0SABCCQoHc3ViamVjdCLTAQoOQ29tbWFuZFN1YmplY3QSDwoHY29tbWFuZBgBIAEoCRILCgNjd2QYAiABKAkSGQoMdG9vbF9jYWxsX2lkGAMgASgJSACIAQESGAoLdGVybWluYWxfaWQYBCABKAlIAYgBARIlCgRtZXRhGA4gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCDwoNX3Rvb2xfY2FsbF9pZEIOCgxfdGVybWluYWxfaWQiaQoSUGVybWlzc2lvblJlc29sdmVkEhIKCnJlcXVlc3RfaWQYASABKAkSKgoHb3V0Y29tZRgCIAEoCzIZLmFjcC52Mi5QZXJtaXNzaW9uT3V0Y29tZRITCgthbnN3ZXJlZF9ieRgDIAEoCSLcAQoSRWxpY2l0YXRpb25SZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDAoEbW9kZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEjEKEHJlcXVlc3RlZF9zY2hlbWEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EgsKA3VybBgFIAEoCRIWCg5lbGljaXRhdGlvbl9pZBgGIAEoCRIUCgx0b29sX2NhbGxfaWQYByABKAkSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QieAoTRWxpY2l0YXRpb25SZXNvbHZlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIoCgdjb250ZW50GAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBITCgthbnN3ZXJlZF9ieRgEIAEoCSItChNFbGljaXRhdGlvbkNvbXBsZXRlEhYKDmVsaWNpdGF0aW9uX2lkGAEgASgJIjMKC1R1cm5TdGFydGVkEiQKBnByb21wdBgBIAMoCzIULmFjcC52Mi5Db250ZW50QmxvY2siYgoJVHVybkVuZGVkEhMKC3N0b3BfcmVhc29uGAEgASgJEiIKBnJlYXNvbhgCIAEoDjISLmFjcC52Mi5TdG9wUmVhc29uEg0KBWVycm9yGAMgASgJEg0KBWNhdXNlGAQgASgJIp0GCg9TZXNzaW9uU25hcHNob3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIkCgp0b29sX2NhbGxzGAIgAygLMhAuYWNwLnYyLlRvb2xDYWxsEg0KBWFnZW50GAMgASgJEgsKA2N3ZBgEIAEoCRIQCghsYXN0X3NlcRgFIAEoBBIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzdGF0ZRgHIAEoCRIUCgxzdGF0ZV9kZXRhaWwYCCABKAkSGgoSYWdlbnRfY29udGV4dF9sb3N0GAkgASgIEicKBW1vZGVzGAogASgLMhguYWNwLnYyLlNlc3Npb25Nb2RlU3RhdGUSMwoOY29uZmlnX29wdGlvbnMYCyADKAsyGy5hY3AudjIuU2Vzc2lvbkNvbmZpZ09wdGlvbhI0ChJhdmFpbGFibGVfY29tbWFuZHMYDCADKAsyGC5hY3AudjIuQXZhaWxhYmxlQ29tbWFuZBINCgV0aXRsZRgNIAEoCRIiCgV1c2FnZRgOIAEoCzITLmFjcC52Mi5Vc2FnZVVwZGF0ZRIhCgRwbGFuGA8gASgLMhMuYWNwLnYyLlBsYW5Db250ZW50EioKCXRlcm1pbmFscxgQIAMoCzIXLmFjcC52Mi5TZXNzaW9uVGVybWluYWwSNgoTcGVuZGluZ19wZXJtaXNzaW9ucxgRIAMoCzIZLmFjcC52Mi5QZXJtaXNzaW9uUmVxdWVzdBIUCgx0dXJuX3J1bm5pbmcYEiABKAgSGAoQdHVybl9zdGFydGVkX3NlcRgTIAEoBBIzCg90dXJuX3N0YXJ0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYFSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGZpcnN0X3Byb21wdBgWIAEoCRI4ChRwZW5kaW5nX2VsaWNpdGF0aW9ucxgoIAMoCzIaLmFjcC52Mi5FbGljaXRhdGlvblJlcXVlc3QinAEKD1Nlc3Npb25UZXJtaW5hbBITCgt0ZXJtaW5hbF9pZBgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgsKA2N3ZBgDIAEoCRIOCgZvdXRwdXQYBCABKAwSGAoQb3V0cHV0X3RydW5jYXRlZBgFIAEoCBIsCgtleGl0X3N0YXR1cxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Qi/gIKDlNlc3Npb25TdW1tYXJ5EhIKCnNlc3Npb25faWQYASABKAkSDQoFYWdlbnQYAiABKAkSCwoDY3dkGAMgASgJEhAKCGxhc3Rfc2VxGAQgASgEEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXN0YXRlGAYgASgJEhQKDHN0YXRlX2RldGFpbBgHIAEoCRINCgV0aXRsZRgIIAEoCRIUCgxmaXJzdF9wcm9tcHQYCSABKAkSLgoKdXBkYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMdHVybl9ydW5uaW5nGAsgASgIEhgKEHR1cm5fc3RhcnRlZF9zZXEYDCABKAQSMwoPdHVybl9zdGFydGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNwZW5kaW5nX3Blcm1pc3Npb25zGA4gASgNIo8BChRDcmVhdGVTZXNzaW9uUmVxdWVzdBINCgVhZ2VudBgBIAEoCRILCgNjd2QYAiABKAkSEwoLYXV0aF9tZXRob2QYAyABKAkSJgoLbWNwX3NlcnZlcnMYBCADKAsyES5hY3AudjIuTWNwU2VydmVyEh4KFmFkb3B0X2FnZW50X3Nlc3Npb25faWQYBSABKAkijQEKCU1jcFNlcnZlchInCgVzdGRpbxgBIAEoCzIWLmFjcC52Mi5NY3BTZXJ2ZXJTdGRpb0gAEiUKBGh0dHAYAiABKAsyFS5hY3AudjIuTWNwU2VydmVySHR0cEgAEiMKA3NzZRgDIAEoCzIULmFjcC52Mi5NY3BTZXJ2ZXJTc2VIAEILCgl0cmFuc3BvcnQiYAoOTWNwU2VydmVyU3RkaW8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgwKBGFyZ3MYAyADKAkSIQoDZW52GAQgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSJRCg1NY3BTZXJ2ZXJIdHRwEgwKBG5hbWUYASABKAkSCwoDdXJsGAIgASgJEiUKB2hlYWRlcnMYAyADKAsyFC5hY3AudjIuTWNwTmFtZVZhbHVlIlAKDE1jcFNlcnZlclNzZRIMCgRuYW1lGAEgASgJEgsKA3VybBgCIAEoCRIlCgdoZWFkZXJzGAMgAygLMhQuYWNwLnYyLk1jcE5hbWVWYWx1ZSIrCgxNY3BOYW1lVmFsdWUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSIrChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCSJeCg1Qcm9tcHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoGcHJvbXB0GAIgAygLMhQuYWNwLnYyLkNvbnRlbnRCbG9jaxITCgtkZWx0YXNfb25seRgDIAEoCCJkCg5Qcm9tcHRSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxXYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQSEwoLZGVsdGFzX29ubHkYAyABKAgiYwoNV2F0Y2hSZXNwb25zZRIjCgVldmVudBgBIAEoCzIULmFjcC52Mi5TZXNzaW9uRXZlbnQSLQoJaGVhcnRiZWF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIjCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiEAoOQ2FuY2VsUmVzcG9uc2UiaAoYUmVzcG9uZFBlcm1pc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglvcHRpb25faWQYAyABKAkSEQoJY2FuY2VsbGVkGAQgASgIIhsKGVJlc3BvbmRQZXJtaXNzaW9uUmVzcG9uc2UifQoZUmVzcG9uZEVsaWNpdGF0aW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDgoGYWN0aW9uGAMgASgJEigKB2NvbnRlbnQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IhwKGlJlc3BvbmRFbGljaXRhdGlvblJlc3BvbnNlIicKEUdldFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiPgoSR2V0U2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5hY3AudjIuU2Vzc2lvblNuYXBzaG90IhUKE0xpc3RTZXNzaW9uc1JlcXVlc3QiQAoUTGlzdFNlc3Npb25zUmVzcG9uc2USKAoIc2Vzc2lvbnMYASADKAsyFi5hY3AudjIuU2Vzc2lvblN1bW1hcnkiKQoTQ2xvc2VTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIhYKFENsb3NlU2Vzc2lvblJlc3BvbnNlIioKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiFwoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlIiMKDUxvZ291dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIQCg5Mb2dvdXRSZXNwb25zZSI1Cg5TZXRNb2RlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB21vZGVfaWQYAiABKAkiEQoPU2V0TW9kZVJlc3BvbnNlIm8KFlNldENvbmZpZ09wdGlvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCgljb25maWdfaWQYAiABKAkSEgoIdmFsdWVfaWQYAyABKAlIABIRCgdib29sZWFuGAQgASgISABCBwoFdmFsdWUiTgoXU2V0Q29uZmlnT3B0aW9uUmVzcG9uc2USMwoOY29uZmlnX29wdGlvbnMYASADKAsyGy5hY3AudjIuU2Vzc2lvbkNvbmZpZ09wdGlvbiIpChhMaXN0QWdlbnRTZXNzaW9uc1JlcXVlc3QSDQoFYWdlbnQYASABKAkiVgoZTGlzdEFnZW50U2Vzc2lvbnNSZXNwb25zZRImCghzZXNzaW9ucxgBIAMoCzIULmFjcC52Mi5BZ2VudFNlc3Npb24SEQoJdHJ1bmNhdGVkGAIgASgIInQKDEFnZW50U2Vzc2lvbhIYChBhZ2VudF9zZXNzaW9uX2lkGAEgASgJEgsKA2N3ZBgCIAEoCRINCgV0aXRsZRgDIAEoCRIuCgp1cGRhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCITChFMaXN0QWdlbnRzUmVxdWVzdCI+ChJMaXN0QWdlbnRzUmVzcG9uc2USKAoGYWdlbnRzGAEgAygLMhguYWNwLnYyLkFnZW50RGVzY3JpcHRpb24i6wEKEEFnZW50RGVzY3JpcHRpb24SDAoEbmFtZRgBIAEoCRIfCgRpbmZvGAIgASgLMhEuYWNwLnYyLkFnZW50SW5mbxIYChBwcm90b2NvbF92ZXJzaW9uGAMgASgNEjcKE3Byb21wdF9jYXBhYmlsaXRpZXMYBCABKAsyGi5hY3AudjIuUHJvbXB0Q2FwYWJpbGl0aWVzEhwKFHNlc3Npb25fY2FwYWJpbGl0aWVzGAUgAygJEigKDGF1dGhfbWV0aG9kcxgGIAMoCzISLmFjcC52Mi5BdXRoTWV0aG9kEg0KBWVycm9yGAcgASgJIjkKCUFnZW50SW5mbxIMCgRuYW1lGAEgASgJEg0KBXRpdGxlGAIgASgJEg8KB3ZlcnNpb24YAyABKAkiTAoSUHJvbXB0Q2FwYWJpbGl0aWVzEg0KBWltYWdlGAEgASgIEg0KBWF1ZGlvGAIgASgIEhgKEGVtYmVkZGVkX2NvbnRleHQYAyABKAgiSQoKQXV0aE1ldGhvZBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEgwKBHR5cGUYBCABKAky0ggKDlNlc3Npb25TZXJ2aWNlEkwKDUNyZWF0ZVNlc3Npb24SHC5hY3AudjIuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaHS5hY3AudjIuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEjkKBlByb21wdBIVLmFjcC52Mi5Qcm9tcHRSZXF1ZXN0GhYuYWNwLnYyLlByb21wdFJlc3BvbnNlMAESNgoFV2F0Y2gSFC5hY3AudjIuV2F0Y2hSZXF1ZXN0GhUuYWNwLnYyLldhdGNoUmVzcG9uc2UwARI3CgZDYW5jZWwSFS5hY3AudjIuQ2FuY2VsUmVxdWVzdBoWLmFjcC52Mi5DYW5jZWxSZXNwb25zZRJYChFSZXNwb25kUGVybWlzc2lvbhIgLmFjcC52Mi5SZXNwb25kUGVybWlzc2lvblJlcXVlc3QaIS5hY3AudjIuUmVzcG9uZFBlcm1pc3Npb25SZXNwb25zZRJbChJSZXNwb25kRWxpY2l0YXRpb24SIS5hY3AudjIuUmVzcG9uZEVsaWNpdGF0aW9uUmVxdWVzdBoiLmFjcC52Mi5SZXNwb25kRWxpY2l0YXRpb25SZXNwb25zZRJDCgpHZXRTZXNzaW9uEhkuYWNwLnYyLkdldFNlc3Npb25SZXF1ZXN0GhouYWNwLnYyLkdldFNlc3Npb25SZXNwb25zZRJJCgxMaXN0U2Vzc2lvbnMSGy5hY3AudjIuTGlzdFNlc3Npb25zUmVxdWVzdBocLmFjcC52Mi5MaXN0U2Vzc2lvbnNSZXNwb25zZRJJCgxDbG9zZVNlc3Npb24SGy5hY3AudjIuQ2xvc2VTZXNzaW9uUmVxdWVzdBocLmFjcC52Mi5DbG9zZVNlc3Npb25SZXNwb25zZRI6CgdTZXRNb2RlEhYuYWNwLnYyLlNldE1vZGVSZXF1ZXN0GhcuYWNwLnYyLlNldE1vZGVSZXNwb25zZRJSCg9TZXRDb25maWdPcHRpb24SHi5hY3AudjIuU2V0Q29uZmlnT3B0aW9uUmVxdWVzdBofLmFjcC52Mi5TZXRDb25maWdPcHRpb25SZXNwb25zZRJDCgpMaXN0QWdlbnRzEhkuYWNwLnYyLkxpc3RBZ2VudHNSZXF1ZXN0GhouYWNwLnYyLkxpc3RBZ2VudHNSZXNwb25zZRJMCg1EZWxldGVTZXNzaW9uEhwuYWNwLnYyLkRlbGV0ZVNlc3Npb25SZXF1ZXN0Gh0uYWNwLnYyLkRlbGV0ZVNlc3Npb25SZXNwb25zZRI3CgZMb2dvdXQSFS5hY3AudjIuTG9nb3V0UmVxdWVzdBoWLmFjcC52Mi5Mb2dvdXRSZXNwb25zZRJYChFMaXN0QWdlbnRTZXNzaW9ucxIgLmFjcC52Mi5MaXN0QWdlbnRTZXNzaW9uc1JlcXVlc3QaIS5hY3AudjIuTGlzdEFnZW50U2Vzc2lvbnNSZXNwb25zZWIGcHJvdG8z", [file_acp_v2_content, file_acp_v2_session_update, file_acp_v2_tool_call, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * SessionEvent is one stored, numbered event of a session. The update
@@ -220,6 +220,31 @@ export type SessionEvent = Message<"acp.v2.SessionEvent"> & {
      */
     value: SessionStateChanged;
     case: "stateChanged";
+  } | {
+    /**
+     * The agent asks the user for input (ACP `elicitation/create`).
+     *
+     * @generated from field: acp.v2.ElicitationRequest elicitation_request = 47;
+     */
+    value: ElicitationRequest;
+    case: "elicitationRequest";
+  } | {
+    /**
+     * An elicitation was answered, withdrawn or cancelled.
+     *
+     * @generated from field: acp.v2.ElicitationResolved elicitation_resolved = 48;
+     */
+    value: ElicitationResolved;
+    case: "elicitationResolved";
+  } | {
+    /**
+     * The agent says a url-mode elicitation is complete (ACP
+     * `elicitation/complete`).
+     *
+     * @generated from field: acp.v2.ElicitationComplete elicitation_complete = 49;
+     */
+    value: ElicitationComplete;
+    case: "elicitationComplete";
   } | { case: undefined; value?: undefined };
 };
 
@@ -299,6 +324,23 @@ export type PermissionRequest = Message<"acp.v2.PermissionRequest"> & {
   title: string;
 
   /**
+   * Why permission is needed, when the agent says (ACP v2 `description`).
+   *
+   * @generated from field: optional string description = 6;
+   */
+  description?: string | undefined;
+
+  /**
+   * What the request is about when it is not a tool call (ACP v2
+   * `subject` of another type than `tool_call`, whose tool call is
+   * `tool_call`): a command, or a subject of a type the gateway does not
+   * know. Absent for a tool call and for a request without a subject.
+   *
+   * @generated from field: acp.v2.PermissionSubject subject = 7;
+   */
+  subject?: PermissionSubject | undefined;
+
+  /**
    * @generated from field: google.protobuf.Struct meta = 14;
    */
   meta?: JsonObject | undefined;
@@ -310,6 +352,95 @@ export type PermissionRequest = Message<"acp.v2.PermissionRequest"> & {
  */
 export const PermissionRequestSchema: GenMessage<PermissionRequest> = /*@__PURE__*/
   messageDesc(file_acp_v2_session_service, 2);
+
+/**
+ * PermissionSubject is the operation a v2 permission request asks about,
+ * other than a tool call.
+ *
+ * @generated from message acp.v2.PermissionSubject
+ */
+export type PermissionSubject = Message<"acp.v2.PermissionSubject"> & {
+  /**
+   * @generated from oneof acp.v2.PermissionSubject.subject
+   */
+  subject: {
+    /**
+     * ACP `{"type": "command", "command": ..., "cwd": ...}`.
+     *
+     * @generated from field: acp.v2.CommandSubject command = 1;
+     */
+    value: CommandSubject;
+    case: "command";
+  } | {
+    /**
+     * A subject of a `type` this gateway does not know: the whole ACP JSON
+     * object, `type` included.
+     *
+     * @generated from field: google.protobuf.Struct unknown = 15;
+     */
+    value: JsonObject;
+    case: "unknown";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message acp.v2.PermissionSubject.
+ * Use `create(PermissionSubjectSchema)` to create a new message.
+ */
+export const PermissionSubjectSchema: GenMessage<PermissionSubject> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 3);
+
+/**
+ * CommandSubject is a command an agent asks permission to run.
+ *
+ * @generated from message acp.v2.CommandSubject
+ */
+export type CommandSubject = Message<"acp.v2.CommandSubject"> & {
+  /**
+   * The command line that would run.
+   *
+   * @generated from field: string command = 1;
+   */
+  command: string;
+
+  /**
+   * Its absolute working directory.
+   *
+   * @generated from field: string cwd = 2;
+   */
+  cwd: string;
+
+  /**
+   * The tool call it belongs to, when known.
+   *
+   * @generated from field: optional string tool_call_id = 3;
+   */
+  toolCallId?: string | undefined;
+
+  /**
+   * The terminal it would run in, when known.
+   *
+   * @generated from field: optional string terminal_id = 4;
+   */
+  terminalId?: string | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Struct meta = 14;
+   */
+  meta?: JsonObject | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Struct extra = 15;
+   */
+  extra?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message acp.v2.CommandSubject.
+ * Use `create(CommandSubjectSchema)` to create a new message.
+ */
+export const CommandSubjectSchema: GenMessage<CommandSubject> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 4);
 
 /**
  * PermissionResolved says how a permission request ended.
@@ -344,7 +475,142 @@ export type PermissionResolved = Message<"acp.v2.PermissionResolved"> & {
  * Use `create(PermissionResolvedSchema)` to create a new message.
  */
 export const PermissionResolvedSchema: GenMessage<PermissionResolved> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 3);
+  messageDesc(file_acp_v2_session_service, 5);
+
+/**
+ * ElicitationRequest is an agent's `elicitation/create`, relayed.
+ *
+ * @generated from message acp.v2.ElicitationRequest
+ */
+export type ElicitationRequest = Message<"acp.v2.ElicitationRequest"> & {
+  /**
+   * The gateway's id for this request; pass it to RespondElicitation.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * `form` (fill in requested_schema), `url` (visit url), or a custom or
+   * future mode, which a client that does not know it declines.
+   *
+   * @generated from field: string mode = 2;
+   */
+  mode: string;
+
+  /**
+   * What the agent asks for, to show the user.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * Form mode: the JSON Schema of the content to send back, an object of
+   * primitive-typed properties.
+   *
+   * @generated from field: google.protobuf.Struct requested_schema = 4;
+   */
+  requestedSchema?: JsonObject | undefined;
+
+  /**
+   * URL mode: the page the user is to visit.
+   *
+   * @generated from field: string url = 5;
+   */
+  url: string;
+
+  /**
+   * URL mode: the agent's id of the elicitation, which
+   * `elicitationComplete` names.
+   *
+   * @generated from field: string elicitation_id = 6;
+   */
+  elicitationId: string;
+
+  /**
+   * The tool call the elicitation belongs to, when the agent says.
+   *
+   * @generated from field: string tool_call_id = 7;
+   */
+  toolCallId: string;
+
+  /**
+   * @generated from field: google.protobuf.Struct meta = 14;
+   */
+  meta?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message acp.v2.ElicitationRequest.
+ * Use `create(ElicitationRequestSchema)` to create a new message.
+ */
+export const ElicitationRequestSchema: GenMessage<ElicitationRequest> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 6);
+
+/**
+ * ElicitationResolved says how an elicitation ended.
+ *
+ * @generated from message acp.v2.ElicitationResolved
+ */
+export type ElicitationResolved = Message<"acp.v2.ElicitationResolved"> & {
+  /**
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * `accept`, `decline` or `cancel`.
+   *
+   * @generated from field: string action = 2;
+   */
+  action: string;
+
+  /**
+   * What the user entered, with `accept` in form mode.
+   *
+   * @generated from field: google.protobuf.Struct content = 3;
+   */
+  content?: JsonObject | undefined;
+
+  /**
+   * Who answered, as PermissionResolved.answered_by: `user:NAME` or
+   * `user`, or `agent` (withdrawn with `$/cancel_request`), `timeout` or
+   * `cancel`; the action is then `cancel`.
+   *
+   * @generated from field: string answered_by = 4;
+   */
+  answeredBy: string;
+};
+
+/**
+ * Describes the message acp.v2.ElicitationResolved.
+ * Use `create(ElicitationResolvedSchema)` to create a new message.
+ */
+export const ElicitationResolvedSchema: GenMessage<ElicitationResolved> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 7);
+
+/**
+ * ElicitationComplete is the agent's `elicitation/complete`: the
+ * url-mode elicitation it names is done.
+ *
+ * @generated from message acp.v2.ElicitationComplete
+ */
+export type ElicitationComplete = Message<"acp.v2.ElicitationComplete"> & {
+  /**
+   * The ElicitationRequest.elicitation_id.
+   *
+   * @generated from field: string elicitation_id = 1;
+   */
+  elicitationId: string;
+};
+
+/**
+ * Describes the message acp.v2.ElicitationComplete.
+ * Use `create(ElicitationCompleteSchema)` to create a new message.
+ */
+export const ElicitationCompleteSchema: GenMessage<ElicitationComplete> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 8);
 
 /**
  * TurnStarted records the prompt that began a turn.
@@ -363,7 +629,7 @@ export type TurnStarted = Message<"acp.v2.TurnStarted"> & {
  * Use `create(TurnStartedSchema)` to create a new message.
  */
 export const TurnStartedSchema: GenMessage<TurnStarted> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 4);
+  messageDesc(file_acp_v2_session_service, 9);
 
 /**
  * TurnEnded ends a prompt turn.
@@ -415,7 +681,7 @@ export type TurnEnded = Message<"acp.v2.TurnEnded"> & {
  * Use `create(TurnEndedSchema)` to create a new message.
  */
 export const TurnEndedSchema: GenMessage<TurnEnded> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 5);
+  messageDesc(file_acp_v2_session_service, 10);
 
 /**
  * SessionSnapshot is the merged state of a session.
@@ -484,6 +750,114 @@ export type SessionSnapshot = Message<"acp.v2.SessionSnapshot"> & {
    * @generated from field: bool agent_context_lost = 9;
    */
   agentContextLost: boolean;
+
+  /**
+   * The current mode and the modes the agent offers: from session/new's,
+   * session/resume's or session/load's `modes`, then current_mode_update.
+   * Unset when the agent never reported modes.
+   *
+   * @generated from field: acp.v2.SessionModeState modes = 10;
+   */
+  modes?: SessionModeState | undefined;
+
+  /**
+   * The session's configuration options with their values: from
+   * session/new's, session/resume's or session/load's `configOptions`,
+   * then config_option_update (and SetConfigOption's answer).
+   *
+   * @generated from field: repeated acp.v2.SessionConfigOption config_options = 11;
+   */
+  configOptions: SessionConfigOption[];
+
+  /**
+   * The commands the agent offers (the latest available_commands_update).
+   *
+   * @generated from field: repeated acp.v2.AvailableCommand available_commands = 12;
+   */
+  availableCommands: AvailableCommand[];
+
+  /**
+   * The session's title (session_info_update); empty when none was given.
+   *
+   * @generated from field: string title = 13;
+   */
+  title: string;
+
+  /**
+   * The latest usage_update.
+   *
+   * @generated from field: acp.v2.UsageUpdate usage = 14;
+   */
+  usage?: UsageUpdate | undefined;
+
+  /**
+   * The latest plan: a v1 `plan` (as `items`) or the content of a v2
+   * plan_update, which replaces it.
+   *
+   * @generated from field: acp.v2.PlanContent plan = 15;
+   */
+  plan?: PlanContent | undefined;
+
+  /**
+   * The agent's display terminals (ACP v2 terminal_update and
+   * terminal_output_chunk), in the order first seen; at most 16, the
+   * oldest let go first.
+   *
+   * @generated from field: repeated acp.v2.SessionTerminal terminals = 16;
+   */
+  terminals: SessionTerminal[];
+
+  /**
+   * The permission requests waiting for an answer, oldest first, each
+   * with its preview made from the tool calls as they are now; each is
+   * answered with RespondPermission.
+   *
+   * @generated from field: repeated acp.v2.PermissionRequest pending_permissions = 17;
+   */
+  pendingPermissions: PermissionRequest[];
+
+  /**
+   * Whether a prompt turn is running: its turn_started event has no
+   * turn_ended yet. A turn keeps running when the Prompt stream that
+   * started it drops; Cancel ends it.
+   *
+   * @generated from field: bool turn_running = 18;
+   */
+  turnRunning: boolean;
+
+  /**
+   * While a turn runs: the seq and time of its turn_started event.
+   *
+   * @generated from field: uint64 turn_started_seq = 19;
+   */
+  turnStartedSeq: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp turn_started_at = 20;
+   */
+  turnStartedAt?: Timestamp | undefined;
+
+  /**
+   * The time of the session's last event.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 21;
+   */
+  updatedAt?: Timestamp | undefined;
+
+  /**
+   * The text of the session's first prompt, cut to 256 bytes.
+   *
+   * @generated from field: string first_prompt = 22;
+   */
+  firstPrompt: string;
+
+  /**
+   * The elicitations still waiting for an answer, oldest first: only
+   * from the gateway that runs the session.
+   *
+   * @generated from field: repeated acp.v2.ElicitationRequest pending_elicitations = 40;
+   */
+  pendingElicitations: ElicitationRequest[];
 };
 
 /**
@@ -491,7 +865,64 @@ export type SessionSnapshot = Message<"acp.v2.SessionSnapshot"> & {
  * Use `create(SessionSnapshotSchema)` to create a new message.
  */
 export const SessionSnapshotSchema: GenMessage<SessionSnapshot> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 6);
+  messageDesc(file_acp_v2_session_service, 11);
+
+/**
+ * SessionTerminal is an agent-owned display terminal (ACP v2) as its
+ * terminal_update and terminal_output_chunk events left it.
+ *
+ * @generated from message acp.v2.SessionTerminal
+ */
+export type SessionTerminal = Message<"acp.v2.SessionTerminal"> & {
+  /**
+   * @generated from field: string terminal_id = 1;
+   */
+  terminalId: string;
+
+  /**
+   * The command it runs; empty when unknown.
+   *
+   * @generated from field: string command = 2;
+   */
+  command: string;
+
+  /**
+   * The command's working directory; empty when unknown.
+   *
+   * @generated from field: string cwd = 3;
+   */
+  cwd: string;
+
+  /**
+   * The terminal's output bytes: the latest `output` snapshot with the
+   * chunks after it appended, its last 16 KiB kept.
+   *
+   * @generated from field: bytes output = 4;
+   */
+  output: Uint8Array;
+
+  /**
+   * Set when output lost its beginning to the 16 KiB cap.
+   *
+   * @generated from field: bool output_truncated = 5;
+   */
+  outputTruncated: boolean;
+
+  /**
+   * The exit status (ACP TerminalExitStatus: `exitCode`, `signal`), set
+   * once the command exited.
+   *
+   * @generated from field: google.protobuf.Struct exit_status = 6;
+   */
+  exitStatus?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message acp.v2.SessionTerminal.
+ * Use `create(SessionTerminalSchema)` to create a new message.
+ */
+export const SessionTerminalSchema: GenMessage<SessionTerminal> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 12);
 
 /**
  * SessionSummary describes a session without its tool calls.
@@ -537,6 +968,53 @@ export type SessionSummary = Message<"acp.v2.SessionSummary"> & {
    * @generated from field: string state_detail = 7;
    */
   stateDetail: string;
+
+  /**
+   * The session's title (session_info_update); empty when none was given.
+   *
+   * @generated from field: string title = 8;
+   */
+  title: string;
+
+  /**
+   * The text of the session's first prompt, cut to 256 bytes: a name for
+   * a session without a title.
+   *
+   * @generated from field: string first_prompt = 9;
+   */
+  firstPrompt: string;
+
+  /**
+   * The time of the session's last event.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 10;
+   */
+  updatedAt?: Timestamp | undefined;
+
+  /**
+   * Whether a prompt turn is running, and since which event and when.
+   *
+   * @generated from field: bool turn_running = 11;
+   */
+  turnRunning: boolean;
+
+  /**
+   * @generated from field: uint64 turn_started_seq = 12;
+   */
+  turnStartedSeq: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp turn_started_at = 13;
+   */
+  turnStartedAt?: Timestamp | undefined;
+
+  /**
+   * How many permission requests wait for an answer (GetSession lists
+   * them).
+   *
+   * @generated from field: uint32 pending_permissions = 14;
+   */
+  pendingPermissions: number;
 };
 
 /**
@@ -544,7 +1022,7 @@ export type SessionSummary = Message<"acp.v2.SessionSummary"> & {
  * Use `create(SessionSummarySchema)` to create a new message.
  */
 export const SessionSummarySchema: GenMessage<SessionSummary> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 7);
+  messageDesc(file_acp_v2_session_service, 13);
 
 /**
  * CreateSessionRequest names the agent and its working directory.
@@ -590,6 +1068,22 @@ export type CreateSessionRequest = Message<"acp.v2.CreateSessionRequest"> & {
    * @generated from field: repeated acp.v2.McpServer mcp_servers = 4;
    */
   mcpServers: McpServer[];
+
+  /**
+   * The id of one of the agent's own sessions, as ListAgentSessions lists
+   * it for the caller, to adopt instead of making a new agent session: the
+   * gateway session works in that session's directory (cwd, when given,
+   * must be it), and its agent takes the session up with ACP v2
+   * `session/resume` from the start of its history, v1 `session/load`, or
+   * else v1 `session/resume`; the history the agent replays is the gateway
+   * session's first events. NOT_FOUND for a session the agent does not
+   * list in the caller's workspace; FAILED_PRECONDITION when a gateway
+   * session that is not closed holds it, or without
+   * --adopt-agent-sessions.
+   *
+   * @generated from field: string adopt_agent_session_id = 5;
+   */
+  adoptAgentSessionId: string;
 };
 
 /**
@@ -597,7 +1091,7 @@ export type CreateSessionRequest = Message<"acp.v2.CreateSessionRequest"> & {
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 8);
+  messageDesc(file_acp_v2_session_service, 14);
 
 /**
  * McpServer is an MCP server an agent connects to (ACP McpServer).
@@ -641,7 +1135,7 @@ export type McpServer = Message<"acp.v2.McpServer"> & {
  * Use `create(McpServerSchema)` to create a new message.
  */
 export const McpServerSchema: GenMessage<McpServer> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 9);
+  messageDesc(file_acp_v2_session_service, 15);
 
 /**
  * McpServerStdio is a stdio MCP server (ACP McpServerStdio).
@@ -681,7 +1175,7 @@ export type McpServerStdio = Message<"acp.v2.McpServerStdio"> & {
  * Use `create(McpServerStdioSchema)` to create a new message.
  */
 export const McpServerStdioSchema: GenMessage<McpServerStdio> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 10);
+  messageDesc(file_acp_v2_session_service, 16);
 
 /**
  * McpServerHttp is an HTTP MCP server (ACP McpServerHttp).
@@ -714,7 +1208,7 @@ export type McpServerHttp = Message<"acp.v2.McpServerHttp"> & {
  * Use `create(McpServerHttpSchema)` to create a new message.
  */
 export const McpServerHttpSchema: GenMessage<McpServerHttp> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 11);
+  messageDesc(file_acp_v2_session_service, 17);
 
 /**
  * McpServerSse is an SSE MCP server (ACP McpServerSse).
@@ -747,7 +1241,7 @@ export type McpServerSse = Message<"acp.v2.McpServerSse"> & {
  * Use `create(McpServerSseSchema)` to create a new message.
  */
 export const McpServerSseSchema: GenMessage<McpServerSse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 12);
+  messageDesc(file_acp_v2_session_service, 18);
 
 /**
  * McpNameValue is an environment variable or an HTTP header of an MCP
@@ -772,7 +1266,7 @@ export type McpNameValue = Message<"acp.v2.McpNameValue"> & {
  * Use `create(McpNameValueSchema)` to create a new message.
  */
 export const McpNameValueSchema: GenMessage<McpNameValue> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 13);
+  messageDesc(file_acp_v2_session_service, 19);
 
 /**
  * CreateSessionResponse returns the new session's id.
@@ -791,7 +1285,7 @@ export type CreateSessionResponse = Message<"acp.v2.CreateSessionResponse"> & {
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 14);
+  messageDesc(file_acp_v2_session_service, 20);
 
 /**
  * PromptRequest sends a user turn.
@@ -822,7 +1316,7 @@ export type PromptRequest = Message<"acp.v2.PromptRequest"> & {
  * Use `create(PromptRequestSchema)` to create a new message.
  */
 export const PromptRequestSchema: GenMessage<PromptRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 15);
+  messageDesc(file_acp_v2_session_service, 21);
 
 /**
  * PromptResponse carries one event of the turn, or a heartbeat.
@@ -849,7 +1343,7 @@ export type PromptResponse = Message<"acp.v2.PromptResponse"> & {
  * Use `create(PromptResponseSchema)` to create a new message.
  */
 export const PromptResponseSchema: GenMessage<PromptResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 16);
+  messageDesc(file_acp_v2_session_service, 22);
 
 /**
  * WatchRequest subscribes to a session's events.
@@ -886,7 +1380,7 @@ export type WatchRequest = Message<"acp.v2.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 17);
+  messageDesc(file_acp_v2_session_service, 23);
 
 /**
  * WatchResponse carries one event, or a heartbeat.
@@ -913,7 +1407,7 @@ export type WatchResponse = Message<"acp.v2.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 18);
+  messageDesc(file_acp_v2_session_service, 24);
 
 /**
  * CancelRequest cancels the session's current turn.
@@ -932,7 +1426,7 @@ export type CancelRequest = Message<"acp.v2.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 19);
+  messageDesc(file_acp_v2_session_service, 25);
 
 /**
  * CancelResponse is empty.
@@ -947,7 +1441,7 @@ export type CancelResponse = Message<"acp.v2.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 20);
+  messageDesc(file_acp_v2_session_service, 26);
 
 /**
  * RespondPermissionRequest answers a permission request with an option, or
@@ -982,7 +1476,7 @@ export type RespondPermissionRequest = Message<"acp.v2.RespondPermissionRequest"
  * Use `create(RespondPermissionRequestSchema)` to create a new message.
  */
 export const RespondPermissionRequestSchema: GenMessage<RespondPermissionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 21);
+  messageDesc(file_acp_v2_session_service, 27);
 
 /**
  * RespondPermissionResponse is empty.
@@ -997,7 +1491,61 @@ export type RespondPermissionResponse = Message<"acp.v2.RespondPermissionRespons
  * Use `create(RespondPermissionResponseSchema)` to create a new message.
  */
 export const RespondPermissionResponseSchema: GenMessage<RespondPermissionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 22);
+  messageDesc(file_acp_v2_session_service, 28);
+
+/**
+ * RespondElicitationRequest answers an elicitation.
+ *
+ * @generated from message acp.v2.RespondElicitationRequest
+ */
+export type RespondElicitationRequest = Message<"acp.v2.RespondElicitationRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+
+  /**
+   * `accept`, `decline` or `cancel`.
+   *
+   * @generated from field: string action = 3;
+   */
+  action: string;
+
+  /**
+   * With `accept` in form mode: the values entered, which must match the
+   * request's requested_schema (see docs/API.md). Empty otherwise.
+   *
+   * @generated from field: google.protobuf.Struct content = 4;
+   */
+  content?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message acp.v2.RespondElicitationRequest.
+ * Use `create(RespondElicitationRequestSchema)` to create a new message.
+ */
+export const RespondElicitationRequestSchema: GenMessage<RespondElicitationRequest> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 29);
+
+/**
+ * RespondElicitationResponse is empty.
+ *
+ * @generated from message acp.v2.RespondElicitationResponse
+ */
+export type RespondElicitationResponse = Message<"acp.v2.RespondElicitationResponse"> & {
+};
+
+/**
+ * Describes the message acp.v2.RespondElicitationResponse.
+ * Use `create(RespondElicitationResponseSchema)` to create a new message.
+ */
+export const RespondElicitationResponseSchema: GenMessage<RespondElicitationResponse> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 30);
 
 /**
  * GetSessionRequest names a session.
@@ -1016,7 +1564,7 @@ export type GetSessionRequest = Message<"acp.v2.GetSessionRequest"> & {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 23);
+  messageDesc(file_acp_v2_session_service, 31);
 
 /**
  * GetSessionResponse returns the session's merged state.
@@ -1035,7 +1583,7 @@ export type GetSessionResponse = Message<"acp.v2.GetSessionResponse"> & {
  * Use `create(GetSessionResponseSchema)` to create a new message.
  */
 export const GetSessionResponseSchema: GenMessage<GetSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 24);
+  messageDesc(file_acp_v2_session_service, 32);
 
 /**
  * ListSessionsRequest is empty: it lists the caller's sessions.
@@ -1050,7 +1598,7 @@ export type ListSessionsRequest = Message<"acp.v2.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 25);
+  messageDesc(file_acp_v2_session_service, 33);
 
 /**
  * ListSessionsResponse lists sessions.
@@ -1069,7 +1617,7 @@ export type ListSessionsResponse = Message<"acp.v2.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 26);
+  messageDesc(file_acp_v2_session_service, 34);
 
 /**
  * CloseSessionRequest names the session to end.
@@ -1088,7 +1636,7 @@ export type CloseSessionRequest = Message<"acp.v2.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 27);
+  messageDesc(file_acp_v2_session_service, 35);
 
 /**
  * CloseSessionResponse is empty.
@@ -1103,7 +1651,7 @@ export type CloseSessionResponse = Message<"acp.v2.CloseSessionResponse"> & {
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 28);
+  messageDesc(file_acp_v2_session_service, 36);
 
 /**
  * DeleteSessionRequest names the session to delete.
@@ -1122,7 +1670,7 @@ export type DeleteSessionRequest = Message<"acp.v2.DeleteSessionRequest"> & {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 29);
+  messageDesc(file_acp_v2_session_service, 37);
 
 /**
  * DeleteSessionResponse is empty.
@@ -1137,7 +1685,39 @@ export type DeleteSessionResponse = Message<"acp.v2.DeleteSessionResponse"> & {
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 30);
+  messageDesc(file_acp_v2_session_service, 38);
+
+/**
+ * LogoutRequest names the session whose agent is to log out.
+ *
+ * @generated from message acp.v2.LogoutRequest
+ */
+export type LogoutRequest = Message<"acp.v2.LogoutRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message acp.v2.LogoutRequest.
+ * Use `create(LogoutRequestSchema)` to create a new message.
+ */
+export const LogoutRequestSchema: GenMessage<LogoutRequest> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 39);
+
+/**
+ * @generated from message acp.v2.LogoutResponse
+ */
+export type LogoutResponse = Message<"acp.v2.LogoutResponse"> & {
+};
+
+/**
+ * Describes the message acp.v2.LogoutResponse.
+ * Use `create(LogoutResponseSchema)` to create a new message.
+ */
+export const LogoutResponseSchema: GenMessage<LogoutResponse> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 40);
 
 /**
  * SetModeRequest names the mode to switch to.
@@ -1161,7 +1741,7 @@ export type SetModeRequest = Message<"acp.v2.SetModeRequest"> & {
  * Use `create(SetModeRequestSchema)` to create a new message.
  */
 export const SetModeRequestSchema: GenMessage<SetModeRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 31);
+  messageDesc(file_acp_v2_session_service, 41);
 
 /**
  * SetModeResponse is empty.
@@ -1176,7 +1756,7 @@ export type SetModeResponse = Message<"acp.v2.SetModeResponse"> & {
  * Use `create(SetModeResponseSchema)` to create a new message.
  */
 export const SetModeResponseSchema: GenMessage<SetModeResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 32);
+  messageDesc(file_acp_v2_session_service, 42);
 
 /**
  * SetConfigOptionRequest sets one configuration option.
@@ -1221,7 +1801,7 @@ export type SetConfigOptionRequest = Message<"acp.v2.SetConfigOptionRequest"> & 
  * Use `create(SetConfigOptionRequestSchema)` to create a new message.
  */
 export const SetConfigOptionRequestSchema: GenMessage<SetConfigOptionRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 33);
+  messageDesc(file_acp_v2_session_service, 43);
 
 /**
  * SetConfigOptionResponse returns every option with its current value.
@@ -1240,7 +1820,103 @@ export type SetConfigOptionResponse = Message<"acp.v2.SetConfigOptionResponse"> 
  * Use `create(SetConfigOptionResponseSchema)` to create a new message.
  */
 export const SetConfigOptionResponseSchema: GenMessage<SetConfigOptionResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 34);
+  messageDesc(file_acp_v2_session_service, 44);
+
+/**
+ * ListAgentSessionsRequest names the agent whose sessions are listed.
+ *
+ * @generated from message acp.v2.ListAgentSessionsRequest
+ */
+export type ListAgentSessionsRequest = Message<"acp.v2.ListAgentSessionsRequest"> & {
+  /**
+   * A configured agent name.
+   *
+   * @generated from field: string agent = 1;
+   */
+  agent: string;
+};
+
+/**
+ * Describes the message acp.v2.ListAgentSessionsRequest.
+ * Use `create(ListAgentSessionsRequestSchema)` to create a new message.
+ */
+export const ListAgentSessionsRequestSchema: GenMessage<ListAgentSessionsRequest> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 45);
+
+/**
+ * ListAgentSessionsResponse lists an agent's sessions in the caller's
+ * workspace, in the agent's order.
+ *
+ * @generated from message acp.v2.ListAgentSessionsResponse
+ */
+export type ListAgentSessionsResponse = Message<"acp.v2.ListAgentSessionsResponse"> & {
+  /**
+   * @generated from field: repeated acp.v2.AgentSession sessions = 1;
+   */
+  sessions: AgentSession[];
+
+  /**
+   * Set when the list stopped at the gateway's bounds (1000 sessions, 32
+   * pages of `session/list`) before the agent's end.
+   *
+   * @generated from field: bool truncated = 2;
+   */
+  truncated: boolean;
+};
+
+/**
+ * Describes the message acp.v2.ListAgentSessionsResponse.
+ * Use `create(ListAgentSessionsResponseSchema)` to create a new message.
+ */
+export const ListAgentSessionsResponseSchema: GenMessage<ListAgentSessionsResponse> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 46);
+
+/**
+ * AgentSession is one of an agent's own sessions (ACP SessionInfo).
+ *
+ * @generated from message acp.v2.AgentSession
+ */
+export type AgentSession = Message<"acp.v2.AgentSession"> & {
+  /**
+   * The agent's session id, which CreateSession's adopt_agent_session_id
+   * takes.
+   *
+   * @generated from field: string agent_session_id = 1;
+   */
+  agentSessionId: string;
+
+  /**
+   * The session's working directory, as the gateway session that adopts
+   * it keeps it (its symbolic links resolved, where the gateway confines
+   * working directories).
+   *
+   * @generated from field: string cwd = 2;
+   */
+  cwd: string;
+
+  /**
+   * The agent's title of the session (at most 256 bytes); empty when it
+   * gave none.
+   *
+   * @generated from field: string title = 3;
+   */
+  title: string;
+
+  /**
+   * The time of the session's last activity; unset when the agent gave
+   * none (or none that parses as RFC 3339).
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 4;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message acp.v2.AgentSession.
+ * Use `create(AgentSessionSchema)` to create a new message.
+ */
+export const AgentSessionSchema: GenMessage<AgentSession> = /*@__PURE__*/
+  messageDesc(file_acp_v2_session_service, 47);
 
 /**
  * ListAgentsRequest is empty: it lists the agents the caller may start.
@@ -1255,7 +1931,7 @@ export type ListAgentsRequest = Message<"acp.v2.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 35);
+  messageDesc(file_acp_v2_session_service, 48);
 
 /**
  * ListAgentsResponse lists agents, sorted by name.
@@ -1274,7 +1950,7 @@ export type ListAgentsResponse = Message<"acp.v2.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 36);
+  messageDesc(file_acp_v2_session_service, 49);
 
 /**
  * AgentDescription is a configured agent and what it said of itself in its
@@ -1348,7 +2024,7 @@ export type AgentDescription = Message<"acp.v2.AgentDescription"> & {
  * Use `create(AgentDescriptionSchema)` to create a new message.
  */
 export const AgentDescriptionSchema: GenMessage<AgentDescription> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 37);
+  messageDesc(file_acp_v2_session_service, 50);
 
 /**
  * AgentInfo is an ACP Implementation.
@@ -1379,7 +2055,7 @@ export type AgentInfo = Message<"acp.v2.AgentInfo"> & {
  * Use `create(AgentInfoSchema)` to create a new message.
  */
 export const AgentInfoSchema: GenMessage<AgentInfo> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 38);
+  messageDesc(file_acp_v2_session_service, 51);
 
 /**
  * PromptCapabilities say which content blocks beyond text and resource
@@ -1411,7 +2087,7 @@ export type PromptCapabilities = Message<"acp.v2.PromptCapabilities"> & {
  * Use `create(PromptCapabilitiesSchema)` to create a new message.
  */
 export const PromptCapabilitiesSchema: GenMessage<PromptCapabilities> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 39);
+  messageDesc(file_acp_v2_session_service, 52);
 
 /**
  * AuthMethod is one of an agent's authentication methods.
@@ -1450,7 +2126,7 @@ export type AuthMethod = Message<"acp.v2.AuthMethod"> & {
  * Use `create(AuthMethodSchema)` to create a new message.
  */
 export const AuthMethodSchema: GenMessage<AuthMethod> = /*@__PURE__*/
-  messageDesc(file_acp_v2_session_service, 40);
+  messageDesc(file_acp_v2_session_service, 53);
 
 /**
  * SessionService puts ACP agents on the network: each session runs one agent,
@@ -1513,6 +2189,17 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof RespondPermissionRequestSchema;
     output: typeof RespondPermissionResponseSchema;
+  },
+  /**
+   * RespondElicitation answers a pending elicitation (ACP
+   * `elicitation/create`): accept with content, decline or cancel.
+   *
+   * @generated from rpc acp.v2.SessionService.RespondElicitation
+   */
+  respondElicitation: {
+    methodKind: "unary";
+    input: typeof RespondElicitationRequestSchema;
+    output: typeof RespondElicitationResponseSchema;
   },
   /**
    * GetSession returns the session's merged tool calls.
@@ -1587,6 +2274,32 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof DeleteSessionRequestSchema;
     output: typeof DeleteSessionResponseSchema;
+  },
+  /**
+   * Logout asks the session's agent to end what it authenticated (ACP v2
+   * `auth/logout`, v1 `logout`): the agent's login, which lives in the
+   * user's agent home, not in the one session.
+   *
+   * @generated from rpc acp.v2.SessionService.Logout
+   */
+  logout: {
+    methodKind: "unary";
+    input: typeof LogoutRequestSchema;
+    output: typeof LogoutResponseSchema;
+  },
+  /**
+   * ListAgentSessions lists the sessions an agent keeps itself (ACP
+   * `session/list`) whose working directory lies in the caller's
+   * workspace: those CreateSession's adopt_agent_session_id can take up.
+   * Off unless the gateway runs with --adopt-agent-sessions
+   * (FAILED_PRECONDITION).
+   *
+   * @generated from rpc acp.v2.SessionService.ListAgentSessions
+   */
+  listAgentSessions: {
+    methodKind: "unary";
+    input: typeof ListAgentSessionsRequestSchema;
+    output: typeof ListAgentSessionsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_acp_v2_session_service, 0);

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file acp/v2/tool_call.proto.
  */
 export const file_acp_v2_tool_call: GenFile = /*@__PURE__*/
-  fileDesc("ChZhY3AvdjIvdG9vbF9jYWxsLnByb3RvEgZhY3AudjIiygIKCFRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIMCgRraW5kGAMgASgJEg4KBnN0YXR1cxgEIAEoCRIoCgdjb250ZW50GAUgAygLMhcuYWNwLnYyLlRvb2xDYWxsQ29udGVudBIrCglsb2NhdGlvbnMYBiADKAsyGC5hY3AudjIuVG9vbENhbGxMb2NhdGlvbhIpCglyYXdfaW5wdXQYByABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKgoKcmF3X291dHB1dBgIIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIlCgRtZXRhGA4gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QijQMKDlRvb2xDYWxsVXBkYXRlEhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIiCgV0aXRsZRgCIAEoCzITLmFjcC52Mi5TdHJpbmdQYXRjaBIhCgRraW5kGAMgASgLMhMuYWNwLnYyLlN0cmluZ1BhdGNoEiMKBnN0YXR1cxgEIAEoCzITLmFjcC52Mi5TdHJpbmdQYXRjaBItCgdjb250ZW50GAUgASgLMhwuYWNwLnYyLlRvb2xDYWxsQ29udGVudFBhdGNoEjAKCWxvY2F0aW9ucxgGIAEoCzIdLmFjcC52Mi5Ub29sQ2FsbExvY2F0aW9uUGF0Y2gSJQoJcmF3X2lucHV0GAcgASgLMhIuYWNwLnYyLlZhbHVlUGF0Y2gSJgoKcmF3X291dHB1dBgIIAEoCzISLmFjcC52Mi5WYWx1ZVBhdGNoEiEKBG1ldGEYDiABKAsyEy5hY3AudjIuU3RydWN0UGF0Y2gSJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IqUBChRUb29sQ2FsbENvbnRlbnRDaHVuaxIUCgx0b29sX2NhbGxfaWQYASABKAkSKAoHY29udGVudBgCIAEoCzIXLmFjcC52Mi5Ub29sQ2FsbENvbnRlbnQSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlEKC1N0cmluZ1BhdGNoEisKBWNsZWFyGAEgASgOMhouZ29vZ2xlLnByb3RvYnVmLk51bGxWYWx1ZUgAEg8KBXZhbHVlGAIgASgJSABCBAoCb3AiaAoKVmFsdWVQYXRjaBIrCgVjbGVhchgBIAEoDjIaLmdvb2dsZS5wcm90b2J1Zi5OdWxsVmFsdWVIABInCgV2YWx1ZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUgAQgQKAm9wImoKC1N0cnVjdFBhdGNoEisKBWNsZWFyGAEgASgOMhouZ29vZ2xlLnByb3RvYnVmLk51bGxWYWx1ZUgAEigKBXZhbHVlGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgAQgQKAm9wIncKFFRvb2xDYWxsQ29udGVudFBhdGNoEisKBWNsZWFyGAEgASgOMhouZ29vZ2xlLnByb3RvYnVmLk51bGxWYWx1ZUgAEiwKBXZhbHVlGAIgASgLMhsuYWNwLnYyLlRvb2xDYWxsQ29udGVudExpc3RIAEIECgJvcCI9ChNUb29sQ2FsbENvbnRlbnRMaXN0EiYKBWl0ZW1zGAEgAygLMhcuYWNwLnYyLlRvb2xDYWxsQ29udGVudCJ5ChVUb29sQ2FsbExvY2F0aW9uUGF0Y2gSKwoFY2xlYXIYASABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSAASLQoFdmFsdWUYAiABKAsyHC5hY3AudjIuVG9vbENhbGxMb2NhdGlvbkxpc3RIAEIECgJvcCI/ChRUb29sQ2FsbExvY2F0aW9uTGlzdBInCgVpdGVtcxgBIAMoCzIYLmFjcC52Mi5Ub29sQ2FsbExvY2F0aW9uInEKEUNvbnRlbnRCbG9ja1BhdGNoEisKBWNsZWFyGAEgASgOMhouZ29vZ2xlLnByb3RvYnVmLk51bGxWYWx1ZUgAEikKBXZhbHVlGAIgASgLMhguYWNwLnYyLkNvbnRlbnRCbG9ja0xpc3RIAEIECgJvcCKBAgoPVG9vbENhbGxDb250ZW50EicKB2NvbnRlbnQYASABKAsyFC5hY3AudjIuQ29udGVudEJsb2NrSAASHAoEZGlmZhgCIAEoCzIMLmFjcC52Mi5EaWZmSAASJAoIdGVybWluYWwYAyABKAsyEC5hY3AudjIuVGVybWluYWxIABIqCgd1bmtub3duGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgAEiUKBG1ldGEYDiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIGCgRpdGVtImoKBERpZmYSEQoEcGF0aBgBIAEoCUgAiAEBEhUKCG9sZF90ZXh0GAIgASgJSAGIAQESFQoIbmV3X3RleHQYAyABKAlIAogBAUIHCgVfcGF0aEILCglfb2xkX3RleHRCCwoJX25ld190ZXh0Ih8KCFRlcm1pbmFsEhMKC3Rlcm1pbmFsX2lkGAEgASgJIosBChBUb29sQ2FsbExvY2F0aW9uEgwKBHBhdGgYASABKAkSEQoEbGluZRgCIAEoDUgAiAEBEiUKBG1ldGEYDiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIHCgVfbGluZSqrAgoIVG9vbEtpbmQSGQoVVE9PTF9LSU5EX1VOU1BFQ0lGSUVEEAASEgoOVE9PTF9LSU5EX1JFQUQQARISCg5UT09MX0tJTkRfRURJVBACEhQKEFRPT0xfS0lORF9ERUxFVEUQAxISCg5UT09MX0tJTkRfTU9WRRAEEhQKEFRPT0xfS0lORF9TRUFSQ0gQBRIVChFUT09MX0tJTkRfRVhFQ1VURRAGEhMKD1RPT0xfS0lORF9USElOSxAHEhMKD1RPT0xfS0lORF9GRVRDSBAIEhkKFVRPT0xfS0lORF9TV0lUQ0hfTU9ERRAJEhMKD1RPT0xfS0lORF9PVEhFUhAKEhQKEFRPT0xfS0lORF9DVVNUT00QCxIVChFUT09MX0tJTkRfVU5LTk9XThAMKooCCg5Ub29sQ2FsbFN0YXR1cxIgChxUT09MX0NBTExfU1RBVFVTX1VOU1BFQ0lGSUVEEAASHAoYVE9PTF9DQUxMX1NUQVRVU19QRU5ESU5HEAESIAocVE9PTF9DQUxMX1NUQVRVU19JTl9QUk9HUkVTUxACEh4KGlRPT0xfQ0FMTF9TVEFUVVNfQ09NUExFVEVEEAMSGwoXVE9PTF9DQUxMX1NUQVRVU19GQUlMRUQQBBIeChpUT09MX0NBTExfU1RBVFVTX0NBTkNFTExFRBAFEhsKF1RPT0xfQ0FMTF9TVEFUVVNfQ1VTVE9NEAYSHAoYVE9PTF9DQUxMX1NUQVRVU19VTktOT1dOEAdiBnByb3RvMw", [file_acp_v2_content, file_google_protobuf_struct]);
+  fileDesc("ChZhY3AvdjIvdG9vbF9jYWxsLnByb3RvEgZhY3AudjIiygIKCFRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIMCgRraW5kGAMgASgJEg4KBnN0YXR1cxgEIAEoCRIoCgdjb250ZW50GAUgAygLMhcuYWNwLnYyLlRvb2xDYWxsQ29udGVudBIrCglsb2NhdGlvbnMYBiADKAsyGC5hY3AudjIuVG9vbENhbGxMb2NhdGlvbhIpCglyYXdfaW5wdXQYByABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKgoKcmF3X291dHB1dBgIIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIlCgRtZXRhGA4gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QijQMKDlRvb2xDYWxsVXBkYXRlEhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIiCgV0aXRsZRgCIAEoCzITLmFjcC52Mi5TdHJpbmdQYXRjaBIhCgRraW5kGAMgASgLMhMuYWNwLnYyLlN0cmluZ1BhdGNoEiMKBnN0YXR1cxgEIAEoCzITLmFjcC52Mi5TdHJpbmdQYXRjaBItCgdjb250ZW50GAUgASgLMhwuYWNwLnYyLlRvb2xDYWxsQ29udGVudFBhdGNoEjAKCWxvY2F0aW9ucxgGIAEoCzIdLmFjcC52Mi5Ub29sQ2FsbExvY2F0aW9uUGF0Y2gSJQoJcmF3X2lucHV0GAcgASgLMhIuYWNwLnYyLlZhbHVlUGF0Y2gSJgoKcmF3X291dHB1dBgIIAEoCzISLmFjcC52Mi5WYWx1ZVBhdGNoEiEKBG1ldGEYDiABKAsyEy5hY3AudjIuU3RydWN0UGF0Y2gSJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IqUBChRUb29sQ2FsbENvbnRlbnRDaHVuaxIUCgx0b29sX2NhbGxfaWQYASABKAkSKAoHY29udGVudBgCIAEoCzIXLmFjcC52Mi5Ub29sQ2FsbENvbnRlbnQSJQoEbWV0YRgOIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlEKC1N0cmluZ1BhdGNoEisKBWNsZWFyGAEgASgOMhouZ29vZ2xlLnByb3RvYnVmLk51bGxWYWx1ZUgAEg8KBXZhbHVlGAIgASgJSABCBAoCb3AiaAoKVmFsdWVQYXRjaBIrCgVjbGVhchgBIAEoDjIaLmdvb2dsZS5wcm90b2J1Zi5OdWxsVmFsdWVIABInCgV2YWx1ZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUgAQgQKAm9wImoKC1N0cnVjdFBhdGNoEisKBWNsZWFyGAEgASgOMhouZ29vZ2xlLnByb3RvYnVmLk51bGxWYWx1ZUgAEigKBXZhbHVlGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgAQgQKAm9wIncKFFRvb2xDYWxsQ29udGVudFBhdGNoEisKBWNsZWFyGAEgASgOMhouZ29vZ2xlLnByb3RvYnVmLk51bGxWYWx1ZUgAEiwKBXZhbHVlGAIgASgLMhsuYWNwLnYyLlRvb2xDYWxsQ29udGVudExpc3RIAEIECgJvcCI9ChNUb29sQ2FsbENvbnRlbnRMaXN0EiYKBWl0ZW1zGAEgAygLMhcuYWNwLnYyLlRvb2xDYWxsQ29udGVudCJ5ChVUb29sQ2FsbExvY2F0aW9uUGF0Y2gSKwoFY2xlYXIYASABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSAASLQoFdmFsdWUYAiABKAsyHC5hY3AudjIuVG9vbENhbGxMb2NhdGlvbkxpc3RIAEIECgJvcCI/ChRUb29sQ2FsbExvY2F0aW9uTGlzdBInCgVpdGVtcxgBIAMoCzIYLmFjcC52Mi5Ub29sQ2FsbExvY2F0aW9uInEKEUNvbnRlbnRCbG9ja1BhdGNoEisKBWNsZWFyGAEgASgOMhouZ29vZ2xlLnByb3RvYnVmLk51bGxWYWx1ZUgAEikKBXZhbHVlGAIgASgLMhguYWNwLnYyLkNvbnRlbnRCbG9ja0xpc3RIAEIECgJvcCKBAgoPVG9vbENhbGxDb250ZW50EicKB2NvbnRlbnQYASABKAsyFC5hY3AudjIuQ29udGVudEJsb2NrSAASHAoEZGlmZhgCIAEoCzIMLmFjcC52Mi5EaWZmSAASJAoIdGVybWluYWwYAyABKAsyEC5hY3AudjIuVGVybWluYWxIABIqCgd1bmtub3duGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgAEiUKBG1ldGEYDiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIGCgRpdGVtIrEBCgREaWZmEhEKBHBhdGgYASABKAlIAIgBARIVCghvbGRfdGV4dBgCIAEoCUgBiAEBEhUKCG5ld190ZXh0GAMgASgJSAKIAQESIwoHY2hhbmdlcxgEIAMoCzISLmFjcC52Mi5EaWZmQ2hhbmdlEiAKBXBhdGNoGAUgASgLMhEuYWNwLnYyLkRpZmZQYXRjaEIHCgVfcGF0aEILCglfb2xkX3RleHRCCwoJX25ld190ZXh0IvoBCgpEaWZmQ2hhbmdlEhEKCW9wZXJhdGlvbhgBIAEoCRIRCgRwYXRoGAIgASgJSACIAQESFQoIb2xkX3BhdGgYAyABKAlIAYgBARIWCglmaWxlX3R5cGUYBCABKAlIAogBARIWCgltaW1lX3R5cGUYBSABKAlIA4gBARIlCgRtZXRhGA4gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBwoFX3BhdGhCCwoJX29sZF9wYXRoQgwKCl9maWxlX3R5cGVCDAoKX21pbWVfdHlwZSJRCglEaWZmUGF0Y2gSDgoGZm9ybWF0GAEgASgJEgwKBHRleHQYAiABKAkSJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ih8KCFRlcm1pbmFsEhMKC3Rlcm1pbmFsX2lkGAEgASgJIosBChBUb29sQ2FsbExvY2F0aW9uEgwKBHBhdGgYASABKAkSEQoEbGluZRgCIAEoDUgAiAEBEiUKBG1ldGEYDiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIHCgVfbGluZSqrAgoIVG9vbEtpbmQSGQoVVE9PTF9LSU5EX1VOU1BFQ0lGSUVEEAASEgoOVE9PTF9LSU5EX1JFQUQQARISCg5UT09MX0tJTkRfRURJVBACEhQKEFRPT0xfS0lORF9ERUxFVEUQAxISCg5UT09MX0tJTkRfTU9WRRAEEhQKEFRPT0xfS0lORF9TRUFSQ0gQBRIVChFUT09MX0tJTkRfRVhFQ1VURRAGEhMKD1RPT0xfS0lORF9USElOSxAHEhMKD1RPT0xfS0lORF9GRVRDSBAIEhkKFVRPT0xfS0lORF9TV0lUQ0hfTU9ERRAJEhMKD1RPT0xfS0lORF9PVEhFUhAKEhQKEFRPT0xfS0lORF9DVVNUT00QCxIVChFUT09MX0tJTkRfVU5LTk9XThAMKooCCg5Ub29sQ2FsbFN0YXR1cxIgChxUT09MX0NBTExfU1RBVFVTX1VOU1BFQ0lGSUVEEAASHAoYVE9PTF9DQUxMX1NUQVRVU19QRU5ESU5HEAESIAocVE9PTF9DQUxMX1NUQVRVU19JTl9QUk9HUkVTUxACEh4KGlRPT0xfQ0FMTF9TVEFUVVNfQ09NUExFVEVEEAMSGwoXVE9PTF9DQUxMX1NUQVRVU19GQUlMRUQQBBIeChpUT09MX0NBTExfU1RBVFVTX0NBTkNFTExFRBAFEhsKF1RPT0xfQ0FMTF9TVEFUVVNfQ1VTVE9NEAYSHAoYVE9PTF9DQUxMX1NUQVRVU19VTktOT1dOEAdiBnByb3RvMw", [file_acp_v2_content, file_google_protobuf_struct]);
 
 /**
  * ToolCall is the merged state of one tool call: what a client shows after
@@ -520,7 +520,20 @@ export const ToolCallContentSchema: GenMessage<ToolCallContent> = /*@__PURE__*/
   messageDesc(file_acp_v2_tool_call, 11);
 
 /**
- * Diff is a file modification. `old_text` is absent for a new file.
+ * Diff is a file modification, in either ACP version's form.
+ *
+ * ACP v1 (and v1 agents under v2): the whole texts, `path`, `old_text`
+ * (absent for a new file) and `new_text`.
+ *
+ * ACP v2: `changes`, the files the diff touches and how (authoritative for
+ * paths and operations), and optionally `patch`, renderable text for some or
+ * all of them (`format` `git_patch`). In proto JSON:
+ *
+ *   {"diff": {"changes": [{"operation": "modify", "path": "/p/a.go"}],
+ *             "patch": {"format": "git_patch", "text": "diff --git ..."}}}
+ *
+ * A v2 diff with no changes keeps its `"changes": []` when written back as
+ * ACP JSON.
  *
  * @generated from message acp.v2.Diff
  */
@@ -539,6 +552,20 @@ export type Diff = Message<"acp.v2.Diff"> & {
    * @generated from field: optional string new_text = 3;
    */
   newText?: string | undefined;
+
+  /**
+   * ACP v2 `changes`.
+   *
+   * @generated from field: repeated acp.v2.DiffChange changes = 4;
+   */
+  changes: DiffChange[];
+
+  /**
+   * ACP v2 `patch`; absent when the agent gave none (or null).
+   *
+   * @generated from field: acp.v2.DiffPatch patch = 5;
+   */
+  patch?: DiffPatch | undefined;
 };
 
 /**
@@ -547,6 +574,100 @@ export type Diff = Message<"acp.v2.Diff"> & {
  */
 export const DiffSchema: GenMessage<Diff> = /*@__PURE__*/
   messageDesc(file_acp_v2_tool_call, 12);
+
+/**
+ * DiffChange is one file-level change of a v2 Diff.
+ *
+ * @generated from message acp.v2.DiffChange
+ */
+export type DiffChange = Message<"acp.v2.DiffChange"> & {
+  /**
+   * The ACP wire value: `add`, `delete`, `modify`, `move`, `copy`, or a
+   * custom (`_`-prefixed) or future operation.
+   *
+   * @generated from field: string operation = 1;
+   */
+  operation: string;
+
+  /**
+   * The absolute path the operation applies to (after it, for a move or
+   * a copy).
+   *
+   * @generated from field: optional string path = 2;
+   */
+  path?: string | undefined;
+
+  /**
+   * For `move` and `copy`: the absolute path before the operation.
+   *
+   * @generated from field: optional string old_path = 3;
+   */
+  oldPath?: string | undefined;
+
+  /**
+   * `text`, `binary`, `directory`, `symlink`, or another; absent when
+   * unknown.
+   *
+   * @generated from field: optional string file_type = 4;
+   */
+  fileType?: string | undefined;
+
+  /**
+   * The file's media type; absent when unknown.
+   *
+   * @generated from field: optional string mime_type = 5;
+   */
+  mimeType?: string | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Struct meta = 14;
+   */
+  meta?: JsonObject | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Struct extra = 15;
+   */
+  extra?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message acp.v2.DiffChange.
+ * Use `create(DiffChangeSchema)` to create a new message.
+ */
+export const DiffChangeSchema: GenMessage<DiffChange> = /*@__PURE__*/
+  messageDesc(file_acp_v2_tool_call, 13);
+
+/**
+ * DiffPatch is renderable patch text of a v2 Diff.
+ *
+ * @generated from message acp.v2.DiffPatch
+ */
+export type DiffPatch = Message<"acp.v2.DiffPatch"> & {
+  /**
+   * The ACP wire value: `git_patch` (one or more `diff --git` sections in
+   * Git's patch format, with absolute paths) or a custom or future format.
+   *
+   * @generated from field: string format = 1;
+   */
+  format: string;
+
+  /**
+   * @generated from field: string text = 2;
+   */
+  text: string;
+
+  /**
+   * @generated from field: google.protobuf.Struct extra = 15;
+   */
+  extra?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message acp.v2.DiffPatch.
+ * Use `create(DiffPatchSchema)` to create a new message.
+ */
+export const DiffPatchSchema: GenMessage<DiffPatch> = /*@__PURE__*/
+  messageDesc(file_acp_v2_tool_call, 14);
 
 /**
  * Terminal embeds a terminal by its id.
@@ -565,7 +686,7 @@ export type Terminal = Message<"acp.v2.Terminal"> & {
  * Use `create(TerminalSchema)` to create a new message.
  */
 export const TerminalSchema: GenMessage<Terminal> = /*@__PURE__*/
-  messageDesc(file_acp_v2_tool_call, 13);
+  messageDesc(file_acp_v2_tool_call, 15);
 
 /**
  * ToolCallLocation is a file a tool call reads or changes ("follow-along").
@@ -599,7 +720,7 @@ export type ToolCallLocation = Message<"acp.v2.ToolCallLocation"> & {
  * Use `create(ToolCallLocationSchema)` to create a new message.
  */
 export const ToolCallLocationSchema: GenMessage<ToolCallLocation> = /*@__PURE__*/
-  messageDesc(file_acp_v2_tool_call, 14);
+  messageDesc(file_acp_v2_tool_call, 16);
 
 /**
  * ToolKind is the typed form of ToolCall.kind. Helpers in the Go package

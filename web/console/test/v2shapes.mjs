@@ -1,0 +1,72 @@
+// Runs a turn of a scripted ACP v2 agent in the console, in Debian's
+// chromium (playwright-core): the page must show the v2 diff's changes
+// (operation and paths) and its git patch with added and removed lines
+// marked, and the permission request's description and command.
+//
+// gateway/console's Go test (TestBrowserShowsV2Shapes) starts the gateway,
+// with the agent "v2", and runs this with:
+//   CONSOLE_URL    the gateway's base URL, console mounted at /
+//   CONSOLE_TOKEN  a bearer token the gateway accepts
+//   CONSOLE_CWD    an absolute directory for the session
+//   CHROMIUM       the browser (default /usr/bin/chromium)
+import assert from "node:assert/strict";
+import { chromium } from "playwright-core";
+
+function env(name) {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set`);
+  return v;
+}
+const url = env("CONSOLE_URL");
+const token = env("CONSOLE_TOKEN");
+const cwd = env("CONSOLE_CWD");
+
+setTimeout(() => {
+  console.error("v2 shapes browser test: timed out after 60s");
+  process.exit(1);
+}, 60_000).unref();
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--headless"],
+});
+const page = await browser.newPage();
+page.setDefaultTimeout(20_000);
+const problems = [];
+page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+try {
+  await page.goto(url);
+  await page.fill("#token", token);
+  await page.click("#token-form button");
+  await page.locator("#agent option", { hasText: "v2" }).waitFor({ state: "attached" });
+  await page.selectOption("#agent", "v2");
+  await page.fill("#cwd", cwd);
+  await page.click("#create-form button");
+  await page.locator('#conn[data-state="live"]').waitFor();
+  await page.fill("#prompt", "Edit it.");
+  await page.click("#send");
+
+  const diff = page.locator(".tool[data-tool-call-id=e1] .v2diff");
+  await diff.waitFor();
+  assert.deepEqual(await diff.locator(".changes li").allTextContents(), ["modify /w/a.go", "move /w/old.txt → /w/new.txt"]);
+  assert.deepEqual(await diff.locator(".changes li").evaluateAll((ls) => ls.map((l) => l.dataset.operation)), ["modify", "move"]);
+  assert.deepEqual(await diff.locator(".patch .del").allTextContents(), ["-var x = 1\n"]);
+  assert.deepEqual(await diff.locator(".patch .add").allTextContents(), ["+var x = 2\n"]);
+  assert.deepEqual(await diff.locator(".patch .hunk").allTextContents(), ["@@ -1,2 +1,2 @@\n"]);
+
+  const perm = page.locator(".permission").filter({ hasText: "Run the tests?" });
+  await perm.waitFor();
+  assert.equal(await perm.locator(".description").textContent(), "They check the edit.");
+  assert.equal(await perm.locator(".subject.command code").textContent(), "go test ./...");
+  assert.match(await perm.locator(".subject.command").textContent(), /in \/w$/);
+  await perm.locator("button", { hasText: "Allow once" }).click();
+  await page.locator(".turn-end").waitFor();
+  assert.deepEqual(problems, []);
+  console.log(JSON.stringify({ ok: true }));
+} catch (e) {
+  const text = await page.locator("body").innerText().catch(() => "");
+  console.error(`v2 shapes browser test failed: ${e.stack ?? e}\n--- page text ---\n${text}`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
