@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"strings"
 
+	"reflect"
+	"strconv"
+
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -73,37 +77,59 @@ func DecodeUpdate(data []byte, v Version) (*acpv2.SessionUpdate, error) {
 // level 1) are kept as strings of their JSON, so that the update stays
 // within the depth every decoder takes.
 func KeepUnknown(data []byte) *acpv2.SessionUpdate {
-	v, _, _, err := parseJSON(data) // anything after the first value is ignored
+	v, _, err := parseStd(data) // anything after the first value is ignored
 	if err != nil {
 		return nil
 	}
-	return keepUnknown(v)
-}
-
-// keepUnknown is KeepUnknown of the parsed value v, which it may modify.
-func keepUnknown(v any) *acpv2.SessionUpdate {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		obj = map[string]any{"update": v}
 	}
 	clipDepth(obj, MaxDepth)
 	tag, _ := obj["sessionUpdate"].(string)
-	return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_Unknown{Unknown: unknownUpdate(tag, obj)}}
+	return &acpv2.SessionUpdate{Update: &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: tag, Body: toStruct(obj)}}}
 }
 
 // Decode decodes the ACP JSON object data into m, which must be one of the
 // acp.v2 messages that mirror an ACP type (ContentBlock, ToolCallUpdate,
 // ToolCall, PermissionOption, SessionUpdate, ...).
 func Decode(data []byte, m proto.Message, v Version) error {
-	obj, err := parseObject(data)
-	if err != nil {
-		return err
-	}
+	r := getReader(data, MaxDepth)
+	defer putReader(r)
 	d := decoder{version: v}
+	var err error
 	if u, ok := m.(*acpv2.SessionUpdate); ok {
-		return d.sessionUpdate(obj, u)
+		err = d.update(r, &u)
+	} else if t := tableOf(m.ProtoReflect().Descriptor()); t == nil {
+		err = &Error{Reason: fmt.Sprintf("%s is not an ACP type", m.ProtoReflect().Descriptor().FullName())}
+	} else if r.kind() != '{' {
+		err = d.notObject(r)
+	} else {
+		err = d.object(r, t, reflect.ValueOf(m).UnsafePointer())
 	}
-	return d.object(obj, m.ProtoReflect())
+	if err == nil && r.end() {
+		return nil
+	}
+	return docError(data, err)
+}
+
+// docError is the error of the document data, which the decoder refused
+// with err (nil when data held more than one value): encoding/json's when
+// data is not one JSON value, then the depth's, then err.
+func docError(data []byte, err error) error {
+	v, trailing, jerr := parseStd(data)
+	switch {
+	case jerr != nil:
+		return &Error{Reason: "not valid JSON: " + jerr.Error()}
+	case trailing:
+		return &Error{Reason: "trailing data after the JSON object"}
+	case deeper(v, MaxDepth):
+		return tooDeep()
+	case err == nil || !semantic(err):
+		// The reader refused what encoding/json takes: it must not.
+		return &Error{Reason: "not valid JSON"}
+	}
+	return err
 }
 
 // EncodeUpdate encodes u as the `update` member of an ACP `session/update`
@@ -144,19 +170,6 @@ func Encode(m proto.Message, v Version) ([]byte, error) {
 		return nil, err
 	}
 	return e.buf.Bytes(), nil
-}
-
-// parseJSON parses the JSON value at the start of data, with numbers as
-// json.Number. trailing reports whether anything but whitespace follows
-// it, and deep whether it nests deeper than MaxDepth.
-func parseJSON(data []byte) (v any, trailing, deep bool, err error) {
-	if v, ok := parseFast(data); ok {
-		return v, false, false, nil // the fast parser takes nothing deeper
-	}
-	// Not JSON, data after the value, or a document the fast parser leaves
-	// alone: encoding/json decides, and words the error.
-	v, trailing, err = parseStd(data)
-	return v, trailing, err == nil && deeper(v, MaxDepth), err
 }
 
 // deeper reports whether v nests arrays and objects more than levels deep.
@@ -216,8 +229,9 @@ func jsonText(v any) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// parseStd is parseJSON by encoding/json alone, the reference that the fast
-// parser must not change.
+// parseStd parses the JSON value at the start of data with encoding/json,
+// numbers as json.Number; trailing reports whether anything but whitespace
+// follows it.
 func parseStd(data []byte) (v any, trailing bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -228,32 +242,29 @@ func parseStd(data []byte) (v any, trailing bool, err error) {
 	return v, len(bytes.TrimLeft(rest, " \t\r\n")) > 0, nil
 }
 
+// parseObject parses the JSON object data into encoding/json's generic
+// form, with Decode's errors: for the requests that are read member by
+// member from that form (elicitation.go), and for the test oracle.
 func parseObject(data []byte) (map[string]any, error) {
-	v, trailing, deep, err := parseJSON(data)
+	v, trailing, err := parseStd(data)
 	switch {
 	case err != nil:
 		return nil, &Error{Reason: "not valid JSON: " + err.Error()}
 	case trailing:
 		return nil, &Error{Reason: "trailing data after the JSON object"}
-	case deep:
+	case deeper(v, MaxDepth):
 		return nil, tooDeep()
 	}
-	return asObject(v)
-}
-
-// tooDeep is the error of a document nested deeper than MaxDepth.
-func tooDeep() error {
-	return &Error{Reason: fmt.Sprintf("arrays and objects nested more than %d levels deep, which the gateway does not take: flatten the JSON", MaxDepth)}
-}
-
-// asObject returns the parsed value v as an object, or the error of a JSON
-// value that is not one.
-func asObject(v any) (map[string]any, error) {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		return nil, &Error{Reason: fmt.Sprintf("want a JSON object, got %s", jsonKind(v))}
 	}
 	return obj, nil
+}
+
+// tooDeep is the error of a document nested deeper than MaxDepth.
+func tooDeep() error {
+	return &Error{Reason: fmt.Sprintf("arrays and objects nested more than %d levels deep, which the gateway does not take: flatten the JSON", MaxDepth)}
 }
 
 func jsonKind(v any) string {
@@ -272,4 +283,43 @@ func jsonKind(v any) string {
 		return "an object"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// toValue converts a parsed JSON value to a google.protobuf.Value. Numbers
+// become float64, as google.protobuf.Value requires.
+func toValue(v any) *structpb.Value {
+	switch v := v.(type) {
+	case nil:
+		return structpb.NewNullValue()
+	case bool:
+		return structpb.NewBoolValue(v)
+	case json.Number:
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil {
+			// Out of float64 range: keep the digits rather than lose the value.
+			return structpb.NewStringValue(string(v))
+		}
+		return structpb.NewNumberValue(f)
+	case float64:
+		return structpb.NewNumberValue(v)
+	case string:
+		return structpb.NewStringValue(v)
+	case []any:
+		l := &structpb.ListValue{Values: make([]*structpb.Value, len(v))}
+		for i, e := range v {
+			l.Values[i] = toValue(e)
+		}
+		return structpb.NewListValue(l)
+	case map[string]any:
+		return structpb.NewStructValue(toStruct(v))
+	}
+	return structpb.NewNullValue()
+}
+
+func toStruct(obj map[string]any) *structpb.Struct {
+	s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(obj))}
+	for k, v := range obj {
+		s.Fields[k] = toValue(v)
+	}
+	return s
 }

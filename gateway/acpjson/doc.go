@@ -14,4 +14,17 @@
 // are kept in the field `extra` and written back unchanged. Numbers inside
 // free-form JSON (`rawInput`, `_meta`, unknown members) are held as float64,
 // as google.protobuf.Value requires, so integers beyond 2^53 lose precision.
+//
+// There is one decoder (stream.go). A tokenizer (reader.go) reads the JSON
+// in one pass, as encoding/json reads it (invalid UTF-8 and lone
+// surrogates become U+FFFD, the last of duplicate members wins, and what
+// encoding/json refuses is refused with encoding/json's error), and the
+// decoder writes each member straight into the generated message through
+// tables built once per message from its descriptor and Go type
+// (tables.go): a field's offset, its kind, its oneof wrapper. A member of
+// the wrong shape, a union whose discriminator is not its first member, or
+// one whose variant does not decode, is read to its end and decoded again
+// from its bytes. The generic decoder it replaced, from encoding/json's maps
+// through protoreflect, is kept as the test oracle (oracle_test.go) that
+// the differential fuzz targets hold the decoder to.
 package acpjson

@@ -357,6 +357,10 @@ func (e *encoder) str(s string) {
 	e.buf.Write(b)
 }
 
+// plainByte reports whether c stands for itself in a JSON string: ASCII,
+// neither a control character, a quote nor a backslash.
+func plainByte(c byte) bool { return c >= ' ' && c < utf8.RuneSelf && c != '"' && c != '\\' }
+
 // v2Diff says whether diff d, whose changes are empty, is of ACP v2's form
 // (it has none of v1's members), so that its `"changes": []`, which v2
 // requires, is written back.

@@ -39,40 +39,115 @@ type UpdateNotification struct {
 // member names to fields regardless of case) this does not try to
 // reproduce.
 func DecodeNotification(data []byte, v Version) (n UpdateNotification, ok bool) {
-	return decodeNotification(data, v, true)
+	return decodeNotification(data, v)
 }
 
-// decodeNotification is DecodeNotification, taking the direct path (see
-// directUpdate) when direct is set.
-func decodeNotification(data []byte, v Version, direct bool) (n UpdateNotification, ok bool) {
-	sid, update, decoded, ok := parseNotification(data, v, direct)
-	if !ok {
+func decodeNotification(data []byte, v Version) (n UpdateNotification, ok bool) {
+	r := getReader(data, MaxDepth)
+	defer putReader(r)
+	d := decoder{version: v}
+	var (
+		u    *acpv2.SessionUpdate
+		raw  []byte // the update's bytes, when it did not decode
+		seen int
+	)
+	once := func(m int) bool {
+		if seen&m != 0 {
+			return false
+		}
+		seen |= m
+		return true
+	}
+	params := func(name []byte) (bool, error) {
+		switch {
+		case string(name) == "sessionId":
+			if !once(mSessionID) {
+				return false, nil
+			}
+			switch r.kind() {
+			case '"':
+				s, err := r.str()
+				n.SessionID = s
+				return err == nil, err
+			case 'n':
+				_, err := r.scalar()
+				return err == nil, err
+			}
+			return false, nil
+		case string(name) == "update":
+			if !once(mUpdate) {
+				return false, nil
+			}
+			// The update may nest MaxDepth levels below params, as it
+			// may on its own (DecodeUpdate); a deeper one is declined,
+			// for DecodeUpdate to refuse.
+			outer := r.limit
+			r.limit = r.depth() + MaxDepth
+			start, d0 := r.offset(), r.depth()
+			err := d.update(r, &u)
+			if semantic(err) {
+				n.Err = err
+				raw, err = r.finish(start, d0)
+			}
+			r.limit = outer
+			return err == nil, err
+		case strings.EqualFold(string(name), "sessionId"), strings.EqualFold(string(name), "update"):
+			return false, nil
+		}
+		return true, r.skip()
+	}
+	top := func(name []byte) (bool, error) {
+		switch string(name) {
+		case "jsonrpc":
+			return once(mJSONRPC), r.skip()
+		case "method":
+			if !once(mMethod) || r.kind() != '"' {
+				return false, nil
+			}
+			m, err := r.str()
+			return m == "session/update", err
+		case "params":
+			if !once(mParams) || r.kind() != '{' {
+				return false, nil
+			}
+			return r.members(params)
+		}
+		return false, nil
+	}
+	if r.kind() != '{' {
 		return UpdateNotification{}, false
 	}
-	n.SessionID = sid
-	if decoded != nil {
-		n.Update = decoded
-		return n, true
+	if ok, err := r.members(top); !ok || err != nil || !r.end() || seen&(mMethod|mParams|mUpdate) != mMethod|mParams|mUpdate {
+		return UpdateNotification{}, false
 	}
-	n.Update, n.Err = decodeUpdate(update, v)
 	if n.Err != nil {
-		n.Update = keepUnknown(update)
+		n.Update = KeepUnknown(raw)
+	} else {
+		n.Update = u
 	}
 	return n, true
 }
 
-// decodeUpdate is DecodeUpdate of the parsed value val.
-func decodeUpdate(val any, v Version) (*acpv2.SessionUpdate, error) {
-	obj, err := asObject(val)
-	if err != nil {
-		return nil, err
+// members reads the object at r, calling member with the name of each of
+// its members in turn; member reads the value, which follows, and reports
+// whether to go on.
+func (r *reader) members(member func(name []byte) (bool, error)) (bool, error) {
+	if err := r.open(); err != nil {
+		return false, err
 	}
-	u := &acpv2.SessionUpdate{}
-	d := decoder{version: v}
-	if err := d.sessionUpdate(obj, u); err != nil {
-		return nil, err
+	for {
+		more, err := r.more()
+		if err != nil || !more {
+			return err == nil, err
+		}
+		name, err := r.name()
+		if err != nil {
+			return false, err
+		}
+		if ok, err := member(name); !ok || err != nil {
+			return false, err
+		}
 	}
-	return u, nil
 }
 
 // Members of a notification, as bits.
@@ -83,70 +158,3 @@ const (
 	mSessionID
 	mUpdate
 )
-
-// parseNotification parses data as DecodeNotification describes, returning
-// params.sessionId and the parsed params.update, or with direct, the
-// update decoded by the direct path when it takes it.
-func parseNotification(data []byte, v Version, direct bool) (sid string, update any, decoded *acpv2.SessionUpdate, ok bool) {
-	p := getParser(data)
-	defer putParser(p)
-	seen := 0
-	once := func(m int) bool {
-		if seen&m != 0 {
-			return false
-		}
-		seen |= m
-		return true
-	}
-	params := func(k string) bool {
-		switch {
-		case k == "sessionId":
-			if !once(mSessionID) {
-				return false
-			}
-			var ok bool
-			sid, ok = p.plainText() // a string, or null
-			return ok
-		case k == "update":
-			if !once(mUpdate) {
-				return false
-			}
-			// The update may nest MaxDepth levels below params, as it
-			// may on its own (DecodeUpdate); a deeper one is declined,
-			// for DecodeUpdate to refuse.
-			outer := p.limit
-			p.limit = p.depth + MaxDepth
-			ok := false
-			if direct {
-				decoded, ok = p.directUpdate(v)
-			}
-			if !ok {
-				update, ok = p.value()
-			}
-			p.limit = outer
-			return ok
-		case strings.EqualFold(k, "sessionId"), strings.EqualFold(k, "update"):
-			return false
-		}
-		_, ok := p.value()
-		return ok
-	}
-	ok = p.members(func(k string) bool {
-		switch k {
-		case "jsonrpc":
-			_, ok := p.value()
-			return once(mJSONRPC) && ok
-		case "method":
-			m, ok := p.value()
-			return once(mMethod) && ok && m == "session/update"
-		case "params":
-			return once(mParams) && p.members(params)
-		}
-		return false
-	})
-	p.ws()
-	if !ok || p.i != len(p.data) || seen&(mMethod|mParams|mUpdate) != mMethod|mParams|mUpdate {
-		return "", nil, nil, false
-	}
-	return sid, update, decoded, true
-}

@@ -2,6 +2,7 @@ package acpjson
 
 import (
 	"fmt"
+	"unsafe"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -16,56 +17,145 @@ import (
 // `subject`: a command, or one of a type the gateway does not know, kept
 // whole.
 func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, error) {
-	obj, err := parseObject(data)
+	req, err := decodePermissionRequest(data, v)
+	if err != nil {
+		return nil, docError(data, err)
+	}
+	return req, nil
+}
+
+func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, error) {
+	r := getReader(data, MaxDepth)
+	defer putReader(r)
+	if r.kind() != '{' {
+		return nil, decoder{}.notObject(r)
+	}
+	// The members that matter, as their bytes (the last of each).
+	var title, description string
+	var hasDescription bool
+	var toolCall, subject, options, meta []byte
+	raw := func() ([]byte, error) {
+		start, d0 := r.offset(), r.depth()
+		if err := r.skip(); err != nil {
+			return nil, err
+		}
+		return r.finish(start, d0)
+	}
+	ok, err := r.members(func(name []byte) (bool, error) {
+		var err error
+		switch string(name) {
+		case "title":
+			title = ""
+			if r.kind() == '"' {
+				title, err = r.str()
+				return true, err
+			}
+		case "description":
+			description, hasDescription = "", false
+			if r.kind() == '"' {
+				description, err = r.str()
+				hasDescription = true
+				return true, err
+			}
+		case "toolCall":
+			toolCall, err = raw()
+			return true, err
+		case "subject":
+			subject, err = raw()
+			return true, err
+		case "options":
+			options, err = raw()
+			return true, err
+		case "_meta":
+			meta, err = raw()
+			return true, err
+		}
+		return true, r.skip()
+	})
+	if err == nil && (!ok || !r.end()) {
+		err = errSyntax
+	}
 	if err != nil {
 		return nil, err
 	}
+	isObject := func(b []byte) bool { return len(b) > 0 && b[0] == '{' }
 	d := decoder{version: v}
-	req := &acpv2.PermissionRequest{}
-	if title, ok := obj["title"].(string); ok {
-		req.Title = title
+	req := &acpv2.PermissionRequest{Title: title}
+	if hasDescription {
+		req.Description = &description
 	}
-	if desc, ok := obj["description"].(string); ok {
-		req.Description = &desc
-	}
-	tc, _ := obj["toolCall"].(map[string]any)
-	var subject map[string]any
-	if tc == nil {
-		subject, _ = obj["subject"].(map[string]any)
-		if t, _ := subject["type"].(string); t == "tool_call" {
-			tc, _ = subject["toolCall"].(map[string]any)
+	switch {
+	case isObject(toolCall):
+		subject = nil
+	case isObject(subject):
+		toolCall = nil
+		typ, err := lastString(subject, "type")
+		if err != nil {
+			return nil, err
+		}
+		if typ == "tool_call" {
+			if toolCall, err = lastMember(subject, "toolCall"); err != nil {
+				return nil, err
+			}
+			if !isObject(toolCall) {
+				toolCall = nil
+			}
 			subject = nil
 		}
+	default:
+		toolCall, subject = nil, nil
 	}
-	if tc != nil {
+	if toolCall != nil {
 		req.ToolCall = &acpv2.ToolCallUpdate{}
-		if err := d.object(tc, req.ToolCall.ProtoReflect()); err != nil {
+		sub := getReader(toolCall, MaxDepth-1)
+		err := d.object(sub, tableOf(mdToolCallUpdate), unsafe.Pointer(req.ToolCall))
+		putReader(sub)
+		if err != nil {
 			return nil, within(err, "toolCall")
 		}
 	}
-	opts, ok := obj["options"].([]any)
-	if !ok {
-		return nil, &Error{Path: "options", Reason: "want an array of permission options, got " + jsonKind(obj["options"])}
+	if len(options) == 0 || options[0] != '[' {
+		got := "null"
+		if len(options) > 0 {
+			got = kindName(Kind(options[0]))
+		}
+		return nil, &Error{Path: "options", Reason: "want an array of permission options, got " + got}
 	}
-	for i, o := range opts {
-		om, ok := o.(map[string]any)
-		if !ok {
-			return nil, &Error{Path: fmt.Sprintf("options[%d]", i), Reason: "want an object, got " + jsonKind(o)}
+	sub := getReader(options, MaxDepth-1)
+	defer putReader(sub)
+	if err := sub.open(); err != nil {
+		return nil, err
+	}
+	for i := 0; ; i++ {
+		more, err := sub.more()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		if k := sub.kind(); k != '{' {
+			return nil, &Error{Path: fmt.Sprintf("options[%d]", i), Reason: "want an object, got " + kindName(k)}
 		}
 		po := &acpv2.PermissionOption{}
-		if err := d.object(om, po.ProtoReflect()); err != nil {
+		if err := d.object(sub, tableOf(po.ProtoReflect().Descriptor()), unsafe.Pointer(po)); err != nil {
 			return nil, within(err, fmt.Sprintf("options[%d]", i))
 		}
 		req.Options = append(req.Options, po)
 	}
 	if subject != nil {
 		req.Subject = &acpv2.PermissionSubject{}
-		if err := d.object(subject, req.Subject.ProtoReflect()); err != nil {
+		sub := getReader(subject, MaxDepth-1)
+		err := d.object(sub, tableOf(req.Subject.ProtoReflect().Descriptor()), unsafe.Pointer(req.Subject))
+		putReader(sub)
+		if err != nil {
 			return nil, within(err, "subject")
 		}
 	}
-	if meta, ok := obj["_meta"].(map[string]any); ok {
-		req.Meta = toStruct(meta)
+	if isObject(meta) {
+		if req.Meta, err = r.structOf(meta, 1); err != nil {
+			return nil, err
+		}
 	}
 	return req, nil
 }

@@ -1,12 +1,8 @@
 package acpjson
 
 import (
-	"reflect"
-	"strings"
-
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -35,13 +31,6 @@ type msgInfo struct {
 	// omitEmpty lists implicit-presence fields that are optional in ACP, so
 	// an empty value is not encoded.
 	omitEmpty map[protoreflect.FieldNumber]bool
-	// goType is the generated Go type, a pointer to a struct, and
-	// stringField the index in that struct of each plain string field (a
-	// proto3 string without presence, outside any oneof), by field number.
-	// The decoder sets those directly: through protoreflect, a string costs
-	// two allocations to box and convert it.
-	goType      reflect.Type
-	stringField map[protoreflect.FieldNumber]int
 }
 
 // union describes an ACP union stored as a proto oneof.
@@ -116,6 +105,7 @@ func init() {
 	// back by the encoder (see diffChanges).
 	omitEmpty(&acpv2.Diff{}, "changes")
 
+	buildTables()
 	internNames()
 }
 
@@ -127,7 +117,6 @@ func register(md protoreflect.MessageDescriptor) {
 		omitEmpty: map[protoreflect.FieldNumber]bool{},
 	}
 	fields := md.Fields()
-	in.goType, in.stringField = stringFields(md)
 	for i := 0; i < fields.Len(); i++ {
 		fd := fields.Get(i)
 		switch {
@@ -155,44 +144,6 @@ func register(md protoreflect.MessageDescriptor) {
 	for i := 0; i < nested.Len(); i++ {
 		register(nested.Get(i))
 	}
-}
-
-// stringFields finds the generated Go type of md and the struct index of
-// each of its plain string fields, by the name in the field's protobuf tag.
-func stringFields(md protoreflect.MessageDescriptor) (reflect.Type, map[protoreflect.FieldNumber]int) {
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
-	if err != nil {
-		return nil, nil
-	}
-	t := reflect.TypeOf(mt.New().Interface())
-	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
-		return nil, nil
-	}
-	byName := map[string]int{}
-	st := t.Elem()
-	for i := 0; i < st.NumField(); i++ {
-		sf := st.Field(i)
-		if sf.Type.Kind() != reflect.String || !sf.IsExported() {
-			continue
-		}
-		for _, part := range strings.Split(sf.Tag.Get("protobuf"), ",") {
-			if name, ok := strings.CutPrefix(part, "name="); ok {
-				byName[name] = i
-			}
-		}
-	}
-	idx := map[protoreflect.FieldNumber]int{}
-	fields := md.Fields()
-	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
-		if fd.Kind() != protoreflect.StringKind || fd.IsList() || fd.HasPresence() || fd.ContainingOneof() != nil {
-			continue
-		}
-		if j, ok := byName[string(fd.Name())]; ok {
-			idx[fd.Number()] = j
-		}
-	}
-	return t, idx
 }
 
 func field(m proto.Message, name protoreflect.Name) protoreflect.FieldDescriptor {

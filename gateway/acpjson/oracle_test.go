@@ -2,28 +2,40 @@ package acpjson
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
-type decoder struct {
+// The oracle: the generic descriptor-driven decoder, from the values
+// encoding/json parses (map[string]any, json.Number, ...) through
+// protoreflect, that the decoder replaced. It is slow and simple, and the
+// differential tests (oracle_fuzz_test.go) hold the decoder to it.
+type oracle struct {
 	version Version
-	// generic turns the fast path off (see fastUpdate), for the tests
-	// that compare the two.
-	generic bool
+}
+
+// oracleDecode is Decode by the oracle.
+func oracleDecode(data []byte, m proto.Message, v Version) error {
+	obj, err := parseObject(data)
+	if err != nil {
+		return err
+	}
+	d := oracle{version: v}
+	if u, ok := m.(*acpv2.SessionUpdate); ok {
+		return d.sessionUpdate(obj, u)
+	}
+	return d.object(obj, m.ProtoReflect())
 }
 
 // sessionUpdate decodes the `update` member of a session/update.
-func (d *decoder) sessionUpdate(obj map[string]any, u *acpv2.SessionUpdate) error {
+func (d *oracle) sessionUpdate(obj map[string]any, u *acpv2.SessionUpdate) error {
 	tag, hasTag := obj["sessionUpdate"]
 	if !hasTag {
 		if _, ok := obj["type"]; ok {
@@ -35,19 +47,13 @@ func (d *decoder) sessionUpdate(obj map[string]any, u *acpv2.SessionUpdate) erro
 				u.Update = &acpv2.SessionUpdate_Unknown{Unknown: unknownUpdate(obj["type"], obj)}
 				return nil
 			}
-			return (&decoder{version: V2, generic: d.generic}).sessionUpdate(norm, u)
+			return (&oracle{version: V2}).sessionUpdate(norm, u)
 		}
 		return &Error{Path: "sessionUpdate", Reason: "missing: an update needs a sessionUpdate (or type) discriminator"}
 	}
 	s, ok := tag.(string)
 	if !ok {
 		return &Error{Path: "sessionUpdate", Reason: "want a string, got " + jsonKind(tag)}
-	}
-	if !d.generic {
-		if fast := d.fastUpdate(s, obj); fast != nil {
-			u.Update = fast.Update
-			return nil
-		}
 	}
 	dd := *d
 	fd, known := updateTags[s]
@@ -63,7 +69,7 @@ func (d *decoder) sessionUpdate(obj map[string]any, u *acpv2.SessionUpdate) erro
 	}
 	m := u.ProtoReflect()
 	child := m.NewField(fd).Message()
-	if err := dd.fill(obj, []string{"sessionUpdate"}, target{child, info(child.Descriptor())}); err != nil {
+	if err := dd.fill(obj, []string{"sessionUpdate"}, oracleTarget{child, info(child.Descriptor())}); err != nil {
 		return err
 	}
 	m.Set(fd, protoreflect.ValueOfMessage(child))
@@ -76,36 +82,13 @@ func unknownUpdate(tag any, obj map[string]any) *acpv2.UnknownUpdate {
 }
 
 // target is a message that members of one JSON object are decoded into.
-type target struct {
+type oracleTarget struct {
 	m  protoreflect.Message
 	in *msgInfo
 }
 
-// Error paths: the decoding functions below do not know where in the
-// document they are. An *Error they return has a Path relative to the value
-// they were given ("" for that value itself), and each caller prefixes it
-// with the member name or index it passed down (see within), so that a path
-// is only built for an error that is returned.
-
-// within returns err with its path made relative to the value one level up:
-// elem is the member name or the index ("[2]") under which err occurred.
-func within(err error, elem string) error {
-	var e *Error
-	if errors.As(err, &e) {
-		switch {
-		case e.Path == "":
-			e.Path = elem
-		case e.Path[0] == '[':
-			e.Path = elem + e.Path
-		default:
-			e.Path = elem + "." + e.Path
-		}
-	}
-	return err
-}
-
 // object decodes obj into m.
-func (d *decoder) object(obj map[string]any, m protoreflect.Message) error {
+func (d *oracle) object(obj map[string]any, m protoreflect.Message) error {
 	in := info(m.Descriptor())
 	if in == nil {
 		return &Error{Reason: fmt.Sprintf("%s is not an ACP type", m.Descriptor().FullName())}
@@ -114,13 +97,13 @@ func (d *decoder) object(obj map[string]any, m protoreflect.Message) error {
 		d.union(obj, m, in)
 		return nil
 	}
-	return d.fill(obj, nil, target{m, in})
+	return d.fill(obj, nil, oracleTarget{m, in})
 }
 
 // union decodes a discriminated union. It never fails: an object whose
 // discriminator is unknown, or whose variant does not decode, is kept whole
 // in the union's unknown field.
-func (d *decoder) union(obj map[string]any, m protoreflect.Message, in *msgInfo) {
+func (d *oracle) union(obj map[string]any, m protoreflect.Message, in *msgInfo) {
 	u := in.union
 	tag, _ := obj[u.key].(string)
 	v, ok := u.byTag[tag]
@@ -132,10 +115,10 @@ func (d *decoder) union(obj map[string]any, m protoreflect.Message, in *msgInfo)
 			if !isObj {
 				err = &Error{Reason: "variant is not an object"}
 			} else if err = d.object(inner, child); err == nil {
-				err = d.fill(obj, []string{u.key, v.nested}, target{m, in})
+				err = d.fill(obj, []string{u.key, v.nested}, oracleTarget{m, in})
 			}
 		} else {
-			err = d.fill(obj, []string{u.key}, target{child, info(child.Descriptor())}, target{m, in})
+			err = d.fill(obj, []string{u.key}, oracleTarget{child, info(child.Descriptor())}, oracleTarget{m, in})
 		}
 		if err == nil {
 			m.Set(v.field, protoreflect.ValueOfMessage(child))
@@ -154,8 +137,8 @@ func (d *decoder) union(obj map[string]any, m protoreflect.Message, in *msgInfo)
 // members no target models go to the `extra` of the first target that has
 // one. A member whose value has the wrong shape is kept in that `extra` too,
 // so nothing is lost, unless its field is required or no target has extra.
-func (d *decoder) fill(obj map[string]any, skip []string, ts ...target) error {
-	var extraOf *target
+func (d *oracle) fill(obj map[string]any, skip []string, ts ...oracleTarget) error {
+	var extraOf *oracleTarget
 	for i := range ts {
 		if ts[i].in.extra != nil {
 			extraOf = &ts[i]
@@ -206,7 +189,7 @@ members:
 }
 
 // fieldFor returns the field that models ACP member key, or nil.
-func (d *decoder) fieldFor(in *msgInfo, key string) protoreflect.FieldDescriptor {
+func (d *oracle) fieldFor(in *msgInfo, key string) protoreflect.FieldDescriptor {
 	if fd, ok := in.byKey[key]; ok {
 		return fd
 	}
@@ -220,7 +203,7 @@ func (d *decoder) fieldFor(in *msgInfo, key string) protoreflect.FieldDescriptor
 }
 
 // member decodes one member's value into field fd of m.
-func (d *decoder) member(m protoreflect.Message, in *msgInfo, fd protoreflect.FieldDescriptor, val any) error {
+func (d *oracle) member(m protoreflect.Message, in *msgInfo, fd protoreflect.FieldDescriptor, val any) error {
 	if in.desc == mdEmbeddedResource && fd.ContainingOneof() != nil {
 		obj, ok := val.(map[string]any)
 		if !ok {
@@ -257,14 +240,6 @@ func (d *decoder) member(m protoreflect.Message, in *msgInfo, fd protoreflect.Fi
 		m.Set(fd, protoreflect.ValueOfList(list))
 		return nil
 	}
-	if s, ok := val.(string); ok {
-		if i, plain := in.stringField[fd.Number()]; plain {
-			if rv := reflect.ValueOf(m.Interface()); rv.Type() == in.goType {
-				rv.Elem().Field(i).SetString(s)
-				return nil
-			}
-		}
-	}
 	v, err := d.scalar(func() protoreflect.Value { return m.NewField(fd) }, fd, val)
 	if err != nil {
 		return err
@@ -274,7 +249,7 @@ func (d *decoder) member(m protoreflect.Message, in *msgInfo, fd protoreflect.Fi
 }
 
 // scalar decodes one value of fd's kind (one element, for a list).
-func (d *decoder) scalar(newMsg func() protoreflect.Value, fd protoreflect.FieldDescriptor, val any) (protoreflect.Value, error) {
+func (d *oracle) scalar(newMsg func() protoreflect.Value, fd protoreflect.FieldDescriptor, val any) (protoreflect.Value, error) {
 	bad := func(want string) (protoreflect.Value, error) {
 		return protoreflect.Value{}, &Error{Reason: "want " + want + ", got " + jsonKind(val)}
 	}
@@ -362,7 +337,7 @@ func (d *decoder) scalar(newMsg func() protoreflect.Value, fd protoreflect.Field
 
 // patchValue sets the `value` case of a tri-state wrapper from a non-null
 // JSON value. A wrapper around a list message takes a JSON array.
-func (d *decoder) patchValue(p protoreflect.Message, vf protoreflect.FieldDescriptor, val any) error {
+func (d *oracle) patchValue(p protoreflect.Message, vf protoreflect.FieldDescriptor, val any) error {
 	if vf.Kind() == protoreflect.MessageKind {
 		if items := vf.Message().Fields().ByName("items"); items != nil && items.IsList() {
 			list := p.NewField(vf).Message()
@@ -380,43 +355,4 @@ func (d *decoder) patchValue(p protoreflect.Message, vf protoreflect.FieldDescri
 	}
 	p.Set(vf, v)
 	return nil
-}
-
-// toValue converts a parsed JSON value to a google.protobuf.Value. Numbers
-// become float64, as google.protobuf.Value requires.
-func toValue(v any) *structpb.Value {
-	switch v := v.(type) {
-	case nil:
-		return structpb.NewNullValue()
-	case bool:
-		return structpb.NewBoolValue(v)
-	case json.Number:
-		f, err := strconv.ParseFloat(string(v), 64)
-		if err != nil {
-			// Out of float64 range: keep the digits rather than lose the value.
-			return structpb.NewStringValue(string(v))
-		}
-		return structpb.NewNumberValue(f)
-	case float64:
-		return structpb.NewNumberValue(v)
-	case string:
-		return structpb.NewStringValue(v)
-	case []any:
-		l := &structpb.ListValue{Values: make([]*structpb.Value, len(v))}
-		for i, e := range v {
-			l.Values[i] = toValue(e)
-		}
-		return structpb.NewListValue(l)
-	case map[string]any:
-		return structpb.NewStructValue(toStruct(v))
-	}
-	return structpb.NewNullValue()
-}
-
-func toStruct(obj map[string]any) *structpb.Struct {
-	s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(obj))}
-	for k, v := range obj {
-		s.Fields[k] = toValue(v)
-	}
-	return s
 }
