@@ -39,6 +39,8 @@ import (
 const (
 	// nodeDir is the npm project of the packages the tests run.
 	nodeDir = "node"
+	// claudeDir is the npm project of Claude Code's ACP adapter.
+	claudeDir = "claude-agent"
 	// setUp is the command that installs everything the tests need.
 	setUp = "scripts/deps.sh"
 	// npmSetUp installs the npm packages alone, from the repository root.
@@ -153,21 +155,31 @@ var nodeBinary = sync.OnceValues(func() (string, error) {
 // nodeModules checks that integration/node/node_modules holds every package
 // integration/node/package.json pins, at its version, and returns the
 // node_modules directory (absolute).
-var nodeModules = sync.OnceValues(func() (string, error) {
+var nodeModules = sync.OnceValues(func() (string, error) { return npmModules(nodeDir) })
+
+// claudeModules is nodeModules for integration/claude-agent, the npm
+// project of Claude Code's ACP adapter (about 400 MB, so a project of its
+// own that only the test of that agent needs).
+var claudeModules = sync.OnceValues(func() (string, error) { return npmModules(claudeDir) })
+
+// npmModules checks that dir/node_modules (dir an npm project of
+// integration/) holds every package dir/package.json pins, at its version,
+// and returns the node_modules directory (absolute).
+func npmModules(dir string) (string, error) {
 	if _, err := nodeBinary(); err != nil {
 		return "", err
 	}
-	dir, err := filepath.Abs(filepath.Join(nodeDir, "node_modules"))
+	modules, err := filepath.Abs(filepath.Join(dir, "node_modules"))
 	if err != nil {
 		return "", err
 	}
 	var pkg struct{ Dependencies map[string]string }
-	raw, err := os.ReadFile(filepath.Join(nodeDir, "package.json"))
+	raw, err := os.ReadFile(filepath.Join(dir, "package.json"))
 	if err == nil {
 		err = json.Unmarshal(raw, &pkg)
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading %s/package.json: %v", nodeDir, err)
+		return "", fmt.Errorf("reading %s/package.json: %v", dir, err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(pkg.Dependencies)) {
 		want := pkg.Dependencies[name]
@@ -176,17 +188,17 @@ var nodeModules = sync.OnceValues(func() (string, error) {
 			want = alias[strings.LastIndex(alias, "@")+1:]
 		}
 		var got struct{ Version string }
-		raw, err := os.ReadFile(filepath.Join(dir, name, "package.json"))
+		raw, err := os.ReadFile(filepath.Join(modules, name, "package.json"))
 		if err == nil {
 			err = json.Unmarshal(raw, &got)
 		}
 		if err != nil || got.Version != want {
-			return "", fmt.Errorf("npm package %s@%s is not installed in integration/node/node_modules (found %q): run `%s` (%s runs it)",
-				name, want, got.Version, npmSetUp, setUp)
+			return "", fmt.Errorf("npm package %s@%s is not installed in integration/%s/node_modules (found %q): run `npm ci --prefix integration/%s` (%s runs it)",
+				name, want, dir, got.Version, dir, setUp)
 		}
 	}
-	return dir, nil
-})
+	return modules, nil
+}
 
 // logBuffer keeps a process's output and reports the address of its
 // "serving" log line.

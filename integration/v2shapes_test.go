@@ -1,14 +1,15 @@
 // Real agents speaking ACP v2, and config options through real agents.
 //
-// No real agent that can run here without a model emits a v2 diff or
-// offers config options: the TypeScript SDK's example agents (1.9.0:
-// dist/examples/agent.js speaks v1, dual-version-agent.js v2 with whole
-// messages only; 2.x ships no examples) and the Go SDK's (v0.13.0, v1,
-// answering session/set_config_option -32601) send neither. The typed v2
-// diff and a config-option pick are covered with a scripted agent
+// The SDKs' example agents send neither a v2 diff nor config options: the
+// TypeScript SDK's (1.9.0: dist/examples/agent.js speaks v1,
+// dual-version-agent.js v2 with whole messages only; 2.x ships no
+// examples) and the Go SDK's (v0.13.0, v1, answering
+// session/set_config_option -32601). Here they show that a v2 turn and the
+// relays reach them, and that each refuses what it does not implement. A
+// real agent's typed v2 diff and model pick are in claude_test.go (Claude
+// Code's ACP adapter on a fake model API); scripted agents cover the rest
 // (gateway/e2e TestV2DiffAndPermissionFieldsReachClients and
-// TestSetModeAndConfigOption); here, the real agents show that
-// a v2 turn and the relays reach them.
+// TestSetModeAndConfigOption).
 
 package integration
 

@@ -43,6 +43,13 @@ npm ci --prefix web/console --no-audit --no-fund
 # and grpcurl, built once here to fill the caches the tests' own
 # `go install` then hits (a cold grpcurl build takes over a minute).
 npm ci --prefix integration/node --no-audit --no-fund
+# Claude Code's ACP adapter, a project of its own: about 400 MB installed
+# (the Claude Agent SDK bundles a native claude binary for this platform),
+# so it is installed only when `npm ls` finds its tree incomplete or of
+# other versions; npm's cache serves a reinstall, bounded in time.
+if ! npm ls --prefix integration/claude-agent --all >/dev/null 2>&1; then
+  timeout 900 npm ci --prefix integration/claude-agent --no-audit --no-fund
+fi
 gobin=$(mktemp -d)
 GOFLAGS= GOWORK=off GOBIN="$gobin" go install github.com/coder/acp-go-sdk/example/agent@v0.13.0
 GOFLAGS= GOWORK=off GOBIN="$gobin" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
