@@ -85,6 +85,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rateSessions := fs.String("rate-sessions", "1000", "steps of the many-sessions phase, in sessions running at once, e.g. 100,250,500,1000: each on a gateway of its own, until one misses p99 < 50 ms (empty: skip; quick: 50)")
 	ratePer := fs.Float64("rate-per-session", full.RatePerSession, "updates per second each agent of the many-sessions phase writes")
 	rateDuration := fs.Duration("rate-duration", full.RateDuration, "how long each agent of the many-sessions phase writes (quick: 5s)")
+	rateStore := fs.String("rate-store", full.RateStore, "store of the many-sessions phase: bolt (serve's default) or memory (to tell the store's share of the latency)")
 	bombs := fs.Int("bombs", full.Bombs, "unauthenticated gzip bombs (a wrong token, 1 MiB inflating to 1 GiB) in flight at once in the bombs phase, while another user's calls are timed (0: skip)")
 	bombRounds := fs.Int("bomb-rounds", full.BombRounds, "rounds of the bombs phase, each a window without bombs then one with them (quick: 2)")
 	bombSamples := fs.Int("bomb-samples", full.BombSamples, "the other user's GetSession calls and Prompt turns per window of the bombs phase (quick: 30)")
@@ -128,7 +129,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	pick("bomb-samples", &cfg.BombSamples, *bombSamples)
 	pick("bombers-nice", &cfg.BombersNice, *bombersNice)
 	cfg.BombThrottle = *bombThrottle
-	cfg.ScaleStore, cfg.ScaleSandbox, cfg.ScaleNetwork = *scaleStore, *scaleSandbox, *scaleNetwork
+	cfg.ScaleStore, cfg.ScaleSandbox, cfg.ScaleNetwork, cfg.RateStore = *scaleStore, *scaleSandbox, *scaleNetwork, *rateStore
 	if set["rate"] {
 		cfg.Rate = *rate
 	}

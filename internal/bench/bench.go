@@ -86,6 +86,9 @@ type Config struct {
 	RateSessions   []int         `json:"rateSessions"`
 	RatePerSession float64       `json:"ratePerSession"`
 	RateDuration   time.Duration `json:"rateDuration"`
+	// RateStore is the phase's store: "bolt", serve's default and the
+	// target's, or "memory", to tell the store's share of the latency.
+	RateStore string `json:"rateStore"`
 	// Bombs is how many unauthenticated gzip bombs the bombs phase keeps
 	// in flight at once (0 skips it); BombRounds its rounds, each a window
 	// without bombs and one with them; BombSamples the user's GetSession
@@ -122,7 +125,7 @@ func Defaults(quick bool) Config {
 	c := Config{
 		Updates: 100000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
 		Paths: PathKeys, Rounds: 3, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 10000,
-		RateSessions: []int{1000}, RatePerSession: 20, RateDuration: time.Minute,
+		RateSessions: []int{1000}, RatePerSession: 20, RateDuration: time.Minute, RateStore: "bolt",
 		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt", ScaleSandbox: ScaleSandboxBoth, ScaleNetwork: "proxy",
 		Bombs: 50, BombRounds: 5, BombSamples: 200, BombThrottle: BombThrottleBoth, BombersNice: watchersNice,
 		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
@@ -132,7 +135,7 @@ func Defaults(quick bool) Config {
 		c.Rounds = 1
 		c.Updates, c.PacedUpdates, c.FanoutUpdates = 4000, 2000, 300
 		c.Sessions, c.ScaleUpdates = 100, 10
-		c.RateSessions, c.RateDuration = []int{50}, 5 * time.Second
+		c.RateSessions, c.RateDuration = []int{50}, 5*time.Second
 		c.BombRounds, c.BombSamples = 2, 30
 		c.Timeout = 2 * time.Minute
 	}
@@ -174,6 +177,9 @@ func (c *Config) Check() error {
 	if len(c.RateSessions) > 0 && (c.RatePerSession <= 0 || c.RatePerSession > 1000 || c.RateDuration < time.Second ||
 		c.RatePerSession*c.RateDuration.Seconds() < 1) {
 		return errors.New("--rate-per-session (above 0, at most 1000) and --rate-duration (at least 1s) must give each turn an update")
+	}
+	if c.RateStore != "bolt" && c.RateStore != "memory" {
+		return fmt.Errorf("--rate-store: %q (want bolt or memory)", c.RateStore)
 	}
 	if c.ScaleStore != "bolt" && c.ScaleStore != "memory" {
 		return fmt.Errorf("--scale-store: %q (want bolt or memory)", c.ScaleStore)

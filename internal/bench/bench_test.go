@@ -142,6 +142,7 @@ func TestConfigCheck(t *testing.T) {
 		"no rate":        func(c *Config) { c.RatePerSession = 0 },
 		"rate too fast":  func(c *Config) { c.RatePerSession = 1001 },
 		"rate too short": func(c *Config) { c.RateDuration = time.Millisecond },
+		"bad rate store": func(c *Config) { c.RateStore = "redis" },
 	} {
 		c := Defaults(true)
 		mut(&c)
@@ -423,8 +424,8 @@ func TestHeadlineDefaultConfigurationFirst(t *testing.T) {
 		Paths:  []PathResult{path("websocketd", 100, 1, 0), path("proto", 150, 1.5, 0), path("bolt", 50, 3, 0), path("boltjson", 40, 4, 2)},
 		Fanout: []FanoutResult{{Watchers: 1, AgentRate: 1000, AgentVsOne: 1}, {Watchers: 1000, AgentRate: 900, AgentVsOne: 0.9, Latency: Latency{P50: 700, P99: 1800}}},
 		Rate: []RateResult{
-			{Sessions: 100, PerSecond: 20, Latency: Latency{Samples: 10, P99: 20}, CPUPerSession: 0.002, RSSPerSession: 100 << 10, Met: true},
-			{Sessions: 250, PerSecond: 20, Latency: Latency{Samples: 10, P99: 80}, CPUPerSession: 0.003, RSSPerSession: 200 << 10},
+			{Sessions: 100, PerSecond: 20, Store: "bolt", Latency: Latency{Samples: 10, P99: 20}, CPUPerSession: 0.002, RSSPerSession: 100 << 10, Met: true},
+			{Sessions: 250, PerSecond: 20, Store: "bolt", Latency: Latency{Samples: 10, P99: 80}, CPUPerSession: 0.003, RSSPerSession: 200 << 10},
 		},
 	}
 	rep.finish()

@@ -28,7 +28,9 @@ type RateResult struct {
 	Sessions  int     `json:"sessions"`
 	PerSecond float64 `json:"updatesPerSecondPerSession"`
 	Seconds   float64 `json:"seconds"`
-	Store     string  `json:"store"`
+	// Store is the gateway's store: bolt (serve's default) unless
+	// Config.RateStore says memory.
+	Store string `json:"store"`
 	// Updates counts the updates the clients received, each once;
 	// Expected those the agents were to write.
 	Updates  int `json:"updates"`
@@ -46,6 +48,10 @@ type RateResult struct {
 	// (0.01 is 1% of a core).
 	GatewayCores  float64 `json:"gatewayCores"`
 	CPUPerSession float64 `json:"cpuPerSession"`
+	// GatewayCPUWait is the time the gateway's threads were runnable but
+	// waited for a CPU over the turns' span, in CPUs: the host's share of
+	// the latency, not the gateway's.
+	GatewayCPUWait float64 `json:"gatewayCpuWait"`
 	// RSSPerSession is the gateway's peak resident set during the turns
 	// less its resident set before the first session, over Sessions: an
 	// idle session and a running turn's share of the buffers.
@@ -98,8 +104,12 @@ func runRate(ctx context.Context, self []string, runID string, tr *transports, c
 		if i == len(cfg.RateSessions)-1 {
 			prof = profile()
 		}
-		say("rate: %d sessions, %g updates/s each for %s, bolt store, a Connect JSON client each", n, cfg.RatePerSession, cfg.RateDuration)
-		r := rateStep(ctx, self, runID, tr, cfg, n, cwd, "bolt:"+filepath.Join(tmp, fmt.Sprintf("rate-%d.db", n)), prof, say)
+		say("rate: %d sessions, %g updates/s each for %s, %s store, a Connect JSON client each", n, cfg.RatePerSession, cfg.RateDuration, cfg.RateStore)
+		storeURL := "memory:"
+		if cfg.RateStore == "bolt" {
+			storeURL = "bolt:" + filepath.Join(tmp, fmt.Sprintf("rate-%d.db", n))
+		}
+		r := rateStep(ctx, self, runID, tr, cfg, n, cwd, storeURL, prof, say)
 		say("rate: %s", r)
 		out = append(out, r)
 		if !r.Met && i < len(cfg.RateSessions)-1 {
@@ -113,7 +123,7 @@ func runRate(ctx context.Context, self []string, runID string, tr *transports, c
 // rateStep runs one step of the many-sessions phase with n sessions.
 func rateStep(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, n int, cwd, storeURL string, profile []string, say func(string, ...any)) RateResult {
 	per := int(cfg.RatePerSession * cfg.RateDuration.Seconds())
-	res := RateResult{Sessions: n, PerSecond: cfg.RatePerSession, Seconds: cfg.RateDuration.Seconds(), Store: "bolt", Expected: n * per}
+	res := RateResult{Sessions: n, PerSecond: cfg.RatePerSession, Seconds: cfg.RateDuration.Seconds(), Store: cfg.RateStore, Expected: n * per}
 	if err := raiseNoFile(uint64(n*rateFDsPerSession + 256)); err != nil {
 		res.Error = err.Error()
 		return res
@@ -181,7 +191,7 @@ func rateStep(ctx context.Context, self []string, runID string, tr *transports, 
 	resetPeakRSS(g.pid)
 	w := Workload{Updates: per, Payload: cfg.Payload, Rate: cfg.RatePerSession}
 	results := make([]turnResult, n)
-	cpu0, _ := procCPU(g.pid)
+	run0, wait0, _ := schedstat(g.pid)
 	start := time.Now()
 	for i, id := range ids {
 		if id == "" {
@@ -207,7 +217,7 @@ func rateStep(ctx context.Context, self []string, runID string, tr *transports, 
 	}
 	wg.Wait()
 	span := time.Since(start)
-	cpu1, _ := procCPU(g.pid)
+	run1, wait1, _ := schedstat(g.pid)
 	res.PeakRSS, _ = procStatus(g.pid, "VmHWM")
 	stopProfile()
 
@@ -220,8 +230,9 @@ func rateStep(ctx context.Context, self []string, runID string, tr *transports, 
 	res.Latency = latencyOf(samples)
 	if span > 0 {
 		res.DeliveredRate = round3(float64(res.Updates) / span.Seconds())
-		res.GatewayCores = round3((cpu1 - cpu0).Seconds() / span.Seconds())
-		res.CPUPerSession = (cpu1 - cpu0).Seconds() / span.Seconds() / float64(n)
+		res.GatewayCores = round3((run1 - run0).Seconds() / span.Seconds())
+		res.GatewayCPUWait = round3((wait1 - wait0).Seconds() / span.Seconds())
+		res.CPUPerSession = (run1 - run0).Seconds() / span.Seconds() / float64(n)
 	}
 	res.RSSPerSession = float64(res.PeakRSS-before.RSS) / float64(n)
 	if firstErr != nil {
@@ -235,8 +246,8 @@ func (r RateResult) String() string {
 	if r.Error != "" && r.Latency.Samples == 0 {
 		return fmt.Sprintf("%d sessions: failed: %s", r.Sessions, firstLine(r.Error))
 	}
-	return fmt.Sprintf("%d sessions: %d of %d updates, p50 %.1f ms, p99 %.1f ms, %d cut-offs, %d failed, gateway %.2f CPUs (%.2f%% of a CPU per session), %s RSS per session",
-		r.Sessions, r.Updates, r.Expected, r.Latency.P50, r.Latency.P99, r.CutOffs, r.Failed, r.GatewayCores, r.CPUPerSession*100, fmtBytes(r.RSSPerSession))
+	return fmt.Sprintf("%d sessions: %d of %d updates, p50 %.1f ms, p99 %.1f ms, %d cut-offs, %d failed, gateway %.2f CPUs (waited %.2f), %.2f%% of a CPU per session, %s RSS per session",
+		r.Sessions, r.Updates, r.Expected, r.Latency.P50, r.Latency.P99, r.CutOffs, r.Failed, r.GatewayCores, r.GatewayCPUWait, r.CPUPerSession*100, fmtBytes(r.RSSPerSession))
 }
 
 // rateScale is the largest step that met the target, and whether a step
@@ -254,16 +265,16 @@ func rateScale(steps []RateResult) (largest int, missed bool) {
 
 // writeRate writes the many-sessions phase's table.
 func writeRate(w io.Writer, c Config, steps []RateResult) {
-	fmt.Fprintf(w, "\nmany sessions at a realistic rate: each agent %g updates/s for %s (v%s, mixed message chunks and tool-call updates), bolt store, a Connect JSON client (HTTP/1.1) per session; target p99 < %d ms, 0 cut-offs\n\n",
-		c.RatePerSession, c.RateDuration, joinInts(c.Mix, "+v"), RateTargetP99Ms)
+	fmt.Fprintf(w, "\nmany sessions at a realistic rate: each agent %g updates/s for %s (v%s, mixed message chunks and tool-call updates), %s store, a Connect JSON client (HTTP/1.1) per session; target p99 < %d ms, 0 cut-offs\n\n",
+		c.RatePerSession, c.RateDuration, joinInts(c.Mix, "+v"), c.RateStore, RateTargetP99Ms)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "sessions\tupdates\tdelivered upd/s\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tcut-offs\tfailed\tgateway CPUs\tCPU % / session\tRSS / session\ttarget\t")
+	fmt.Fprintln(tw, "sessions\tupdates\tdelivered upd/s\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tcut-offs\tfailed\tgateway CPUs\tCPU wait\tCPU % / session\tRSS / session\ttarget\t")
 	var notes []string
 	for _, r := range steps {
 		if r.Error != "" {
 			notes = append(notes, fmt.Sprintf("%d sessions: %s", r.Sessions, firstLine(r.Error)))
 			if r.Latency.Samples == 0 {
-				fmt.Fprintf(tw, "%d\tfailed\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Sessions)
+				fmt.Fprintf(tw, "%d\tfailed\t\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Sessions)
 				continue
 			}
 		}
@@ -271,8 +282,8 @@ func writeRate(w io.Writer, c Config, steps []RateResult) {
 		if r.Met {
 			met = "met"
 		}
-		fmt.Fprintf(tw, "%d\t%d / %d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.2f\t%.3f\t%s\t%s\t\n", r.Sessions, r.Updates, r.Expected, r.DeliveredRate,
-			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max, r.CutOffs, r.Failed, r.GatewayCores, r.CPUPerSession*100, fmtBytes(r.RSSPerSession), met)
+		fmt.Fprintf(tw, "%d\t%d / %d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.2f\t%.2f\t%.3f\t%s\t%s\t\n", r.Sessions, r.Updates, r.Expected, r.DeliveredRate,
+			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max, r.CutOffs, r.Failed, r.GatewayCores, r.GatewayCPUWait, r.CPUPerSession*100, fmtBytes(r.RSSPerSession), met)
 	}
 	tw.Flush()
 	for _, n := range notes {

@@ -273,7 +273,7 @@ func (r *Report) finish() {
 	}
 	if n := len(r.Rate); n > 0 {
 		last := r.Rate[n-1]
-		s := fmt.Sprintf("%d sessions at %g upd/s each (bolt, connect+json): ", last.Sessions, last.PerSecond)
+		s := fmt.Sprintf("%d sessions at %g upd/s each (%s, connect+json): ", last.Sessions, last.PerSecond, last.Store)
 		if last.Error != "" && last.Latency.Samples == 0 {
 			s += "failed"
 		} else {
