@@ -82,6 +82,10 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	scaleStore := fs.String("scale-store", full.ScaleStore, "store of the scale phase: bolt (serve's default) or memory (event logs in the gateway's heap)")
 	scaleSandbox := fs.String("scale-sandbox", full.ScaleSandbox, "agents of the scale phase: none (unconfined), bwrap (each in a bubblewrap sandbox under the default --agent-* limits, as serve with authentication runs them) or both, for their create-to-first-event latency side by side")
 	scaleNetwork := fs.String("scale-network", full.ScaleNetwork, "network of the scale phase's sandboxed agents, as serve's --sandbox-network: proxy (serve's default: a network of their own, out only through the egress proxy) or host")
+	rateSessions := fs.String("rate-sessions", "1000", "steps of the many-sessions phase, in sessions running at once, e.g. 100,250,500,1000: each on a gateway of its own, until one misses p99 < 50 ms (empty: skip; quick: 50)")
+	ratePer := fs.Float64("rate-per-session", full.RatePerSession, "updates per second each agent of the many-sessions phase writes")
+	rateDuration := fs.Duration("rate-duration", full.RateDuration, "how long each agent of the many-sessions phase writes (quick: 5s)")
+	rateStore := fs.String("rate-store", full.RateStore, "store of the many-sessions phase: bolt (serve's default) or memory (to tell the store's share of the latency)")
 	bombs := fs.Int("bombs", full.Bombs, "unauthenticated gzip bombs (a wrong token, 1 MiB inflating to 1 GiB) in flight at once in the bombs phase, while another user's calls are timed (0: skip)")
 	bombRounds := fs.Int("bomb-rounds", full.BombRounds, "rounds of the bombs phase, each a window without bombs then one with them (quick: 2)")
 	bombSamples := fs.Int("bomb-samples", full.BombSamples, "the other user's GetSession calls and Prompt turns per window of the bombs phase (quick: 30)")
@@ -125,14 +129,26 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	pick("bomb-samples", &cfg.BombSamples, *bombSamples)
 	pick("bombers-nice", &cfg.BombersNice, *bombersNice)
 	cfg.BombThrottle = *bombThrottle
-	cfg.ScaleStore, cfg.ScaleSandbox, cfg.ScaleNetwork = *scaleStore, *scaleSandbox, *scaleNetwork
+	cfg.ScaleStore, cfg.ScaleSandbox, cfg.ScaleNetwork, cfg.RateStore = *scaleStore, *scaleSandbox, *scaleNetwork, *rateStore
 	if set["rate"] {
 		cfg.Rate = *rate
+	}
+	var err error
+	if set["rate-per-session"] {
+		cfg.RatePerSession = *ratePer
+	}
+	if set["rate-duration"] {
+		cfg.RateDuration = *rateDuration
+	}
+	if set["rate-sessions"] {
+		if cfg.RateSessions, err = intList(*rateSessions); err != nil {
+			fmt.Fprintf(stderr, "acp-gateway-bench: --rate-sessions: %v\n", err)
+			return exitUsage
+		}
 	}
 	if set["timeout"] {
 		cfg.Timeout = *timeout
 	}
-	var err error
 	if cfg.Mix, err = intList(*mix); err != nil {
 		fmt.Fprintf(stderr, "acp-gateway-bench: --mix: %v\n", err)
 		return exitUsage

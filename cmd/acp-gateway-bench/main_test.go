@@ -39,16 +39,16 @@ func TestBenchQuickReport(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"--quick", "--rounds", "2", "--updates", "40", "--paced-updates", "20", "--rate", "2000",
 		"--fanout", "1,3", "--fanout-updates", "20", "--sessions", "3", "--scale-updates", "3",
-		"--bomb-rounds", "1", "--bomb-samples", "3", "--json", jsonFile}, strings.NewReader(""), &stdout, &stderr)
+		"--bomb-rounds", "1", "--bomb-samples", "3", "--rate-sessions", "2,3", "--rate-duration", "1s", "--rate-per-session", "5", "--json", jsonFile}, strings.NewReader(""), &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "headline: gateway (memory, connect+proto) ") {
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "headline: gateway (bolt, connect+proto) ") {
 		t.Fatalf("last line is not the headline: %q", last)
 	}
 	for _, want := range []string{"pipe (floor)", "websocketd", "gateway memory connect+json", "gateway memory connect+proto",
-		"gateway memory grpc", "gateway memory acp", "gateway bolt connect+proto", "gateway redis connect+proto", "watchers", "scale: 3 sessions"} {
+		"gateway memory grpc", "gateway memory acp", "gateway bolt connect+proto", "gateway bolt connect+json", "gateway redis connect+proto", "watchers", "scale: 3 sessions"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the report does not mention %q:\n%s", want, stdout.String())
 		}
@@ -113,6 +113,20 @@ func TestBenchQuickReport(t *testing.T) {
 			Leftover    int     `json:"leftoverChildren"`
 			Error       string  `json:"error"`
 		} `json:"bombs"`
+		Rate []struct {
+			Sessions      int     `json:"sessions"`
+			Updates       int     `json:"updates"`
+			Expected      int     `json:"expectedUpdates"`
+			Failed        int     `json:"failedSessions"`
+			Leftover      int     `json:"leftoverChildren"`
+			Error         string  `json:"error"`
+			Met           bool    `json:"met"`
+			CPUPerSession float64 `json:"cpuPerSession"`
+			RSSPerSession float64 `json:"rssBytesPerSession"`
+			Latency       struct {
+				Samples int `json:"samples"`
+			} `json:"latencyMs"`
+		} `json:"rate"`
 		Leftover int    `json:"leftoverProcesses"`
 		Headline string `json:"headline"`
 	}
@@ -141,7 +155,7 @@ func TestBenchQuickReport(t *testing.T) {
 			t.Errorf("the gateway path has no ratio to the pipe")
 		}
 	}
-	if got := strings.Join(keys, ","); got != "pipe,websocketd,json,proto,grpc,nogzip,deltas,acp,bolt,redis" {
+	if got := strings.Join(keys, ","); got != "pipe,websocketd,json,proto,grpc,nogzip,deltas,acp,bolt,boltjson,redis" {
 		t.Errorf("paths %s", got)
 	}
 	if len(rep.Fanout) != 2 || rep.Fanout[0].Watchers != 1 || rep.Fanout[1].Watchers != 3 || rep.Fanout[0].Error != "" || rep.Fanout[1].Error != "" {
@@ -209,6 +223,20 @@ func TestBenchQuickReport(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "bombs, throttle default (--auth-failure-limit 10): 50 unauthenticated requests at once") {
 		t.Errorf("the report does not show the bombs phase:\n%s", stdout.String())
+	}
+	// The many-sessions phase: every session's every update reached its
+	// client once; the second step runs only if the first met the target.
+	if len(rep.Rate) == 0 || (rep.Rate[0].Met && len(rep.Rate) != 2) || (!rep.Rate[0].Met && len(rep.Rate) != 1) {
+		t.Errorf("rate steps %+v", rep.Rate)
+	}
+	for i, r := range rep.Rate {
+		if n := 2 + i; r.Sessions != n || r.Expected != n*5 || r.Updates != r.Expected || r.Latency.Samples != r.Updates ||
+			r.Failed != 0 || r.Leftover != 0 || r.Error != "" || r.CPUPerSession <= 0 {
+			t.Errorf("rate step %d: %+v", i, r)
+		}
+	}
+	if !strings.Contains(stdout.String(), "many sessions at a realistic rate") {
+		t.Errorf("the report does not show the many-sessions phase:\n%s", stdout.String())
 	}
 	if rep.Leftover != 0 {
 		t.Errorf("%d processes of the run outlived it", rep.Leftover)

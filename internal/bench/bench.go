@@ -26,13 +26,16 @@ import (
 )
 
 // Path keys, the values of Config.Paths, in the order they run.
-var PathKeys = []string{"pipe", "websocketd", "json", "proto", "grpc", "nogzip", "deltas", "acp", "bolt", "redis"}
+// "bolt" and "boltjson" are serve's default configuration (the bolt
+// store) with Connect binary and Connect JSON clients: the headline's.
+var PathKeys = []string{"pipe", "websocketd", "json", "proto", "grpc", "nogzip", "deltas", "acp", "bolt", "boltjson", "redis"}
 
 // ProfilePaths are the values of Config.ProfilePath: the gateway paths
-// (every path key but the pipe and websocketd), fanout and scale.
+// (every path key but the pipe and websocketd), fanout, scale and rate
+// (the many-sessions phase's last step).
 func ProfilePaths() []string {
 	return slices.Concat(slices.DeleteFunc(slices.Clone(PathKeys), func(k string) bool { return k == "pipe" || k == "websocketd" }),
-		[]string{"fanout", "scale"})
+		[]string{"fanout", "scale", "rate"})
 }
 
 // Config is a bench run's settings.
@@ -76,6 +79,16 @@ type Config struct {
 	// namespace of its own, out only through the egress proxy) or "host".
 	ScaleSandbox string `json:"scaleSandbox"`
 	ScaleNetwork string `json:"scaleNetwork"`
+	// RateSessions are the steps of the many-sessions phase (empty skips
+	// it): each runs that many sessions at once, each agent writing
+	// RatePerSession updates a second for RateDuration, on the bolt store,
+	// a Connect JSON client per session.
+	RateSessions   []int         `json:"rateSessions"`
+	RatePerSession float64       `json:"ratePerSession"`
+	RateDuration   time.Duration `json:"rateDuration"`
+	// RateStore is the phase's store: "bolt", serve's default and the
+	// target's, or "memory", to tell the store's share of the latency.
+	RateStore string `json:"rateStore"`
 	// Bombs is how many unauthenticated gzip bombs the bombs phase keeps
 	// in flight at once (0 skips it); BombRounds its rounds, each a window
 	// without bombs and one with them; BombSamples the user's GetSession
@@ -112,6 +125,7 @@ func Defaults(quick bool) Config {
 	c := Config{
 		Updates: 100000, Rate: 2000, PacedUpdates: 10000, Payload: DefaultPayload, Mix: []int{1, 2},
 		Paths: PathKeys, Rounds: 3, Fanout: []int{1, 10, 100, 1000}, FanoutUpdates: 10000,
+		RateSessions: []int{1000}, RatePerSession: 20, RateDuration: time.Minute, RateStore: "bolt",
 		Sessions: 1000, ScaleUpdates: 20, ScaleConcurrency: 32, ScaleStore: "bolt", ScaleSandbox: ScaleSandboxBoth, ScaleNetwork: "proxy",
 		Bombs: 50, BombRounds: 5, BombSamples: 200, BombThrottle: BombThrottleBoth, BombersNice: watchersNice,
 		Redis: "redis://127.0.0.1:6379/12", ProfilePath: "proto", Timeout: 20 * time.Minute,
@@ -121,6 +135,7 @@ func Defaults(quick bool) Config {
 		c.Rounds = 1
 		c.Updates, c.PacedUpdates, c.FanoutUpdates = 4000, 2000, 300
 		c.Sessions, c.ScaleUpdates = 100, 10
+		c.RateSessions, c.RateDuration = []int{50}, 5*time.Second
 		c.BombRounds, c.BombSamples = 2, 30
 		c.Timeout = 2 * time.Minute
 	}
@@ -153,6 +168,18 @@ func (c *Config) Check() error {
 		if n < 1 || n > 10000 {
 			return fmt.Errorf("--fanout: %d watchers (want 1 to 10000)", n)
 		}
+	}
+	for _, n := range c.RateSessions {
+		if n < 1 || n > 10000 {
+			return errNoRateSteps
+		}
+	}
+	if len(c.RateSessions) > 0 && (c.RatePerSession <= 0 || c.RatePerSession > 1000 || c.RateDuration < time.Second ||
+		c.RatePerSession*c.RateDuration.Seconds() < 1) {
+		return errors.New("--rate-per-session (above 0, at most 1000) and --rate-duration (at least 1s) must give each turn an update")
+	}
+	if c.RateStore != "bolt" && c.RateStore != "memory" {
+		return fmt.Errorf("--rate-store: %q (want bolt or memory)", c.RateStore)
 	}
 	if c.ScaleStore != "bolt" && c.ScaleStore != "memory" {
 		return fmt.Errorf("--scale-store: %q (want bolt or memory)", c.ScaleStore)
@@ -305,7 +332,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		return extra
 	}
 	if profiling && !want(cfg.ProfilePath) &&
-		(cfg.ProfilePath != "fanout" || len(cfg.Fanout) == 0) && (cfg.ProfilePath != "scale" || cfg.Sessions == 0) {
+		(cfg.ProfilePath != "fanout" || len(cfg.Fanout) == 0) && (cfg.ProfilePath != "scale" || cfg.Sessions == 0) &&
+		(cfg.ProfilePath != "rate" || len(cfg.RateSessions) == 0) {
 		say("--profile-path %s is not run: no profile is written", cfg.ProfilePath)
 	}
 	// The paths run in rounds, so that a machine whose speed drifts (a
@@ -379,10 +407,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 				gatewayRun(mp.key, "memory", "memory:", mp.protocol)
 			}
 		}
+		// A file per path and round: a gateway on the file of a round
+		// before would recover its sessions, and write to a grown file.
 		if want("bolt") {
-			// A file per round: a gateway on the file of a round before
-			// would recover its sessions, and write to a grown file.
 			gatewayRun("bolt", "bolt", "bolt:"+filepath.Join(tmp, fmt.Sprintf("bench-%d.db", round)), protoConnectProto)
+		}
+		if want("boltjson") {
+			gatewayRun("boltjson", "bolt", "bolt:"+filepath.Join(tmp, fmt.Sprintf("bench-json-%d.db", round)), protoConnectJSON)
 		}
 		if want("redis") {
 			prefix := "acpgw-bench-" + runID + ":"
@@ -445,6 +476,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 				rep.Scale = &s
 			}
 		}
+	}
+	if len(cfg.RateSessions) > 0 {
+		rep.Rate = runRate(ctx, self, runID, tr, &cfg, cwd, tmp, func() []string { return profFlags("rate") }, say)
 	}
 	if cfg.Bombs > 0 {
 		for _, throttle := range cfg.bombThrottles() {

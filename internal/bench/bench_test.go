@@ -123,21 +123,26 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*Config){
-		"bad protocol":  func(c *Config) { c.Mix = []int{3} },
-		"no protocol":   func(c *Config) { c.Mix = nil },
-		"bad path":      func(c *Config) { c.Paths = []string{"carrier-pigeon"} },
-		"zero fanout":   func(c *Config) { c.Fanout = []int{0} },
-		"bad profile":   func(c *Config) { c.ProfilePath = "everything" },
-		"no timeout":    func(c *Config) { c.Timeout = 0 },
-		"no rounds":     func(c *Config) { c.Rounds = 0 },
-		"bad sandbox":   func(c *Config) { c.ScaleSandbox = "gvisor" },
-		"no sandbox":    func(c *Config) { c.ScaleSandbox = "" },
-		"bad network":   func(c *Config) { c.ScaleNetwork = "none" },
-		"bad bombs":     func(c *Config) { c.Bombs = -1 },
-		"no bomb round": func(c *Config) { c.BombRounds = 0 },
-		"no samples":    func(c *Config) { c.BombSamples = 0 },
-		"bad throttle":  func(c *Config) { c.BombThrottle = "sometimes" },
-		"bad nice":      func(c *Config) { c.BombersNice = 20 },
+		"bad protocol":   func(c *Config) { c.Mix = []int{3} },
+		"no protocol":    func(c *Config) { c.Mix = nil },
+		"bad path":       func(c *Config) { c.Paths = []string{"carrier-pigeon"} },
+		"zero fanout":    func(c *Config) { c.Fanout = []int{0} },
+		"bad profile":    func(c *Config) { c.ProfilePath = "everything" },
+		"no timeout":     func(c *Config) { c.Timeout = 0 },
+		"no rounds":      func(c *Config) { c.Rounds = 0 },
+		"bad sandbox":    func(c *Config) { c.ScaleSandbox = "gvisor" },
+		"no sandbox":     func(c *Config) { c.ScaleSandbox = "" },
+		"bad network":    func(c *Config) { c.ScaleNetwork = "none" },
+		"bad bombs":      func(c *Config) { c.Bombs = -1 },
+		"no bomb round":  func(c *Config) { c.BombRounds = 0 },
+		"no samples":     func(c *Config) { c.BombSamples = 0 },
+		"bad throttle":   func(c *Config) { c.BombThrottle = "sometimes" },
+		"bad nice":       func(c *Config) { c.BombersNice = 20 },
+		"no rate step":   func(c *Config) { c.RateSessions = []int{0} },
+		"no rate":        func(c *Config) { c.RatePerSession = 0 },
+		"rate too fast":  func(c *Config) { c.RatePerSession = 1001 },
+		"rate too short": func(c *Config) { c.RateDuration = time.Millisecond },
+		"bad rate store": func(c *Config) { c.RateStore = "redis" },
 	} {
 		c := Defaults(true)
 		mut(&c)
@@ -238,7 +243,7 @@ func TestAgentShares(t *testing.T) {
 // websocketd, which run no gateway, cannot.
 func TestProfilePaths(t *testing.T) {
 	t.Parallel()
-	want := []string{"json", "proto", "grpc", "nogzip", "deltas", "acp", "bolt", "redis", "fanout", "scale"}
+	want := []string{"json", "proto", "grpc", "nogzip", "deltas", "acp", "bolt", "boltjson", "redis", "fanout", "scale", "rate"}
 	if got := ProfilePaths(); !slices.Equal(got, want) {
 		t.Fatalf("ProfilePaths() = %q, want %q", got, want)
 	}
@@ -403,5 +408,65 @@ func TestBombsSummary(t *testing.T) {
 	rep.finish()
 	if !strings.Contains(rep.Headline, "bombs (throttle off) failed") {
 		t.Errorf("headline %q does not say the bombs phase failed", rep.Headline)
+	}
+}
+
+// The headline quotes serve's default configuration first (bolt, Connect
+// binary and JSON, their cut-offs), the memory store's binary path after
+// it for comparison, the fan-out's delivered latency beside the agent's
+// rate, and the many-sessions phase's last step and how far it scaled.
+func TestHeadlineDefaultConfigurationFirst(t *testing.T) {
+	t.Parallel()
+	path := func(key string, rate, p99 float64, cutOffs int) PathResult {
+		return PathResult{Key: key, Present: true, Gateway: key != "websocketd", UpdatesPerSecond: rate, Latency: Latency{P99: p99}, CutOffs: cutOffs}
+	}
+	rep := &Report{
+		Paths:  []PathResult{path("websocketd", 100, 1, 0), path("proto", 150, 1.5, 0), path("bolt", 50, 3, 0), path("boltjson", 40, 4, 2)},
+		Fanout: []FanoutResult{{Watchers: 1, AgentRate: 1000, AgentVsOne: 1}, {Watchers: 1000, AgentRate: 900, AgentVsOne: 0.9, Latency: Latency{P50: 700, P99: 1800}}},
+		Rate: []RateResult{
+			{Sessions: 100, PerSecond: 20, Store: "bolt", Latency: Latency{Samples: 10, P99: 20}, CPUPerSession: 0.002, RSSPerSession: 100 << 10, Met: true},
+			{Sessions: 250, PerSecond: 20, Store: "bolt", Latency: Latency{Samples: 10, P99: 80}, CPUPerSession: 0.003, RSSPerSession: 200 << 10},
+		},
+	}
+	rep.finish()
+	h := rep.Headline
+	if !strings.HasPrefix(h, "headline: gateway (bolt, connect+proto) 50 upd/s = 0.50x websocketd; p99 3.00 ms vs websocketd 1.00 ms (+2.00 ms; target <= +1 ms); "+
+		"gateway (bolt, connect+json) 40 upd/s = 0.40x websocketd; p99 4.00 ms vs websocketd 1.00 ms (+3.00 ms; target <= +1 ms), 2 streams cut off (target 0); "+
+		"for comparison, gateway (memory, connect+proto) 150 upd/s = 1.50x websocketd") {
+		t.Errorf("headline does not start with the bolt paths and then the memory one: %q", h)
+	}
+	for _, want := range []string{
+		"1000 watchers: agent at 900 upd/s (0.90x its 1-watcher rate), delivered p50 700 / p99 1800 ms, 0 cut off",
+		"250 sessions at 20 upd/s each (bolt, connect+json): p99 80.0 ms (target < 50 ms), 0 cut off, 0.30% of a CPU and 200.0 KiB RSS per session; scales to 100 sessions before p99 passes 50 ms",
+	} {
+		if !strings.Contains(h, want) {
+			t.Errorf("headline %q lacks %q", h, want)
+		}
+	}
+	var out strings.Builder
+	rep.Write(&out)
+	for _, want := range []string{"many sessions at a realistic rate: each agent 0 updates/s", "met", "missed"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// How far the many-sessions phase scales: the largest step that met the
+// target, said as such only when a larger one missed it.
+func TestRateVerdict(t *testing.T) {
+	t.Parallel()
+	met := func(n int, ok bool) RateResult { return RateResult{Sessions: n, Met: ok} }
+	for _, c := range []struct {
+		steps []RateResult
+		want  string
+	}{
+		{[]RateResult{met(100, true), met(250, true)}, "250 sessions met p99 < 50 ms with 0 cut-offs"},
+		{[]RateResult{met(100, true), met(250, false)}, "scales to 100 sessions before p99 passes 50 ms"},
+		{[]RateResult{met(100, false)}, "no step met p99 < 50 ms"},
+	} {
+		if got := rateVerdict(c.steps); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%+v: %q, want %q", c.steps, got, c.want)
+		}
 	}
 }

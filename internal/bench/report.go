@@ -26,6 +26,8 @@ type Report struct {
 	// limits (Config.ScaleSandbox picks which run).
 	Scale        *ScaleResult `json:"scale,omitempty"`
 	ScaleSandbox *ScaleResult `json:"scaleSandbox,omitempty"`
+	// Rate are the many-sessions phase's steps (Config.RateSessions).
+	Rate []RateResult `json:"rate,omitempty"`
 	// Bombs are the bombs phase's runs, one per throttle setting
 	// (Config.BombThrottle).
 	Bombs []BombsResult `json:"bombs,omitempty"`
@@ -234,42 +236,18 @@ func (r *Report) finish() {
 		}
 	}
 	var parts []string
-	if p := r.path("proto"); p != nil && p.Present && p.Error == "" {
-		s := fmt.Sprintf("gateway (memory, connect+proto) %.0f upd/s", p.UpdatesPerSecond)
-		if p.VsWebsocketd != nil {
-			s += fmt.Sprintf(" = %.2fx websocketd", p.VsWebsocketd.Throughput)
-			if rt := p.VsWebsocketd.RoundThroughputs; len(rt) > 1 {
-				each := make([]string, len(rt))
-				for i, v := range rt {
-					each[i] = fmt.Sprintf("%.2fx", v)
-				}
-				s += " (median of rounds " + strings.Join(each, ", ") + ")"
-			}
-		} else {
-			s += " (websocketd absent)"
-		}
-		if p.VsPipe != nil {
-			s += fmt.Sprintf(", %.2fx pipe", p.VsPipe.Throughput)
-		}
-		parts = append(parts, s)
-		if p.VsWebsocketd != nil {
-			if d := p.VsWebsocketd.RoundP99DeltasMs; len(d) > 1 {
-				each := make([]string, len(d))
-				for i, v := range d {
-					each[i] = fmt.Sprintf("%+.2f", v)
-				}
-				parts = append(parts, fmt.Sprintf("p99 %+.2f ms vs websocketd (median of rounds %s ms; target <= +1 ms)", p.VsWebsocketd.P99DeltaMs, strings.Join(each, ", ")))
-			} else {
-				parts = append(parts, fmt.Sprintf("p99 %.2f ms vs websocketd %.2f ms (%+.2f ms; target <= +1 ms)", p.Latency.P99, wsd.Latency.P99, p.VsWebsocketd.P99DeltaMs))
-			}
-		} else {
-			parts = append(parts, fmt.Sprintf("p99 %.2f ms", p.Latency.P99))
+	// The default configuration first (serve's bolt store, Connect binary
+	// and JSON), then the memory store's binary path for comparison.
+	for _, h := range headlinePaths {
+		if p := r.path(h.key); p != nil && p.Present && p.Error == "" {
+			parts = append(parts, pathHeadline(h.label, p, wsd)...)
 		}
 	}
 	if n := len(r.Fanout); n > 0 {
 		f := r.Fanout[n-1]
 		if f.Error == "" && f.AgentVsOne > 0 {
-			parts = append(parts, fmt.Sprintf("%d watchers: agent at %.2fx its 1-watcher rate, %d cut off", f.Watchers, f.AgentVsOne, f.CutOffs))
+			parts = append(parts, fmt.Sprintf("%d watchers: agent at %.0f upd/s (%.2fx its 1-watcher rate), delivered p50 %.0f / p99 %.0f ms, %d cut off",
+				f.Watchers, f.AgentRate, f.AgentVsOne, f.Latency.P50, f.Latency.P99, f.CutOffs))
 		}
 	}
 	s := r.Scale
@@ -293,6 +271,17 @@ func (r *Report) finish() {
 	if len(firsts) > 0 {
 		parts = append(parts, "create to first event "+strings.Join(firsts, ", "))
 	}
+	if n := len(r.Rate); n > 0 {
+		last := r.Rate[n-1]
+		s := fmt.Sprintf("%d sessions at %g upd/s each (%s, connect+json): ", last.Sessions, last.PerSecond, last.Store)
+		if last.Error != "" && last.Latency.Samples == 0 {
+			s += "failed"
+		} else {
+			s += fmt.Sprintf("p99 %.1f ms (target < %d ms), %d cut off, %.2f%% of a CPU and %s RSS per session", last.Latency.P99, RateTargetP99Ms,
+				last.CutOffs, last.CPUPerSession*100, fmtBytes(last.RSSPerSession))
+		}
+		parts = append(parts, s+"; "+rateVerdict(r.Rate))
+	}
 	for _, b := range r.Bombs {
 		if b.Error != "" {
 			parts = append(parts, fmt.Sprintf("bombs (throttle %s) failed", b.Throttle))
@@ -309,6 +298,56 @@ func (r *Report) finish() {
 		parts = append(parts, "no gateway path measured")
 	}
 	r.Headline = "headline: " + strings.Join(parts, "; ")
+}
+
+// headlinePaths are the paths the headline quotes, in order: serve's
+// default configuration (the bolt store) with a Connect binary and a
+// Connect JSON client, then the memory store's binary path, the
+// headline's until issue 25, for comparison.
+var headlinePaths = []struct{ key, label string }{
+	{"bolt", "gateway (bolt, connect+proto)"},
+	{"boltjson", "gateway (bolt, connect+json)"},
+	{"proto", "for comparison, gateway (memory, connect+proto)"},
+}
+
+// pathHeadline is the headline's part for path p: its rate against
+// websocketd (wsd) and the pipe, round by round, its p99 against
+// websocketd's, and its cut-offs.
+func pathHeadline(label string, p, wsd *PathResult) []string {
+	s := fmt.Sprintf("%s %.0f upd/s", label, p.UpdatesPerSecond)
+	if p.VsWebsocketd != nil {
+		s += fmt.Sprintf(" = %.2fx websocketd", p.VsWebsocketd.Throughput)
+		if rt := p.VsWebsocketd.RoundThroughputs; len(rt) > 1 {
+			each := make([]string, len(rt))
+			for i, v := range rt {
+				each[i] = fmt.Sprintf("%.2fx", v)
+			}
+			s += " (median of rounds " + strings.Join(each, ", ") + ")"
+		}
+	} else {
+		s += " (websocketd absent)"
+	}
+	if p.VsPipe != nil {
+		s += fmt.Sprintf(", %.2fx pipe", p.VsPipe.Throughput)
+	}
+	parts := []string{s}
+	switch {
+	case p.VsWebsocketd == nil:
+		parts = append(parts, fmt.Sprintf("p99 %.2f ms", p.Latency.P99))
+	case len(p.VsWebsocketd.RoundP99DeltasMs) > 1:
+		d := p.VsWebsocketd.RoundP99DeltasMs
+		each := make([]string, len(d))
+		for i, v := range d {
+			each[i] = fmt.Sprintf("%+.2f", v)
+		}
+		parts = append(parts, fmt.Sprintf("p99 %+.2f ms vs websocketd (median of rounds %s ms; target <= +1 ms)", p.VsWebsocketd.P99DeltaMs, strings.Join(each, ", ")))
+	default:
+		parts = append(parts, fmt.Sprintf("p99 %.2f ms vs websocketd %.2f ms (%+.2f ms; target <= +1 ms)", p.Latency.P99, wsd.Latency.P99, p.VsWebsocketd.P99DeltaMs))
+	}
+	if p.CutOffs > 0 {
+		parts[len(parts)-1] += fmt.Sprintf(", %d streams cut off (target 0)", p.CutOffs)
+	}
+	return parts
 }
 
 func fmtBytes(b float64) string {
@@ -415,6 +454,9 @@ func (r *Report) Write(w io.Writer) {
 		if a.Samples > 0 && b.Samples > 0 {
 			fmt.Fprintf(w, "  the sandbox adds %+.1f ms at p50, %+.1f ms at p99\n", b.P50-a.P50, b.P99-a.P99)
 		}
+	}
+	if len(r.Rate) > 0 {
+		writeRate(w, r.Config, r.Rate)
 	}
 	for i := range r.Bombs {
 		r.Bombs[i].write(w)
