@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -222,5 +223,37 @@ func TestElicitationEndsWithItsAgent(t *testing.T) {
 	snap := snapshot(t, g, id)
 	if snap.GetState() != "agent_lost" || len(snap.GetPendingElicitations()) != 0 {
 		t.Fatalf("after the agent's loss: state %q, pending %v", snap.GetState(), snap.GetPendingElicitations())
+	}
+}
+
+// Content that JSON cannot hold (an infinite number, which an integer
+// property's check lets through) is refused over protobuf: stored in the
+// log, it would make the session unreadable to every JSON client.
+func TestElicitationContentJSONCannotHoldIsRefused(t *testing.T) {
+	t.Parallel()
+	g := elicitationGateway(t, gatewayOpts{})
+	id := g.create(t, "form")
+	pb := g.clients["connect+proto over HTTP/1.1"]
+	turn(t, g.connect, id, func(ev *acpv2.SessionEvent) {
+		req := ev.GetElicitationRequest()
+		if req == nil {
+			return
+		}
+		bad := &structpb.Struct{Fields: map[string]*structpb.Value{
+			"name": structpb.NewStringValue("ada"), "count": structpb.NewNumberValue(math.Inf(1))}}
+		_, err := pb.RespondElicitation(context.Background(), connect.NewRequest(&acpv2.RespondElicitationRequest{
+			SessionId: id, RequestId: req.GetRequestId(), Action: "accept", Content: bad}))
+		if codeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("content with an infinite count: %v, want invalid_argument", err)
+		}
+		if err := respondElicitation(g, &acpv2.RespondElicitationRequest{SessionId: id, RequestId: req.GetRequestId(), Action: "decline"}); err != nil {
+			t.Errorf("declining: %v", err)
+		}
+	})
+	// Every client, JSON ones included, can read the session's log.
+	for proto, c := range g.clients {
+		if _, err := c.GetSession(context.Background(), connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id})); err != nil {
+			t.Errorf("%s: GetSession: %v", proto, err)
+		}
 	}
 }

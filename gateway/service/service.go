@@ -575,6 +575,11 @@ func (s *Service) RespondElicitation(ctx context.Context, req *connect.Request[a
 	if err := checkID("request_id", m.GetRequestId()); err != nil {
 		return nil, err
 	}
+	if c := m.GetContent(); c != nil {
+		if err := checkValues(c.ProtoReflect(), "content"); err != nil {
+			return nil, err
+		}
+	}
 	return onSession(ctx, s, req, m.GetSessionId(), acpv2connect.SessionServiceClient.RespondElicitation,
 		func(sess *session.Session) (*acpv2.RespondElicitationResponse, error) {
 			return &acpv2.RespondElicitationResponse{}, sess.RespondElicitation(m.GetRequestId(), m.GetAction(), m.GetContent(), s.user(ctx))
