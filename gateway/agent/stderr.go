@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Defaults of Config.StderrLines and StderrBytes.
@@ -134,8 +136,21 @@ type stderrTail struct {
 }
 
 func (t *stderrTail) add(line string) {
-	if len(line) > StderrTailBytes {
-		line = "…" + line[len(line)-StderrTailBytes+len("…"):]
+	// It goes to a client, whose terminal may print it: no escape
+	// sequences, and valid UTF-8.
+	line = strings.Map(func(r rune) rune { // invalid bytes become U+FFFD
+		if unicode.IsControl(r) && r != '\t' {
+			return ' '
+		}
+		return r
+	}, line)
+	if len(line) >= StderrTailBytes {
+		// Cut at a character, with room for its newline.
+		i := len(line) - StderrTailBytes + 1 + len("…")
+		for i < len(line) && !utf8.RuneStart(line[i]) {
+			i++
+		}
+		line = "…" + line[i:]
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // An agent's stderr reaches the log at a bounded rate: 20 MB of it, as
@@ -80,5 +82,31 @@ func TestStderrLimit(t *testing.T) {
 		if _, ok := l.allow(8<<10, start); !ok {
 			t.Fatal("an unbounded limit dropped a line")
 		}
+	}
+}
+
+// The stderr tail goes to a client in an error message, which a terminal
+// may print: it holds no control characters (an agent's escape
+// sequences), only valid UTF-8, even where a long line is cut.
+func TestStderrTailIsPrintable(t *testing.T) {
+	var long stderrTail
+	long.add(strings.Repeat("é", StderrTailBytes/2+1)) // cut within a character
+	if got := long.String(); !strings.HasSuffix(got, "éé") || !utf8.ValidString(got) {
+		t.Fatalf("a long line is not kept cut to its end, in valid UTF-8: %d bytes, %q…", len(got), got[:min(len(got), 8)])
+	}
+	var tail stderrTail
+	tail.add("\x1b]52;c;cHduZWQ=\x07red\x1b[31m \u009b2J\ttab\r")
+	tail.add("bad \xff byte")
+	got := tail.String()
+	for _, r := range strings.ReplaceAll(got, "\n", "") {
+		if unicode.IsControl(r) && r != '\t' {
+			t.Fatalf("the tail holds control character %U: %q", r, got)
+		}
+	}
+	if !utf8.ValidString(got) {
+		t.Fatalf("the tail is not valid UTF-8: %q", got)
+	}
+	if !strings.Contains(got, "red") || !strings.Contains(got, "\ttab") {
+		t.Fatalf("the tail lost its text: %q", got)
 	}
 }
