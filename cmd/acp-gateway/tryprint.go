@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -81,7 +82,24 @@ type shownTool struct {
 }
 
 func newTextPrinter(out io.Writer) *textPrinter {
-	return &textPrinter{out: out, tools: map[string]*shownTool{}, plan: map[string]string{}, options: map[string]map[string]string{}, messages: map[string]string{}}
+	return &textPrinter{out: terminalText{out}, tools: map[string]*shownTool{}, plan: map[string]string{}, options: map[string]map[string]string{}, messages: map[string]string{}}
+}
+
+// terminalText writes to a terminal what an agent says with its control
+// characters but newline and tab (its escape sequences) shown as spaces
+// (printable), so that they do not act on the terminal.
+type terminalText struct{ w io.Writer }
+
+func (t terminalText) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(t.w, strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return ' '
+		}
+		return r
+	}, string(b))); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 func (p *textPrinter) session(id string) { p.line("session %s", id) }

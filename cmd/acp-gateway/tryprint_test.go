@@ -38,3 +38,30 @@ func TestTextPrinter(t *testing.T) {
 		t.Errorf("got\n%q\nwant\n%q", b.String(), want)
 	}
 }
+
+// What an agent says reaches the terminal without its control characters:
+// an escape sequence in a message, a tool call's title or output would
+// otherwise act on the user's terminal (set its title, write the
+// clipboard, clear the screen).
+func TestTextPrinterShowsNoEscapeSequences(t *testing.T) {
+	t.Parallel()
+	text := func(s string) *acpv2.ContentBlock {
+		return &acpv2.ContentBlock{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: s}}}
+	}
+	var b bytes.Buffer
+	p := newTextPrinter(&b)
+	for _, ev := range []*acpv2.SessionEvent{
+		{Event: &acpv2.SessionEvent_AgentMessageChunk{AgentMessageChunk: &acpv2.ContentChunk{Content: text("hi\x1b]52;c;cHduZWQ=\x07\n")}}},
+		{Event: &acpv2.SessionEvent_ToolCall{ToolCall: &acpv2.ToolCall{ToolCallId: "c1", Title: "Run\x1b[2J\u009b31m", Status: "completed",
+			Content: []*acpv2.ToolCallContent{{Item: &acpv2.ToolCallContent_Content{Content: text("out\x1b[1m\tput\r")}}}}}},
+	} {
+		if err := p.event(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.done()
+	want := "hi ]52;c;cHduZWQ= \n* Run [2J 31m: completed\n  | out [1m\tput \n"
+	if b.String() != want {
+		t.Errorf("got\n%q\nwant\n%q", b.String(), want)
+	}
+}
