@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -148,6 +149,11 @@ func (m *Manager) adoptedCwd(ctx context.Context, user, agentName, id, cwd strin
 // or the agent has no more; truncated says it stopped at maxListPages
 // pages, or at a cursor it was given before.
 func (m *Manager) walkAgentSessions(ctx context.Context, user, agentName string, each func(AgentSession) bool) (truncated bool, err error) {
+	done, err := m.listers.take(ctx, user)
+	if err != nil {
+		return false, err
+	}
+	defer done()
 	a, err := m.startLister(ctx, user, agentName)
 	if err != nil {
 		return false, err
@@ -176,6 +182,42 @@ func (m *Manager) walkAgentSessions(ctx context.Context, user, agentName string,
 			return true, nil
 		}
 		seen[next], cursor = true, next
+	}
+}
+
+// listers holds a turn for each user whose agent runs to list their
+// sessions. Those agents count in no limit of sessions: one at a time per
+// user, no client keeps agents starting.
+type listers struct {
+	mu   sync.Mutex
+	busy map[string]chan struct{} // closed when the user's turn ends
+}
+
+// take waits for user's turn (or ctx), and returns what ends it.
+func (l *listers) take(ctx context.Context, user string) (done func(), err error) {
+	for {
+		l.mu.Lock()
+		turn, busy := l.busy[user]
+		if !busy {
+			if l.busy == nil {
+				l.busy = map[string]chan struct{}{}
+			}
+			turn = make(chan struct{})
+			l.busy[user] = turn
+			l.mu.Unlock()
+			return func() {
+				l.mu.Lock()
+				delete(l.busy, user)
+				l.mu.Unlock()
+				close(turn)
+			}, nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-turn:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 

@@ -85,3 +85,38 @@ func TestAgentSessionsStopAtTheirBounds(t *testing.T) {
 		t.Fatalf("%d sessions, truncated %v, %v; want the first %d, truncated", len(list), truncated, err, maxListPages)
 	}
 }
+
+// An agent started to list a user's sessions counts in no limit of
+// sessions: a user's listings (and adoptions, which list) take turns, so
+// that one client cannot keep any number of agents starting at once.
+// Another user's do not wait.
+func TestListingsOfAUserTakeTurns(t *testing.T) {
+	var l listers
+	ctx := context.Background()
+	done, err := l.take(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.take(ctx, "bob")
+	if err != nil {
+		t.Fatalf("bob's listing while alice's runs: %v", err)
+	}
+	other()
+	waiting, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.take(waiting, "alice"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("alice's second listing, given up while her first runs: %v, want its context's error", err)
+	}
+	next := make(chan error, 1)
+	go func() {
+		d, err := l.take(ctx, "alice")
+		if err == nil {
+			d()
+		}
+		next <- err
+	}()
+	done()
+	if err := <-next; err != nil {
+		t.Fatalf("alice's next listing once the first ended: %v", err)
+	}
+}

@@ -303,6 +303,9 @@ type Manager struct {
 	storeWithin atomic.Bool
 	// profiles holds the agents' answers to initialize (agents.go).
 	profiles profiles
+	// listers lets each user's agent list their sessions one at a time
+	// (adopt.go).
+	listers listers
 }
 
 // NewManager returns a Manager.
