@@ -103,7 +103,7 @@ func (st *State) Apply(ev *acpv2.SessionEvent) bool {
 	s := &st.s
 	switch v := ev.GetEvent().(type) {
 	case *acpv2.SessionEvent_CurrentModeUpdate:
-		m := &acpv2.SessionModeState{CurrentModeId: v.CurrentModeUpdate.GetCurrentModeId()}
+		m := &acpv2.SessionModeState{CurrentModeId: clip(v.CurrentModeUpdate.GetCurrentModeId(), maxText)}
 		if old := s.GetModes(); old != nil {
 			m.AvailableModes, m.Meta, m.Extra = old.GetAvailableModes(), old.GetMeta(), old.GetExtra()
 		}

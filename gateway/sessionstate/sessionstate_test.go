@@ -103,6 +103,7 @@ func TestHostileStateIsBounded(t *testing.T) {
 	}
 	st.Seed(&acpv2.SessionModeState{CurrentModeId: big, AvailableModes: modes}, opts)
 	apply := func(ev *acpv2.SessionEvent) { st.Apply(ev) }
+	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_CurrentModeUpdate{CurrentModeUpdate: &acpv2.CurrentModeUpdate{CurrentModeId: big}}})
 	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_AvailableCommandsUpdate{AvailableCommandsUpdate: &acpv2.AvailableCommandsUpdate{AvailableCommands: cmds}}})
 	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_ConfigOptionUpdate{ConfigOptionUpdate: &acpv2.ConfigOptionUpdate{ConfigOptions: opts}}})
 	apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_Plan{Plan: &acpv2.Plan{Entries: entries}}})
