@@ -1027,8 +1027,8 @@ func checkTrimmed(t *testing.T, what string, calls []*acpv2.ToolCall) {
 	}
 }
 
-// TestHostileStateFitsInOneResponse: an agent that sends 10,000 distinct
-// terminals, long config option and mode lists and a giant title does not
+// TestHostileStateFitsInOneResponse: an agent that sends 2,000 distinct
+// terminals (the state keeps 16), long config option and mode lists and a giant title does not
 // make GetSession (or Watch's snapshot) too large for a response, in any
 // encoding, when its state takes more than half of it: the state is cut
 // to what a client needs (the title, the current mode, the terminals
@@ -1048,7 +1048,7 @@ func TestHostileStateFitsInOneResponse(t *testing.T) {
 		SessionConfigOptions: raw(`[` + strings.Join(opts, ",") + `]`),
 		Turns: []agentsim.Turn{{Steps: []agentsim.Step{
 			update(`{"sessionUpdate":"session_info_update","title":"` + strings.Repeat("x", 20<<10) + `"}`),
-			{Flood: &agentsim.Flood{Count: 10000, Update: raw(`{"sessionUpdate":"terminal_update","terminalId":"t{{n}}","command":"` +
+			{Flood: &agentsim.Flood{Count: 2000, Update: raw(`{"sessionUpdate":"terminal_update","terminalId":"t{{n}}","command":"` +
 				strings.Repeat("c", 500) + `","output":{"data":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 1000)) + `"}}`)}},
 		}}}}
 	g := startGateway(t, gatewayOpts{sendMaxBytes: maxResponse, store: statestore.NewMemory(statestore.Options{MaxEvents: 10}),
@@ -1064,7 +1064,7 @@ func TestHostileStateFitsInOneResponse(t *testing.T) {
 		first := watchAll(t, c, id, 0, 1)[0].GetSnapshot()
 		for what, snap := range map[string]*acpv2.SessionSnapshot{"GetSession": res.Msg.GetSession(), "Watch's snapshot": first} {
 			terms := snap.GetTerminals()
-			if len(snap.GetTitle()) != 4<<10 || snap.GetModes().GetCurrentModeId() != "m" || len(terms) != 16 || terms[15].GetTerminalId() != "t10000" {
+			if len(snap.GetTitle()) != 4<<10 || snap.GetModes().GetCurrentModeId() != "m" || len(terms) != 16 || terms[15].GetTerminalId() != "t2000" {
 				t.Fatalf("%s over %s: title of %d bytes, mode %q, %d terminals", what, proto, len(snap.GetTitle()), snap.GetModes().GetCurrentModeId(), len(terms))
 			}
 		}
