@@ -263,8 +263,10 @@ func TestClaudeAgentV2DiffAndModelPick(t *testing.T) {
 	// (the default model is Opus).
 	api.mu.Lock()
 	defer api.mu.Unlock()
-	if len(api.turnModels) != 2 || !strings.Contains(api.turnModels[0], "haiku") || !strings.Contains(api.turnModels[1], "haiku") {
-		t.Errorf("the turn's requests asked for the models %q, want two Haiku requests (the Write, then its result)", api.turnModels)
+	// At least the Write and then its result; the agent may ask again
+	// (a retry when the machine is slow), always for the model picked.
+	if len(api.turnModels) < 2 || slices.ContainsFunc(api.turnModels, func(m string) bool { return !strings.Contains(m, "haiku") }) {
+		t.Errorf("the turn's requests asked for the models %q, want Haiku in each, two at least (the Write, then its result)", api.turnModels)
 	}
 	if len(api.others) != 0 {
 		t.Errorf("the agent made requests the Messages API does not serve: %q", api.others)
