@@ -12,26 +12,15 @@
 //   CHROMIUM       the browser (default /usr/bin/chromium)
 // On success the last line of stdout is JSON: {sessionId, said, href}.
 import assert from "node:assert/strict";
-import { chromium } from "playwright-core";
+import { env, launch, watchdog } from "./lib.mjs";
 
-function env(name) {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-}
 const url = env("CONSOLE_URL");
 const tokenValue = env("CONSOLE_TOKEN");
 const cwd = env("CONSOLE_CWD");
 
-setTimeout(() => {
-  console.error("elicitation browser test: timed out after 90s");
-  process.exit(1);
-}, 90_000).unref();
+watchdog("elicitation browser test", 90_000);
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--headless"],
-});
+const browser = await launch();
 const page = await browser.newPage();
 page.setDefaultTimeout(20_000);
 const problems = [];

@@ -10,26 +10,15 @@
 //   CONSOLE_CWD    an absolute directory for the session
 //   CHROMIUM       the browser (default /usr/bin/chromium)
 import assert from "node:assert/strict";
-import { chromium } from "playwright-core";
+import { env, launch, watchdog } from "./lib.mjs";
 
-function env(name) {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-}
 const url = env("CONSOLE_URL");
 const token = env("CONSOLE_TOKEN");
 const cwd = env("CONSOLE_CWD");
 
-setTimeout(() => {
-  console.error("v2 shapes browser test: timed out after 60s");
-  process.exit(1);
-}, 60_000).unref();
+watchdog("v2 shapes browser test", 60_000);
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--headless"],
-});
+const browser = await launch();
 const page = await browser.newPage();
 page.setDefaultTimeout(20_000);
 const problems = [];
