@@ -146,17 +146,18 @@ func storedSummary(ctx context.Context, st statestore.Store, rec *statestore.Ses
 	if err != nil {
 		return nil, err
 	}
+	if sum.UpdatedAt, err = lastTime(ctx, st, rec.ID, asOf); err != nil {
+		return nil, err
+	}
 	state, err := sessionstate.FromRecord(record)
 	if err != nil {
-		return nil, fmt.Errorf("session %s: %w", rec.ID, err)
+		// What the session's record says still stands.
+		return sum, fmt.Errorf("session %s: %w", rec.ID, err)
 	}
 	if !live(rec.State) {
 		state.EndTurn()
 	}
 	state.Summarise(sum)
-	if sum.UpdatedAt, err = lastTime(ctx, st, rec.ID, asOf); err != nil {
-		return nil, err
-	}
 	return sum, nil
 }
 
@@ -177,6 +178,10 @@ func (m *Manager) Summaries(ctx context.Context, user string) ([]*acpv2.SessionS
 		switch {
 		case errors.Is(err, statestore.ErrNotFound):
 			continue // deleted meanwhile
+		case errors.Is(err, sessionstate.ErrCorrupt):
+			// One unreadable record does not hide the user's other
+			// sessions: this one is listed without its state.
+			m.opts.Log.Warn("listing a session without its state", "session", r.ID, "error", err.Error())
 		case err != nil:
 			return nil, err
 		}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -392,5 +394,47 @@ func TestPendingPermissionsHaveTheirPreview(t *testing.T) {
 	s.mu.Unlock()
 	if p := kept.GetPendingPermissions(); len(p) != 1 || p[0].GetPreview() != nil {
 		t.Errorf("a snapshot changed the session's state: %v", p)
+	}
+}
+
+// A session whose stored state record cannot be read is listed without
+// its state, and the user's other sessions are listed whole: one bad
+// record does not fail ListSessions.
+func TestSummariesListASessionWhoseStateIsCorrupt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := statestore.NewMemory(statestore.Options{})
+	var st sessionstate.State
+	st.Apply(&acpv2.SessionEvent{Event: &acpv2.SessionEvent_SessionInfoUpdate{SessionInfoUpdate: &acpv2.SessionInfoUpdate{
+		Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "Fix the build"}}}}})
+	good, err := st.Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The record's shape, with a body that is no message.
+	bad := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), sessionstate.RecordID)
+	bad = protowire.AppendBytes(protowire.AppendTag(bad, 1000, protowire.BytesType), []byte{0xff, 0xff, 0xff})
+	for id, record := range map[string][]byte{"good": good, "bad": bad} {
+		if err := mem.CreateSession(ctx, &statestore.Session{ID: id, Agent: "a", State: statestore.StateAgentLost, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		ev := &acpv2.SessionEvent{Seq: 1, Time: timestamppb.New(time.Unix(1e9, 0)), Event: &acpv2.SessionEvent_StateChanged{
+			StateChanged: &acpv2.SessionStateChanged{State: "ready"}}}
+		if err := mem.Append(ctx, id, storetest.Encode(t, ev), []statestore.Call{{ID: sessionstate.RecordID, Proto: record}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := NewManager(Options{Store: mem, IdleTimeout: -1})
+	defer m.Close()
+	sums, err := m.Summaries(ctx, "")
+	if err != nil {
+		t.Fatalf("Summaries: %v", err)
+	}
+	got := map[string]*acpv2.SessionSummary{}
+	for _, s := range sums {
+		got[s.GetSessionId()] = s
+	}
+	if len(got) != 2 || got["good"].GetTitle() != "Fix the build" || got["bad"].GetAgent() != "a" || got["bad"].GetLastSeq() != 1 {
+		t.Fatalf("summaries %v, want both sessions, the good one with its title", sums)
 	}
 }

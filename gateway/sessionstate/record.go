@@ -1,6 +1,7 @@
 package sessionstate
 
 import (
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -51,6 +52,9 @@ func FromCalls(calls []*acpv2.ToolCall) ([]*acpv2.ToolCall, *State, error) {
 	return calls, &State{}, nil
 }
 
+// ErrCorrupt is a stored state record that cannot be read.
+var ErrCorrupt = errors.New("sessionstate: corrupt state record")
+
 // FromRecord returns the state that rec, the call a store holds under
 // RecordID, holds: an empty State for nil (no record stored).
 func FromRecord(rec *acpv2.ToolCall) (*State, error) {
@@ -59,22 +63,22 @@ func FromRecord(rec *acpv2.ToolCall) (*State, error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(n))
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, protowire.ParseError(n))
 		}
 		b = b[n:]
 		if num == recordField && typ == protowire.BytesType {
 			body, m := protowire.ConsumeBytes(b)
 			if m < 0 {
-				return nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(m))
+				return nil, fmt.Errorf("%w: %w", ErrCorrupt, protowire.ParseError(m))
 			}
 			if err := proto.Unmarshal(body, &st.s); err != nil {
-				return nil, fmt.Errorf("sessionstate: corrupt state record: %w", err)
+				return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 			}
 			return st, nil
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b)
 		if m < 0 {
-			return nil, fmt.Errorf("sessionstate: corrupt state record: %w", protowire.ParseError(m))
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, protowire.ParseError(m))
 		}
 		b = b[m:]
 	}
