@@ -162,6 +162,10 @@ func (cfg *serveConfig) sessionOptions(store statestore.Store, log *slog.Logger,
 	}
 }
 
+// adoptUnconfinedWarning is logged when users may adopt agent sessions
+// and their working directories are not confined (--any-cwd).
+const adoptUnconfinedWarning = "--adopt-agent-sessions with working directories not confined: an agent's list holds every user's sessions in any directory, and any user may adopt one, with its history"
+
 // noneIfZero is a flag's bound as session.Options takes it: the flag's
 // zero (no bound) is less than zero there, where zero is the default.
 func noneIfZero(v int) int {
@@ -600,6 +604,9 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer) error {
 	allowedHosts := cfg.hostsAllowed(advertise)
 	if cfg.workspaces, cfg.confineCwd, err = cfg.setupWorkspaces(log); err != nil {
 		return err
+	}
+	if cfg.adoptSessions && authn != nil && !cfg.confineCwd {
+		log.Warn(adoptUnconfinedWarning)
 	}
 	gw, err := app.New(ctx, app.Config{
 		Session: cfg.sessionOptions(store, log, advertise, confined),

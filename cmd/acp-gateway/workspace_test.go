@@ -199,3 +199,24 @@ func TestServeWithAnyCwdWarns(t *testing.T) {
 		t.Errorf("CreateSession anywhere with --any-cwd: %v", err)
 	}
 }
+
+// Adoption where users are not confined to their directories is the
+// unsafe choice, and logged; where they are, nothing is logged.
+func TestAdoptionWithoutConfinementIsLogged(t *testing.T) {
+	t.Parallel()
+	tokens := writeTemp(t, "tokens", "tok-alice-0123456789 alice\n")
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--any-cwd"}, true},
+		{[]string{"--workspace-root", t.TempDir()}, false},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, logs, exited := serveLogs(t, ctx, append([]string{"--auth-tokens", tokens, "--sandbox", "none", "--adopt-agent-sessions"}, c.args...)...)
+		if got := logLine(logs, adoptUnconfinedWarning) != nil; got != c.warn {
+			t.Errorf("%v: warned %v, want %v", c.args, got, c.warn)
+		}
+		stopServe(t, cancel, exited)
+	}
+}
