@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,5 +79,61 @@ func TestAnEditorThatGoesLeavesItsPermissionRequestPending(t *testing.T) {
 	}
 	if n := len(g.snapshot(t, sid).GetPendingPermissions()); n != 1 {
 		t.Errorf("%d pending permission requests after the editor went, want the one it was asked", n)
+	}
+}
+
+// positionedMessages is a chanMessages whose transport numbers session
+// messages by the log (bridge.Positioned), as /acp's SSE streams do; it
+// hands over the bridge's Resumer.
+type positionedMessages struct {
+	*chanMessages
+	resumer chan bridge.Resumer
+}
+
+func (m *positionedMessages) WriteAt(_ string, _ bridge.Position, msg []byte) error {
+	return m.Write(msg)
+}
+
+func (m *positionedMessages) Reached(string, bridge.Position) {}
+
+func (m *positionedMessages) Bind(r bridge.Resumer) { m.resumer <- r }
+
+// TestConcurrentResumesAttachOnce: of two Resumes of one session on one
+// connection at once, the one that comes while the other checks the
+// session is the user's finds the session attached, rather than attaching
+// it a second time (and asking its pending requests twice).
+func TestConcurrentResumesAttachOnce(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, map[string]agentsim.Script{"sim": turnScript})
+	ctx := testCtx(t)
+	created, err := g.client.CreateSession(ctx, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "sim", Cwd: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := created.Msg.GetSessionId()
+	spy := &spyClient{SessionServiceClient: g.client, gate: make(chan struct{}), entered: make(chan struct{})}
+	opts := bridgeOptions(g, "sim")
+	opts.Client, opts.Follow, opts.KeepSessions = spy, true, true
+	m := &positionedMessages{chanMessages: newChanMessages(), resumer: make(chan bridge.Resumer, 1)}
+	served := make(chan error, 1)
+	go func() { served <- bridge.ServeMessages(context.Background(), m, opts) }()
+	defer func() {
+		_ = m.Close()
+		if err := <-served; err != nil {
+			t.Errorf("ServeMessages: %v", err)
+		}
+	}()
+	r := <-m.resumer
+
+	first := make(chan error, 1)
+	go func() { first <- r.Resume(ctx, sid, bridge.Position{}) }()
+	<-spy.entered // the first Resume checks the session
+	second := r.Resume(ctx, sid, bridge.Position{})
+	close(spy.gate)
+	if !errors.Is(second, bridge.ErrAttached) {
+		t.Errorf("the second Resume while the first checked the session: %v, want ErrAttached", second)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the first Resume: %v", err)
 	}
 }
