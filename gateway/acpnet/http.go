@@ -112,6 +112,10 @@ type sseStream struct {
 	// its client had, which are not sent again.
 	from string
 	skip bridge.Position
+	// resuming: a GET is taking the session up on this connection (its
+	// Resume, which checks that the user may see it, has not returned);
+	// another GET of the stream meanwhile is refused.
+	resuming bool
 }
 
 type sseEvent struct {
@@ -478,15 +482,24 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, c *httpConn) {
 	}
 	session := r.Header.Get(HeaderSessionID)
 	lastID := r.Header.Get("Last-Event-ID")
+	resumed := false
 	if session != "" {
 		c.mu.Lock()
-		_, known := c.streams[session]
+		s, known := c.streams[session]
+		resuming := known && s.resuming
 		c.mu.Unlock()
 		switch {
+		case resuming:
+			http.Error(w, "the session's stream is being taken up on this connection", http.StatusConflict)
+			return
 		case !known && lastID != "":
 			if !h.resume(w, r, c, session, lastID) {
 				return
 			}
+			// The whole stream comes after lastID, which it may hold:
+			// a message no event made, asked again, may follow the
+			// place of lastID, and is sent all the same.
+			resumed = true
 		case !known:
 			// A session the bridge has not touched yet (before
 			// session/load) must be one the user may see.
@@ -499,7 +512,7 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, c *httpConn) {
 	c.mu.Lock()
 	s := c.streamLocked(session)
 	after := s.sent
-	if lastID != "" {
+	if lastID != "" && !resumed {
 		n, ok := s.after(lastID)
 		if !ok {
 			c.mu.Unlock()
@@ -583,24 +596,29 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, c *httpConn, se
 	c.mu.Lock()
 	resumer := c.resumer
 	s := c.streamLocked(session)
-	s.from = lastID
+	s.from, s.resuming = lastID, true
 	if at.Part != 0 {
 		s.skip = at
 	}
+	// The messages no event made that follow at here are numbered on
+	// from the client's: "PLACE:N" names one message of this stream, not
+	// both the client's last on the old connection and one asked again.
+	s.at, s.extra = at, extraOf(lastID)
 	c.mu.Unlock()
 	if resumer != nil {
 		err = resumer.Resume(withPeer(r.Context(), r.RemoteAddr), session, at)
 	} else {
 		err = bridge.ErrAttached
 	}
-	if err == nil {
-		return true
-	}
 	c.mu.Lock()
-	if c.streams[session] == s && len(s.events) == 0 {
+	s.resuming = false
+	if err != nil && c.streams[session] == s && len(s.events) == 0 {
 		delete(c.streams, session)
 	}
 	c.mu.Unlock()
+	if err == nil {
+		return true
+	}
 	switch code := connect.CodeOf(err); {
 	case errors.Is(err, bridge.ErrAttached):
 		http.Error(w, "this connection has the session already: Last-Event-ID is not in its stream", http.StatusConflict)
@@ -614,6 +632,20 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, c *httpConn, se
 		http.Error(w, "the session could not be resumed: "+connectMessage(err), http.StatusServiceUnavailable)
 	}
 	return false
+}
+
+// extraOf returns N of an SSE event id "PLACE:N", the Nth message no event
+// made after PLACE; 0 for another id.
+func extraOf(id string) int {
+	_, n, ok := strings.Cut(id, ":")
+	if !ok {
+		return 0
+	}
+	extra, err := strconv.Atoi(n)
+	if err != nil || extra < 0 {
+		return 0
+	}
+	return extra
 }
 
 // connectMessage is err's message without its code.

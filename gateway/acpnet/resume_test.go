@@ -73,7 +73,8 @@ func madeFromEvents(t *testing.T, evs []sseEvent, after bridge.Position) []strin
 // the new connection gets what came after that event once, from the
 // session's log and then live, as a connection that never dropped got it;
 // a permission request the client was asked on the dropped connection and
-// had not answered is asked again, and answering it there ends the turn.
+// had not answered is asked again, under an id of its own, and answering
+// it there ends the turn.
 func TestLastEventIDResumesOnAnotherConnection(t *testing.T) {
 	t.Parallel()
 	for dropAfter, wantKinds := range map[string]string{
@@ -127,6 +128,11 @@ func TestLastEventIDResumesOnAnotherConnection(t *testing.T) {
 				gotB = append(gotB, ev)
 				if ev.msg["method"] == "session/request_permission" {
 					ask = ev.msg
+					if ev.id == last {
+						// A GET with Last-Event-ID on this connection
+						// would take it for the message the client had.
+						t.Errorf("the request asked again has id %q, the id of the client's last message", ev.id)
+					}
 				}
 			}
 			b.post(sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{"outcome":{"outcome":"selected","optionId":"allow-once"}}}`, ask["id"]), http.StatusAccepted)

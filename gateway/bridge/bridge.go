@@ -220,6 +220,23 @@ func (b *bridge) sessionFor(id string, created bool) *session {
 	if s := b.sessions[id]; s != nil {
 		return s
 	}
+	return b.addSessionLocked(id, created)
+}
+
+// attach adds session id, as not created by the bridge, and returns it; it
+// returns nil when the bridge has the session already.
+func (b *bridge) attach(id string) *session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sessions[id] != nil {
+		return nil
+	}
+	return b.addSessionLocked(id, false)
+}
+
+// addSessionLocked adds session id, which the bridge does not have. b.mu is
+// held.
+func (b *bridge) addSessionLocked(id string, created bool) *session {
 	s := &session{id: id, created: created, conv: newConverter(b.version), asks: map[string]*ask{}}
 	b.sessions[id] = s
 	return s

@@ -78,7 +78,8 @@
 //     space apart from the editor's); the chosen option, or cancelled, goes
 //     back with RespondPermission. A request the gateway resolves first
 //     (turn cancelled, timed out, answered elsewhere) is withdrawn with
-//     $/cancel_request.
+//     $/cancel_request. One the editor goes without answering is left
+//     waiting, for another client or the editor back on a new connection.
 //   - session/load (v1), and session/resume with `replayFrom: {"type":
 //     "start"}` (v2), replay the gateway session's stored events (Watch from
 //     the start, up to the last event GetSession reports) as history: the

@@ -62,8 +62,8 @@ func (b *bridge) relayElicitation(ctx context.Context, s *session, a *ask, er *a
 	if err == nil {
 		err = call.Wait(ctx, &res)
 	}
-	if !s.claim(a) {
-		return // the gateway resolved it meanwhile, and the editor was told
+	if editorGone(ctx, err) || !s.claim(a) {
+		return // the editor went, or the gateway resolved it meanwhile
 	}
 	req := &acpv2.RespondElicitationRequest{SessionId: s.id, RequestId: er.GetRequestId(), Action: acpjson.ElicitCancel}
 	switch {

@@ -116,20 +116,21 @@ func (b *bridge) Resume(ctx context.Context, id string, at Position) error {
 	if !b.opts.Follow {
 		return errors.New("bridge: Resume needs Options.Follow")
 	}
-	res, err := b.client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
-	if err != nil {
-		return err
-	}
-	if last := res.Msg.GetSession().GetLastSeq(); at.Seq > last {
-		return connect.NewError(connect.CodeOutOfRange, fmt.Errorf("position %s is past the session's last event, %d", at, last))
-	}
-	b.mu.Lock()
-	_, known := b.sessions[id]
-	b.mu.Unlock()
-	if known {
+	// The check that the bridge does not have the session and its taking
+	// it are one step: of two Resumes (or a Resume and a session/resume)
+	// at once, one attaches, and the pending requests are asked once.
+	s := b.attach(id)
+	if s == nil {
 		return ErrAttached
 	}
-	s := b.sessionFor(id, false)
+	res, err := b.client.GetSession(ctx, connect.NewRequest(&acpv2.GetSessionRequest{SessionId: id}))
+	if err == nil && at.Seq > res.Msg.GetSession().GetLastSeq() {
+		err = connect.NewError(connect.CodeOutOfRange, fmt.Errorf("position %s is past the session's last event, %d", at, res.Msg.GetSession().GetLastSeq()))
+	}
+	if err != nil {
+		b.forget(s)
+		return err
+	}
 	// The events through `after` are the client's; a partial event is
 	// made again, and the transport drops its parts the client had.
 	after := at.Seq

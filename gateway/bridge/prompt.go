@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -377,8 +378,8 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 			err = call.Wait(ctx, &res)
 		}
 	}
-	if !s.claim(a) {
-		return // the gateway resolved it meanwhile, and the editor was told
+	if editorGone(ctx, err) || !s.claim(a) {
+		return // the editor went, or the gateway resolved it meanwhile
 	}
 	req := &acpv2.RespondPermissionRequest{SessionId: s.id, RequestId: requestID}
 	if err == nil && res.Outcome.Outcome == "selected" && res.Outcome.OptionID != "" {
@@ -393,6 +394,18 @@ func (b *bridge) relayPermission(ctx context.Context, s *session, a *ask, reques
 	defer cancel()
 	_, err = b.client.RespondPermission(rctx, connect.NewRequest(req))
 	b.relayed(s, "permission", requestID, err)
+}
+
+// editorGone reports whether err, how the bridge's request to the editor
+// made with ctx failed, says that the editor went (its connection closed,
+// the bridge stopping) or that the gateway resolved the request first
+// (ctx ended): then there is no answer of the editor's to relay, not even
+// a cancelled one. A request the editor went without answering stays
+// pending for the session's other clients, and for this one should it
+// take the session up again (on /acp, a GET with Last-Event-ID on a new
+// connection asks it again), until one answers or it times out.
+func editorGone(ctx context.Context, err error) bool {
+	return err != nil && (errors.Is(err, jsonrpc2.ErrClosed) || ctx.Err() != nil)
 }
 
 // claim marks the editor's answer to a as the one to relay, and reports
