@@ -9,4 +9,6 @@ import (
 
 // Supported returns an error wrapping ErrUnsupported: bubblewrap needs
 // Linux's namespaces, which this platform lacks.
-func Supported() error { return fmt.Errorf("%w, and this gateway runs on %s", ErrUnsupported, runtime.GOOS) }
+func Supported() error {
+	return fmt.Errorf("%w, and this gateway runs on %s", ErrUnsupported, runtime.GOOS)
+}
