@@ -45,13 +45,6 @@ func forgetChild(cmd *exec.Cmd) {
 	childMu.Unlock()
 }
 
-func isChild(pid int) bool {
-	childMu.Lock()
-	defer childMu.Unlock()
-	_, ok := children[pid]
-	return ok
-}
-
 // ReapOrphans reaps, until ctx ends, the exited children of this process
 // that it did not start as agents. When the gateway is a container's PID 1
 // (the image runs it so, with no init), the processes an agent started

@@ -8,6 +8,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// isChild reports whether pid is an agent startChild started and
+// forgetChild has not forgotten.
+func isChild(pid int) bool {
+	childMu.Lock()
+	defer childMu.Unlock()
+	_, ok := children[pid]
+	return ok
+}
+
 // reapOrphans reaps the exited children that are not agents, up to the
 // first exited agent, and returns how many it reaped.
 func reapOrphans() int {

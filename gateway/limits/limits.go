@@ -41,9 +41,6 @@ type Limits struct {
 // works within.
 var Defaults = Limits{Memory: 4 << 30, Pids: 1024, CPU: 1, NoFile: 4096, FileSize: 4 << 30}
 
-// needsCgroup reports whether l sets a limit that only a cgroup enforces.
-func (l Limits) needsCgroup() bool { return l.Memory > 0 || l.Pids > 0 || l.CPU > 0 }
-
 // String says what l enforces.
 func (l Limits) String() string {
 	var parts []string

@@ -24,6 +24,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// needsCgroup reports whether l sets a limit that only a cgroup enforces.
+func (l Limits) needsCgroup() bool { return l.Memory > 0 || l.Pids > 0 || l.CPU > 0 }
+
 // agentsDir is the group, below the gateway's own, that holds one group
 // per agent.
 const agentsDir = "acp-gateway-agents"
