@@ -35,7 +35,7 @@ ci: deps lint breaking checkgenerate checkgenerate-ts checkconsole release test 
 	@echo "ci: all checks passed"
 
 .PHONY: release
-release: ## Build the release archives into dist/ (linux amd64 and arm64, SHA256SUMS; VERSION=v1.2.3 to name one)
+release: ## Build the release archives into dist/ (linux and darwin, amd64 and arm64, SHA256SUMS; VERSION=v1.2.3 to name one)
 	./scripts/release.sh
 
 .PHONY: deps

@@ -7,13 +7,13 @@
 #   scripts/release.sh            # version from git describe
 #   VERSION=v1.2.3 scripts/release.sh
 #
-# Linux only: the gateway runs agents with Linux's process and file
-# interfaces (pidfd, openat2, cgroups, PR_SET_PDEATHSIG), which darwin
-# lacks, so `acp-gateway` does not build for darwin yet.
+# Linux and darwin, amd64 and arm64. A darwin build lacks what needs
+# Linux (the bubblewrap sandbox, the per-agent limits, PR_SET_PDEATHSIG,
+# pidfd): README.md's Install section says what that means.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-platforms=${PLATFORMS:-"linux/amd64 linux/arm64"}
+platforms=${PLATFORMS:-"linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"}
 revision=$(git rev-parse HEAD)
 version=${VERSION:-$(git describe --tags --always --dirty)}
 pkg=github.com/acp-gateway/acp-gateway/internal/buildinfo

@@ -33,6 +33,9 @@ type confineConfig struct {
 	memory     sizeFlag
 	fileSize   sizeFlag
 	configPath string
+	// supported reports whether this platform can sandbox agents
+	// (sandbox.Supported, but in tests).
+	supported func() error
 }
 
 // sizeFlag is a size in bytes, given as 4GiB, 512MiB, 4g or a plain number.
@@ -57,6 +60,7 @@ func (f sizeFlag) Set(v string) error {
 // addConfineFlags registers the sandbox and limit flags of serve.
 func (c *confineConfig) addConfineFlags(fs *flag.FlagSet) {
 	c.limits = limits.Defaults
+	c.supported = sandbox.Supported
 	fs.StringVar(&c.sandbox, "sandbox", "", "how agents are confined: bwrap (each in a bubblewrap sandbox) or none (as the gateway's own user); default bwrap with --auth-tokens or --oidc-issuer, none without")
 	fs.Var(&c.readOnly, "sandbox-ro", "a host path every sandboxed agent may read, at the same path, such as its install directory or a shared cache (repeatable)")
 	fs.Var(&c.readWrite, "sandbox-rw", "a host path every sandboxed agent may write, at the same path; shared by all users' agents (repeatable)")
@@ -82,8 +86,17 @@ func (c *confineConfig) checkConfine(auth bool) error {
 		c.sandbox = sandbox.ModeNone
 		if auth {
 			c.sandbox = sandbox.ModeBwrap
+			// Off Linux the secure default cannot be had: say so, rather
+			// than run every user's agent unconfined.
+			if err := c.supported(); err != nil {
+				return fmt.Errorf("--sandbox bwrap, the default with --auth-tokens or --oidc-issuer: %w: pass --sandbox none to run every user's agent unconfined, as the gateway's own user", err)
+			}
 		}
-	case sandbox.ModeNone, sandbox.ModeBwrap:
+	case sandbox.ModeBwrap:
+		if err := c.supported(); err != nil {
+			return fmt.Errorf("--sandbox bwrap: %w: pass --sandbox none to run agents unconfined, as the gateway's own user", err)
+		}
+	case sandbox.ModeNone:
 	default:
 		return fmt.Errorf("--sandbox %q: want bwrap or none", c.sandbox)
 	}
@@ -154,16 +167,9 @@ func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []s
 	} else if auth {
 		log.Warn("agents run unconfined, as the gateway's own user (--sandbox none): any user's agent can read the gateway's files, other users' data, and signal the gateway")
 	}
-	lim, err := limits.Setup(cfg.confine.limits)
+	lim, err := setupLimits(cfg.confine.limits, auth, limits.Setup, log)
 	if err != nil {
-		if auth {
-			return nil, err
-		}
-		log.Warn("agents run without cgroup limits", "error", err.Error())
-		l := cfg.confine.limits
-		if lim, err = limits.Setup(limits.Limits{NoFile: l.NoFile, FileSize: l.FileSize}); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	lim.Log = log
 	c.limits = lim
@@ -180,6 +186,23 @@ func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []s
 	}
 	log.Info("agents confined", "sandbox", cfg.confine.sandbox, "network", network, "egress_allowed", []string(cfg.confine.egress), "limits", lim.Describe())
 	return c, nil
+}
+
+// setupLimits sets up the limits l with setup (limits.Setup, but in
+// tests). With authentication every limit must be enforced. Without, the
+// cgroup limits that cannot be are logged and left off, and so are the
+// resource limits where the platform has none (darwin).
+func setupLimits(l limits.Limits, auth bool, setup func(limits.Limits) (*limits.Controller, error), log *slog.Logger) (*limits.Controller, error) {
+	lim, err := setup(l)
+	if err == nil || auth {
+		return lim, err
+	}
+	if errors.Is(err, limits.ErrUnsupported) {
+		log.Warn("agents run without limits", "error", err.Error())
+		return setup(limits.Limits{})
+	}
+	log.Warn("agents run without cgroup limits", "error", err.Error())
+	return setup(limits.Limits{NoFile: l.NoFile, FileSize: l.FileSize})
 }
 
 // gatewayFiles lists the files of the gateway's own that no agent may see:

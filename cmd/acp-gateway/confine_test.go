@@ -3,11 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/acp-gateway/acp-gateway/gateway/limits"
+	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
 )
 
 func TestSandboxDefaultsToBwrapWithAuthentication(t *testing.T) {
@@ -85,5 +92,76 @@ func TestConfineFlagsAreChecked(t *testing.T) {
 	}
 	if l := cfg.confine.limits; l.Memory != 512<<20 || l.FileSize != 0 || l.Pids != 1024 {
 		t.Errorf("limits %+v", l)
+	}
+}
+
+// confineFor parses args as serve's confinement flags, on a platform
+// whose sandbox support is supported.
+func confineFor(t *testing.T, supported error, args ...string) *confineConfig {
+	t.Helper()
+	var c confineConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c.addConfineFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	c.supported = func() error { return supported }
+	return &c
+}
+
+// A platform without bubblewrap (darwin) refuses --sandbox bwrap, asked
+// for or the default with authentication, naming --sandbox none; only that
+// explicit choice runs agents unconfined.
+func TestSandboxOffLinuxIsRefused(t *testing.T) {
+	t.Parallel()
+	unsupported := fmt.Errorf("%w, and this gateway runs on darwin", sandbox.ErrUnsupported)
+	for _, c := range []struct {
+		auth bool
+		args []string
+		want string
+	}{
+		{true, nil, "the default with --auth-tokens or --oidc-issuer"},
+		{true, []string{"--sandbox", "bwrap"}, "--sandbox bwrap: bubblewrap sandboxes need Linux"},
+		{false, []string{"--sandbox", "bwrap"}, "--sandbox bwrap: bubblewrap sandboxes need Linux"},
+	} {
+		err := confineFor(t, unsupported, c.args...).checkConfine(c.auth)
+		if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "pass --sandbox none") {
+			t.Errorf("auth %v %v: got %v, want %q and the fix", c.auth, c.args, err, c.want)
+		}
+	}
+	for _, auth := range []bool{true, false} {
+		c := confineFor(t, unsupported, "--sandbox", "none")
+		if err := c.checkConfine(auth); err != nil || c.sandbox != sandbox.ModeNone {
+			t.Errorf("auth %v, --sandbox none: %v, sandbox %q", auth, err, c.sandbox)
+		}
+	}
+	if c := confineFor(t, unsupported); c.checkConfine(false) != nil || c.sandbox != sandbox.ModeNone {
+		t.Errorf("without authentication the default is none, got %q", c.sandbox)
+	}
+}
+
+// Where the platform enforces no limit (darwin), a gateway without
+// authentication logs that its agents run without limits; one with
+// authentication refuses to start.
+func TestLimitsOffLinux(t *testing.T) {
+	t.Parallel()
+	setup := func(l limits.Limits) (*limits.Controller, error) {
+		if l != (limits.Limits{}) {
+			return nil, fmt.Errorf("%w, and this gateway runs on darwin", limits.ErrUnsupported)
+		}
+		return limits.Setup(l)
+	}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	lim, err := setupLimits(limits.Defaults, false, setup, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	if lim.Limits() != (limits.Limits{}) || !strings.Contains(logs.String(), "agents run without limits") {
+		t.Errorf("limits %v, log %q", lim.Limits(), logs.String())
+	}
+	if _, err := setupLimits(limits.Defaults, true, setup, log); !errors.Is(err, limits.ErrUnsupported) {
+		t.Errorf("with authentication: %v, want ErrUnsupported", err)
 	}
 }

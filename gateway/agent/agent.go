@@ -324,8 +324,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	// Only what the configuration gives: a nil Env would make exec pass
 	// on the gateway's whole environment.
 	cmd.Env = append([]string{}, cfg.Env...)
-	// The agent dies with the gateway, even a SIGKILLed one.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		fs.close()

@@ -34,7 +34,7 @@ func newFileServer(dir string, ws *os.File) (*fileServer, error) {
 	open := dir
 	if ws != nil {
 		// The directory the descriptor names, wherever dir leads now.
-		open = fmt.Sprintf("/proc/self/fd/%d", ws.Fd())
+		open = fdPath(ws)
 	}
 	root, err := os.OpenRoot(open)
 	if err != nil {

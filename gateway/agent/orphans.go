@@ -9,9 +9,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // The agents this process started and has not reaped. startMu is held
@@ -48,13 +45,6 @@ func forgetChild(cmd *exec.Cmd) {
 	childMu.Unlock()
 }
 
-func isChild(pid int) bool {
-	childMu.Lock()
-	defer childMu.Unlock()
-	_, ok := children[pid]
-	return ok
-}
-
 // ReapOrphans reaps, until ctx ends, the exited children of this process
 // that it did not start as agents. When the gateway is a container's PID 1
 // (the image runs it so, with no init), the processes an agent started
@@ -81,36 +71,4 @@ func ReapOrphans(ctx context.Context, log *slog.Logger) {
 		case <-tick.C:
 		}
 	}
-}
-
-// reapOrphans reaps the exited children that are not agents, up to the
-// first exited agent, and returns how many it reaped.
-func reapOrphans() int {
-	startMu.Lock()
-	defer startMu.Unlock()
-	n := 0
-	for {
-		// Which child has exited, without reaping it (WNOWAIT).
-		var info unix.Siginfo
-		if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
-			return n // ECHILD: no children at all
-		}
-		pid := siginfoPid(&info)
-		if pid == 0 || isChild(pid) {
-			return n // none exited, or an agent, which its Wait reaps
-		}
-		var ws unix.WaitStatus
-		if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err != nil || got != pid {
-			return n
-		}
-		n++
-	}
-}
-
-// siginfoPid returns si_pid of a siginfo_t that waitid(2) filled: the
-// first member of the union that follows si_signo, si_errno and si_code,
-// aligned as a pointer is. (x/sys/unix leaves the union unnamed.)
-func siginfoPid(info *unix.Siginfo) int {
-	off := (3*unsafe.Sizeof(int32(0)) + unsafe.Alignof(uintptr(0)) - 1) &^ (unsafe.Alignof(uintptr(0)) - 1)
-	return int(*(*int32)(unsafe.Add(unsafe.Pointer(info), off)))
 }

@@ -19,8 +19,10 @@ import (
 const retiredSession = "retired-session-0001"
 
 // TestBrowserConsole runs web/console/test/console.mjs in chromium at
-// 1280x800 and at 390x844 against a gateway with a scripted agent whose
-// first turn reports a mode, a model option, usage and a title, writes
+// 1280x800 and at 390x844 against a gateway with a scripted agent that
+// offers three modes and a model option in session/new (the pickers must
+// list them all on open, from GetSession's snapshot), and whose first
+// turn switches the mode and the model, reports usage and a title, writes
 // markdown (with a script that must not run) and an image, and asks for
 // permission after a 300-line diff; its second turn reuses a toolCallId of
 // the first. The page must bring the permission into view and say it
@@ -95,6 +97,12 @@ func consoleScript() agentsim.Script {
 	// An 8x8 blue PNG.
 	const png = "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGPQz7+HFTEMLQkA8yRfAbxQd+cAAAAASUVORK5CYII="
 	return agentsim.Script{
+		// session/new offers three modes (the turn switches to one; the
+		// others must show all the same) and the model option.
+		SessionModes: json.RawMessage(`{"currentModeId":"ask","availableModes":[{"id":"ask","name":"Ask"},` +
+			`{"id":"code","name":"Code"},{"id":"architect","name":"Architect"}]}`),
+		SessionConfigOptions: json.RawMessage(`[{"id":"model","name":"Model","category":"model","type":"select","currentValue":"smart",` +
+			`"options":[{"value":"fast","name":"Fast"},{"value":"smart","name":"Smart"}]}]`),
 		ConfigOptions: json.RawMessage(`[{"id":"model","name":"Model","category":"model","type":"select","currentValue":"smart",` +
 			`"options":[{"value":"fast","name":"Fast"},{"value":"smart","name":"Smart"}]}]`),
 		Turns: []agentsim.Turn{

@@ -61,9 +61,17 @@ type Sandbox struct {
 	system []string
 }
 
+// ErrUnsupported is wrapped by the error of [Supported] and [New] on a
+// platform other than Linux, where no agent can be sandboxed.
+var ErrUnsupported = errors.New("bubblewrap sandboxes need Linux")
+
 // New checks the options and that bubblewrap works on this host: it runs a
 // sandbox once, and returns an error that names the fix when that fails.
+// Off Linux it fails at once (see [Supported]).
 func New(ctx context.Context, opts Options) (*Sandbox, error) {
+	if err := Supported(); err != nil {
+		return nil, fmt.Errorf("%w: pass --sandbox none to run agents unconfined, as the gateway's own user", err)
+	}
 	bwrap := opts.Bwrap
 	if bwrap == "" {
 		bwrap = "bwrap"

@@ -13,10 +13,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
+	"github.com/acp-gateway/acp-gateway/gateway/workspace"
 	"github.com/acp-gateway/acp-gateway/statestore"
 )
 
@@ -306,13 +305,13 @@ type removeDir string
 
 func (d removeDir) Close() error { return os.RemoveAll(string(d)) }
 
-// openDir opens dir for an agent to work in (O_PATH).
+// openDir opens dir for an agent to work in (see workspace.OpenDir).
 func openDir(dir string) (*os.File, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	f, err := workspace.OpenDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", dir, err)
+		return nil, fmt.Errorf("opening %s: %w", dir, errors.Unwrap(err))
 	}
-	return os.NewFile(uintptr(fd), dir), nil
+	return f, nil
 }
 
 // claim makes sure that no gateway session not closed holds agentName's

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
@@ -161,11 +159,10 @@ func (m *Manager) runProbe(ctx context.Context, name string, log *slog.Logger) (
 			return agent.Profile{}, err
 		}
 	}
-	fd, err := unix.Open(work, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	ws, err := openDir(work)
 	if err != nil {
 		return agent.Profile{}, fmt.Errorf("the probe's directory: %w", err)
 	}
-	ws := os.NewFile(uintptr(fd), work)
 	env := m.opts.Env
 	if m.opts.Sandbox == nil {
 		// The sandbox gives the agent home as its HOME; without it, the

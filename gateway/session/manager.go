@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"golang.org/x/sys/unix"
 
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/egress"
@@ -860,11 +859,11 @@ func (m *Manager) openWorkspace(s *Session) (*os.File, error) {
 		}
 		return f, nil
 	}
-	fd, err := unix.Open(s.rec.Cwd, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	f, err := workspace.OpenDir(s.rec.Cwd)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the session's working directory %s: %v", ErrAgentGone, s.rec.Cwd, err)
+		return nil, fmt.Errorf("%w: the session's working directory %s: %v", ErrAgentGone, s.rec.Cwd, errors.Unwrap(err))
 	}
-	return os.NewFile(uintptr(fd), s.rec.Cwd), nil
+	return f, nil
 }
 
 func closeAll(cs []io.Closer) {

@@ -226,8 +226,19 @@ func (r *Root) Fresh(user, sessionID string) (string, error) {
 	return p, nil
 }
 
+// OpenDir opens the directory at path for use (O_PATH on Linux; read-only
+// on darwin, which has no O_PATH), following symbolic links, for an agent
+// whose cwd is not confined.
+func OpenDir(path string) (*os.File, error) {
+	fd, err := openDir(path, false)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
 // Open opens dir, a directory of user's that Resolve or Fresh returned,
-// for use (O_PATH): from the user's directory, with no symbolic link
+// for use (O_PATH on Linux): from the user's directory, with no symbolic link
 // followed on the way, so that a link an agent swapped in for a part of
 // the path since it was checked cannot lead elsewhere. A directory that
 // is no longer there as it was is an ErrOutside.
@@ -240,7 +251,7 @@ func (r *Root) Open(user, dir string) (*os.File, error) {
 	if err != nil || !within(ud, dir) {
 		return nil, r.outside(ud)
 	}
-	base, err := unix.Open(ud, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	base, err := openDir(ud, true)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", r.outside(ud), err)
 	}
@@ -248,10 +259,7 @@ func (r *Root) Open(user, dir string) (*os.File, error) {
 		return os.NewFile(uintptr(base), dir), nil
 	}
 	defer unix.Close(base)
-	fd, err := unix.Openat2(base, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := openBeneath(base, rel)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", r.outside(ud), err)
 	}

@@ -1,6 +1,7 @@
-// Package procfs reads processes from Linux's /proc: the agent package
-// finds what an agent left in its process group with it, and the tests
-// and the bench check with it that no process outlives its work.
+// Package procfs reads processes from Linux's /proc (on darwin, from the
+// kern.proc sysctls): the agent package finds what an agent left in its
+// process group with it, and the tests and the bench check with it that no
+// process outlives its work.
 //
 // A zombie (exited, not yet reaped) counts as not living: it runs nothing
 // and holds nothing but its process table entry.
@@ -8,7 +9,6 @@ package procfs
 
 import (
 	"bytes"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -31,31 +31,6 @@ type Process struct {
 	// Nice is its nice value (of its main thread; Stat of a thread id
 	// gives the thread's).
 	Nice int
-}
-
-// List returns the processes of this machine this user may see.
-func List() []Process {
-	var out []Process
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, ok := Stat(pid); ok {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// Stat reads process pid, and reports whether it exists.
-func Stat(pid int) (Process, bool) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return Process{}, false
-	}
-	return ParseStat(pid, stat)
 }
 
 // ParseStat reads the contents of process pid's /proc/PID/stat, read
@@ -105,13 +80,4 @@ func GroupAlive(pgid int) bool {
 		}
 	}
 	return false
-}
-
-// Cmdline returns the arguments of process pid, or nil.
-func Cmdline(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil || len(b) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 }

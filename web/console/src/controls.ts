@@ -1,8 +1,10 @@
 // The session's controls above the transcript: a picker for the mode
 // (SetMode) and one for each configuration option the agent offers, such
 // as its model (SetConfigOption), and the usage the agent last reported.
-// They are drawn from the Transcript's state, so they follow the session's
-// events: current_mode_update, config_option_update, usage_update.
+// They are drawn from the Transcript's state: seeded from GetSession's
+// snapshot, so every mode and option the agent offers shows on open, then
+// following the session's events: current_mode_update,
+// config_option_update, usage_update.
 import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import type { SessionConfigOption, UsageUpdate } from "@acp-gateway/client";
@@ -28,7 +30,7 @@ export function renderControls(el: HTMLElement, state: SessionState, act: Contro
       picker(
         "Mode",
         "mode",
-        state.modes.map((m) => ({ value: m, name: m })),
+        state.modes.map((m) => ({ value: m.id, name: m.name })),
         state.modeId,
         (v) => act.setMode(v),
         disabled,

@@ -285,6 +285,7 @@ async function open(id: string): Promise<void> {
       if (!s || current !== c) return;
       ui.meta.textContent = `${s.agent} · ${s.cwd} · ${s.state.replaceAll("_", " ")}`;
       if (configured && !configured.has(s.agent)) c.retired = s.agent;
+      view.seed(s);
       controls();
     },
     (e) => abort.signal.aborted || showError("Opening the session", e),

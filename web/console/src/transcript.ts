@@ -6,7 +6,9 @@
 // Each turn is a section with its own tool cards: an agent that reuses a
 // toolCallId in a later turn gets a new card there. Agent messages are
 // markdown; thoughts fold away. The session's title, mode, configuration
-// options and usage are kept in state for the page's controls.
+// options and usage are kept in state for the page's controls: seeded from
+// GetSession's snapshot (which alone lists the modes the agent offers),
+// then updated by the events.
 import { create } from "@bufbuild/protobuf";
 import {
   ToolCallSchema,
@@ -37,17 +39,24 @@ export interface TranscriptHooks {
   before: () => void;
 }
 
-/** What the session's events said of it, for the page's controls. */
+/** A mode the agent offers. */
+export interface Mode {
+  id: string;
+  name: string;
+}
+
+/** What the snapshot and the events said of the session, for the page's controls. */
 export interface SessionState {
   /** The title from the last session_info_update; "" when none. */
   title: string;
   /** The text of the first turn's prompt. */
   firstPrompt: string;
-  /** The current mode, from current_mode_update; "" when none. */
+  /** The current mode, from the snapshot or current_mode_update; "" when none. */
   modeId: string;
-  /** The modes seen so far, in the order first seen. */
-  modes: string[];
-  /** The configuration options from the last config_option_update. */
+  /** The modes the agent offers (the snapshot's, in its order), then any
+   * other that a current_mode_update named. */
+  modes: Mode[];
+  /** The configuration options from the snapshot or the last config_option_update. */
   configOptions: SessionConfigOption[];
   /** The last usage_update, if any. */
   usage: UsageUpdate | null;
@@ -120,6 +129,27 @@ export class Transcript {
   readonly state: SessionState = { title: "", firstPrompt: "", modeId: "", modes: [], configOptions: [], usage: null };
   /** Called after each event shown. */
   onChange: (ev: SessionEvent) => void = () => {};
+
+  /**
+   * seed takes what a snapshot (GetSession's, or Watch's in place of
+   * dropped events) says of the session: the modes the agent offers, which
+   * no event lists (current_mode_update names only the new one), and the
+   * current mode, configuration options, usage and title. Where the events
+   * shown are newer than the snapshot (the Watch stream won the race),
+   * what they set is kept and the snapshot only fills the rest.
+   */
+  seed(s: SessionSnapshot): void {
+    const st = this.state;
+    const offered: Mode[] = (s.modes?.availableModes ?? []).map((m) => ({ id: m.id, name: m.name || m.id }));
+    st.modes = [...offered, ...st.modes.filter((m) => !offered.some((o) => o.id === m.id))];
+    const fresh = s.lastSeq >= this.lastSeq;
+    const modeId = s.modes?.currentModeId ?? "";
+    if (modeId && (fresh || !st.modeId)) st.modeId = modeId;
+    if (fresh || st.configOptions.length === 0) st.configOptions = s.configOptions;
+    if (s.usage && (fresh || !st.usage)) st.usage = s.usage;
+    if (fresh || !st.title) st.title = s.title;
+    if (!st.firstPrompt) st.firstPrompt = s.firstPrompt;
+  }
 
   private readonly early = new Map<bigint, SessionEvent>();
   // The current turn's tool cards by toolCallId; a new turn starts afresh.
@@ -210,7 +240,9 @@ export class Transcript {
       }
       case "currentModeUpdate":
         this.state.modeId = e.value.currentModeId;
-        if (!this.state.modes.includes(e.value.currentModeId)) this.state.modes.push(e.value.currentModeId);
+        if (!this.state.modes.some((m) => m.id === e.value.currentModeId)) {
+          this.state.modes.push({ id: e.value.currentModeId, name: e.value.currentModeId });
+        }
         break;
       case "configOptionUpdate":
         this.state.configOptions = e.value.configOptions;
@@ -318,5 +350,6 @@ export class Transcript {
     this.section().append(h("p", { class: "note" }, "Older events were dropped by the gateway; tool calls as of now:"));
     this.text = null;
     for (const tc of s.toolCalls) this.card(tc);
+    this.seed(s);
   }
 }

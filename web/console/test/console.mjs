@@ -9,8 +9,11 @@
 //   - agent markdown renders as elements (h1, strong, code, table, a), code
 //     is highlighted, an image block shows, and script in markdown does not
 //     run;
-//   - thoughts fold; the mode and model pickers and the usage show, and
-//     picking a model calls SetConfigOption;
+//   - the mode and model pickers show on open, from GetSession's snapshot,
+//     with every mode the agent offered in session/new, those it never
+//     switched to included;
+//   - thoughts fold; the mode and model pickers follow the turn's updates,
+//     the usage shows, and picking a model calls SetConfigOption;
 //   - Shift+Enter breaks the line and Enter sends;
 //   - the second turn's reuse of a toolCallId gets a card of its own;
 //   - the page is never wider than the screen, and Save and Send are on it;
@@ -92,6 +95,11 @@ async function run(width, height) {
   if (phone) await page.waitForFunction(() => document.querySelector("#sidebar").getBoundingClientRect().right <= 0);
   await noOverflow();
 
+  // The pickers on open, before any event names a mode or an option: the
+  // modes and the model session/new offered, from the snapshot.
+  await modesAre("ask");
+  assert.equal(await page.inputValue("select[data-config-id=model]"), "smart");
+
   // Enter sends.
   await page.fill("#prompt", "Tidy the big file, please.");
   await page.press("#prompt", "Enter");
@@ -158,7 +166,7 @@ async function run(width, height) {
 
   // The session's title, mode, model and usage.
   await page.locator("#session-name").filter({ hasText: "Tidy the big file" }).waitFor();
-  assert.equal(await page.inputValue("select[data-role=mode]"), "code");
+  await modesAre("code");
   assert.equal(await page.inputValue("select[data-config-id=model]"), "fast");
   assert.match(await page.textContent("[data-role=usage]"), /1,200 \/ 200,000 tokens.*0\.05 USD/);
   const seq = Number(await page.getAttribute("body", "data-last-seq"));
@@ -194,6 +202,7 @@ async function run(width, height) {
     return t.scrollHeight > t.clientHeight && t.scrollHeight - t.scrollTop - t.clientHeight < 80;
   });
   assert.equal(await page.locator(".tool[data-tool-call-id=t1]").count(), 2, "the replay gives the reused id two cards too");
+  await modesAre("code");
   await noOverflow();
   await page.screenshot({ path: path.join(shots, `console-${tag}-turn.png`) });
 
@@ -241,4 +250,21 @@ async function fits(selector) {
     return { left: b.left, right: b.right, top: b.top, bottom: b.bottom, iw: innerWidth, ih: innerHeight };
   });
   assert.ok(r.left >= 0 && r.right <= r.iw && r.top >= 0 && r.bottom <= r.ih, `${selector} is clipped: ${JSON.stringify(r)}`);
+}
+
+// modesAre waits until the mode picker lists every mode the agent offered
+// in session/new, by name and in its order, with current picked.
+async function modesAre(current) {
+  const want = [
+    ["ask", "Ask"],
+    ["code", "Code"],
+    ["architect", "Architect"],
+  ];
+  await page.waitForFunction(
+    ([want, current]) => {
+      const sel = document.querySelector("select[data-role=mode]");
+      return sel?.value === current && JSON.stringify([...sel.options].map((o) => [o.value, o.textContent])) === JSON.stringify(want);
+    },
+    [want, current],
+  );
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package limits
 
 import (
@@ -32,19 +34,6 @@ const instancePrefix = "gateway-"
 // the directory is never a group without groups below it, which the sweep
 // of a gateway of an earlier version would remove once it is stale.
 const heldGroup = "held"
-
-// Reaped is a directory of agents' groups that a gateway that is gone
-// left with processes in it, which Setup killed.
-type Reaped struct {
-	// Group is the directory, in the primary hierarchy.
-	Group string
-	// Killed counts the processes killed.
-	Killed int
-	// Err says what was left: processes that could not be killed (of
-	// another user, or of a PID namespace this gateway does not see), or
-	// groups that could not be removed.
-	Err error
-}
 
 // Reaped lists the directories of gateways that are gone where Setup
 // killed processes (or failed to).

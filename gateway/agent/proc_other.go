@@ -1,0 +1,18 @@
+//go:build !linux
+
+package agent
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// procAttr is how an agent's process starts: in a process group of its
+// own, which Close ends. Darwin has no PR_SET_PDEATHSIG: an agent outlives
+// a gateway that is SIGKILLed (a gateway that exits otherwise closes it).
+func procAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// fdPath names the directory that the descriptor of f refers to: opening
+// /dev/fd/N on darwin duplicates descriptor N.
+func fdPath(f *os.File) string { return fmt.Sprintf("/dev/fd/%d", f.Fd()) }

@@ -1,0 +1,6 @@
+//go:build linux
+
+package sandbox
+
+// Supported returns nil: bubblewrap's namespaces are Linux's.
+func Supported() error { return nil }
