@@ -186,6 +186,12 @@ func TestDecodePermissionRequestErrors(t *testing.T) {
 		`{"subject":{"type":"command","command":"ls","cwd":"/"}}`,
 		`{"subject":{"type":"tool_call","toolCall":{}},"options":[]}`,
 		`{"toolCall":{"toolCallId":"c"},"options":[]} {}`,
+		// Members of the wrong shape, as in every ACP message without extra.
+		`{"toolCall":{"toolCallId":"c"},"options":[],"title":5}`,
+		`{"toolCall":{"toolCallId":"c"},"options":[],"_meta":"m"}`,
+		`{"toolCall":"c","options":[]}`,
+		`{"subject":"c","options":[]}`,
+		`{"subject":{"type":"tool_call","toolCall":[]},"options":[]}`,
 		`[]`,
 	} {
 		var e *acpjson.Error
