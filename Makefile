@@ -114,6 +114,7 @@ fuzz: ## Run each fuzz target briefly (FUZZTIME, default 50000x: runs, not secon
 	$(GO) test -run='^$$' -fuzz='^FuzzApply$$' -fuzztime=$(FUZZTIME) ./gateway/merge
 	$(GO) test -run='^$$' -fuzz='^FuzzDecoderMatchesOracle$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
 	$(GO) test -run='^$$' -fuzz='^FuzzNotificationMatchesOracle$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
+	$(GO) test -run='^$$' -fuzz='^FuzzRequestsMatchOracle$$' -fuzztime=$(FUZZTIME) ./gateway/acpjson
 	$(GO) test -run='^$$' -fuzz='^FuzzRequests$$' -fuzztime=$(FUZZTIME) ./gateway/service
 	$(GO) test -run='^$$' -fuzz='^FuzzMarshalMatchesProtojson$$' -fuzztime=$(FUZZTIME) ./internal/eventjson
 	$(GO) test -run='^$$' -fuzz='^FuzzStoredEventsReadBack$$' -fuzztime=$(FUZZTIME) ./gateway/session

@@ -242,26 +242,6 @@ func parseStd(data []byte) (v any, trailing bool, err error) {
 	return v, len(bytes.TrimLeft(rest, " \t\r\n")) > 0, nil
 }
 
-// parseObject parses the JSON object data into encoding/json's generic
-// form, with Decode's errors: for the requests that are read member by
-// member from that form (elicitation.go), and for the test oracle.
-func parseObject(data []byte) (map[string]any, error) {
-	v, trailing, err := parseStd(data)
-	switch {
-	case err != nil:
-		return nil, &Error{Reason: "not valid JSON: " + err.Error()}
-	case trailing:
-		return nil, &Error{Reason: "trailing data after the JSON object"}
-	case deeper(v, MaxDepth):
-		return nil, tooDeep()
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, &Error{Reason: fmt.Sprintf("want a JSON object, got %s", jsonKind(v))}
-	}
-	return obj, nil
-}
-
 // tooDeep is the error of a document nested deeper than MaxDepth.
 func tooDeep() error {
 	return &Error{Reason: fmt.Sprintf("arrays and objects nested more than %d levels deep, which the gateway does not take: flatten the JSON", MaxDepth)}

@@ -24,7 +24,21 @@
 // (tables.go): a field's offset, its kind, its oneof wrapper. A member of
 // the wrong shape, a union whose discriminator is not its first member, or
 // one whose variant does not decode, is read to its end and decoded again
-// from its bytes. The generic decoder it replaced, from encoding/json's maps
-// through protoreflect, is kept as the test oracle (oracle_test.go) that
-// the differential fuzz targets hold the decoder to.
+// from its bytes. The agent's requests go through the same tables
+// (permission.go, elicitation.go): what the model cannot say, a v2
+// permission subject whose tool call is the request's and an
+// elicitation's mode-dependent members, is decided once the request is
+// decoded. The generic decoder it replaced, from encoding/json's maps
+// through protoreflect, is kept as the test oracle (oracle_test.go,
+// requests_oracle_test.go) that the differential fuzz targets hold the
+// decoder to.
+//
+// encoding/json's maps remain in three places, none on the path of an
+// update the decoder takes: the draft dialect (draft.go) is rewritten as
+// maps into the v2 update it stands for, which is then decoded, as the
+// dialect is rare and its rewrite is easiest to read that way;
+// [KeepUnknown] keeps a refused update whole, which may nest deeper than
+// the reader takes, so it parses with encoding/json (10,000 levels) and
+// keeps what lies deeper than [MaxDepth] as text; and a refused document's
+// error is worded as encoding/json words it (docError).
 package acpjson

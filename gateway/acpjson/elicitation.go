@@ -1,6 +1,8 @@
 package acpjson
 
 import (
+	"unsafe"
+
 	"google.golang.org/protobuf/types/known/structpb"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -20,61 +22,57 @@ const (
 // `elicitation/create` request into an ElicitationRequest (without its
 // request id, which the gateway fills in). The shape is the same in ACP v1
 // and v2: a `mode`, a `message`, and for `form` a `requestedSchema` object,
-// for `url` an `elicitationId` and a `url`. A custom or future mode is kept
-// as it came, its other members in `meta` under "params", so that nothing
-// is lost.
+// for `url` an `elicitationId` and a `url`; the members of the other mode
+// are dropped. A custom or future mode is kept as it came, its other
+// members (those of the known modes included) in `meta` under "params",
+// so that nothing is lost. Members are decoded as every ACP message's are:
+// null is the same as omitted, and a member of the wrong shape is an
+// error.
 func DecodeElicitationRequest(data []byte, _ Version) (*acpv2.ElicitationRequest, error) {
-	obj, err := parseObject(data)
+	req, err := decodeElicitationRequest(data)
 	if err != nil {
+		return nil, docError(data, err)
+	}
+	return req, nil
+}
+
+func decodeElicitationRequest(data []byte) (*acpv2.ElicitationRequest, error) {
+	r := getReader(data, MaxDepth)
+	defer putReader(r)
+	req := &acpv2.ElicitationRequest{}
+	if err := (decoder{version: V2}).document(r, tableOf(mdElicitationRequest), unsafe.Pointer(req)); err != nil {
 		return nil, err
 	}
-	req := &acpv2.ElicitationRequest{}
-	mode, ok := obj["mode"].(string)
-	if !ok || mode == "" {
-		return nil, &Error{Path: "mode", Reason: "want a string, got " + jsonKind(obj["mode"])}
-	}
-	req.Mode = mode
-	if obj["message"] != nil {
-		if req.Message, ok = obj["message"].(string); !ok {
-			return nil, &Error{Path: "message", Reason: "want a string, got " + jsonKind(obj["message"])}
-		}
-	}
-	if tc, ok := obj["toolCallId"].(string); ok {
-		req.ToolCallId = tc
-	}
-	meta, _ := obj["_meta"].(map[string]any)
-	switch mode {
+	switch req.Mode {
 	case ElicitForm:
-		schema, ok := obj["requestedSchema"].(map[string]any)
-		if !ok {
-			return nil, &Error{Path: "requestedSchema", Reason: "want an object, got " + jsonKind(obj["requestedSchema"])}
+		if req.RequestedSchema == nil {
+			return nil, &Error{Path: "requestedSchema", Reason: "required in form mode"}
 		}
-		req.RequestedSchema = toStruct(schema)
+		req.Url, req.ElicitationId = "", ""
 	case ElicitURL:
-		if req.Url, ok = obj["url"].(string); !ok || req.Url == "" {
-			return nil, &Error{Path: "url", Reason: "want a string, got " + jsonKind(obj["url"])}
+		if req.Url == "" {
+			return nil, &Error{Path: "url", Reason: "required in url mode"}
 		}
-		if req.ElicitationId, ok = obj["elicitationId"].(string); !ok || req.ElicitationId == "" {
-			return nil, &Error{Path: "elicitationId", Reason: "want a string, got " + jsonKind(obj["elicitationId"])}
+		if req.ElicitationId == "" {
+			return nil, &Error{Path: "elicitationId", Reason: "required in url mode"}
 		}
+		req.RequestedSchema = nil
 	default:
-		rest := map[string]any{}
-		for k, v := range obj {
-			switch k {
-			case "mode", "message", "toolCallId", "_meta", "sessionId", "requestId":
-			default:
-				rest[k] = v
-			}
+		req.Url, req.ElicitationId, req.RequestedSchema = "", "", nil
+		// The other members, as the agent sent them, from the object again.
+		rest, err := r.structOf(data, 0)
+		if err != nil {
+			return nil, err
 		}
-		if len(rest) > 0 {
-			if meta == nil {
-				meta = map[string]any{}
-			}
-			meta["params"] = rest
+		for _, k := range []string{"mode", "message", "toolCallId", "_meta", "sessionId", "requestId"} {
+			delete(rest.Fields, k)
 		}
-	}
-	if meta != nil {
-		req.Meta = toStruct(meta)
+		if len(rest.Fields) > 0 {
+			if req.Meta == nil {
+				req.Meta = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+			}
+			req.Meta.Fields["params"] = structpb.NewStructValue(rest)
+		}
 	}
 	return req, nil
 }
@@ -82,15 +80,11 @@ func DecodeElicitationRequest(data []byte, _ Version) (*acpv2.ElicitationRequest
 // DecodeElicitationComplete returns the `elicitationId` of the params of
 // an agent's `elicitation/complete` notification.
 func DecodeElicitationComplete(data []byte) (string, error) {
-	obj, err := parseObject(data)
-	if err != nil {
+	var c acpv2.ElicitationComplete
+	if err := Decode(data, &c, V2); err != nil {
 		return "", err
 	}
-	id, ok := obj["elicitationId"].(string)
-	if !ok || id == "" {
-		return "", &Error{Path: "elicitationId", Reason: "want a string, got " + jsonKind(obj["elicitationId"])}
-	}
-	return id, nil
+	return c.GetElicitationId(), nil
 }
 
 // EncodeElicitationResponse encodes the result of an `elicitation/create`

@@ -356,3 +356,22 @@ func (d *oracle) patchValue(p protoreflect.Message, vf protoreflect.FieldDescrip
 	p.Set(vf, v)
 	return nil
 }
+
+// parseObject parses the JSON object data into encoding/json's generic
+// form, with Decode's errors, for the oracle.
+func parseObject(data []byte) (map[string]any, error) {
+	v, trailing, err := parseStd(data)
+	switch {
+	case err != nil:
+		return nil, &Error{Reason: "not valid JSON: " + err.Error()}
+	case trailing:
+		return nil, &Error{Reason: "trailing data after the JSON object"}
+	case deeper(v, MaxDepth):
+		return nil, tooDeep()
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, &Error{Reason: fmt.Sprintf("want a JSON object, got %s", jsonKind(v))}
+	}
+	return obj, nil
+}

@@ -1,7 +1,6 @@
 package acpjson
 
 import (
-	"fmt"
 	"unsafe"
 
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -15,7 +14,13 @@ import (
 // `description` and a `subject`, whose `tool_call` form holds the same
 // ToolCallUpdate shape. A v2 subject of another type is the request's
 // `subject`: a command, or one of a type the gateway does not know, kept
-// whole.
+// whole. A v1 `toolCall` is taken before a v2 subject.
+//
+// The request and its parts are decoded as every ACP message is, through
+// the tables of PermissionRequest and its sub-messages: null is the same
+// as omitted, members the request does not model are dropped (an option's
+// and a command subject's are kept in their extra), a member of the wrong
+// shape is an error, and `options` is required.
 func DecodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, error) {
 	req, err := decodePermissionRequest(data, v)
 	if err != nil {
@@ -30,134 +35,57 @@ func decodePermissionRequest(data []byte, v Version) (*acpv2.PermissionRequest, 
 	if r.kind() != '{' {
 		return nil, decoder{}.notObject(r)
 	}
-	// The members that matter, as their bytes (the last of each).
-	var title, description string
-	var hasDescription bool
-	var toolCall, subject, options, meta []byte
-	raw := func() ([]byte, error) {
-		start, d0 := r.offset(), r.depth()
-		if err := r.skip(); err != nil {
-			return nil, err
-		}
-		return r.finish(start, d0)
-	}
-	ok, err := r.members(func(name []byte) (bool, error) {
-		var err error
-		switch string(name) {
-		case "title":
-			title = ""
-			if r.kind() == '"' {
-				title, err = r.str()
-				return true, err
-			}
-		case "description":
-			description, hasDescription = "", false
-			if r.kind() == '"' {
-				description, err = r.str()
-				hasDescription = true
-				return true, err
-			}
-		case "toolCall":
-			toolCall, err = raw()
-			return true, err
-		case "subject":
-			subject, err = raw()
-			return true, err
-		case "options":
-			options, err = raw()
-			return true, err
-		case "_meta":
-			meta, err = raw()
-			return true, err
-		}
-		return true, r.skip()
-	})
-	if err == nil && (!ok || !r.end()) {
-		err = errSyntax
-	}
-	if err != nil {
+	if err := r.open(); err != nil {
 		return nil, err
 	}
-	isObject := func(b []byte) bool { return len(b) > 0 && b[0] == '{' }
 	d := decoder{version: v}
-	req := &acpv2.PermissionRequest{Title: title}
-	if hasDescription {
-		req.Description = &description
-	}
-	switch {
-	case isObject(toolCall):
-		subject = nil
-	case isObject(subject):
-		toolCall = nil
-		typ, err := lastString(subject, "type")
-		if err != nil {
-			return nil, err
-		}
-		if typ == "tool_call" {
-			if toolCall, err = lastMember(subject, "toolCall"); err != nil {
-				return nil, err
-			}
-			if !isObject(toolCall) {
-				toolCall = nil
-			}
-			subject = nil
-		}
-	default:
-		toolCall, subject = nil, nil
-	}
-	if toolCall != nil {
-		req.ToolCall = &acpv2.ToolCallUpdate{}
-		sub := getReader(toolCall, MaxDepth-1)
-		err := d.object(sub, tableOf(mdToolCallUpdate), unsafe.Pointer(req.ToolCall))
-		putReader(sub)
-		if err != nil {
-			return nil, within(err, "toolCall")
-		}
-	}
-	if len(options) == 0 || options[0] != '[' {
-		got := "null"
-		if len(options) > 0 {
-			got = kindName(Kind(options[0]))
-		}
-		return nil, &Error{Path: "options", Reason: "want an array of permission options, got " + got}
-	}
-	sub := getReader(options, MaxDepth-1)
-	defer putReader(sub)
-	if err := sub.open(); err != nil {
+	req := &acpv2.PermissionRequest{}
+	t := tableOf(mdPermissionRequest)
+	// The subject is read apart, once the request is: its tool_call form
+	// is the request's tool call, and a v1 toolCall is taken before it.
+	if err := d.fill(r, "subject", "", false, target{unsafe.Pointer(req), t}, target{}); err != nil {
 		return nil, err
 	}
-	for i := 0; ; i++ {
-		more, err := sub.more()
-		if err != nil {
-			return nil, err
-		}
-		if !more {
-			break
-		}
-		if k := sub.kind(); k != '{' {
-			return nil, &Error{Path: fmt.Sprintf("options[%d]", i), Reason: "want an object, got " + kindName(k)}
-		}
-		po := &acpv2.PermissionOption{}
-		if err := d.object(sub, tableOf(po.ProtoReflect().Descriptor()), unsafe.Pointer(po)); err != nil {
-			return nil, within(err, fmt.Sprintf("options[%d]", i))
-		}
-		req.Options = append(req.Options, po)
+	if !r.end() {
+		return nil, errSyntax
 	}
-	if subject != nil {
-		req.Subject = &acpv2.PermissionSubject{}
-		sub := getReader(subject, MaxDepth-1)
-		err := d.object(sub, tableOf(req.Subject.ProtoReflect().Descriptor()), unsafe.Pointer(req.Subject))
-		putReader(sub)
-		if err != nil {
-			return nil, within(err, "subject")
-		}
+	if req.Options == nil {
+		return nil, &Error{Path: "options", Reason: "want an array of permission options, got null"}
 	}
-	if isObject(meta) {
-		if req.Meta, err = r.structOf(meta, 1); err != nil {
-			return nil, err
-		}
+	if req.ToolCall != nil {
+		return req, nil
 	}
-	return req, nil
+	return req, d.permissionSubject(data, target{unsafe.Pointer(req), t})
+}
+
+// permissionSubject decodes the last `subject` member of the permission
+// request data into the request at pr: the toolCall of a `tool_call`
+// subject is the request's tool call, a subject of another type its
+// subject.
+func (d decoder) permissionSubject(data []byte, pr target) error {
+	raw, err := lastMember(data, "subject")
+	if err != nil || len(raw) == 0 || raw[0] == 'n' {
+		return err
+	}
+	if raw[0] != '{' {
+		return &Error{Path: "subject", Reason: "want an object, got " + kindName(Kind(raw[0]))}
+	}
+	typ, err := lastString(raw, "type")
+	if err != nil {
+		return err
+	}
+	if typ != "tool_call" {
+		r := getReader(raw, MaxDepth-1)
+		defer putReader(r)
+		return within(d.member(r, pr, pr.t.byKey["subject"]), "subject")
+	}
+	tc, err := lastMember(raw, "toolCall")
+	if err != nil || len(tc) == 0 {
+		return err
+	}
+	r := getReader(tc, MaxDepth-2)
+	defer putReader(r)
+	return within(within(d.member(r, pr, pr.t.byKey["toolCall"]), "toolCall"), "subject")
 }
 
 // EncodePermissionResponse encodes the result of a `session/request_permission`

@@ -105,6 +105,75 @@ func TestDecodePermissionRequestV2Subjects(t *testing.T) {
 	}
 }
 
+// What the request's members become: the gateway's own fields are not
+// taken from the agent, a v1 toolCall is taken before a v2 subject, a
+// patch's null is a clear in v2 and unchanged in v1, and members the
+// request does not model are dropped but kept in an option's extra.
+func TestDecodePermissionRequestMembers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, js string
+		v        acpjson.Version
+		want     *acpv2.PermissionRequest
+	}{
+		{
+			name: "gateway's fields and unknown members",
+			js:   `{"sessionId":"s","requestId":"r","preview":{"toolCallId":"p"},"future":1,"toolCall":{"toolCallId":"c"},"options":[{"optionId":"y","name":"Yes","kind":"allow_once","hint":"h"}]}`,
+			v:    acpjson.V1,
+			want: &acpv2.PermissionRequest{ToolCall: &acpv2.ToolCallUpdate{ToolCallId: "c"}, Options: []*acpv2.PermissionOption{
+				{OptionId: "y", Name: "Yes", Kind: "allow_once", Extra: jsonStruct(t, `{"hint":"h"}`)}}},
+		},
+		{
+			name: "toolCall before subject",
+			js:   `{"subject":{"type":"command","command":"ls","cwd":"/"},"toolCall":{"toolCallId":"c"},"options":[]}`,
+			v:    acpjson.V2,
+			want: &acpv2.PermissionRequest{ToolCall: &acpv2.ToolCallUpdate{ToolCallId: "c"}, Options: []*acpv2.PermissionOption{}},
+		},
+		{
+			name: "toolCall before the subject's",
+			js:   `{"toolCall":{"toolCallId":"a"},"subject":{"type":"tool_call","toolCall":{"toolCallId":"b"}},"options":[]}`,
+			v:    acpjson.V2,
+			want: &acpv2.PermissionRequest{ToolCall: &acpv2.ToolCallUpdate{ToolCallId: "a"}, Options: []*acpv2.PermissionOption{}},
+		},
+		{
+			name: "null toolCall, the subject's taken",
+			js:   `{"toolCall":null,"subject":{"toolCall":{"toolCallId":"b","kind":null},"type":"tool_call"},"options":[]}`,
+			v:    acpjson.V2,
+			want: &acpv2.PermissionRequest{ToolCall: &acpv2.ToolCallUpdate{ToolCallId: "b",
+				Kind: &acpv2.StringPatch{Op: &acpv2.StringPatch_Clear{}}}, Options: []*acpv2.PermissionOption{}},
+		},
+		{
+			name: "v1 null is unchanged",
+			js:   `{"toolCall":{"toolCallId":"b","kind":null,"title":"T"},"options":[]}`,
+			v:    acpjson.V1,
+			want: &acpv2.PermissionRequest{ToolCall: &acpv2.ToolCallUpdate{ToolCallId: "b",
+				Title: &acpv2.StringPatch{Op: &acpv2.StringPatch_Value{Value: "T"}}}, Options: []*acpv2.PermissionOption{}},
+		},
+		{
+			name: "a tool_call subject without its tool call",
+			js:   `{"subject":{"type":"tool_call"},"options":[],"title":null,"description":null}`,
+			v:    acpjson.V2,
+			want: &acpv2.PermissionRequest{Options: []*acpv2.PermissionOption{}},
+		},
+		{
+			name: "last of duplicates",
+			js:   `{"title":"a","title":"b","description":"x","description":"y","options":[{"optionId":"1"}],"options":[],"_meta":{"a":1},"_meta":{"b":2}}`,
+			v:    acpjson.V2,
+			want: &acpv2.PermissionRequest{Title: "b", Description: proto.String("y"), Options: []*acpv2.PermissionOption{}, Meta: jsonStruct(t, `{"b":2}`)},
+		},
+	} {
+		got, err := acpjson.DecodePermissionRequest([]byte(tc.js), tc.v)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		// An empty options list and none are the same to proto.Equal.
+		if !proto.Equal(got, tc.want) {
+			t.Errorf("%s: got %v\nwant %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestDecodePermissionRequestErrors(t *testing.T) {
 	t.Parallel()
 	for _, js := range []string{
@@ -112,6 +181,18 @@ func TestDecodePermissionRequestErrors(t *testing.T) {
 		`{"toolCall":{"toolCallId":"c"},"options":[1]}`,
 		`{"toolCall":{"toolCallId":"c"},"options":[{"name":"x"}]}`,
 		`{"toolCall":{"title":"no id"},"options":[]}`,
+		`{"toolCall":{"toolCallId":"c"},"options":null}`,
+		`{"toolCall":{"toolCallId":"c"},"options":{}}`,
+		`{"subject":{"type":"command","command":"ls","cwd":"/"}}`,
+		`{"subject":{"type":"tool_call","toolCall":{}},"options":[]}`,
+		`{"toolCall":{"toolCallId":"c"},"options":[]} {}`,
+		// Members of the wrong shape, as in every ACP message without extra.
+		`{"toolCall":{"toolCallId":"c"},"options":[],"title":5}`,
+		`{"toolCall":{"toolCallId":"c"},"options":[],"_meta":"m"}`,
+		`{"toolCall":"c","options":[]}`,
+		`{"subject":"c","options":[]}`,
+		`{"subject":{"type":"tool_call","toolCall":[]},"options":[]}`,
+		`[]`,
 	} {
 		var e *acpjson.Error
 		if _, err := acpjson.DecodePermissionRequest([]byte(js), acpjson.V1); !errors.As(err, &e) {

@@ -91,6 +91,11 @@ func init() {
 		"command": {field: field(&acpv2.PermissionSubject{}, "command")},
 	})
 
+	// The fields of the agent's requests that the gateway fills in: not
+	// ACP members, so never taken from the agent's JSON.
+	gatewayOwned(&acpv2.PermissionRequest{}, "request_id", "preview")
+	gatewayOwned(&acpv2.ElicitationRequest{}, "request_id")
+
 	require(&acpv2.ToolCallUpdate{}, "tool_call_id")
 	require(&acpv2.ToolCallContentChunk{}, "tool_call_id", "content")
 	require(&acpv2.ToolCall{}, "tool_call_id")
@@ -98,6 +103,8 @@ func init() {
 	require(&acpv2.DiffChange{}, "operation")
 	require(&acpv2.DiffPatch{}, "format")
 	require(&acpv2.CommandSubject{}, "command", "cwd")
+	require(&acpv2.ElicitationRequest{}, "mode")
+	require(&acpv2.ElicitationComplete{}, "elicitation_id")
 
 	omitEmpty(&acpv2.ToolCall{}, "kind", "status", "content", "locations")
 	omitEmpty(&acpv2.Annotations{}, "audience")
@@ -172,6 +179,16 @@ func require(m proto.Message, names ...protoreflect.Name) {
 	}
 }
 
+// gatewayOwned takes the fields names of m out of its ACP members.
+func gatewayOwned(m proto.Message, names ...protoreflect.Name) {
+	in := info(m.ProtoReflect().Descriptor())
+	for _, n := range names {
+		fd := field(m, n)
+		delete(in.byKey, in.keys[fd.Number()])
+		delete(in.keys, fd.Number())
+	}
+}
+
 func omitEmpty(m proto.Message, names ...protoreflect.Name) {
 	in := info(m.ProtoReflect().Descriptor())
 	for _, n := range names {
@@ -218,5 +235,7 @@ var (
 	mdDiff                = (&acpv2.Diff{}).ProtoReflect().Descriptor()
 	fdDiffChanges         = mdDiff.Fields().ByName("changes")
 	mdSessionUpdate       = (&acpv2.SessionUpdate{}).ProtoReflect().Descriptor()
+	mdPermissionRequest   = (&acpv2.PermissionRequest{}).ProtoReflect().Descriptor()
+	mdElicitationRequest  = (&acpv2.ElicitationRequest{}).ProtoReflect().Descriptor()
 	updateOneof           = mdSessionUpdate.Oneofs().ByName("update")
 )

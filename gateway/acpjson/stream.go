@@ -754,6 +754,21 @@ func (d decoder) patch(r *reader, pt *table) (unsafe.Pointer, error) {
 	return nil, &Error{Reason: "unsupported patch value"}
 }
 
+// document decodes the document at r, which is to be one JSON object,
+// into the message at p of table t.
+func (d decoder) document(r *reader, t *table, p unsafe.Pointer) error {
+	if r.kind() != '{' {
+		return d.notObject(r)
+	}
+	if err := d.object(r, t, p); err != nil {
+		return err
+	}
+	if !r.end() {
+		return errSyntax
+	}
+	return nil
+}
+
 // object decodes the object at r into the message at p of table t.
 func (d decoder) object(r *reader, t *table, p unsafe.Pointer) error {
 	if t.in.union != nil {

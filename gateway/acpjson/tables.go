@@ -214,6 +214,9 @@ func (t *table) build() {
 		case fd.ContainingOneof() != nil && !fd.ContainingOneof().IsSynthetic():
 			continue // not an ACP member (PermissionOutcome)
 		}
+		if _, member := in.keys[fd.Number()]; !member {
+			continue // filled in by the gateway (gatewayOwned)
+		}
 		if fd.Name() == "items" && fd.IsList() {
 			t.items = e
 		}
