@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -308,6 +309,27 @@ type filler struct {
 	nested string
 	held   target
 	found  bool
+	// failed holds the members whose value could not be taken, in the
+	// order met: an error only once the object ends, since a member
+	// given again later replaces the one before (the last one wins).
+	failed []failure
+}
+
+// failure is a member's value that could not be taken: the error it
+// gives if no later member of the same name replaces it.
+type failure struct {
+	e   *entry
+	err error
+}
+
+// settle records how member e's latest value went: err when it could
+// not be taken, nil when it was (or was kept in extra), which forgets
+// an earlier value's failure.
+func (f *filler) settle(e *entry, err error) {
+	f.failed = slices.DeleteFunc(f.failed, func(x failure) bool { return x.e == e })
+	if err != nil {
+		f.failed = append(f.failed, failure{e, err})
+	}
 }
 
 func (f *filler) init() {
@@ -345,6 +367,9 @@ func (f *filler) member(name []byte) error {
 		start, d0 := r.offset(), r.depth()
 		err := d.member(r, t, e)
 		if err == nil || !semantic(err) {
+			if err == nil && f.failed != nil {
+				f.settle(e, nil)
+			}
 			return err
 		}
 		d.clear(t, e)
@@ -354,11 +379,15 @@ func (f *filler) member(name []byte) error {
 			return ferr
 		}
 		if f.extraOf < 0 || e.required {
-			return within(err, key)
+			f.settle(e, within(err, key))
+			return nil
 		}
 		v, verr := r.valueOf(raw, d0)
 		if verr != nil {
 			return verr
+		}
+		if f.failed != nil {
+			f.settle(e, nil)
 		}
 		f.keep(key, v)
 		return nil
@@ -377,6 +406,9 @@ func (f *filler) member(name []byte) error {
 
 // end checks the targets' required fields and sets extra.
 func (f *filler) end() error {
+	if len(f.failed) > 0 {
+		return f.failed[0].err
+	}
 	for _, t := range f.ts {
 		if t.t == nil {
 			continue
