@@ -61,10 +61,6 @@ func runGatewayIfCommanded() {
 	os.Exit(1)
 }
 
-// standInLimits keeps a stand-in gateway's limits (and its directory's
-// lock) reachable while it waits in select {}.
-var standInLimits *limits.Controller
-
 func runGateway(mode string) error {
 	script, cfg := agentsim.Script{IgnoreEOF: true}, Config{Dir: os.TempDir(), Client: &recorder{}, StartTimeout: 30 * time.Second}
 	if mode == "limits" || mode == "reap" {
@@ -75,9 +71,6 @@ func runGateway(mode string) error {
 		if err != nil {
 			return err
 		}
-		// Held for the stand-in's life: collected, its lock's file would
-		// be closed, and the gateway would pass for gone to a reaper.
-		standInLimits = c
 		if mode == "reap" {
 			for _, r := range c.Reaped() {
 				fmt.Println("reaped", r.Group, r.Killed, r.Err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -670,5 +671,42 @@ func TestGatewaysDirectoryIsItsOwnersAlone(t *testing.T) {
 	}
 	if perm := info.Mode().Perm(); perm&0o077 != 0 {
 		t.Fatalf("the gateway's directory has mode %v, want no access for others", perm)
+	}
+}
+
+// A Controller's directory stays locked until Close, even once nothing
+// references the Controller: were its lock file left to the garbage
+// collector, whose finalizer closes it, the next gateway's reap would take
+// a running gateway for gone and kill its agents.
+func TestLockLastsUntilCloseNotUntilCollected(t *testing.T) {
+	c, err := Setup(Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What Close does, without holding the Controller or its lock file.
+	dir, dirs, instance := filepath.Join(c.primaryDir(), c.instance), c.agentsDirs(), c.instance
+	t.Cleanup(func() {
+		heldLocks.Range(func(k, _ any) bool {
+			if f := k.(*os.File); f.Name() == dir {
+				heldLocks.Delete(f)
+				_ = f.Close()
+			}
+			return true
+		})
+		for _, d := range dirs {
+			_ = removeGroups(filepath.Join(d, instance))
+		}
+	})
+	c = nil //nolint:wastedassign,ineffassign // dropped: only the collector could close its lock now
+	for range 3 {
+		runtime.GC()
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+		t.Fatalf("flock of a collected Controller's directory: %v, want EWOULDBLOCK (still held)", err)
 	}
 }

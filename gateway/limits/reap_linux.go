@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -101,6 +102,7 @@ func (c *Controller) claim() error {
 		return fmt.Errorf("locking %s: removed as it was locked (%v)", dir, err)
 	}
 	c.instance, c.lock = name, f
+	heldLocks.Store(f, struct{}{})
 	for _, d := range c.ownDirs() {
 		if err := os.MkdirAll(filepath.Join(d, name, heldGroup), 0o755); err != nil {
 			c.Close()
@@ -150,9 +152,16 @@ func (c *Controller) Close() {
 	for _, dir := range c.agentsDirs() {
 		_ = removeGroups(filepath.Join(dir, c.instance))
 	}
+	heldLocks.Delete(c.lock)
 	_ = c.lock.Close()
 	c.lock = nil
 }
+
+// heldLocks holds the lock files of the Controllers not closed: a file
+// left to the garbage collector is closed by its finalizer, and with it
+// the lock, and a running gateway would pass for gone to the next one's
+// reap. A Controller's lock lasts until Close, however it is referenced.
+var heldLocks sync.Map // *os.File -> struct{}
 
 // reap kills the processes that gateways that are gone left in their
 // directories, and removes those; it returns the directories where it
