@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -224,7 +225,7 @@ func (l *listers) take(ctx context.Context, user string) (done func(), err error
 // at all: its cwd passes the cwd rule of Create (checkCwd), and its id
 // can be given back.
 func (m *Manager) adoptableSession(user string, ls agent.ListedSession) (AgentSession, bool) {
-	if len(ls.ID) > maxAgentSessionID || !utf8.ValidString(ls.ID) || containsControl(ls.ID) {
+	if len(ls.ID) > maxAgentSessionID || !utf8.ValidString(ls.ID) || strings.ContainsFunc(ls.ID, unicode.IsControl) {
 		return AgentSession{}, false
 	}
 	cwd, err := m.checkCwd(user, ls.Cwd)
@@ -236,15 +237,6 @@ func (m *Manager) adoptableSession(user string, ls agent.ListedSession) (AgentSe
 		as.UpdatedAt = t
 	}
 	return as, true
-}
-
-func containsControl(s string) bool {
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return true
-		}
-	}
-	return false
 }
 
 // cutUTF8 cuts s to at most n bytes, not within a character.

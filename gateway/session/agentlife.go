@@ -98,11 +98,7 @@ func (s *Session) attach(ctx context.Context, authMethod string, mode attachMode
 			if !errors.Is(err, agent.ErrExited) {
 				return fail(agentCallErr("session/new", err))
 			}
-			err = fail(fmt.Errorf("%w: session/new: %v", ErrAgentStart, err))
-			if tail := a.StderrTail(); tail != "" {
-				err = fmt.Errorf("%w; the last lines of its stderr:\n%s", err, tail)
-			}
-			return err
+			return withStderr(fail(fmt.Errorf("%w: session/new: %v", ErrAgentStart, err)), a.StderrTail())
 		}
 	case caps.Resume:
 		how = "re-attached with session/resume"
@@ -284,10 +280,20 @@ func (s *Session) liveAgent(ctx context.Context) (*agent.Agent, string, error) {
 // session's own user gets it: the agent ran for their session.
 func startFailed(err error) error {
 	var se *agent.StartError
-	if errors.As(err, &se) && se.Stderr != "" {
-		return fmt.Errorf("%w: %v; the last lines of its stderr:\n%s", ErrAgentStart, err, se.Stderr)
+	if !errors.As(err, &se) {
+		se = &agent.StartError{}
 	}
-	return fmt.Errorf("%w: %v", ErrAgentStart, err)
+	return withStderr(fmt.Errorf("%w: %v", ErrAgentStart, err), se.Stderr)
+}
+
+// withStderr adds to err the last lines of the agent's stderr, tail,
+// when it wrote any: after the state's detail is set from err, which the
+// store keeps, so that the stderr goes only to the session's user.
+func withStderr(err error, tail string) error {
+	if tail == "" {
+		return err
+	}
+	return fmt.Errorf("%w; the last lines of its stderr:\n%s", err, tail)
 }
 
 // authRequired says whether err is the agent's refusal to work before

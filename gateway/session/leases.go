@@ -82,13 +82,15 @@ func (m *Manager) drop(s *Session) {
 // answered it for a whole LeaseTTL since it last failed: by then a holder
 // that is alive has renewed its lease (every LeaseTTL/3).
 
-// storeFailed notes that a store call failed now.
-func (m *Manager) storeFailed() { m.storeFailedAt.Store(m.opts.Clock.Now().UnixNano()) }
+// storeFailed notes that a store call failed now: on the fences'
+// monotonic clock (monoNow), so that a change of the wall clock neither
+// hastens nor holds off a takeover. Never 0, which is "never failed".
+func (m *Manager) storeFailed() { m.storeFailedAt.Store(max(m.monoNow(), 1)) }
 
 // storeSteady says whether the store has not failed for LeaseTTL.
 func (m *Manager) storeSteady() bool {
 	at := m.storeFailedAt.Load()
-	return at == 0 || m.opts.Clock.Since(time.Unix(0, at)) >= m.opts.LeaseTTL
+	return at == 0 || time.Duration(m.monoNow()-at) >= m.opts.LeaseTTL
 }
 
 // storeContext bounds a store call made while a session's lock is held,

@@ -272,7 +272,7 @@ type Manager struct {
 	writersClosed bool
 	checking      sync.Mutex
 	// storeFailedAt is when a store call of the lease upkeep or of a
-	// takeover last failed (UnixNano; 0: never).
+	// takeover last failed (monoNow; 0: never).
 	storeFailedAt atomic.Int64
 	// clockBase is the origin of the fences' times (monoNow).
 	clockBase time.Time
