@@ -88,12 +88,7 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	c := tr.client(protoConnectIdentity, g.base, true)
-	// One session first, so one-off allocations do not count per session.
-	if _, err := gatewayTurn(ctx, c, 2, Workload{Updates: 1}, cwd, nil); err != nil {
-		res.Error = "warm-up: " + err.Error()
-		return res
-	}
-	before, err := g.memstats(ctx)
+	before, err := g.warmUp(ctx, c, cwd)
 	if err != nil {
 		res.Error = err.Error()
 		return res
