@@ -174,8 +174,8 @@ func (r *BombsResult) Met() bool {
 // runBombs runs the bombs phase with throttle (BombThrottleOff or
 // BombThrottleDefault) on a gateway of its own whose token file, with two
 // users, is written in dir.
-func runBombs(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd, dir, throttle string, say func(string, ...any)) BombsResult {
-	res := BombsResult{Throttle: throttle, AuthFailureLimit: auth.DefaultFailureLimit, Bombers: cfg.Bombs, InflatedBytes: bombMiB << 20,
+func runBombs(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd, dir, throttle string, say func(string, ...any)) (res BombsResult) {
+	res = BombsResult{Throttle: throttle, AuthFailureLimit: auth.DefaultFailureLimit, Bombers: cfg.Bombs, InflatedBytes: bombMiB << 20,
 		BombersNice: cfg.BombersNice, Samples: cfg.BombSamples, TurnUpdates: bombTurnUpdates}
 	if throttle == BombThrottleOff {
 		res.AuthFailureLimit = -1
@@ -196,13 +196,7 @@ func runBombs(ctx context.Context, self []string, runID string, tr *transports, 
 		res.Error = err.Error()
 		return res
 	}
-	defer func() {
-		left, err := g.stop(tr)
-		res.Leftover = left
-		if err != nil && res.Error == "" {
-			res.Error = err.Error()
-		}
-	}()
+	defer g.stopInto(tr, &res.Leftover, &res.Error)
 	u := &userCalls{c: bridge.NewClient(tr.h1, g.base, user, connect.WithCodec(skimCodec{})), cwd: cwd,
 		w: Workload{Updates: bombTurnUpdates, Payload: cfg.Payload}}
 	// The session GetSession reads has one turn, and keeps it.

@@ -200,6 +200,16 @@ func consume(ctx context.Context, c acpv2connect.SessionServiceClient, id string
 	}
 }
 
+// warmUp runs one session's turn on g through c, so that one-off
+// allocations do not count per session, and then reads g's memory: the
+// baseline a phase's per-session figures are measured from.
+func (g *gatewayProc) warmUp(ctx context.Context, c acpv2connect.SessionServiceClient, cwd string) (memStats, error) {
+	if _, err := gatewayTurn(ctx, c, 2, Workload{Updates: 1}, cwd, nil); err != nil {
+		return memStats{}, fmt.Errorf("warm-up: %w", err)
+	}
+	return g.memstats(ctx)
+}
+
 // gatewayTurn creates a session of the synthetic agent speaking protocol,
 // runs one prompt turn of w on it through c, and closes the session. cpu,
 // if set, reads the gateway's CPU time, taken as the prompt is sent and

@@ -466,6 +466,18 @@ func (g *gatewayProc) stop(tr *transports) (int, error) {
 	}
 }
 
+// stopInto stops g at the end of a phase, putting into the phase's result
+// the children it left and, unless the phase failed already, the stop's
+// error. Deferred, it must be given a named result's fields: a deferred
+// write to a plain local is lost once the return value is copied.
+func (g *gatewayProc) stopInto(tr *transports, leftover *int, errText *string) {
+	left, err := g.stop(tr)
+	*leftover = left
+	if err != nil && *errText == "" {
+		*errText = err.Error()
+	}
+}
+
 func (g *gatewayProc) memstats(ctx context.Context) (memStats, error) {
 	var m memStats
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.base+"/bench/memstats", nil)

@@ -121,9 +121,9 @@ func runRate(ctx context.Context, self []string, runID string, tr *transports, c
 }
 
 // rateStep runs one step of the many-sessions phase with n sessions.
-func rateStep(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, n int, cwd, storeURL string, profile []string, say func(string, ...any)) RateResult {
+func rateStep(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, n int, cwd, storeURL string, profile []string, say func(string, ...any)) (res RateResult) {
 	per := int(cfg.RatePerSession * cfg.RateDuration.Seconds())
-	res := RateResult{Sessions: n, PerSecond: cfg.RatePerSession, Seconds: cfg.RateDuration.Seconds(), Store: cfg.RateStore, Expected: n * per}
+	res = RateResult{Sessions: n, PerSecond: cfg.RatePerSession, Seconds: cfg.RateDuration.Seconds(), Store: cfg.RateStore, Expected: n * per}
 	if err := raiseNoFile(uint64(n*rateFDsPerSession + 256)); err != nil {
 		res.Error = err.Error()
 		return res
@@ -133,22 +133,11 @@ func rateStep(ctx context.Context, self []string, runID string, tr *transports, 
 		res.Error = err.Error()
 		return res
 	}
-	defer func() {
-		left, err := g.stop(tr)
-		res.Leftover = left
-		if err != nil && res.Error == "" {
-			res.Error = err.Error()
-		}
-	}()
+	defer g.stopInto(tr, &res.Leftover, &res.Error)
 	ctx, cancel := context.WithTimeout(ctx, cfg.RateDuration+10*time.Minute)
 	defer cancel()
 	c := tr.client(protoConnectJSON, g.base, false)
-	// One session first, so one-off allocations do not count per session.
-	if _, err := gatewayTurn(ctx, c, 2, Workload{Updates: 1}, cwd, nil); err != nil {
-		res.Error = "warm-up: " + err.Error()
-		return res
-	}
-	before, err := g.memstats(ctx)
+	before, err := g.warmUp(ctx, c, cwd)
 	if err != nil {
 		res.Error = err.Error()
 		return res

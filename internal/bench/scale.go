@@ -71,8 +71,8 @@ type ScaleResult struct {
 // (whose inuse_space is then the idle sessions') is written when they are
 // all idle. A gateway that cannot confine its agents here (no bwrap, no
 // writable cgroup) gives a result whose Error says why.
-func runScale(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd, storeURL, sandboxMode, homes string, profile []string, progress func(string, ...any)) ScaleResult {
-	res := ScaleResult{Sessions: cfg.Sessions, Concurrency: cfg.ScaleConcurrency, UpdatesPerTurn: cfg.ScaleUpdates, Store: cfg.ScaleStore, Sandbox: sandboxMode}
+func runScale(ctx context.Context, self []string, runID string, tr *transports, cfg *Config, cwd, storeURL, sandboxMode, homes string, profile []string, progress func(string, ...any)) (res ScaleResult) {
+	res = ScaleResult{Sessions: cfg.Sessions, Concurrency: cfg.ScaleConcurrency, UpdatesPerTurn: cfg.ScaleUpdates, Store: cfg.ScaleStore, Sandbox: sandboxMode}
 	extra := slices.Clone(profile)
 	if sandboxMode != sandbox.ModeNone {
 		res.Network = cfg.ScaleNetwork
@@ -84,22 +84,11 @@ func runScale(ctx context.Context, self []string, runID string, tr *transports, 
 		return res
 	}
 	res.Limits = g.confined
-	defer func() {
-		left, err := g.stop(tr)
-		res.Leftover = left
-		if err != nil && res.Error == "" {
-			res.Error = err.Error()
-		}
-	}()
+	defer g.stopInto(tr, &res.Leftover, &res.Error)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	c := tr.client(protoConnectIdentity, g.base, true)
-	// One session first, so one-off allocations do not count per session.
-	if _, err := gatewayTurn(ctx, c, 2, Workload{Updates: 1}, cwd, nil); err != nil {
-		res.Error = "warm-up: " + err.Error()
-		return res
-	}
-	before, err := g.memstats(ctx)
+	before, err := g.warmUp(ctx, c, cwd)
 	if err != nil {
 		res.Error = err.Error()
 		return res

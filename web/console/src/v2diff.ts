@@ -2,6 +2,7 @@
 // git patch, and a permission request's description and subject. Text goes
 // in through textContent, never as HTML.
 import type { Diff, DiffChange, PermissionRequest } from "@acp-gateway/client";
+import { splitLines } from "./diffview.js";
 import { h } from "./render.js";
 
 /**
@@ -34,8 +35,7 @@ function changeView(c: DiffChange): HTMLElement {
 
 /** patchView shows patch text line by line; a git patch's lines are marked by kind. */
 function patchView(format: string, text: string): HTMLElement {
-  const lines = text.split("\n");
-  if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
+  const lines = splitLines(text);
   const git = format === "git_patch";
   return h(
     "pre",

@@ -12,7 +12,7 @@
 //   CHROMIUM       the browser (default /usr/bin/chromium)
 // On success the last line of stdout is JSON: {sessionId, said, href}.
 import assert from "node:assert/strict";
-import { env, launch, watchdog } from "./lib.mjs";
+import { env, launch, openSession, watchdog, watchProblems } from "./lib.mjs";
 
 const url = env("CONSOLE_URL");
 const tokenValue = env("CONSOLE_TOKEN");
@@ -24,18 +24,12 @@ const browser = await launch();
 const page = await browser.newPage();
 page.setDefaultTimeout(20_000);
 const problems = [];
-page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+watchProblems(page, problems);
 
 try {
-  await page.goto(url);
-  await page.fill("#token", tokenValue);
-  await page.click("#token-form button");
-  await page.selectOption("#agent", "elicit");
-  await page.fill("#cwd", cwd);
-  await page.click("#create-form button");
+  await openSession(page, { url, token: tokenValue, agent: "elicit", cwd });
   await page.locator("#session-title").filter({ hasText: /\S/ }).waitFor();
   const sessionId = await page.textContent("#session-title");
-  await page.locator('#conn[data-state="live"]').waitFor();
 
   // The form: one input per property (in name order: the gateway's
   // schema is a google.protobuf.Struct, which keeps no order), the

@@ -36,3 +36,17 @@ export function watchProblems(page, problems) {
     if (m.type() === "error" && /Content Security Policy|Refused to/i.test(m.text())) problems.push(`console: ${m.text()}`);
   });
 }
+
+/**
+ * openSession signs page in at url with token and creates a session of
+ * agent in cwd, returning once its stream is live.
+ */
+export async function openSession(page, { url, token, agent, cwd }) {
+  await page.goto(url);
+  await page.fill("#token", token);
+  await page.click("#token-form button");
+  await page.selectOption("#agent", agent);
+  await page.fill("#cwd", cwd);
+  await page.click("#create-form button");
+  await page.locator('#conn[data-state="live"]').waitFor();
+}

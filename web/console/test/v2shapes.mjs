@@ -10,7 +10,7 @@
 //   CONSOLE_CWD    an absolute directory for the session
 //   CHROMIUM       the browser (default /usr/bin/chromium)
 import assert from "node:assert/strict";
-import { env, launch, watchdog } from "./lib.mjs";
+import { env, launch, openSession, watchdog, watchProblems } from "./lib.mjs";
 
 const url = env("CONSOLE_URL");
 const token = env("CONSOLE_TOKEN");
@@ -22,16 +22,9 @@ const browser = await launch();
 const page = await browser.newPage();
 page.setDefaultTimeout(20_000);
 const problems = [];
-page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+watchProblems(page, problems);
 try {
-  await page.goto(url);
-  await page.fill("#token", token);
-  await page.click("#token-form button");
-  await page.locator("#agent option", { hasText: "v2" }).waitFor({ state: "attached" });
-  await page.selectOption("#agent", "v2");
-  await page.fill("#cwd", cwd);
-  await page.click("#create-form button");
-  await page.locator('#conn[data-state="live"]').waitFor();
+  await openSession(page, { url, token, agent: "v2", cwd });
   await page.fill("#prompt", "Edit it.");
   await page.click("#send");
 
