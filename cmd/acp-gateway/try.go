@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/bridge"
 	"github.com/acp-gateway/acp-gateway/gateway/server"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
@@ -154,9 +155,9 @@ func answerElicitation(ctx context.Context, c acpv2connect.SessionServiceClient,
 		out.note(fmt.Sprintf("answering %s with %s", req.GetRequestId(), res.GetAction()))
 	}
 	_, err = c.RespondElicitation(ctx, connect.NewRequest(res))
-	if connect.CodeOf(err) == connect.CodeInvalidArgument && err != nil {
+	if connect.CodeOf(err) == connect.CodeInvalidArgument {
 		out.note(fmt.Sprintf("the gateway refused the answer to %s (%v): declining", req.GetRequestId(), err))
-		_, err = c.RespondElicitation(ctx, connect.NewRequest(&acpv2.RespondElicitationRequest{SessionId: id, RequestId: req.GetRequestId(), Action: "decline"}))
+		_, err = c.RespondElicitation(ctx, connect.NewRequest(&acpv2.RespondElicitationRequest{SessionId: id, RequestId: req.GetRequestId(), Action: acpjson.ElicitDecline}))
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeFailedPrecondition, connect.CodeNotFound:

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
 )
 
@@ -53,16 +54,16 @@ var errDeclined = errors.New("declined")
 // send (without its session id), and why it was declined ("" when the
 // user answered). It fails only with ctx's error.
 func (a *asker) answer(ctx context.Context, req *acpv2.ElicitationRequest) (*acpv2.RespondElicitationRequest, string, error) {
-	decline := &acpv2.RespondElicitationRequest{RequestId: req.GetRequestId(), Action: "decline"}
+	decline := &acpv2.RespondElicitationRequest{RequestId: req.GetRequestId(), Action: acpjson.ElicitDecline}
 	if !a.interactive {
 		return decline, "stdin is not a terminal", nil
 	}
 	mode := req.GetMode()
-	if mode != "form" && mode != "url" {
+	if mode != acpjson.ElicitForm && mode != acpjson.ElicitURL {
 		return decline, fmt.Sprintf("mode %q is not one try knows", printable(mode)), nil
 	}
 	fmt.Fprintf(a.ask, "\nThe agent asks (%s): %s\n", req.GetRequestId(), printable(req.GetMessage()))
-	if mode == "url" {
+	if mode == acpjson.ElicitURL {
 		fmt.Fprintf(a.ask, "  open %s\n", printable(req.GetUrl()))
 	}
 	content, err := a.ask1(ctx, req)
@@ -72,7 +73,7 @@ func (a *asker) answer(ctx context.Context, req *acpv2.ElicitationRequest) (*acp
 	case err != nil:
 		return nil, "", err
 	}
-	return &acpv2.RespondElicitationRequest{RequestId: req.GetRequestId(), Action: "accept", Content: content}, "", nil
+	return &acpv2.RespondElicitationRequest{RequestId: req.GetRequestId(), Action: acpjson.ElicitAccept, Content: content}, "", nil
 }
 
 // ask1 asks accept or decline, then a form's properties: the content to
@@ -85,7 +86,7 @@ func (a *asker) ask1(ctx context.Context, req *acpv2.ElicitationRequest) (*struc
 		}
 		switch strings.ToLower(line) {
 		case "a", "accept":
-			if req.GetMode() != "form" {
+			if req.GetMode() != acpjson.ElicitForm {
 				return nil, nil
 			}
 			return a.form(ctx, req.GetRequestedSchema())

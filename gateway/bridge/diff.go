@@ -25,10 +25,23 @@ import (
 // v1Content returns items with their v2 diffs in v1's form, and whether it
 // changed any.
 func v1Content(items []*acpv2.ToolCallContent) ([]*acpv2.ToolCallContent, bool) {
-	var out []*acpv2.ToolCallContent
-	for i, item := range items {
+	return mapContent(items, func(item *acpv2.ToolCallContent) ([]*acpv2.ToolCallContent, bool) {
 		d := item.GetDiff()
 		if d == nil || len(d.GetChanges()) == 0 && d.GetPatch() == nil {
+			return nil, false
+		}
+		return v1Diff(item), true
+	})
+}
+
+// mapContent returns items with each item that conv converts (ok) replaced
+// by what it makes of it, none or several, and whether it replaced any;
+// items itself, not a copy, when it did not.
+func mapContent(items []*acpv2.ToolCallContent, conv func(*acpv2.ToolCallContent) ([]*acpv2.ToolCallContent, bool)) ([]*acpv2.ToolCallContent, bool) {
+	var out []*acpv2.ToolCallContent
+	for i, item := range items {
+		made, ok := conv(item)
+		if !ok {
 			if out != nil {
 				out = append(out, item)
 			}
@@ -37,7 +50,7 @@ func v1Content(items []*acpv2.ToolCallContent) ([]*acpv2.ToolCallContent, bool) 
 		if out == nil {
 			out = append(make([]*acpv2.ToolCallContent, 0, len(items)), items[:i]...)
 		}
-		out = append(out, v1Diff(item)...)
+		out = append(out, made...)
 	}
 	if out == nil {
 		return items, false
@@ -200,17 +213,10 @@ func (s patchSection) newFile() (string, bool) {
 // v2Content returns items with their v1 diffs given v2's `changes`, and
 // whether it changed any.
 func v2Content(items []*acpv2.ToolCallContent) ([]*acpv2.ToolCallContent, bool) {
-	var out []*acpv2.ToolCallContent
-	for i, item := range items {
+	return mapContent(items, func(item *acpv2.ToolCallContent) ([]*acpv2.ToolCallContent, bool) {
 		d := item.GetDiff()
 		if d == nil || d.Path == nil || len(d.GetChanges()) > 0 {
-			if out != nil {
-				out = append(out, item)
-			}
-			continue
-		}
-		if out == nil {
-			out = append(make([]*acpv2.ToolCallContent, 0, len(items)), items[:i]...)
+			return nil, false
 		}
 		op := "modify"
 		if d.OldText == nil {
@@ -218,12 +224,8 @@ func v2Content(items []*acpv2.ToolCallContent) ([]*acpv2.ToolCallContent, bool) 
 		}
 		c := proto.Clone(item).(*acpv2.ToolCallContent)
 		c.GetDiff().Changes = []*acpv2.DiffChange{{Operation: op, Path: d.Path}}
-		out = append(out, c)
-	}
-	if out == nil {
-		return items, false
-	}
-	return out, true
+		return []*acpv2.ToolCallContent{c}, true
+	})
 }
 
 // v2Patch returns p with its content's v1 diffs given v2's changes.

@@ -213,14 +213,11 @@ func (b *bridge) resumeTurn(ctx context.Context, s *session, cause error) (*acpv
 // state_update instead; a failure shows as an agent message and in the
 // update's _meta.
 func (b *bridge) endTurn(s *session, seq uint64, te *acpv2.TurnEnded, acked bool) (any, error) {
-	reason := te.GetStopReason()
-	if reason == "" {
-		reason = "end_turn"
-	}
 	if s.conv.version == acpjson.V1 || !acked {
 		if te.GetError() != "" {
 			return nil, &jsonrpc2.Error{Code: codeInternal, Message: "acp-gateway: the turn failed: " + te.GetError()}
 		}
+		reason := cmp.Or(te.GetStopReason(), "end_turn")
 		if s.conv.version == acpjson.V1 {
 			reason = v1StopReason(reason)
 		}

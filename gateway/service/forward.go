@@ -34,9 +34,9 @@ const livenessPath = "/healthz"
 // forwarder holds a client per replica that requests are forwarded to.
 //
 // A request that needs a session's agent (Prompt, Cancel,
-// RespondPermission, RespondElicitation, CloseSession, SetMode,
-// SetConfigOption) and lands on a
-// replica that does not run it is sent on to the owner's advertised address
+// RespondPermission, RespondElicitation, CloseSession, Logout, SetMode,
+// SetConfigOption) and lands on a replica that does not run it is sent on
+// to the owner's advertised address
 // with the same Connect API, rather than through Redis: the owner already
 // serves that API (streams included, with their heartbeats and errors), and
 // nothing new has to be kept consistent in Redis.
