@@ -71,6 +71,13 @@ var permissionScript = agentsim.Script{Turns: []agentsim.Turn{{Steps: []agentsim
 	}},
 }, StopReason: "end_turn"}}}
 
+// elicitScript is an agent whose turn asks the user for a name (an
+// elicitation in form mode). It is "who": the tests' default agent is
+// the first by name, "other".
+var elicitScript = agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{
+	{Elicit: json.RawMessage(`{"mode":"form","message":"Who?","requestedSchema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}`)},
+}, StopReason: "end_turn"}}}
+
 // gateway is a real gateway with /acp on a loopback port.
 type gateway struct {
 	base string
@@ -83,7 +90,7 @@ type gateway struct {
 func startGateway(t *testing.T, cfg app.Config) *gateway {
 	t.Helper()
 	agents := map[string][]string{}
-	for name, script := range map[string]agentsim.Script{"sim": helloScript, "other": helloScript, "perm": permissionScript} {
+	for name, script := range map[string]agentsim.Script{"sim": helloScript, "other": helloScript, "perm": permissionScript, "who": elicitScript} {
 		cmd, err := agentsim.Command(script)
 		if err != nil {
 			t.Fatal(err)

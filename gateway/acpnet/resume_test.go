@@ -15,7 +15,14 @@ import (
 // initializeV2 opens c's connection with ACP v2.
 func (c *httpClient) initializeV2() {
 	c.t.Helper()
-	res := c.do(http.MethodPost, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":2}}`, nil)
+	c.initializeV2With(`{}`)
+}
+
+// initializeV2With is initializeV2 with the client's capabilities caps
+// (JSON).
+func (c *httpClient) initializeV2With(caps string) {
+	c.t.Helper()
+	res := c.do(http.MethodPost, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":2,"capabilities":`+caps+`}}`, nil)
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	if c.conn = res.Header.Get("Acp-Connection-Id"); res.StatusCode != http.StatusOK || c.conn == "" {
@@ -205,4 +212,45 @@ func TestLastEventIDRefusals(t *testing.T) {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
+}
+
+// An elicitation a client was asked and did not answer is asked again of
+// the connection that takes the session up with Last-Event-ID, as a
+// permission request is, and its answer there ends the turn.
+func TestLastEventIDAsksAWaitingElicitationAgain(t *testing.T) {
+	t.Parallel()
+	const caps = `{"elicitation":{"form":{}}}`
+	g := startGateway(t, app.Config{})
+	url := g.base + "/acp/who"
+	a := &httpClient{t: t, url: url, token: aliceToken}
+	a.initializeV2With(caps)
+	connA, stopConnA := a.stream("", nil)
+	defer stopConnA()
+	a.post("", fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":%q,"mcpServers":[]}}`, t.TempDir()), http.StatusAccepted)
+	sid, _ := next(t, connA).msg["result"].(map[string]any)["sessionId"].(string)
+
+	eventsA, dropA := a.stream(sid, nil)
+	a.post(sid, `{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"`+sid+`","prompt":[{"type":"text","text":"who"}]}}`, http.StatusAccepted)
+	var last string
+	for last == "" {
+		if ev := next(t, eventsA); ev.msg["method"] == "elicitation/create" {
+			last = ev.id
+		}
+	}
+	dropA()
+	res := a.do(http.MethodDelete, "", "", nil)
+	res.Body.Close()
+
+	b := &httpClient{t: t, url: url, token: aliceToken}
+	b.initializeV2With(caps)
+	eventsB, stopB := b.stream(sid, http.Header{"Last-Event-ID": {last}})
+	defer stopB()
+	var ask map[string]any
+	for ask == nil {
+		if ev := next(t, eventsB); ev.msg["method"] == "elicitation/create" {
+			ask = ev.msg
+		}
+	}
+	b.post(sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{"action":"accept","content":{"name":"Ada"}}}`, ask["id"]), http.StatusAccepted)
+	untilIdle(t, eventsB)
 }

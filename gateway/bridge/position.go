@@ -149,8 +149,8 @@ func (b *bridge) Resume(ctx context.Context, id string, at Position) error {
 		return err
 	}
 	s.mu.Lock()
-	for _, pr := range pending {
-		b.askLocked(s, pr)
+	for _, ev := range pending {
+		b.relayLocked(s, ev)
 	}
 	s.mu.Unlock()
 	b.follow(s)
@@ -159,9 +159,10 @@ func (b *bridge) Resume(ctx context.Context, id string, at Position) error {
 
 // prime reads session s's log through event after without sending
 // anything, so that s's converter stands where a client that had those
-// events stands, and returns the permission requests still waiting then,
-// in order. s.out must be held.
-func (b *bridge) prime(ctx context.Context, s *session, after uint64) ([]*acpv2.PermissionRequest, error) {
+// events stands, and returns the events of the requests (permission
+// requests and elicitations) still waiting then, in order. s.out must be
+// held.
+func (b *bridge) prime(ctx context.Context, s *session, after uint64) ([]*acpv2.SessionEvent, error) {
 	if after == 0 {
 		return nil, nil
 	}
@@ -176,7 +177,7 @@ func (b *bridge) prime(ctx context.Context, s *session, after uint64) ([]*acpv2.
 		_ = stream.Close()
 	}()
 	var order []string
-	waiting := map[string]*acpv2.PermissionRequest{}
+	waiting := map[string]*acpv2.SessionEvent{}
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		if ev == nil {
@@ -192,15 +193,21 @@ func (b *bridge) prime(ctx context.Context, s *session, after uint64) ([]*acpv2.
 		case *acpv2.SessionEvent_PermissionRequest:
 			id := e.PermissionRequest.GetRequestId()
 			order = append(order, id)
-			waiting[id] = e.PermissionRequest
+			waiting[id] = ev
+		case *acpv2.SessionEvent_ElicitationRequest:
+			id := e.ElicitationRequest.GetRequestId()
+			order = append(order, id)
+			waiting[id] = ev
 		case *acpv2.SessionEvent_PermissionResolved:
 			delete(waiting, e.PermissionResolved.GetRequestId())
+		case *acpv2.SessionEvent_ElicitationResolved:
+			delete(waiting, e.ElicitationResolved.GetRequestId())
 		}
 		if ev.GetSeq() == after {
-			var pending []*acpv2.PermissionRequest
+			var pending []*acpv2.SessionEvent
 			for _, id := range order {
-				if pr := waiting[id]; pr != nil {
-					pending = append(pending, pr)
+				if req := waiting[id]; req != nil {
+					pending = append(pending, req)
 					delete(waiting, id)
 				}
 			}

@@ -326,15 +326,20 @@ func (b *bridge) handleLive(s *session, ev *acpv2.SessionEvent) {
 		}
 	}
 	b.emitLocked(s, ev, false)
+	s.mu.Lock()
+	b.relayLocked(s, ev)
+	s.mu.Unlock()
+}
+
+// relayLocked asks the editor what ev, an event of session s, asks of the
+// session's clients: a permission request, or an elicitation in a mode
+// the editor takes. s.mu must be held.
+func (b *bridge) relayLocked(s *session, ev *acpv2.SessionEvent) {
 	if pr := ev.GetPermissionRequest(); pr != nil {
-		s.mu.Lock()
 		b.askLocked(s, pr)
-		s.mu.Unlock()
 	}
 	if er := ev.GetElicitationRequest(); er != nil && b.elicits(er.GetMode()) {
-		s.mu.Lock()
 		b.elicitLocked(s, er)
-		s.mu.Unlock()
 	}
 }
 
