@@ -950,26 +950,12 @@ func (d decoder) resource(r *reader, t target, e *entry) error {
 func hasMember(raw []byte, name string) (bool, error) {
 	r := getReader(raw, math.MaxInt)
 	defer putReader(r)
-	if err := r.open(); err != nil {
-		return false, err
-	}
 	found := false
-	for {
-		more, err := r.more()
-		if err != nil || !more {
-			return found, err
-		}
-		b, err := r.name()
-		if err != nil {
-			return false, err
-		}
-		if string(b) == name {
-			found = true
-		}
-		if err := r.skip(); err != nil {
-			return false, err
-		}
-	}
+	_, err := r.members(func(b []byte) (bool, error) {
+		found = found || string(b) == name
+		return true, r.skip()
+	})
+	return found, err
 }
 
 // lastMember returns the bytes of the last member named name of the
@@ -998,32 +984,23 @@ func lastMember(raw []byte, name string) ([]byte, error) {
 func lastString(raw []byte, name string) (string, error) {
 	r := getReader(raw, math.MaxInt)
 	defer putReader(r)
-	if err := r.open(); err != nil {
+	var s string
+	_, err := r.members(func(b []byte) (bool, error) {
+		if string(b) != name {
+			return true, r.skip()
+		}
+		s = ""
+		if r.kind() != '"' {
+			return true, r.skip()
+		}
+		var err error
+		s, err = r.str()
+		return true, err
+	})
+	if err != nil {
 		return "", err
 	}
-	var s string
-	for {
-		more, err := r.more()
-		if err != nil || !more {
-			return s, err
-		}
-		b, err := r.name()
-		if err != nil {
-			return "", err
-		}
-		if string(b) == name {
-			s = ""
-			if r.kind() == '"' {
-				if s, err = r.str(); err != nil {
-					return "", err
-				}
-				continue
-			}
-		}
-		if err := r.skip(); err != nil {
-			return "", err
-		}
-	}
+	return s, nil
 }
 
 // pbKind names the JSON kind of a decoded value, as errors do.
