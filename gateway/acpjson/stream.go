@@ -927,11 +927,11 @@ func (d decoder) resource(r *reader, t target, e *entry) error {
 	if r.kind() != '{' {
 		return d.bad(r, "an object")
 	}
-	start, d0 := r.offset(), r.depth()
-	if err := r.skip(); err != nil {
+	d0 := r.depth()
+	raw, err := r.finish(r.offset(), d0)
+	if err != nil {
 		return err
 	}
-	raw := bytes.TrimLeft(r.data[start:r.offset()], " \t\r\n:,")
 	blob, err := hasMember(raw, "blob")
 	if err != nil {
 		return err
@@ -968,12 +968,8 @@ func lastMember(raw []byte, name string) ([]byte, error) {
 		if string(b) != name {
 			return true, r.skip()
 		}
-		start, d0 := r.offset(), r.depth()
-		if err := r.skip(); err != nil {
-			return false, err
-		}
 		var err error
-		v, err = r.finish(start, d0)
+		v, err = r.finish(r.offset(), r.depth())
 		return true, err
 	})
 	return v, err
