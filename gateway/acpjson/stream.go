@@ -1,8 +1,6 @@
 package acpjson
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -217,10 +215,9 @@ func (r *reader) restOfObject(tag string, retry bool) (*structpb.Struct, error) 
 // draft decodes an update of the draft dialect, raw, as the v2 update
 // normaliseDraft makes of it.
 func (d decoder) draft(r *reader, raw []byte, u **acpv2.SessionUpdate) error {
-	var obj map[string]any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil {
+	v, _, err := parseStd(raw)
+	obj, ok := v.(map[string]any)
+	if err != nil || !ok {
 		return errSyntax
 	}
 	norm, err := normaliseDraft(obj)
@@ -236,13 +233,7 @@ func (d decoder) draft(r *reader, raw []byte, u **acpv2.SessionUpdate) error {
 		(*u).Update = &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: typ, Body: body}}
 		return nil
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(norm); err != nil {
-		return errSyntax
-	}
-	sub := getReader(b.Bytes(), r.limit)
+	sub := getReader([]byte(jsonText(norm)), r.limit)
 	defer putReader(sub)
 	return decoder{version: V2}.update(sub, u)
 }
