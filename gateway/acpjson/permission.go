@@ -77,7 +77,7 @@ func (d decoder) permissionSubject(data []byte, pr target) error {
 	if typ != "tool_call" {
 		r := getReader(raw, MaxDepth-1)
 		defer putReader(r)
-		return within(d.member(r, pr, pr.t.byKey["subject"]), "subject")
+		return within(d.member(r, pr, pr.t.lookup([]byte("subject"))), "subject")
 	}
 	tc, err := lastMember(raw, "toolCall")
 	if err != nil || len(tc) == 0 {
@@ -85,7 +85,7 @@ func (d decoder) permissionSubject(data []byte, pr target) error {
 	}
 	r := getReader(tc, MaxDepth-2)
 	defer putReader(r)
-	return within(within(d.member(r, pr, pr.t.byKey["toolCall"]), "toolCall"), "subject")
+	return within(within(d.member(r, pr, pr.t.lookup([]byte("toolCall"))), "toolCall"), "subject")
 }
 
 // EncodePermissionResponse encodes the result of a `session/request_permission`

@@ -12,21 +12,3 @@ import (
 func reflectMessage(t *table, p unsafe.Pointer) protoreflect.Message {
 	return reflect.NewAt(t.typ, p).Interface().(proto.Message).ProtoReflect()
 }
-
-func unsafeAdd(p unsafe.Pointer, off uintptr) unsafe.Pointer { return unsafe.Add(p, off) }
-
-func writeString(s *slot, f unsafe.Pointer, v string) {
-	if s.opt {
-		*(**string)(f) = &v
-	} else {
-		*(*string)(f) = v
-	}
-}
-
-func writeBool(s *slot, f unsafe.Pointer, v bool) {
-	if s.opt {
-		*(**bool)(f) = &v
-	} else {
-		*(*bool)(f) = v
-	}
-}

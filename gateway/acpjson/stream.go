@@ -1,8 +1,6 @@
 package acpjson
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -217,10 +215,9 @@ func (r *reader) restOfObject(tag string, retry bool) (*structpb.Struct, error) 
 // draft decodes an update of the draft dialect, raw, as the v2 update
 // normaliseDraft makes of it.
 func (d decoder) draft(r *reader, raw []byte, u **acpv2.SessionUpdate) error {
-	var obj map[string]any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil {
+	v, _, err := parseStd(raw)
+	obj, ok := v.(map[string]any)
+	if err != nil || !ok {
 		return errSyntax
 	}
 	norm, err := normaliseDraft(obj)
@@ -236,13 +233,7 @@ func (d decoder) draft(r *reader, raw []byte, u **acpv2.SessionUpdate) error {
 		(*u).Update = &acpv2.SessionUpdate_Unknown{Unknown: &acpv2.UnknownUpdate{SessionUpdate: typ, Body: body}}
 		return nil
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(norm); err != nil {
-		return errSyntax
-	}
-	sub := getReader(b.Bytes(), r.limit)
+	sub := getReader([]byte(jsonText(norm)), r.limit)
 	defer putReader(sub)
 	return decoder{version: V2}.update(sub, u)
 }
@@ -927,11 +918,11 @@ func (d decoder) resource(r *reader, t target, e *entry) error {
 	if r.kind() != '{' {
 		return d.bad(r, "an object")
 	}
-	start, d0 := r.offset(), r.depth()
-	if err := r.skip(); err != nil {
+	d0 := r.depth()
+	raw, err := r.finish(r.offset(), d0)
+	if err != nil {
 		return err
 	}
-	raw := bytes.TrimLeft(r.data[start:r.offset()], " \t\r\n:,")
 	blob, err := hasMember(raw, "blob")
 	if err != nil {
 		return err
@@ -950,26 +941,12 @@ func (d decoder) resource(r *reader, t target, e *entry) error {
 func hasMember(raw []byte, name string) (bool, error) {
 	r := getReader(raw, math.MaxInt)
 	defer putReader(r)
-	if err := r.open(); err != nil {
-		return false, err
-	}
 	found := false
-	for {
-		more, err := r.more()
-		if err != nil || !more {
-			return found, err
-		}
-		b, err := r.name()
-		if err != nil {
-			return false, err
-		}
-		if string(b) == name {
-			found = true
-		}
-		if err := r.skip(); err != nil {
-			return false, err
-		}
-	}
+	_, err := r.members(func(b []byte) (bool, error) {
+		found = found || string(b) == name
+		return true, r.skip()
+	})
+	return found, err
 }
 
 // lastMember returns the bytes of the last member named name of the
@@ -982,12 +959,8 @@ func lastMember(raw []byte, name string) ([]byte, error) {
 		if string(b) != name {
 			return true, r.skip()
 		}
-		start, d0 := r.offset(), r.depth()
-		if err := r.skip(); err != nil {
-			return false, err
-		}
 		var err error
-		v, err = r.finish(start, d0)
+		v, err = r.finish(r.offset(), r.depth())
 		return true, err
 	})
 	return v, err
@@ -998,32 +971,23 @@ func lastMember(raw []byte, name string) ([]byte, error) {
 func lastString(raw []byte, name string) (string, error) {
 	r := getReader(raw, math.MaxInt)
 	defer putReader(r)
-	if err := r.open(); err != nil {
+	var s string
+	_, err := r.members(func(b []byte) (bool, error) {
+		if string(b) != name {
+			return true, r.skip()
+		}
+		s = ""
+		if r.kind() != '"' {
+			return true, r.skip()
+		}
+		var err error
+		s, err = r.str()
+		return true, err
+	})
+	if err != nil {
 		return "", err
 	}
-	var s string
-	for {
-		more, err := r.more()
-		if err != nil || !more {
-			return s, err
-		}
-		b, err := r.name()
-		if err != nil {
-			return "", err
-		}
-		if string(b) == name {
-			s = ""
-			if r.kind() == '"' {
-				if s, err = r.str(); err != nil {
-					return "", err
-				}
-				continue
-			}
-		}
-		if err := r.skip(); err != nil {
-			return "", err
-		}
-	}
+	return s, nil
 }
 
 // pbKind names the JSON kind of a decoded value, as errors do.

@@ -106,12 +106,10 @@ type entry struct {
 type table struct {
 	in  *msgInfo
 	typ reflect.Type // the struct type
-	// byKey is every ACP member by name (and by alias: configId).
-	byKey map[string]*entry
-	// keys is byKey as a list, searched (lookup) faster than the map for
-	// the few members of a message.
+	// keys is every ACP member by name (and by alias: configId), a list
+	// searched (lookup) faster than a map for the few members of a message.
 	keys []keyEntry
-	// entries lists byKey's entries once each, in field order.
+	// entries lists the ACP members' entries once each, in field order.
 	entries []*entry
 	// allEntries lists an entry for every field.
 	allEntries []*entry
@@ -167,7 +165,6 @@ var updateCases = map[string]*entry{}
 
 func (t *table) build() {
 	in := t.in
-	t.byKey = map[string]*entry{}
 	fields := in.desc.Fields()
 	for i := 0; i < fields.Len(); i++ {
 		fd := fields.Get(i)
@@ -207,7 +204,6 @@ func (t *table) build() {
 			}
 			if fd.Name() == "text_resource" {
 				e.key, e.resource = "resource", true
-				t.byKey["resource"] = e
 				t.entries = append(t.entries, e)
 			}
 			continue
@@ -226,17 +222,13 @@ func (t *table) build() {
 				t.required = append(t.required, e)
 			}
 		}
-		t.byKey[e.key] = e
 		t.entries = append(t.entries, e)
-	}
-	if in.desc == mdSessionConfigOption {
-		t.byKey["configId"] = t.byKey["id"]
 	}
 	for _, e := range t.entries {
 		t.keys = append(t.keys, keyEntry{e.key, e})
 	}
 	if in.desc == mdSessionConfigOption {
-		t.keys = append(t.keys, keyEntry{"configId", t.byKey["id"]})
+		t.keys = append(t.keys, keyEntry{"configId", t.lookup([]byte("id"))})
 	}
 }
 
