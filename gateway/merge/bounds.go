@@ -1,7 +1,7 @@
 package merge
 
 import (
-	"unicode/utf8"
+	"github.com/acp-gateway/acp-gateway/internal/textcut"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -56,12 +56,7 @@ func IsThin(tc *acpv2.ToolCall) bool {
 // with its control characters made spaces, so that JSON writes each of
 // its bytes as at most two.
 func clipText(s string, n int) string {
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n-- // s[n] continues the character before it
-		}
-		s = s[:n]
-	}
+	s = textcut.Prefix(s, n)
 	b := []byte(nil)
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < ' ' || c == 0x7f {

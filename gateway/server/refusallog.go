@@ -3,7 +3,8 @@ package server
 import (
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/acp-gateway/acp-gateway/internal/textcut"
 )
 
 // refusalLogEvery spaces the log lines of refusals (of connections past
@@ -43,9 +44,5 @@ func clip(s string) string {
 	if len(s) <= maxLoggedBytes {
 		return s
 	}
-	i := maxLoggedBytes
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
+	return textcut.Prefix(s, maxLoggedBytes) + "…"
 }

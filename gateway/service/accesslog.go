@@ -10,7 +10,8 @@ import (
 	"regexp"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/acp-gateway/acp-gateway/internal/textcut"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
@@ -188,11 +189,7 @@ func clipPath(path string) string {
 	if len(path) <= maxLoggedPath {
 		return path
 	}
-	i := maxLoggedPath
-	for i > 0 && !utf8.RuneStart(path[i]) {
-		i--
-	}
-	return path[:i] + "…"
+	return textcut.Prefix(path, maxLoggedPath) + "…"
 }
 
 // The log of refused calls takes up to refusedLogBurst lines every

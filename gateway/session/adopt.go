@@ -14,6 +14,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/acp-gateway/acp-gateway/internal/textcut"
+
 	"github.com/acp-gateway/acp-gateway/gateway/acpjson"
 	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/workspace"
@@ -232,7 +234,7 @@ func (m *Manager) adoptableSession(user string, ls agent.ListedSession) (AgentSe
 	if err != nil {
 		return AgentSession{}, false
 	}
-	as := AgentSession{ID: ls.ID, Cwd: cwd, Title: cutUTF8(ls.Title, maxAgentSessionTitle)}
+	as := AgentSession{ID: ls.ID, Cwd: cwd, Title: textcut.Prefix(ls.Title, maxAgentSessionTitle)}
 	if t, err := time.Parse(time.RFC3339Nano, ls.UpdatedAt); err == nil {
 		as.UpdatedAt = t
 	}
@@ -240,15 +242,6 @@ func (m *Manager) adoptableSession(user string, ls agent.ListedSession) (AgentSe
 }
 
 // cutUTF8 cuts s to at most n bytes, not within a character.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
 
 // startLister starts agentName to list user's sessions: in user's
 // directory of Options.Workspaces (opened as a session's is, with no

@@ -15,7 +15,8 @@ package sessionstate
 import (
 	"encoding/base64"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/acp-gateway/acp-gateway/internal/textcut"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -475,12 +476,4 @@ func promptText(prompt []*acpv2.ContentBlock) string {
 }
 
 // clip cuts s to at most n bytes, on a character boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+func clip(s string, n int) string { return textcut.Prefix(s, n) }
