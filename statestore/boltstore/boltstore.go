@@ -7,7 +7,9 @@
 // The file holds these top-level buckets:
 //
 //	meta      "version" -> format version ("1"); other versions are refused;
-//	          "ended" -> big-endian count of the entries in ended
+//	          "ended" -> big-endian count of the entries in ended;
+//	          "applied" -> big-endian gen of the last write-ahead log
+//	          entry applied
 //	sessions  session id -> session record (JSON)
 //	order     big-endian creation counter -> session id, so ListSessions
 //	          returns the oldest session first
@@ -25,14 +27,49 @@
 // rather than off one bucket per session, so that an Append rewrites one
 // page fewer.
 //
+// # Appends: the write-ahead log
+//
+// bbolt is copy-on-write: a commit rewrites every page it touched, and
+// the pages of a session's events, tool calls and record are its own, so
+// that a commit of many sessions' appends writes a few pages per session
+// (about 12 KiB each to store a kilobyte of events) and then waits for
+// the disk twice. So Append does not commit to the file: it checks the
+// events against the session (its seqs, the retention caps), writes them
+// with the calls they changed to a write-ahead log next to the file
+// (PATH.wal.N, see wal.go), and returns once the log is synced. The log's
+// writer takes the Appends of every session that arrive while it writes
+// and syncs, and writes them at once: one write and one sync for all,
+// their bytes those of the events.
+//
+// A checkpoint applies what the log holds to the file, in one
+// transaction, every second (or once the log holds 64 MiB, or when the
+// store closes), then removes the log's segments it applied: a session
+// that appended twenty times since the last one has its pages rewritten
+// once. The file's meta bucket records the last entry applied, so Open
+// applies once what a crash left in the log, and a write cut short by a
+// crash (never acknowledged) is cut from the log's end. An Append that
+// would drop events past the retention caps is written to the file at
+// once instead, after a checkpoint; so are all other writes, which are
+// rare (see "Batching").
+//
+// # Reads
+//
+// The entries logged and not yet applied are kept in memory, by session.
+// A read takes a session's entries first and then opens its read
+// transaction, and adds to what the file holds the entries the file does
+// not hold yet (their gen is above the file's "applied") of the session's
+// incarnation (its order key): a checkpoint that commits in between is
+// then either seen whole in the file or not at all.
+//
 // # Batching
 //
 // Every bbolt commit waits for the disk (two fdatasyncs). So that many
-// sessions appending at once do not each pay for one, writes go through
-// bbolt's DB.Batch, which runs the calls that arrive within a millisecond
-// of each other in one transaction and commits them together. A write that
-// finds no other write under way commits on its own straight away instead,
-// so a lone writer does not wait out the batch delay.
+// sessions writing at once do not each pay for one, the writes that do
+// go to the file go through bbolt's DB.Batch, which runs the calls that
+// arrive within a millisecond of each other in one transaction and
+// commits them together. A write that finds no other write under way
+// commits on its own straight away instead, so a lone writer does not
+// wait out the batch delay.
 //
 // DB.Batch may run a call more than once (when another call in its batch
 // fails, the batch is rolled back and run again without it), and it runs a
@@ -106,6 +143,7 @@ var (
 	bucketEnded    = []byte("ended")
 	keyVersion     = []byte("version")
 	keyEnded       = []byte("ended")
+	keyApplied     = []byte("applied")
 )
 
 const (
@@ -115,6 +153,10 @@ const (
 	// maxBatchDelay is how long a batched write waits for others to join
 	// it.
 	maxBatchDelay = 1 * time.Millisecond
+	// checkpointEvery and checkpointBytes are the defaults of the Store's
+	// fields.
+	checkpointEvery = time.Second
+	checkpointBytes = 64 << 20
 )
 
 // errClosed is returned by every call on a closed Store.
@@ -148,6 +190,29 @@ type Store struct {
 	// unreadable holds the ids of the records Open could not decode: their
 	// owner is unknown, so listing any owner's sessions reports them.
 	unreadable map[string]bool
+
+	// log is the write-ahead log of the Appends; pend holds those logged
+	// and not yet applied to the bbolt file, which reads add to what the
+	// file holds.
+	log  *wal
+	pend pending
+	// applyMu makes one checkpoint at a time.
+	applyMu sync.Mutex
+	// live is held for reading by each Append under way, and for
+	// writing by Close, which so waits for them.
+	live sync.RWMutex
+	// locks holds a lock per session with an Append under way, so that a
+	// session's Appends check their seqs one after another.
+	locksMu sync.Mutex
+	locks   map[string]*sessionLock
+	// checkpointEvery and checkpointBytes say when the log's entries are
+	// applied to the bbolt file: this often, or once they hold this many
+	// bytes.
+	checkpointEvery time.Duration
+	checkpointBytes int64
+	full            chan struct{}
+	stopCheckpoints chan struct{}
+	checkpointsDone chan struct{}
 }
 
 var _ statestore.Store = (*Store)(nil)
@@ -156,6 +221,20 @@ var _ statestore.Store = (*Store)(nil)
 // its parent directories when they are missing. It fails after a few
 // seconds when another process holds the file.
 func Open(path string, opts statestore.Options) (*Store, error) {
+	return openWith(path, opts, logOptions{})
+}
+
+// logOptions are the settings of the store's log that tests change.
+type logOptions struct {
+	// openSegment creates a segment (nil: a file).
+	openSegment func(path string) (walFile, error)
+	// every and bytes override checkpointEvery and checkpointBytes.
+	every time.Duration
+	bytes int64
+}
+
+// openWith opens the store with its log's settings.
+func openWith(path string, opts statestore.Options, lo logOptions) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("statestore: create directory for bolt file: %w", err)
 	}
@@ -170,25 +249,41 @@ func Open(path string, opts statestore.Options) (*Store, error) {
 	s := &Store{
 		db: db, path: path, opts: opts, waits: map[string]chan struct{}{},
 		owners: map[string]map[string]uint64{}, unreadable: map[string]bool{},
+		pend: pending{by: map[string][]*entry{}}, locks: map[string]*sessionLock{},
+		checkpointEvery: cmp.Or(lo.every, checkpointEvery), checkpointBytes: cmp.Or(lo.bytes, checkpointBytes),
+		full: make(chan struct{}, 1), stopCheckpoints: make(chan struct{}), checkpointsDone: make(chan struct{}),
 	}
-	if err := db.Update(initialize); err != nil {
+	if err := s.prepare(lo.openSegment); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("statestore: bolt file %s: %w", path, err)
 	}
-	if err := db.View(s.indexOwners); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("statestore: bolt file %s: %w", path, err)
+	go s.checkpoints()
+	return s, nil
+}
+
+// prepare readies a store just opened: checks the file's version, applies
+// what its log holds, indexes its sessions, and starts its log.
+func (s *Store) prepare(openSegment func(string) (walFile, error)) error {
+	if err := s.db.Update(initialize); err != nil {
+		return err
+	}
+	seg, gen, err := s.replay()
+	if err != nil {
+		return err
+	}
+	if err := s.db.View(s.indexOwners); err != nil {
+		return err
 	}
 	var gone []deleted
-	if err := db.Update(func(tx *bolt.Tx) (err error) {
+	if err := s.db.Update(func(tx *bolt.Tx) (err error) {
 		gone, err = s.indexEnded(tx)
 		return err
 	}); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("statestore: bolt file %s: %w", path, err)
+		return err
 	}
 	s.forgetDeleted(gone)
-	return s, nil
+	s.log, err = startWAL(s.path, seg, gen, openSegment, s.logged)
+	return err
 }
 
 // initialize checks the format version of the file, and creates the
@@ -463,13 +558,14 @@ func (s *Store) CreateSession(_ context.Context, sess *statestore.Session) error
 
 // GetSession implements statestore.Store.
 func (s *Store) GetSession(_ context.Context, id string) (*statestore.Session, error) {
+	pend := s.pend.of(id) // taken before the transaction: see "Reads"
 	var out *statestore.Session
 	err := s.view("get", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
 		if err != nil {
 			return err
 		}
-		out = r.session()
+		out = withLogged(r, unapplied(tx, r, pend))
 		return nil
 	})
 	return out, err
@@ -481,6 +577,7 @@ func (s *Store) ListSessions(_ context.Context, owner string) ([]*statestore.Ses
 	if owner != "" {
 		return s.listOwned(owner)
 	}
+	pend := s.pend.all()
 	var out []*statestore.Session
 	err := s.view("list sessions", "", func(tx *bolt.Tx) error {
 		sessions := tx.Bucket(bucketSessions)
@@ -494,7 +591,7 @@ func (s *Store) ListSessions(_ context.Context, owner string) ([]*statestore.Ses
 			if err != nil {
 				return fmt.Errorf("session %s: %w", id, err)
 			}
-			out = append(out, r.session())
+			out = append(out, withLogged(r, unapplied(tx, r, pend[id])))
 			return nil
 		})
 	})
@@ -504,6 +601,7 @@ func (s *Store) ListSessions(_ context.Context, owner string) ([]*statestore.Ses
 // listOwned lists owner's sessions, oldest first.
 func (s *Store) listOwned(owner string) ([]*statestore.Session, error) {
 	ids := s.ownedBy(owner)
+	pend := s.pend.all()
 	var out []*statestore.Session
 	err := s.view("list sessions", "", func(tx *bolt.Tx) error {
 		sessions := tx.Bucket(bucketSessions)
@@ -517,7 +615,7 @@ func (s *Store) listOwned(owner string) ([]*statestore.Session, error) {
 				return fmt.Errorf("session %s: %w", id, err)
 			}
 			if r.Owner == owner { // not replaced by another owner's since
-				out = append(out, r.session())
+				out = append(out, withLogged(r, unapplied(tx, r, pend[id])))
 			}
 		}
 		return nil
@@ -627,6 +725,7 @@ type deleted struct {
 func (s *Store) forgetDeleted(gone []deleted) {
 	for _, d := range gone {
 		s.disowned(d.owner, d.id, d.order)
+		s.pend.dropSession(d.id, d.order)
 		s.wake(d.id)
 	}
 }
@@ -734,8 +833,161 @@ type keyed struct {
 	data []byte
 }
 
-// Append implements statestore.Store.
+// Append implements statestore.Store. It checks the events against the
+// session as the file and the log hold it, logs them (see "Appends") and
+// returns once the log is synced. An Append that would drop events past
+// the retention caps, or to a session counted by an older gateway, is
+// written to the file at once instead, after the log's entries.
 func (s *Store) Append(_ context.Context, id string, events []*encoded.Event, changed []statestore.Call) error {
+	s.live.RLock()
+	defer s.live.RUnlock()
+	if s.closed.Load() {
+		return errClosed
+	}
+	unlock := s.lockSession(id)
+	defer unlock()
+	pend := s.pend.of(id)
+	var (
+		e    *entry
+		slow bool
+	)
+	err := s.view("append to", id, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		logged := unapplied(tx, r, pend)
+		sess := withLogged(r, logged)
+		if err := statestore.CheckSeqs(sess.LastSeq, events); err != nil {
+			return fmt.Errorf("%w (session %s)", err, id)
+		}
+		e = &entry{id: id, order: r.Order, events: events, calls: changed}
+		for _, ev := range events {
+			e.eventBytes += int64(ev.Size())
+		}
+		eventBytes := r.EventBytes
+		for _, l := range logged {
+			eventBytes += l.eventBytes
+		}
+		uncounted, err := uncountedCalls(tx, r, changed)
+		if err != nil {
+			return err
+		}
+		kept := sess.LastSeq + uint64(len(events)) - r.TrimmedSeq
+		slow = (r.EventBytes == 0 && r.LastSeq > r.TrimmedSeq) || uncounted ||
+			s.opts.Over(kept, eventBytes+e.eventBytes)
+		if slow {
+			return nil
+		}
+		e.callDelta, err = callDelta(tx, r, logged, changed)
+		e.size = e.eventBytes
+		for _, c := range changed {
+			e.size += int64(len(c.Proto))
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if slow {
+		if err := s.checkpoint(); err != nil {
+			return wrap("append to", id, err)
+		}
+		return s.appendNow(id, events, changed)
+	}
+	if len(events) == 0 && len(changed) == 0 {
+		return nil
+	}
+	if err := s.log.append(e); err != nil {
+		return wrap("append to", id, err)
+	}
+	if len(events) > 0 {
+		s.wake(id)
+	}
+	return nil
+}
+
+// uncountedCalls reports whether session r has tool calls whose bytes its
+// record does not count (written by a gateway that did not count them)
+// and changed calls to count: the file's write counts them first.
+func uncountedCalls(tx *bolt.Tx, r *record, changed []statestore.Call) (bool, error) {
+	if r.CallBytes != 0 || len(changed) == 0 {
+		return false, nil
+	}
+	list, err := logOf(tx, r.ID, bucketCalls)
+	if err != nil {
+		return false, err
+	}
+	k, _ := list.Cursor().First()
+	return k != nil, nil
+}
+
+// callDelta returns what storing changed changes session r's call bytes
+// by, the calls as the file and the logged entries hold them.
+func callDelta(tx *bolt.Tx, r *record, logged []*entry, changed []statestore.Call) (int64, error) {
+	size := map[string]int64{}
+	var delta int64
+	for _, c := range changed {
+		old, ok := size[c.ID]
+		if !ok {
+			var err error
+			if old, err = callSize(tx, r, logged, c.ID); err != nil {
+				return 0, err
+			}
+		}
+		size[c.ID] = int64(len(c.Proto))
+		delta += int64(len(c.Proto)) - old
+	}
+	return delta, nil
+}
+
+// callSize returns the length of call id's encoding, 0 when the session
+// has no such call.
+func callSize(tx *bolt.Tx, r *record, logged []*entry, id string) (int64, error) {
+	if c, ok := loggedCall(logged, id); ok {
+		return int64(len(c)), nil
+	}
+	v, err := fileCall(tx, r.ID, id)
+	return int64(len(v)), err
+}
+
+// loggedCall returns the encoding of call id in the last of the entries
+// that changed it.
+func loggedCall(logged []*entry, id string) ([]byte, bool) {
+	for i := len(logged) - 1; i >= 0; i-- {
+		for j := len(logged[i].calls) - 1; j >= 0; j-- {
+			if c := logged[i].calls[j]; c.ID == id {
+				return c.Proto, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// fileCall returns the encoding of session sid's call id as the file holds
+// it, nil for none.
+func fileCall(tx *bolt.Tx, sid, id string) ([]byte, error) {
+	idx, err := logOf(tx, sid, bucketCallIdx)
+	if err != nil {
+		return nil, err
+	}
+	at := idx.Get([]byte(id))
+	if at == nil {
+		return nil, nil
+	}
+	list, err := logOf(tx, sid, bucketCalls)
+	if err != nil {
+		return nil, err
+	}
+	v := list.Get(at)
+	if v == nil {
+		return nil, corrupt(fmt.Sprintf("tool call %q", id), errors.New("its index names no call"))
+	}
+	return v, nil
+}
+
+// appendNow writes an Append to the file in a transaction of its own.
+func (s *Store) appendNow(id string, events []*encoded.Event, changed []statestore.Call) error {
 	evs := make([]keyed, len(events))
 	for i, e := range events {
 		evs[i] = keyed{u64(e.Seq()), e.Proto()}
@@ -849,6 +1101,7 @@ func putCalls(tx *bolt.Tx, r *record, calls []keyed) error {
 
 // Events implements statestore.Store.
 func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([]*encoded.Event, error) {
+	pend := s.pend.of(id)
 	var out []*encoded.Event
 	err := s.view("read events of", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
@@ -870,6 +1123,20 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 				return corrupt(fmt.Sprint("event ", binary.BigEndian.Uint64(k)), err)
 			}
 			out = append(out, e)
+		}
+		// Then the logged ones, all after what the file holds, made from
+		// their bytes as those read from the file are.
+		for _, l := range unapplied(tx, r, pend) {
+			for _, e := range l.events {
+				if e.Seq() <= after || (limit > 0 && len(out) >= limit) {
+					continue
+				}
+				read, err := encoded.Decode(e.Proto())
+				if err != nil {
+					return corrupt(fmt.Sprint("event ", e.Seq()), err)
+				}
+				out = append(out, read)
+			}
 		}
 		return nil
 	})
@@ -920,24 +1187,65 @@ func (s *Store) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uint
 		out  []*acpv2.ToolCall
 		asOf uint64
 	)
+	pend := s.pend.of(id)
 	err := s.view("read tool calls of", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
 		if err != nil {
 			return err
 		}
-		asOf = r.LastSeq
+		logged := unapplied(tx, r, pend)
+		asOf = withLogged(r, logged).LastSeq
+		// The logged calls replace the file's of their ids; the new ones
+		// follow in the order they were first logged.
+		latest := map[string][]byte{}
+		var added []string
+		for _, l := range logged {
+			for _, c := range l.calls {
+				if _, ok := latest[c.ID]; !ok {
+					added = append(added, c.ID)
+				}
+				latest[c.ID] = c.Proto
+			}
+		}
 		b, err := logOf(tx, id, bucketCalls)
 		if err != nil {
 			return err
 		}
-		return b.ForEach(func(k, v []byte) error {
+		idx, err := logOf(tx, id, bucketCallIdx)
+		if err != nil {
+			return err
+		}
+		replaced := map[string][]byte{} // by first-seen key
+		inFile := map[string]bool{}
+		for callID, v := range latest {
+			if at := idx.Get([]byte(callID)); at != nil {
+				replaced[string(at)], inFile[callID] = v, true
+			}
+		}
+		decode := func(what string, v []byte) error {
 			tc := &acpv2.ToolCall{}
 			if err := proto.Unmarshal(v, tc); err != nil {
-				return corrupt(fmt.Sprint("tool call ", binary.BigEndian.Uint64(k)), err)
+				return corrupt(what, err)
 			}
 			out = append(out, tc)
 			return nil
-		})
+		}
+		if err := b.ForEach(func(k, v []byte) error {
+			if l, ok := replaced[string(k)]; ok {
+				v = l
+			}
+			return decode(fmt.Sprint("tool call ", binary.BigEndian.Uint64(k)), v)
+		}); err != nil {
+			return err
+		}
+		for _, callID := range added {
+			if !inFile[callID] {
+				if err := decode(fmt.Sprintf("tool call %q", callID), latest[callID]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, 0, err
@@ -952,27 +1260,19 @@ func (s *Store) ToolCall(_ context.Context, id, callID string) (*acpv2.ToolCall,
 		out  *acpv2.ToolCall
 		asOf uint64
 	)
+	pend := s.pend.of(id)
 	err := s.view("read a tool call of", id, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, id)
 		if err != nil {
 			return err
 		}
-		asOf = r.LastSeq
-		idx, err := logOf(tx, id, bucketCallIdx)
-		if err != nil {
-			return err
-		}
-		at := idx.Get([]byte(callID))
-		if at == nil {
-			return nil
-		}
-		list, err := logOf(tx, id, bucketCalls)
-		if err != nil {
-			return err
-		}
-		v := list.Get(at)
-		if v == nil {
-			return corrupt(fmt.Sprintf("tool call %q", callID), errors.New("its index names no call"))
+		logged := unapplied(tx, r, pend)
+		asOf = withLogged(r, logged).LastSeq
+		v, ok := loggedCall(logged, callID)
+		if !ok {
+			if v, err = fileCall(tx, id, callID); err != nil || v == nil {
+				return err
+			}
 		}
 		tc := &acpv2.ToolCall{}
 		if err := proto.Unmarshal(v, tc); err != nil {
@@ -1015,6 +1315,7 @@ func (s *Store) DeleteSession(_ context.Context, id string) error {
 	})
 	if err == nil {
 		s.disowned(owner, id, order)
+		s.pend.dropSession(id, order)
 		s.wake(id)
 	}
 	return err
@@ -1069,8 +1370,15 @@ func (s *Store) Close() error {
 		delete(s.waits, id)
 	}
 	s.mu.Unlock()
+	s.live.Lock() // the Appends under way are done; none start after
+	defer s.live.Unlock()
+	close(s.stopCheckpoints)
+	<-s.checkpointsDone
+	// What the log holds goes to the file now; when it cannot, the log's
+	// segments stay for the next Open to apply.
+	errs := []error{s.checkpoint(), s.log.stop()}
 	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("statestore: close bolt file %s: %w", s.path, err)
+		errs = append(errs, fmt.Errorf("statestore: close bolt file %s: %w", s.path, err))
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -417,12 +417,22 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 func BenchmarkAppendParallel(b *testing.B) {
+	// Appends mostly wait for the disk, so run many sessions per CPU.
+	benchAppendSessions(b, 16)
+}
+
+// BenchmarkAppendManySessions has 500 sessions (on 2 CPUs) append at
+// once, as many agents streaming at a realistic rate do.
+func BenchmarkAppendManySessions(b *testing.B) { benchAppendSessions(b, 250) }
+
+// benchAppendSessions has parallelism sessions per CPU append one event
+// and the call it changed at a time.
+func benchAppendSessions(b *testing.B, parallelism int) {
 	ctx := context.Background()
 	s := benchStore(b)
 	ev, _ := toolCallEvent(1, "call")
 	b.SetBytes(int64(proto.Size(ev)))
-	// Appends mostly wait for the disk, so run many sessions per CPU.
-	b.SetParallelism(16)
+	b.SetParallelism(parallelism)
 	var sessions, total atomic.Int64
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
