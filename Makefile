@@ -118,6 +118,7 @@ fuzz: ## Run each fuzz target briefly (FUZZTIME, default 50000x: runs, not secon
 	$(GO) test -run='^$$' -fuzz='^FuzzRequests$$' -fuzztime=$(FUZZTIME) ./gateway/service
 	$(GO) test -run='^$$' -fuzz='^FuzzMarshalMatchesProtojson$$' -fuzztime=$(FUZZTIME) ./internal/eventjson
 	$(GO) test -run='^$$' -fuzz='^FuzzStoredEventsReadBack$$' -fuzztime=$(FUZZTIME) ./gateway/session
+	$(GO) test -run='^$$' -fuzz='^FuzzReadFrame$$' -fuzztime=$(FUZZTIME) ./statestore/boltstore
 
 .PHONY: benchcheck
 benchcheck: ## Run every benchmark once so none rots

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -26,7 +27,9 @@ import (
 //
 //	uvarint gen | uvarint order | uvarint len, session id |
 //	uvarint events | per event: uvarint len, its protobuf encoding |
-//	uvarint calls | per call: uvarint len, id | uvarint len, its encoding
+//	uvarint calls | per call: uvarint len, id | uvarint 0, uvarint len,
+//	its encoding; or uvarint i: the encoding is the tool call of event i
+//	(from 1) of the frame, a merged tool call's event
 //
 // all integers unsigned varints. gen numbers the Appends of the file in
 // the order they were logged; the bbolt file's meta bucket keeps the gen
@@ -69,7 +72,21 @@ func appendBytes(b, v []byte) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
 }
 
-// appendFrame appends e's frame to b.
+// frameBound is at least the length of e's frame.
+func (e *entry) frameBound() int {
+	n := frameHeader + 4*binary.MaxVarintLen64 + len(e.id)
+	for _, ev := range e.events {
+		n += binary.MaxVarintLen64 + ev.Size()
+	}
+	for _, c := range e.calls {
+		n += 3*binary.MaxVarintLen64 + len(c.ID) + len(c.Proto)
+	}
+	return n
+}
+
+// appendFrame appends e's frame to b. A call whose encoding is that of a
+// merged tool call's event in e (as the session hands them, sharing the
+// bytes) is written as the event's number rather than a second time.
 func (e *entry) appendFrame(b []byte) []byte {
 	start := len(b)
 	b = append(b, make([]byte, frameHeader)...)
@@ -77,18 +94,39 @@ func (e *entry) appendFrame(b []byte) []byte {
 	b = binary.AppendUvarint(b, e.order)
 	b = appendBytes(b, []byte(e.id))
 	b = binary.AppendUvarint(b, uint64(len(e.events)))
-	for _, ev := range e.events {
+	var merged []int // the events that are merged tool calls
+	for i, ev := range e.events {
 		b = appendBytes(b, ev.Proto())
+		if ev.Kind() == encoded.ToolCall {
+			merged = append(merged, i)
+		}
 	}
 	b = binary.AppendUvarint(b, uint64(len(e.calls)))
 	for _, c := range e.calls {
 		b = appendBytes(b, []byte(c.ID))
+		if i, ok := eventOfCall(e.events, merged, c.Proto); ok {
+			b = binary.AppendUvarint(b, uint64(i)+1)
+			continue
+		}
+		b = binary.AppendUvarint(b, 0)
 		b = appendBytes(b, c.Proto)
 	}
 	payload := b[start+frameHeader:]
 	binary.BigEndian.PutUint32(b[start:], uint32(len(payload)))
 	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
 	return b
+}
+
+// eventOfCall returns the index of the last of the merged events whose
+// tool call is call. (bytes.Equal of the same bytes does not read them.)
+func eventOfCall(events []*encoded.Event, merged []int, call []byte) (int, bool) {
+	for k := len(merged) - 1; k >= 0; k-- {
+		i := merged[k]
+		if f := events[i].Field(encoded.ToolCall); len(f) == len(call) && bytes.Equal(f, call) {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // errShortFrame is a frame cut off by the end of its segment.
@@ -173,7 +211,16 @@ func decodePayload(b []byte) (*entry, error) {
 		e.events = append(e.events, ev)
 	}
 	for n := r.count(); n > 0 && r.err == nil; n-- {
-		e.calls = append(e.calls, statestore.Call{ID: string(r.bytes()), Proto: r.bytes()})
+		c := statestore.Call{ID: string(r.bytes())}
+		switch i := r.uint(); {
+		case i == 0:
+			c.Proto = r.bytes()
+		case i <= uint64(len(e.events)) && e.events[i-1].Kind() == encoded.ToolCall:
+			c.Proto = e.events[i-1].Field(encoded.ToolCall)
+		default:
+			r.err = fmt.Errorf("call %q names event %d, not a merged tool call", c.ID, i)
+		}
+		e.calls = append(e.calls, c)
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = errors.New("bytes after the payload")
@@ -418,13 +465,17 @@ func (w *wal) write(group []*walReq) {
 		return
 	}
 	gen := w.gen
-	buf := w.buf[:0]
+	bound := 0
+	for _, r := range group {
+		bound += r.e.frameBound()
+	}
+	buf := slices.Grow(w.buf[:0], bound)
 	for _, r := range group {
 		gen++
 		r.e.gen = gen
 		buf = r.e.appendFrame(buf)
 	}
-	if cap(buf) <= maxGroupSize {
+	if cap(buf) <= 2*maxGroupSize {
 		w.buf = buf
 	}
 	if _, err := w.f.WriteAt(buf, w.off); err != nil {

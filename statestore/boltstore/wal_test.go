@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
+	acpv2 "github.com/acp-gateway/acp-gateway/gen/acp/v2"
+	"github.com/acp-gateway/acp-gateway/internal/encoded"
 	"github.com/acp-gateway/acp-gateway/statestore"
 	"github.com/acp-gateway/acp-gateway/statestore/storetest"
 )
@@ -484,4 +487,70 @@ func TestLoggedAppendsOfADeletedSessionStayDeleted(t *testing.T) {
 	if err != nil || len(calls) != 0 {
 		t.Fatalf("calls %v, %v", calls, err)
 	}
+}
+
+// TestMergedCallsAreLoggedOnce: a changed call that is a merged tool
+// call's event in the same Append (its bytes within the event's) is
+// logged as that event's number, and read back as the call after a crash.
+func TestMergedCallsAreLoggedOnce(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	s := sessionA(t, path)
+	ev, tc := toolCallEvent(1, "c1")
+	tc.Title = strings.Repeat("long title ", 200)
+	events := storetest.Encode(t, ev)
+	other := toolCall("c2", "pending", 1)
+	changed := append([]statestore.Call{{ID: "c1", Proto: events[0].Field(encoded.ToolCall)}}, storetest.Calls(t, other)...)
+	if err := s.Append(ctx, "a", events, changed); err != nil {
+		t.Fatal(err)
+	}
+	abandon(t, s)
+	data, err := os.ReadFile(segmentPath(path, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) >= events[0].Size()+len(changed[0].Proto) {
+		t.Fatalf("the log holds %d bytes for an event of %d: the call was written again", len(data), events[0].Size())
+	}
+	s = openAt(t, path, statestore.Options{})
+	for _, want := range []*acpv2.ToolCall{tc, other} {
+		got, _, err := s.ToolCall(ctx, "a", want.GetToolCallId())
+		if err != nil || !proto.Equal(got, want) {
+			t.Fatalf("call %s after the crash = %v, %v", want.GetToolCallId(), got, err)
+		}
+	}
+}
+
+// FuzzReadFrame: a frame made of any bytes is read or refused, never
+// panics; a frame the log wrote reads back as written.
+func FuzzReadFrame(f *testing.F) {
+	ev, tc := toolCallEvent(3, "c")
+	events := storetest.Encode(f, ev)
+	e := &entry{gen: 7, id: "a", order: 2, events: events,
+		calls: append([]statestore.Call{{ID: "c", Proto: events[0].Field(encoded.ToolCall)}}, storetest.Calls(f, tc)...)}
+	frame := e.appendFrame(nil)
+	f.Add(frame)
+	f.Add(frame[:len(frame)/2])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, n, err := readFrame(b)
+		if err != nil {
+			return
+		}
+		if n > len(b) {
+			t.Fatalf("read %d bytes of %d", n, len(b))
+		}
+		again, m, err := readFrame(got.appendFrame(nil))
+		if err != nil || m > got.frameBound() {
+			t.Fatalf("a frame read does not read back when written again: %v", err)
+		}
+		if again.gen != got.gen || again.id != got.id || again.order != got.order || len(again.events) != len(got.events) || len(again.calls) != len(got.calls) {
+			t.Fatalf("read back %+v, want %+v", again, got)
+		}
+		for i, c := range got.calls {
+			if again.calls[i].ID != c.ID || !bytes.Equal(again.calls[i].Proto, c.Proto) {
+				t.Fatalf("call %d read back %q, want %q", i, again.calls[i].Proto, c.Proto)
+			}
+		}
+	})
 }
