@@ -470,3 +470,33 @@ func TestRateVerdict(t *testing.T) {
 		}
 	}
 }
+
+// The fan-out says what bounds delivery: the watchers' CPU per delivered
+// update beside the gateway's, in the table and, as their ratio, in the
+// headline.
+func TestFanoutSaysWhatBoundsDelivery(t *testing.T) {
+	t.Parallel()
+	rep := &Report{Fanout: []FanoutResult{
+		{Watchers: 1, AgentRate: 1000, AgentVsOne: 1, CPUPer1000: 0.07, WatchersCPUPer1000: 0.05, WatchersNice: 19},
+		{Watchers: 1000, AgentRate: 900, AgentVsOne: 0.9, Latency: Latency{P50: 700, P99: 1800}, CPUPer1000: 0.01, WatchersCPUPer1000: 0.022, WatchersNice: 19},
+	}}
+	rep.finish()
+	if want := "1000 watchers: agent at 900 upd/s (0.90x its 1-watcher rate), delivered p50 700 / p99 1800 ms, 0 cut off, " +
+		"the watchers (nice 19) taking 2.20x the gateway's CPU"; !strings.Contains(rep.Headline, want) {
+		t.Errorf("headline %q lacks %q", rep.Headline, want)
+	}
+	var out strings.Builder
+	rep.Write(&out)
+	var row string
+	for line := range strings.Lines(out.String()) {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "1000" {
+			row = line
+		}
+	}
+	if f := strings.Fields(row); len(f) < 2 || f[len(f)-2] != "0.010" || f[len(f)-1] != "0.022" {
+		t.Errorf("the 1,000 watchers' row does not end with the gateway's and the watchers' CPU per 1k delivered: %q\n%s", row, out.String())
+	}
+	if !strings.Contains(out.String(), "CPU s/1k delivered  watchers CPU s/1k") {
+		t.Errorf("the fan-out table lacks the watchers' CPU column:\n%s", out.String())
+	}
+}

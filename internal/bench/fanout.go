@@ -43,6 +43,10 @@ type FanoutResult struct {
 	CutOffs int `json:"cutOffs"`
 	// CPUPer1000 is gateway CPU seconds per 1,000 delivered updates.
 	CPUPer1000 float64 `json:"cpuSecondsPer1000Delivered"`
+	// WatchersCPUPer1000 is the watchers' CPU seconds per 1,000 delivered
+	// updates: when they need more CPU than the gateway and run at nice
+	// 19 on a busy host, they are what bounds delivery, not the gateway.
+	WatchersCPUPer1000 float64 `json:"watchersCpuSecondsPer1000Delivered"`
 	// WatchersNice is the CPU priority the watchers ran at (see
 	// watchersNice).
 	WatchersNice int    `json:"watchersNice"`
@@ -109,6 +113,7 @@ func fanout(ctx context.Context, self []string, runID string, g *gatewayProc, tr
 	res.Latency = seen.Latency
 	if delivered > 0 {
 		res.CPUPer1000 = round3((cpu1 - cpu0).Seconds() / float64(delivered) * 1000)
+		res.WatchersCPUPer1000 = round3(seen.CPU / float64(delivered) * 1000)
 	}
 	return res
 }

@@ -246,8 +246,14 @@ func (r *Report) finish() {
 	if n := len(r.Fanout); n > 0 {
 		f := r.Fanout[n-1]
 		if f.Error == "" && f.AgentVsOne > 0 {
-			parts = append(parts, fmt.Sprintf("%d watchers: agent at %.0f upd/s (%.2fx its 1-watcher rate), delivered p50 %.0f / p99 %.0f ms, %d cut off",
-				f.Watchers, f.AgentRate, f.AgentVsOne, f.Latency.P50, f.Latency.P99, f.CutOffs))
+			part := fmt.Sprintf("%d watchers: agent at %.0f upd/s (%.2fx its 1-watcher rate), delivered p50 %.0f / p99 %.0f ms, %d cut off",
+				f.Watchers, f.AgentRate, f.AgentVsOne, f.Latency.P50, f.Latency.P99, f.CutOffs)
+			if f.CPUPer1000 > 0 && f.WatchersCPUPer1000 > 0 {
+				// What bounds delivery: the clients' reading, when it
+				// takes more CPU than the gateway's sending.
+				part += fmt.Sprintf(", the watchers (nice %d) taking %.2fx the gateway's CPU", f.WatchersNice, f.WatchersCPUPer1000/f.CPUPer1000)
+			}
+			parts = append(parts, part)
 		}
 	}
 	s := r.Scale
@@ -410,19 +416,19 @@ func (r *Report) Write(w io.Writer) {
 	if len(r.Fanout) > 0 {
 		fmt.Fprintf(w, "\nfan-out: one session (gateway, memory store), a %d-update turn as fast as possible, N Watch streams (connect+proto, h2c) besides the Prompt stream\n\n", c.FanoutUpdates)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "watchers\tagent upd/s\tvs 1 watcher\tagent run/CPU wait/blocked %\tdelivered upd/s\tp50 ms\tp99 ms\tp99.9 ms\tcut-offs\tCPU s/1k delivered\t")
+		fmt.Fprintln(tw, "watchers\tagent upd/s\tvs 1 watcher\tagent run/CPU wait/blocked %\tdelivered upd/s\tp50 ms\tp99 ms\tp99.9 ms\tcut-offs\tCPU s/1k delivered\twatchers CPU s/1k\t")
 		for _, f := range r.Fanout {
 			if f.Error != "" {
-				fmt.Fprintf(tw, "%d\tfailed: %s\t\t\t\t\t\t\t\t\t\n", f.Watchers, firstLine(f.Error))
+				fmt.Fprintf(tw, "%d\tfailed: %s\t\t\t\t\t\t\t\t\t\t\n", f.Watchers, firstLine(f.Error))
 				continue
 			}
 			vsOne := "-"
 			if f.AgentVsOne > 0 {
 				vsOne = fmt.Sprintf("%.2f", f.AgentVsOne)
 			}
-			fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f / %.0f / %.0f\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.3f\t\n", f.Watchers, f.AgentRate, vsOne,
+			fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f / %.0f / %.0f\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.3f\t%.3f\t\n", f.Watchers, f.AgentRate, vsOne,
 				f.AgentRunPct, f.AgentCPUWaitPct, f.AgentBlockedPct, f.DeliveredRate,
-				f.Latency.P50, f.Latency.P99, f.Latency.P999, f.CutOffs, f.CPUPer1000)
+				f.Latency.P50, f.Latency.P99, f.Latency.P999, f.CutOffs, f.CPUPer1000, f.WatchersCPUPer1000)
 		}
 		tw.Flush()
 	}

@@ -38,6 +38,10 @@ type watchersResult struct {
 	// LastRecv is the last receive of any stream, Unix nanoseconds.
 	LastRecv int64   `json:"lastRecv"`
 	Latency  Latency `json:"latency"`
+	// CPU is the child's CPU seconds from the streams being open to the
+	// turn's end: what reading the events cost the clients, to set against
+	// the gateway's CPU for sending them.
+	CPU float64 `json:"cpuSeconds"`
 	// Nice is the child's CPU priority (nice value) as it ran.
 	Nice  int    `json:"nice"`
 	Error string `json:"error,omitempty"`
@@ -181,6 +185,7 @@ func watch(ctx context.Context, base, id string, n, updates int, ready func()) w
 		}
 	}
 	ready()
+	cpu0 := selfCPU()
 	for _, wt := range ws {
 		wg.Add(1)
 		go func(wt *watcher) {
@@ -190,6 +195,7 @@ func watch(ctx context.Context, base, id string, n, updates int, ready func()) w
 		}(wt)
 	}
 	wg.Wait()
+	res.CPU = (selfCPU() - cpu0).Seconds()
 	var all []int64
 	for _, wt := range ws {
 		if wt.err != nil && res.Error == "" {
