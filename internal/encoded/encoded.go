@@ -77,6 +77,10 @@ type Event struct {
 	jsonOnce sync.Once
 	json     []byte
 	jsonErr  error
+	// call, for a merged tool call's event made by Calls.Body, is the
+	// JSON of the call's parts that its events made, which its JSON
+	// reuses.
+	call *callJSON
 }
 
 // New returns the event of msg, encoded by proto.Marshal. msg is the
@@ -161,12 +165,21 @@ func (e *Event) Message() (*acpv2.SessionEvent, error) {
 }
 
 // JSON returns the event's protojson encoding (eventjson's), made the
-// first time it is asked for: shared, not to be modified.
+// first time it is asked for: shared, not to be modified. A merged tool
+// call's event made with its Body from [Calls.Body] copies the JSON of
+// the call's parts (content items, locations, rawInput, ...) that it
+// shares with a version of the call whose event made its JSON before,
+// rather than write them again: the same JSON, made in proportion to
+// what changed.
 func (e *Event) JSON() ([]byte, error) {
 	e.jsonOnce.Do(func() {
 		msg, err := e.Message()
 		if err != nil {
 			e.jsonErr = err
+			return
+		}
+		if e.call != nil {
+			e.json, e.jsonErr = e.call.marshal(e.seq, msg)
 			return
 		}
 		e.json, e.jsonErr = eventjson.Marshal(msg)
