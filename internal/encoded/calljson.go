@@ -16,7 +16,7 @@ var toolCallDesc = (&acpv2.ToolCall{}).ProtoReflect().Descriptor()
 // events to make its JSON wrote them, shared by the events of the call's
 // versions, from Calls.Body until the call is forgotten: each version
 // shares most of its parts with the one before (merge.State), so that an
-// event's JSON writes only what changed and copies the rest. The events
+// event's JSON writes only what changed and shares the rest. The events
 // make their JSON when a JSON stream first asks, in any order and
 // concurrently; a part is reused only where it is the very same message,
 // so any version's parts serve any other's.
@@ -27,10 +27,10 @@ type callJSON struct {
 }
 
 // marshal returns the JSON of msg, the event of seq, a version of the
-// call: eventjson.Marshal's, with the parts it shares with the latest
-// version made before copied, and keeps its parts for the next when it is
-// the latest.
-func (c *callJSON) marshal(seq uint64, msg *acpv2.SessionEvent) ([]byte, error) {
+// call, in segments: eventjson.Marshal's, with the parts it shares with
+// the latest version made before taken from that version's JSON, and
+// keeps its parts for the next when it is the latest.
+func (c *callJSON) marshal(seq uint64, msg *acpv2.SessionEvent) ([][]byte, error) {
 	c.mu.Lock()
 	prev := c.parts
 	c.mu.Unlock()

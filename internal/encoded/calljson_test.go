@@ -107,8 +107,8 @@ func mergedEvents(t *testing.T, updates []*acpv2.SessionUpdate) []*encoded.Event
 }
 
 // The JSON of the events of merged tool calls, each made from the parts
-// of the versions made before, is eventjson.Marshal's for the event's
-// message, byte for byte: for tool calls of every field (protofill) and
+// of the versions made before, as AppendJSON appends it and JSON returns
+// it, is eventjson.Marshal's for the event's message, byte for byte: for tool calls of every field (protofill) and
 // random text, several interleaved, whose events' JSON is asked for in
 // any order, by several streams at once.
 func TestMergedCallJSONIsMarshal(t *testing.T) {
@@ -137,8 +137,12 @@ func TestMergedCallJSONIsMarshal(t *testing.T) {
 						return
 					}
 					want, wantErr := eventjson.Marshal(msg)
-					got, err := ev.JSON()
-					if fmt.Sprint(err) != fmt.Sprint(wantErr) || !bytes.Equal(got, want) {
+					got, err := ev.AppendJSON([]byte("frame "))
+					if fmt.Sprint(err) != fmt.Sprint(wantErr) || wantErr == nil && !bytes.Equal(got, append([]byte("frame "), want...)) {
+						errs <- fmt.Errorf("round %d, event %d: AppendJSON %s (%v), eventjson.Marshal %s (%v)", round, ev.Seq(), got, err, want, wantErr)
+						return
+					}
+					if got, err := ev.JSON(); fmt.Sprint(err) != fmt.Sprint(wantErr) || !bytes.Equal(got, want) {
 						errs <- fmt.Errorf("round %d, event %d: JSON %s (%v), eventjson.Marshal %s (%v)", round, ev.Seq(), got, err, want, wantErr)
 						return
 					}

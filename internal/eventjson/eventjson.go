@@ -40,24 +40,32 @@ import (
 // protojson.MarshalOptions{}.Marshal(m) gives, member by member, or
 // protojson's error.
 func Marshal(m proto.Message) ([]byte, error) {
-	b, _, err := marshal(m, nil, nil)
+	b, _, _, err := marshal(m, nil, nil)
 	return b, err
 }
 
-// MarshalReusing returns Marshal(m), and the [Parts] of the first message
-// of descriptor of within m (nil when m holds none, or when Marshal leaves
-// m to protojson). Those of that message's message values (each element
-// of a list) that prev, the Parts of an earlier version of it, holds (the
-// same message, by pointer, at the same field and index) are copied from
-// prev's JSON rather than written again: the JSON is the same, as the
-// messages are never modified, and it costs what changed, not the whole.
-func MarshalReusing(m proto.Message, of protoreflect.MessageDescriptor, prev *Parts) ([]byte, *Parts, error) {
-	return marshal(m, of, prev)
+// MarshalReusing returns Marshal(m) in segments, whose concatenation is
+// Marshal's JSON, and the [Parts] of the first message of descriptor of
+// within m (nil when m holds none, or when Marshal leaves m to
+// protojson). Those of that message's message values (each element of a
+// list) that prev, the Parts of an earlier version of it, holds (the same
+// message, by pointer, at the same field and index) are not written again
+// but are segments of their own, prev's JSON of them: the JSON is the
+// same, as the messages are never modified, and only what changed is
+// written and allocated. The segments are shared, with prev and with the
+// next version's: they must not be modified.
+func MarshalReusing(m proto.Message, of protoreflect.MessageDescriptor, prev *Parts) ([][]byte, *Parts, error) {
+	b, segs, parts, err := marshal(m, of, prev)
+	if segs == nil && err == nil {
+		segs = [][]byte{b}
+	}
+	return segs, parts, err
 }
 
-// marshal is Marshal, reusing prev's parts in the message of descriptor
-// of when of is not nil.
-func marshal(m proto.Message, of protoreflect.MessageDescriptor, prev *Parts) ([]byte, *Parts, error) {
+// marshal is Marshal, writing the message of descriptor of by parts when
+// of is not nil, and reusing prev's: its JSON is b, or the segments segs
+// when some parts were reused.
+func marshal(m proto.Message, of protoreflect.MessageDescriptor, prev *Parts) (b []byte, segs [][]byte, parts *Parts, err error) {
 	e := encoders.Get().(*encoder)
 	defer e.release()
 	e.b = e.scratch[:0]
@@ -68,11 +76,12 @@ func marshal(m proto.Message, of protoreflect.MessageDescriptor, prev *Parts) ([
 	ok := e.top(m)
 	e.scratch = e.b[:0]
 	if !ok {
-		b, err := protojson.MarshalOptions{}.Marshal(m)
-		return b, nil, err
+		b, err = protojson.MarshalOptions{}.Marshal(m)
+		return b, nil, nil, err
 	}
 	out := append(make([]byte, 0, len(e.b)), e.b...)
-	return out, e.reuse.made(out), nil
+	segs, parts = e.reuse.made(out)
+	return out, segs, parts, nil
 }
 
 // MarshalAppend appends m's JSON encoding to dst, as Marshal gives it.

@@ -25,8 +25,9 @@ func (p *Parts) Len() int {
 }
 
 // part is one message value's JSON: of the field at step (its index in
-// the plan's steps) and, in a list, its index; json is set once written,
-// at b[start:end] until then.
+// the plan's steps) and, in a list, its index; json is the earlier
+// version's for a part reused, else set once written, at b[start:end]
+// until then.
 type part struct {
 	step, index int
 	msg         proto.Message
@@ -43,6 +44,14 @@ type reuse struct {
 	prev  []part
 	cur   int
 	next  []part
+	// cuts are where the parts reused go between the bytes written.
+	cuts []cut
+}
+
+// cut is a part reused, old, which goes at b[at] of the bytes written.
+type cut struct {
+	at  int
+	old []byte
 }
 
 // maxKeptParts bounds the parts an encoder keeps room for between
@@ -50,25 +59,45 @@ type reuse struct {
 const maxKeptParts = 1024
 
 func (r *reuse) reset() {
-	clear(r.next) // hold no message
-	next := r.next[:0]
+	clear(r.next) // hold no message, no JSON
+	clear(r.cuts)
+	next, cuts := r.next[:0], r.cuts[:0]
 	if cap(next) > maxKeptParts {
-		next = nil
+		next, cuts = nil, nil
 	}
-	*r = reuse{next: next}
+	*r = reuse{next: next, cuts: cuts}
 }
 
-// made returns the parts written, within out, the JSON of the message
-// written: nil when no message was written by parts.
-func (r *reuse) made(out []byte) *Parts {
+// made returns the JSON of the message written, in segments, when parts
+// were reused (else nil: it is out), and the parts written, within out,
+// the bytes written: nil when no message was written by parts.
+func (r *reuse) made(out []byte) ([][]byte, *Parts) {
 	if !r.found {
-		return nil
+		return nil, nil
 	}
 	p := &Parts{of: r.of, parts: make([]part, len(r.next))}
 	for i, pt := range r.next {
-		p.parts[i] = part{step: pt.step, index: pt.index, msg: pt.msg, json: out[pt.start:pt.end:pt.end]}
+		if pt.json == nil {
+			pt.json = out[pt.start:pt.end:pt.end]
+		}
+		p.parts[i] = part{step: pt.step, index: pt.index, msg: pt.msg, json: pt.json}
 	}
-	return p
+	if len(r.cuts) == 0 {
+		return nil, p
+	}
+	segs := make([][]byte, 0, 2*len(r.cuts)+1)
+	from := 0
+	for _, c := range r.cuts {
+		if c.at > from {
+			segs = append(segs, out[from:c.at:c.at])
+		}
+		segs = append(segs, c.old)
+		from = c.at
+	}
+	if from < len(out) {
+		segs = append(segs, out[from:])
+	}
+	return segs, p
 }
 
 // lookup returns the JSON of the previous version's part at step and
@@ -111,16 +140,17 @@ func (e *encoder) parts(v protoreflect.Value, f *field, step int) bool {
 	return true
 }
 
-// part writes m, copied from the version before when it has the same
-// message there, and records it.
+// part writes m, or where the version before has the same message there
+// marks its JSON's place, and records it.
 func (e *encoder) part(m protoreflect.Message, f *field, step, index int) bool {
 	msg := m.Interface()
 	start := len(e.b)
-	if old := e.reuse.lookup(step, index, msg); old != nil {
-		e.b = append(e.b, old...)
+	old := e.reuse.lookup(step, index, msg)
+	if old != nil {
+		e.reuse.cuts = append(e.reuse.cuts, cut{at: start, old: old})
 	} else if !e.message(m, f.msg) {
 		return false
 	}
-	e.reuse.next = append(e.reuse.next, part{step: step, index: index, msg: msg, start: start, end: len(e.b)})
+	e.reuse.next = append(e.reuse.next, part{step: step, index: index, msg: msg, json: old, start: start, end: len(e.b)})
 	return true
 }
