@@ -129,11 +129,10 @@ const jsonEventField = `{"event":`
 func (c *jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	ev, m := replyEvent(m)
 	if ev != nil {
-		js, err := ev.JSON()
+		dst, err := ev.AppendJSON(append(dst, jsonEventField...))
 		if err != nil {
 			return nil, err
 		}
-		dst = append(append(dst, jsonEventField...), js...)
 		return append(dst, '}'), nil
 	}
 	pm, ok := m.(proto.Message)

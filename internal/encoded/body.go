@@ -25,6 +25,8 @@ type Body struct {
 	room bool
 	// field is the number of the event's field that b encodes.
 	field protowire.Number
+	// call is a merged tool call's JSON parts, for the event's JSON.
+	call *callJSON
 }
 
 // Bytes returns the encoding of the message, without the room before it.
@@ -37,8 +39,8 @@ func (bd Body) Bytes() []byte {
 
 // callBody is the Body of a merged tool call's event: b is the call's
 // encoding, after headroom free bytes when room is set.
-func callBody(b []byte, room bool) Body {
-	return Body{b: b, room: room && b != nil, field: protowire.Number(ToolCall)}
+func callBody(b []byte, room bool, call *callJSON) Body {
+	return Body{b: b, room: room && b != nil, field: protowire.Number(ToolCall), call: call}
 }
 
 // Numbered returns events, numbered and timed already, as Events (made
@@ -78,6 +80,7 @@ func Numbered(events []*acpv2.SessionEvent, bodies []Body) (out []*Event, marsha
 			}
 		}
 		all[i].set(ev, wire, kind)
+		all[i].call = bd.call
 		out[i] = &all[i]
 	}
 	return out, marshalled, err

@@ -380,7 +380,7 @@ func TestNumbered(t *testing.T) {
 	chunkBody := BodyOf(chunk)
 	room := chunkBody.b
 	events := []*acpv2.SessionEvent{chunk, call, ended, bad}
-	got, marshalled, err := Numbered(events, []Body{chunkBody, callBody(callWire, false)})
+	got, marshalled, err := Numbered(events, []Body{chunkBody, callBody(callWire, false, nil)})
 	if marshalled != 2 || err == nil || !strings.Contains(err.Error(), "event 4") {
 		t.Fatalf("marshalled %d, err %v; want the last two marshalled, the fourth refused", marshalled, err)
 	}

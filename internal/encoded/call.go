@@ -33,12 +33,14 @@ type Calls struct {
 // same encoding without the room, which the first may use; a call not
 // encoded by parts (unknown fields) is marshalled whole. It is the zero
 // Body when call does not encode. The encoding is shared: it must not be
-// modified, as the next version's reuses it.
+// modified, as the next version's reuses it. The event [Numbered] makes
+// of the Body makes its JSON from the JSON of the parts it shares with
+// the versions before, as their events made it (see callJSON).
 func (c *Calls) Body(call *acpv2.ToolCall, parts *Parts) Body {
 	id := call.GetToolCallId()
 	prev := c.last[id]
 	if prev != nil && prev.call == call {
-		return callBody(prev.b, false) // encoded already: its room may be in use
+		return callBody(prev.b, false, prev.json) // encoded already: its room may be in use
 	}
 	enc, err := encodeCall(prev, call, parts, headroom, &c.scratch)
 	if err != nil {
@@ -47,7 +49,12 @@ func (c *Calls) Body(call *acpv2.ToolCall, parts *Parts) Body {
 		if err != nil {
 			return Body{}
 		}
-		return callBody(b, false)
+		return callBody(b, false, nil)
+	}
+	if prev != nil {
+		enc.json = prev.json
+	} else {
+		enc.json = &callJSON{}
 	}
 	if c.last == nil {
 		c.last = map[string]*callWire{}
@@ -56,9 +63,9 @@ func (c *Calls) Body(call *acpv2.ToolCall, parts *Parts) Body {
 	full := enc.room
 	enc.room = nil
 	if n := headroom + len(enc.b); n > cap(full) || len(enc.b) > 0 && &full[:n][headroom] != &enc.b[0] {
-		return callBody(enc.b, false) // the encoding outgrew its array
+		return callBody(enc.b, false, enc.json) // the encoding outgrew its array
 	}
-	return callBody(full[:headroom+len(enc.b)], true)
+	return callBody(full[:headroom+len(enc.b)], true, enc.json)
 }
 
 // Forget lets go of the last encoding of tool call id: the call was
@@ -81,6 +88,9 @@ type callWire struct {
 	room []byte
 	// inline holds parts when they are few, saving an allocation.
 	inline [4]part
+	// json is the JSON of the call's parts, shared by its versions'
+	// events.
+	json *callJSON
 }
 
 // numKinds is the number of kinds of message fields in callWire.parts.

@@ -17,7 +17,9 @@
 package encoded
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -76,7 +78,14 @@ type Event struct {
 
 	jsonOnce sync.Once
 	json     []byte
+	// jsonSegs, when set, is the JSON in segments, shared with the
+	// events of the call's other versions (json is then nil).
+	jsonSegs [][]byte
 	jsonErr  error
+	// call, for a merged tool call's event made by Calls.Body, is the
+	// JSON of the call's parts that its events made, which its JSON
+	// reuses.
+	call *callJSON
 }
 
 // New returns the event of msg, encoded by proto.Marshal. msg is the
@@ -160,18 +169,64 @@ func (e *Event) Message() (*acpv2.SessionEvent, error) {
 	return e.msg, e.msgErr
 }
 
-// JSON returns the event's protojson encoding (eventjson's), made the
-// first time it is asked for: shared, not to be modified.
+// JSON returns the event's protojson encoding (eventjson's). It is made
+// the first time it or [Event.AppendJSON] is asked for, and shared: not
+// to be modified. A merged tool call's JSON, made in segments (see
+// AppendJSON), is joined here anew at each call: streams append it.
 func (e *Event) JSON() ([]byte, error) {
+	e.makeJSON()
+	if e.jsonSegs != nil {
+		return bytes.Join(e.jsonSegs, nil), nil
+	}
+	return e.json, e.jsonErr
+}
+
+// AppendJSON appends the event's JSON, as JSON returns it, to dst. A
+// merged tool call's event made with its Body from [Calls.Body] has its
+// JSON in segments: the JSON of the call's parts (content items,
+// locations, rawInput, ...) that it shares with a version of the call
+// whose JSON was made before are that version's, not written again, and
+// only what changed is written, in proportion to the change, not to the
+// call's size.
+func (e *Event) AppendJSON(dst []byte) ([]byte, error) {
+	e.makeJSON()
+	if e.jsonErr != nil {
+		return dst, e.jsonErr
+	}
+	if e.jsonSegs == nil {
+		return append(dst, e.json...), nil
+	}
+	n := len(dst)
+	for _, s := range e.jsonSegs {
+		n += len(s)
+	}
+	dst = slices.Grow(dst, n-len(dst))
+	for _, s := range e.jsonSegs {
+		dst = append(dst, s...)
+	}
+	return dst, nil
+}
+
+// makeJSON makes the event's JSON, once.
+func (e *Event) makeJSON() {
 	e.jsonOnce.Do(func() {
 		msg, err := e.Message()
 		if err != nil {
 			e.jsonErr = err
 			return
 		}
+		if e.call != nil {
+			segs, err := e.call.marshal(e.seq, msg)
+			if len(segs) == 1 {
+				e.json = segs[0]
+			} else {
+				e.jsonSegs = segs
+			}
+			e.jsonErr = err
+			return
+		}
 		e.json, e.jsonErr = eventjson.Marshal(msg)
 	})
-	return e.json, e.jsonErr
 }
 
 // Field returns the contents of the event's field of kind k, within its

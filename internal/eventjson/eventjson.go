@@ -40,15 +40,48 @@ import (
 // protojson.MarshalOptions{}.Marshal(m) gives, member by member, or
 // protojson's error.
 func Marshal(m proto.Message) ([]byte, error) {
+	b, _, _, err := marshal(m, nil, nil)
+	return b, err
+}
+
+// MarshalReusing returns Marshal(m) in segments, whose concatenation is
+// Marshal's JSON, and the [Parts] of the first message of descriptor of
+// within m (nil when m holds none, or when Marshal leaves m to
+// protojson). Those of that message's message values (each element of a
+// list) that prev, the Parts of an earlier version of it, holds (the same
+// message, by pointer, at the same field and index) are not written again
+// but are segments of their own, prev's JSON of them: the JSON is the
+// same, as the messages are never modified, and only what changed is
+// written and allocated. The segments are shared, with prev and with the
+// next version's: they must not be modified.
+func MarshalReusing(m proto.Message, of protoreflect.MessageDescriptor, prev *Parts) ([][]byte, *Parts, error) {
+	b, segs, parts, err := marshal(m, of, prev)
+	if segs == nil && err == nil {
+		segs = [][]byte{b}
+	}
+	return segs, parts, err
+}
+
+// marshal is Marshal, writing the message of descriptor of by parts when
+// of is not nil, and reusing prev's: its JSON is b, or the segments segs
+// when some parts were reused.
+func marshal(m proto.Message, of protoreflect.MessageDescriptor, prev *Parts) (b []byte, segs [][]byte, parts *Parts, err error) {
 	e := encoders.Get().(*encoder)
 	defer e.release()
 	e.b = e.scratch[:0]
+	e.reuse.of = of
+	if prev != nil && prev.of == of {
+		e.reuse.prev = prev.parts
+	}
 	ok := e.top(m)
 	e.scratch = e.b[:0]
 	if !ok {
-		return protojson.MarshalOptions{}.Marshal(m)
+		b, err = protojson.MarshalOptions{}.Marshal(m)
+		return b, nil, nil, err
 	}
-	return append(make([]byte, 0, len(e.b)), e.b...), nil
+	out := append(make([]byte, 0, len(e.b)), e.b...)
+	segs, parts = e.reuse.made(out)
+	return out, segs, parts, nil
 }
 
 // MarshalAppend appends m's JSON encoding to dst, as Marshal gives it.
@@ -78,6 +111,8 @@ type encoder struct {
 	// entries is a stack of the Structs being written, each its entries
 	// sorted by key.
 	entries []entry
+	// reuse is MarshalReusing's.
+	reuse reuse
 }
 
 type entry struct {
@@ -96,6 +131,7 @@ func (e *encoder) release() {
 	}
 	clear(e.entries) // hold no message: past len, structObject has cleared them
 	e.entries = e.entries[:0]
+	e.reuse.reset()
 	e.b = nil
 	encoders.Put(e)
 }
@@ -138,6 +174,12 @@ func (e *encoder) message(m protoreflect.Message, p *plan) bool {
 	if !m.IsValid() {
 		return false
 	}
+	// The message MarshalReusing reuses the parts of: its message values
+	// are written by parts.
+	byParts := e.reuse.of == p.md && !e.reuse.found
+	if byParts {
+		e.reuse.found = true
+	}
 	e.b = append(e.b, '{')
 	first, ok := true, false
 	for i := range p.steps {
@@ -162,6 +204,12 @@ func (e *encoder) message(m protoreflect.Message, p *plan) bool {
 			first = false
 		} else {
 			e.b = append(e.b, f.key...)
+		}
+		if byParts && f.kind == kindMessage && f.mapVal == nil {
+			if !e.parts(v, f, i) {
+				return false
+			}
+			continue
 		}
 		if !e.field(v, f) {
 			return false
