@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -445,7 +447,7 @@ func TestHeadlineDefaultConfigurationFirst(t *testing.T) {
 	}
 	var out strings.Builder
 	rep.Write(&out)
-	for _, want := range []string{"many sessions at a realistic rate: each agent 0 updates/s", "met", "missed"} {
+	for _, want := range []string{"many sessions at a realistic rate: each agent 0 updates/s", "met", "missed", "agents CPUs", "bench CPUs"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
 		}
@@ -498,5 +500,33 @@ func TestFanoutSaysWhatBoundsDelivery(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "CPU s/1k delivered  watchers CPU s/1k") {
 		t.Errorf("the fan-out table lacks the watchers' CPU column:\n%s", out.String())
+	}
+}
+
+// descendantsCPU counts the CPU of the processes below one, grandchildren
+// too (an agent's own children), by pid.
+func TestDescendantsCPU(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "(while :; do :; done) & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	// The shell and its busy subshell, once the subshell started.
+	var from map[int]time.Duration
+	for deadline := time.Now().Add(10 * time.Second); len(from) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("descendants found: %v", from)
+		}
+		from = descendantsCPU(os.Getpid())
+	}
+	for deadline := time.Now().Add(10 * time.Second); cpuOver(from, descendantsCPU(os.Getpid())) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the busy grandchild's CPU is not counted")
+		}
 	}
 }

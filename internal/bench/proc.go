@@ -32,6 +32,47 @@ func procCPU(pid int) (time.Duration, error) {
 	return p.CPU, nil
 }
 
+// descendantsCPU returns the CPU time, by pid, of the processes below
+// process pid (its children, theirs, ...), by procCPU: for the CPU its
+// agents used over a span, sample it at both ends and count the processes
+// alive at both (cpuOver).
+func descendantsCPU(pid int) map[int]time.Duration {
+	below := map[int]bool{pid: true}
+	procs := procfs.List()
+	// Parents come before their children in no particular order: walk
+	// until no process is added.
+	for added := true; added; {
+		added = false
+		for _, p := range procs {
+			if !below[p.PID] && below[p.PPID] {
+				below[p.PID], added = true, true
+			}
+		}
+	}
+	out := make(map[int]time.Duration, len(below))
+	for q := range below {
+		if q == pid {
+			continue
+		}
+		if cpu, err := procCPU(q); err == nil {
+			out[q] = cpu
+		}
+	}
+	return out
+}
+
+// cpuOver is the CPU time the processes sampled at both from and to used
+// between the samples.
+func cpuOver(from, to map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range to {
+		if f, ok := from[pid]; ok && t > f {
+			d += t - f
+		}
+	}
+	return d
+}
+
 // schedstat sums over process pid's living threads the first two fields of
 // /proc/PID/task/TID/schedstat: the time they ran on a CPU, and the time
 // they were runnable but waited for one. (A Go process's threads live as

@@ -52,6 +52,12 @@ type RateResult struct {
 	// waited for a CPU over the turns' span, in CPUs: the host's share of
 	// the latency, not the gateway's.
 	GatewayCPUWait float64 `json:"gatewayCpuWait"`
+	// AgentsCores and BenchCores are the CPU time, in CPUs over the same
+	// span, of the gateway's agents (the bench's stand-ins, one process
+	// per session) and of the bench's own process (the clients): what the
+	// host spent beside the gateway to run the workload.
+	AgentsCores float64 `json:"agentsCores"`
+	BenchCores  float64 `json:"benchCores"`
 	// RSSPerSession is the gateway's peak resident set during the turns
 	// less its resident set before the first session, over Sessions: an
 	// idle session and a running turn's share of the buffers.
@@ -181,6 +187,7 @@ func rateStep(ctx context.Context, self []string, runID string, tr *transports, 
 	w := Workload{Updates: per, Payload: cfg.Payload, Rate: cfg.RatePerSession}
 	results := make([]turnResult, n)
 	run0, wait0, _ := schedstat(g.pid)
+	agents0, self0 := descendantsCPU(g.pid), selfCPU()
 	start := time.Now()
 	for i, id := range ids {
 		if id == "" {
@@ -207,6 +214,7 @@ func rateStep(ctx context.Context, self []string, runID string, tr *transports, 
 	wg.Wait()
 	span := time.Since(start)
 	run1, wait1, _ := schedstat(g.pid)
+	agents1, self1 := descendantsCPU(g.pid), selfCPU()
 	res.PeakRSS, _ = procStatus(g.pid, "VmHWM")
 	stopProfile()
 
@@ -221,6 +229,8 @@ func rateStep(ctx context.Context, self []string, runID string, tr *transports, 
 		res.DeliveredRate = round3(float64(res.Updates) / span.Seconds())
 		res.GatewayCores = round3((run1 - run0).Seconds() / span.Seconds())
 		res.GatewayCPUWait = round3((wait1 - wait0).Seconds() / span.Seconds())
+		res.AgentsCores = round3(cpuOver(agents0, agents1).Seconds() / span.Seconds())
+		res.BenchCores = round3((self1 - self0).Seconds() / span.Seconds())
 		res.CPUPerSession = (run1 - run0).Seconds() / span.Seconds() / float64(n)
 	}
 	res.RSSPerSession = float64(res.PeakRSS-before.RSS) / float64(n)
@@ -235,8 +245,8 @@ func (r RateResult) String() string {
 	if r.Error != "" && r.Latency.Samples == 0 {
 		return fmt.Sprintf("%d sessions: failed: %s", r.Sessions, firstLine(r.Error))
 	}
-	return fmt.Sprintf("%d sessions: %d of %d updates, p50 %.1f ms, p99 %.1f ms, %d cut-offs, %d failed, gateway %.2f CPUs (waited %.2f), %.2f%% of a CPU per session, %s RSS per session",
-		r.Sessions, r.Updates, r.Expected, r.Latency.P50, r.Latency.P99, r.CutOffs, r.Failed, r.GatewayCores, r.GatewayCPUWait, r.CPUPerSession*100, fmtBytes(r.RSSPerSession))
+	return fmt.Sprintf("%d sessions: %d of %d updates, p50 %.1f ms, p99 %.1f ms, %d cut-offs, %d failed, gateway %.2f CPUs (waited %.2f), agents %.2f CPUs, bench %.2f CPUs, %.2f%% of a CPU per session, %s RSS per session",
+		r.Sessions, r.Updates, r.Expected, r.Latency.P50, r.Latency.P99, r.CutOffs, r.Failed, r.GatewayCores, r.GatewayCPUWait, r.AgentsCores, r.BenchCores, r.CPUPerSession*100, fmtBytes(r.RSSPerSession))
 }
 
 // rateScale is the largest step that met the target, and whether a step
@@ -257,13 +267,13 @@ func writeRate(w io.Writer, c Config, steps []RateResult) {
 	fmt.Fprintf(w, "\nmany sessions at a realistic rate: each agent %g updates/s for %s (v%s, mixed message chunks and tool-call updates), %s store, a Connect JSON client (HTTP/1.1) per session; target p99 < %d ms, 0 cut-offs\n\n",
 		c.RatePerSession, c.RateDuration, joinInts(c.Mix, "+v"), c.RateStore, RateTargetP99Ms)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "sessions\tupdates\tdelivered upd/s\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tcut-offs\tfailed\tgateway CPUs\tCPU wait\tCPU % / session\tRSS / session\ttarget\t")
+	fmt.Fprintln(tw, "sessions\tupdates\tdelivered upd/s\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tcut-offs\tfailed\tgateway CPUs\tCPU wait\tagents CPUs\tbench CPUs\tCPU % / session\tRSS / session\ttarget\t")
 	var notes []string
 	for _, r := range steps {
 		if r.Error != "" {
 			notes = append(notes, fmt.Sprintf("%d sessions: %s", r.Sessions, firstLine(r.Error)))
 			if r.Latency.Samples == 0 {
-				fmt.Fprintf(tw, "%d\tfailed\t\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Sessions)
+				fmt.Fprintf(tw, "%d\tfailed\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Sessions)
 				continue
 			}
 		}
@@ -271,8 +281,8 @@ func writeRate(w io.Writer, c Config, steps []RateResult) {
 		if r.Met {
 			met = "met"
 		}
-		fmt.Fprintf(tw, "%d\t%d / %d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.2f\t%.2f\t%.3f\t%s\t%s\t\n", r.Sessions, r.Updates, r.Expected, r.DeliveredRate,
-			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max, r.CutOffs, r.Failed, r.GatewayCores, r.GatewayCPUWait, r.CPUPerSession*100, fmtBytes(r.RSSPerSession), met)
+		fmt.Fprintf(tw, "%d\t%d / %d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%s\t\n", r.Sessions, r.Updates, r.Expected, r.DeliveredRate,
+			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max, r.CutOffs, r.Failed, r.GatewayCores, r.GatewayCPUWait, r.AgentsCores, r.BenchCores, r.CPUPerSession*100, fmtBytes(r.RSSPerSession), met)
 	}
 	tw.Flush()
 	for _, n := range notes {
