@@ -153,6 +153,12 @@ const (
 	// maxBatchDelay is how long a batched write waits for others to join
 	// it.
 	maxBatchDelay = 1 * time.Millisecond
+	// initialMmapSize is the address space bbolt maps the file in at
+	// first (not memory: pages are read in as used). A commit that grows
+	// the file past its map maps it again, and waits for every read
+	// transaction to end while new ones wait for it: an Append's reads
+	// stalled behind each checkpoint that grew the file.
+	initialMmapSize = 1 << 30
 	// checkpointEvery and checkpointBytes are the defaults of the Store's
 	// fields.
 	checkpointEvery = time.Second
@@ -238,7 +244,7 @@ func openWith(path string, opts statestore.Options, lo logOptions) (*Store, erro
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("statestore: create directory for bolt file: %w", err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, InitialMmapSize: initialMmapSize})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("statestore: bolt file %s is locked by another process", path)
 	}
