@@ -1036,6 +1036,10 @@ func (s *Store) putEvents(tx *bolt.Tx, r *record, evs []keyed) error {
 	if err != nil {
 		return err
 	}
+	// Seqs only grow: the events go at the end, whose pages then split
+	// full rather than half full (bbolt's default, for keys put anywhere),
+	// so a checkpoint writes half the pages.
+	b.FillPercent = 1
 	if r.EventBytes == 0 && r.LastSeq > r.TrimmedSeq {
 		// Counted once for a record written before the count was kept.
 		c := b.Cursor()
