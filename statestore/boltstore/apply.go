@@ -39,14 +39,17 @@ func (s *Store) replay() (seg, gen uint64, err error) {
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		gen = appliedGen(tx)
+		var unapplied []*entry
 		for _, e := range entries {
-			if e.gen <= gen {
-				continue
+			if e.gen > gen {
+				unapplied = append(unapplied, e)
 			}
-			if err := s.applyEntry(tx, e); err != nil {
-				return err
-			}
-			gen = e.gen
+		}
+		if len(unapplied) > 0 {
+			gen = unapplied[len(unapplied)-1].gen
+		}
+		if err := s.applyEntries(tx, unapplied); err != nil {
+			return err
 		}
 		return tx.Bucket(bucketMeta).Put(keyApplied, u64(gen))
 	})
@@ -60,41 +63,70 @@ func (s *Store) replay() (seg, gen uint64, err error) {
 	return last + 1, gen, nil
 }
 
-// applyEntry writes a logged Append to the file. An entry of a session
-// deleted since (or of an earlier incarnation of its id) is dropped, as
-// are events the file holds already.
-func (s *Store) applyEntry(tx *bolt.Tx, e *entry) error {
-	r, err := getRecord(tx, e.id)
-	if errors.Is(err, statestore.ErrNotFound) || (err == nil && r.Order != e.order) {
-		return nil
+// applyEntries writes logged Appends to the file, in log order: each
+// session's record is read and written once, and its events and calls
+// are put together. An entry of a session deleted since (or of an
+// earlier incarnation of its id) is dropped, as are events the file
+// holds already.
+func (s *Store) applyEntries(tx *bolt.Tx, entries []*entry) error {
+	type staged struct {
+		r      *record // nil: the session is gone
+		last   uint64  // the seq of the last event staged or in the file
+		events []keyed
+		calls  []keyed
 	}
-	if err != nil {
-		return fmt.Errorf("session %s: %w", e.id, err)
-	}
-	events := e.events
-	for len(events) > 0 && events[0].Seq() <= r.LastSeq {
-		events = events[1:]
-	}
-	if err := statestore.CheckSeqs(r.LastSeq, events); err != nil {
-		return corrupt(fmt.Sprint("write-ahead log entry ", e.gen), fmt.Errorf("%w (session %s)", err, e.id))
-	}
-	calls := make([]keyed, len(e.calls))
-	for i, c := range e.calls {
-		calls[i] = keyed{[]byte(c.ID), c.Proto}
-	}
-	if err := putCalls(tx, r, calls); err != nil {
-		return err
-	}
-	if len(events) > 0 {
-		evs := make([]keyed, len(events))
-		for i, ev := range events {
-			evs[i] = keyed{u64(ev.Seq()), ev.Proto()}
+	sessions := map[string]*staged{}
+	var order []*staged
+	for _, e := range entries {
+		st := sessions[e.id]
+		if st == nil {
+			st = &staged{}
+			r, err := getRecord(tx, e.id)
+			switch {
+			case errors.Is(err, statestore.ErrNotFound):
+			case err != nil:
+				return fmt.Errorf("session %s: %w", e.id, err)
+			default:
+				st.r, st.last = r, r.LastSeq
+				order = append(order, st)
+			}
+			sessions[e.id] = st
 		}
-		if err := s.putEvents(tx, r, evs); err != nil {
+		if st.r == nil || st.r.Order != e.order {
+			continue
+		}
+		events := e.events
+		for len(events) > 0 && events[0].Seq() <= st.last {
+			events = events[1:]
+		}
+		if err := statestore.CheckSeqs(st.last, events); err != nil {
+			return corrupt(fmt.Sprint("write-ahead log entry ", e.gen), fmt.Errorf("%w (session %s)", err, e.id))
+		}
+		for _, ev := range events {
+			st.events = append(st.events, keyed{u64(ev.Seq()), ev.Proto()})
+			st.last = ev.Seq()
+		}
+		for _, c := range e.calls {
+			st.calls = append(st.calls, keyed{[]byte(c.ID), c.Proto})
+		}
+	}
+	for _, st := range order {
+		if len(st.events) == 0 && len(st.calls) == 0 {
+			continue
+		}
+		if err := putCalls(tx, st.r, st.calls); err != nil {
+			return err
+		}
+		if len(st.events) > 0 {
+			if err := s.putEvents(tx, st.r, st.events); err != nil {
+				return err
+			}
+		}
+		if err := putRecord(tx, st.r); err != nil {
 			return err
 		}
 	}
-	return putRecord(tx, r)
+	return nil
 }
 
 // logged publishes a group of Appends the log made durable: reads find
@@ -140,10 +172,8 @@ func (s *Store) checkpoint() error {
 	// publishes a group before it takes a rotation.
 	if entries := s.pend.upTo(rot.gen); len(entries) > 0 {
 		err := s.db.Update(func(tx *bolt.Tx) error {
-			for _, e := range entries {
-				if err := s.applyEntry(tx, e); err != nil {
-					return err
-				}
+			if err := s.applyEntries(tx, entries); err != nil {
+				return err
 			}
 			return tx.Bucket(bucketMeta).Put(keyApplied, u64(rot.gen))
 		})
