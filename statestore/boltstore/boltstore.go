@@ -211,6 +211,9 @@ type Store struct {
 	// session's Appends check their seqs one after another.
 	locksMu sync.Mutex
 	locks   map[string]*sessionLock
+	// records holds the last record readRecord decoded of each session.
+	recordsMu sync.Mutex
+	records   map[string]decodedRecord
 	// checkpointEvery and checkpointBytes say when the log's entries are
 	// applied to the bbolt file: this often, or once they hold this many
 	// bytes.
@@ -255,7 +258,7 @@ func openWith(path string, opts statestore.Options, lo logOptions) (*Store, erro
 	s := &Store{
 		db: db, path: path, opts: opts, waits: map[string]chan struct{}{},
 		owners: map[string]map[string]uint64{}, unreadable: map[string]bool{},
-		pend: pending{by: map[string][]*entry{}}, locks: map[string]*sessionLock{},
+		pend: pending{by: map[string][]*entry{}}, locks: map[string]*sessionLock{}, records: map[string]decodedRecord{},
 		checkpointEvery: cmp.Or(lo.every, checkpointEvery), checkpointBytes: cmp.Or(lo.bytes, checkpointBytes),
 		full: make(chan struct{}, 1), stopCheckpoints: make(chan struct{}), checkpointsDone: make(chan struct{}),
 	}
@@ -355,6 +358,9 @@ func (s *Store) owned(owner, id string, order uint64) {
 // disowned records that session id of owner ("" when unknown), whose
 // order key was order, is gone; a later incarnation of id stays.
 func (s *Store) disowned(owner, id string, order uint64) {
+	s.recordsMu.Lock()
+	delete(s.records, id) // read again, if created again
+	s.recordsMu.Unlock()
 	s.ownersMu.Lock()
 	defer s.ownersMu.Unlock()
 	delete(s.unreadable, id)
@@ -446,6 +452,38 @@ func wrap(op, id string, err error) error {
 		return fmt.Errorf("statestore: bolt %s: %w", op, err)
 	}
 	return fmt.Errorf("statestore: bolt %s session %s: %w", op, id, err)
+}
+
+// readRecord reads the record of session id as getRecord does, for a
+// read that does not change it: a record whose bytes are those decoded
+// last time is not decoded again (its JSON was a tenth of the gateway's
+// CPU on bolt with many sessions, read by every Append).
+func (s *Store) readRecord(tx *bolt.Tx, id string) (*record, error) {
+	data := tx.Bucket(bucketSessions).Get([]byte(id))
+	if data == nil {
+		return nil, fmt.Errorf("%w: %s", statestore.ErrNotFound, id)
+	}
+	s.recordsMu.Lock()
+	c, ok := s.records[id]
+	s.recordsMu.Unlock()
+	if ok && bytes.Equal(c.data, data) {
+		r := c.r
+		return &r, nil
+	}
+	r, err := decodeRecord(id, data)
+	if err != nil {
+		return nil, err
+	}
+	s.recordsMu.Lock()
+	s.records[id] = decodedRecord{data: bytes.Clone(data), r: *r}
+	s.recordsMu.Unlock()
+	return r, nil
+}
+
+// decodedRecord is a record's bytes and what they decode to.
+type decodedRecord struct {
+	data []byte
+	r    record
 }
 
 // getRecord reads the record of session id.
@@ -567,7 +605,7 @@ func (s *Store) GetSession(_ context.Context, id string) (*statestore.Session, e
 	pend := s.pend.of(id) // taken before the transaction: see "Reads"
 	var out *statestore.Session
 	err := s.view("get", id, func(tx *bolt.Tx) error {
-		r, err := getRecord(tx, id)
+		r, err := s.readRecord(tx, id)
 		if err != nil {
 			return err
 		}
@@ -858,7 +896,7 @@ func (s *Store) Append(_ context.Context, id string, events []*encoded.Event, ch
 		slow bool
 	)
 	err := s.view("append to", id, func(tx *bolt.Tx) error {
-		r, err := getRecord(tx, id)
+		r, err := s.readRecord(tx, id)
 		if err != nil {
 			return err
 		}
@@ -1114,7 +1152,7 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 	pend := s.pend.of(id)
 	var out []*encoded.Event
 	err := s.view("read events of", id, func(tx *bolt.Tx) error {
-		r, err := getRecord(tx, id)
+		r, err := s.readRecord(tx, id)
 		if err != nil {
 			return err
 		}
@@ -1199,7 +1237,7 @@ func (s *Store) ToolCalls(_ context.Context, id string) ([]*acpv2.ToolCall, uint
 	)
 	pend := s.pend.of(id)
 	err := s.view("read tool calls of", id, func(tx *bolt.Tx) error {
-		r, err := getRecord(tx, id)
+		r, err := s.readRecord(tx, id)
 		if err != nil {
 			return err
 		}
@@ -1272,7 +1310,7 @@ func (s *Store) ToolCall(_ context.Context, id, callID string) (*acpv2.ToolCall,
 	)
 	pend := s.pend.of(id)
 	err := s.view("read a tool call of", id, func(tx *bolt.Tx) error {
-		r, err := getRecord(tx, id)
+		r, err := s.readRecord(tx, id)
 		if err != nil {
 			return err
 		}
