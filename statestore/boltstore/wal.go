@@ -94,17 +94,17 @@ func (e *entry) appendFrame(b []byte) []byte {
 	b = binary.AppendUvarint(b, e.order)
 	b = appendBytes(b, []byte(e.id))
 	b = binary.AppendUvarint(b, uint64(len(e.events)))
-	var merged []int // the events that are merged tool calls
+	var merged []mergedCall // the events that are merged tool calls
 	for i, ev := range e.events {
 		b = appendBytes(b, ev.Proto())
 		if ev.Kind() == encoded.ToolCall {
-			merged = append(merged, i)
+			merged = append(merged, mergedCall{i, ev.Field(encoded.ToolCall)})
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(len(e.calls)))
 	for _, c := range e.calls {
 		b = appendBytes(b, []byte(c.ID))
-		if i, ok := eventOfCall(e.events, merged, c.Proto); ok {
+		if i, ok := eventOfCall(merged, c.Proto); ok {
 			b = binary.AppendUvarint(b, uint64(i)+1)
 			continue
 		}
@@ -117,13 +117,19 @@ func (e *entry) appendFrame(b []byte) []byte {
 	return b
 }
 
+// mergedCall is a merged tool call's event in an entry: its index and its
+// call's encoding.
+type mergedCall struct {
+	event int
+	call  []byte
+}
+
 // eventOfCall returns the index of the last of the merged events whose
 // tool call is call. (bytes.Equal of the same bytes does not read them.)
-func eventOfCall(events []*encoded.Event, merged []int, call []byte) (int, bool) {
+func eventOfCall(merged []mergedCall, call []byte) (int, bool) {
 	for k := len(merged) - 1; k >= 0; k-- {
-		i := merged[k]
-		if f := events[i].Field(encoded.ToolCall); len(f) == len(call) && bytes.Equal(f, call) {
-			return i, true
+		if m := merged[k]; len(m.call) == len(call) && bytes.Equal(m.call, call) {
+			return m.event, true
 		}
 	}
 	return 0, false
