@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,8 +24,9 @@ import (
 )
 
 // A session's agent, and a child it forks in its turn, run at the
-// gateway's nice value plus --agent-nice (10 by default); with
-// --agent-nice 0, at the gateway's own, which start-up warns of.
+// gateway's nice value plus --agent-nice (10 by default), in a bubblewrap
+// sandbox too; with --agent-nice 0, at the gateway's own, which start-up
+// warns of.
 func TestAgentNice(t *testing.T) {
 	t.Parallel()
 	own, ok := procfs.Stat(os.Getpid())
@@ -42,14 +44,22 @@ func TestAgentNice(t *testing.T) {
 		{nil, min(own.Nice+agent.DefaultNice, agent.MaxNice), false},
 		{[]string{"--agent-nice", "3"}, min(own.Nice+3, agent.MaxNice), false},
 		{[]string{"--agent-nice", "0"}, own.Nice, true},
+		{[]string{"--sandbox", "bwrap"}, min(own.Nice+agent.DefaultNice, agent.MaxNice), false},
+		{[]string{"--sandbox", "bwrap", "--agent-nice", "0"}, own.Nice, true},
 	} {
 		t.Run(strings.Join(append([]string{"flags"}, tc.args...), " "), func(t *testing.T) {
 			t.Parallel()
-			// The turn's shell writes its child's pid and its parent's,
-			// the agent's.
-			pids := filepath.Join(t.TempDir(), "pids")
+			if slices.Contains(tc.args, "bwrap") {
+				testutil.Needs(t, "bwrap")
+			}
+			// The turn's shell writes the nice values (field 19 of
+			// /proc/PID/stat) of its child and of its parent, the agent,
+			// as its sandbox's PID namespace names them, to a file of the
+			// session's directory, which a sandboxed agent may write.
+			cwd := t.TempDir()
+			nices := filepath.Join(cwd, "nices")
 			cmd, err := agentsim.Command(agentsim.Script{ProtocolVersion: 2, Turns: []agentsim.Turn{{Steps: []agentsim.Step{
-				{Shell: "sleep 600 </dev/null >/dev/null 2>&1 & echo $! $PPID > " + pids},
+				{Shell: `sleep 600 </dev/null >/dev/null 2>&1 & echo $(cut -d" " -f19 /proc/$!/stat) $(cut -d" " -f19 /proc/$PPID/stat) > ` + nices},
 			}}}})
 			if err != nil {
 				t.Fatal(err)
@@ -67,7 +77,7 @@ func TestAgentNice(t *testing.T) {
 			calls, stop := context.WithTimeout(ctx, 30*time.Second)
 			defer stop()
 			client := acpv2connect.NewSessionServiceClient(http.DefaultClient, "http://"+addr)
-			created, err := client.CreateSession(calls, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "forks", Cwd: t.TempDir()}))
+			created, err := client.CreateSession(calls, connect.NewRequest(&acpv2.CreateSessionRequest{Agent: "forks", Cwd: cwd}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,15 +86,12 @@ func TestAgentNice(t *testing.T) {
 				{Block: &acpv2.ContentBlock_Text{Text: &acpv2.TextContent{Text: "fork"}}}}}, nil); err != nil {
 				t.Fatal(err)
 			}
-			b, err := os.ReadFile(pids)
+			b, err := os.ReadFile(nices)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, f := range strings.Fields(string(b)) {
-				pid, _ := strconv.Atoi(f)
-				if p, ok := procfs.Stat(pid); !ok || p.Nice != tc.want {
-					t.Errorf("%s %d: nice %d (listed %v), want %d", []string{"the agent's child", "the agent"}[i], pid, p.Nice, ok, tc.want)
-				}
+			if got, want := strings.Fields(string(b)), strings.Fields(strings.Repeat(strconv.Itoa(tc.want)+" ", 2)); !slices.Equal(got, want) {
+				t.Errorf("the agent's child and the agent have nice values %q, want %q", got, want)
 			}
 			// Closing the session ends the agent and its child.
 			if _, err := client.CloseSession(calls, connect.NewRequest(&acpv2.CloseSessionRequest{SessionId: id})); err != nil {
