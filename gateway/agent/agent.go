@@ -146,7 +146,9 @@ type Config struct {
 	// process tree below the gateway's: its process group's nice value is
 	// the gateway's own plus Nice, at most MaxNice. It is set as soon as
 	// the process runs, before the agent is sent anything, so that what it
-	// forks inherits it; with a Group, before it runs anything of its own.
+	// forks inherits it; with a Group, before it runs anything of its own
+	// (without one, a child it moved out of its process group in its
+	// first moments, with setsid, would keep the gateway's priority).
 	// Raising the nice value of one's own children needs no privilege, and
 	// lowering it back needs one (CAP_SYS_NICE) that agents lack. When it
 	// cannot be set, Start fails.
