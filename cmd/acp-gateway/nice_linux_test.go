@@ -26,7 +26,7 @@ import (
 // A session's agent, and a child it forks in its turn, run at the
 // gateway's nice value plus --agent-nice (10 by default), in a bubblewrap
 // sandbox too; with --agent-nice 0, at the gateway's own, which start-up
-// warns of.
+// warns of. (Linux: the agent reads the values from /proc.)
 func TestAgentNice(t *testing.T) {
 	t.Parallel()
 	own, ok := procfs.Stat(os.Getpid())
