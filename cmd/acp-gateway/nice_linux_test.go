@@ -24,8 +24,8 @@ import (
 )
 
 // A session's agent, and a child it forks in its turn, run at the
-// gateway's nice value plus --agent-nice (10 by default), in a bubblewrap
-// sandbox too; with --agent-nice 0, at the gateway's own, which start-up
+// gateway's nice value plus --agent-nice (10 by default), with and
+// without cgroup limits, in a bubblewrap sandbox too; with --agent-nice 0, at the gateway's own, which start-up
 // warns of. (Linux: the agent reads the values from /proc.)
 func TestAgentNice(t *testing.T) {
 	t.Parallel()
@@ -44,6 +44,8 @@ func TestAgentNice(t *testing.T) {
 		{nil, min(own.Nice+agent.DefaultNice, agent.MaxNice), false},
 		{[]string{"--agent-nice", "3"}, min(own.Nice+3, agent.MaxNice), false},
 		{[]string{"--agent-nice", "0"}, own.Nice, true},
+		// Without cgroups the agent is not held before it runs.
+		{[]string{"--agent-memory", "0", "--agent-pids", "0", "--agent-cpu", "0"}, min(own.Nice+agent.DefaultNice, agent.MaxNice), false},
 		{[]string{"--sandbox", "bwrap"}, min(own.Nice+agent.DefaultNice, agent.MaxNice), false},
 		{[]string{"--sandbox", "bwrap", "--agent-nice", "0"}, own.Nice, true},
 	} {
