@@ -146,9 +146,9 @@ type Config struct {
 	// process tree below the gateway's: its process group's nice value is
 	// the gateway's own plus Nice, at most MaxNice. It is set as soon as
 	// the process runs, before the agent is sent anything, so that what it
-	// forks inherits it; with a Group, before it runs anything of its own
-	// (without one, a child it moved out of its process group in its
-	// first moments, with setsid, would keep the gateway's priority).
+	// forks inherits it, and before it runs anything of its own (it waits
+	// as a shell until then, as for a Group), so that nothing it starts
+	// can leave its process group (setsid) at the gateway's priority.
 	// Raising the nice value of one's own children needs no privilege, and
 	// lowering it back needs one (CAP_SYS_NICE) that agents lack. When it
 	// cannot be set, Start fails.
@@ -195,10 +195,10 @@ const WorkspaceFD = 3
 // It reads descriptor %[1]d.
 const holdScript = `read -r _ <&%[1]d && exec %[1]d<&- "$0" "$@"`
 
-// settle does what must be done to the agent's process, pid, before the
-// agent is sent anything: with a Group, while it is the shell that waits
-// on hold, it is placed in the Group; its process group is given the
-// nice value nice where cfg.Nice asks for one; then the shell is let go.
+// settle does what must be done to the agent's process, pid, while it is
+// the shell that waits on hold: with a Group, it is placed in the Group;
+// its process group is given the nice value nice where cfg.Nice asks for
+// one; then the shell is let go.
 func settle(pid int, cfg Config, nice int, hold *os.File) error {
 	if cfg.Group != nil {
 		if err := cfg.Group.Place(pid); err != nil {
@@ -206,9 +206,8 @@ func settle(pid int, cfg Config, nice int, hold *os.File) error {
 		}
 	}
 	if cfg.Nice > 0 {
-		// The whole group: the threads and children the agent may have
-		// started already (without a Group) too. ESRCH: it is gone, and
-		// initialize says why.
+		// The group, which is the waiting shell alone. ESRCH: it is
+		// gone, and initialize says why.
 		if err := setPriority(syscall.PRIO_PGRP, pid, nice); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("lowering its CPU priority to nice %d: %w", nice, err)
 		}
@@ -354,7 +353,10 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
 	var hold *os.File
-	if cfg.Group != nil {
+	// With a Group or a Nice the agent waits, as a shell, until it is in
+	// the Group and at its priority (settle): it runs nothing of its own
+	// before, so nothing it starts can leave either first.
+	if cfg.Group != nil || cfg.Nice > 0 {
 		// The shell below would only say "not found" on its stderr.
 		if _, err := exec.LookPath(cfg.Command[0]); err != nil {
 			fs.close()

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -148,5 +149,51 @@ func TestAgentWhosePriorityCannotBeLoweredDoesNotRun(t *testing.T) {
 		if n := childProcessCount(); n > before {
 			t.Errorf("group %v: %d child processes left, %d before", group, n, before)
 		}
+	}
+}
+
+// Not parallel: it replaces setPriority. An agent without a Group is
+// still the waiting shell when its priority is lowered, as one with a
+// Group is when it is placed: nothing of its own has run, so nothing it
+// started can have left its process group at the gateway's priority.
+func TestAgentIsLoweredBeforeItRuns(t *testing.T) {
+	defer func(f func(int, int, int) error) { setPriority = f }(setPriority)
+	var lowered string
+	setPriority = func(which, who, prio int) error {
+		lowered = cmdlineOf(who)
+		return syscall.Setpriority(which, who, prio)
+	}
+	cmd, err := agentsim.Command(agentsim.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Start(context.Background(), Config{Command: cmd, Dir: t.TempDir(), Client: &recorder{}, Nice: DefaultNice, StartTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if !strings.HasPrefix(lowered, "/bin/sh -c "+fmt.Sprintf(holdScript, 3)) {
+		t.Errorf("lowered %q, want the waiting shell", lowered)
+	}
+}
+
+// BenchmarkStartNice starts and closes an agent without a Group, at the
+// gateway's priority (0: no waiting shell) and at DefaultNice (the agent
+// waits as a shell until its priority is lowered).
+func BenchmarkStartNice(b *testing.B) {
+	cmd, err := agentsim.Command(agentsim.Script{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, nice := range []int{0, DefaultNice} {
+		b.Run(strconv.Itoa(nice), func(b *testing.B) {
+			for b.Loop() {
+				a, err := Start(context.Background(), Config{Command: cmd, Dir: b.TempDir(), Client: &recorder{}, Nice: nice, StartTimeout: 10 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				a.Close()
+			}
+		})
 	}
 }
