@@ -12,6 +12,7 @@ import (
 
 	units "github.com/docker/go-units"
 
+	"github.com/acp-gateway/acp-gateway/gateway/agent"
 	"github.com/acp-gateway/acp-gateway/gateway/egress"
 	"github.com/acp-gateway/acp-gateway/gateway/limits"
 	"github.com/acp-gateway/acp-gateway/gateway/sandbox"
@@ -33,6 +34,9 @@ type confineConfig struct {
 	memory     sizeFlag
 	fileSize   sizeFlag
 	configPath string
+	// nice is --agent-nice: how much lower than the gateway's the agents'
+	// CPU priority is.
+	nice int
 	// supported reports whether this platform can sandbox agents
 	// (sandbox.Supported, but in tests).
 	supported func() error
@@ -75,6 +79,7 @@ func (c *confineConfig) addConfineFlags(fs *flag.FlagSet) {
 	c.fileSize = sizeFlag{new(int64)}
 	*c.fileSize.n = int64(limits.Defaults.FileSize)
 	fs.Var(c.fileSize, "agent-file-size", "largest file an agent process may write (0: no limit)")
+	fs.IntVar(&c.nice, "agent-nice", agent.DefaultNice, "how much lower than the gateway's the CPU priority of each agent's process tree is: added to the gateway's nice value (up to 19, the lowest), so that busy agents leave the gateway, which relays every session, a CPU first (0..19; 0: the gateway's own priority)")
 }
 
 // checkConfine checks the flags once parsed; auth says whether
@@ -114,6 +119,9 @@ func (c *confineConfig) checkConfine(auth bool) error {
 		}
 	default:
 		return fmt.Errorf("--sandbox-network %q: want proxy or host", c.network)
+	}
+	if c.nice < 0 || c.nice > agent.MaxNice {
+		return fmt.Errorf("--agent-nice %d: want 0 to %d", c.nice, agent.MaxNice)
 	}
 	if c.limits.Pids < 0 || c.limits.CPU < 0 {
 		return errors.New("--agent-pids and --agent-cpu must not be negative")
@@ -184,9 +192,15 @@ func setupConfinement(ctx context.Context, cfg *serveConfig, auth bool, hide []s
 	if c.egress != nil {
 		network = "proxy"
 	}
-	log.Info("agents confined", "sandbox", cfg.confine.sandbox, "network", network, "egress_allowed", []string(cfg.confine.egress), "limits", lim.Describe())
+	if cfg.confine.nice == 0 {
+		log.Warn(agentNiceZeroWarning)
+	}
+	log.Info("agents confined", "sandbox", cfg.confine.sandbox, "network", network, "egress_allowed", []string(cfg.confine.egress), "limits", lim.Describe(), "agent_nice", cfg.confine.nice)
 	return c, nil
 }
+
+// agentNiceZeroWarning is logged at start with --agent-nice 0.
+const agentNiceZeroWarning = "agents run at the gateway's own CPU priority (--agent-nice 0): busy agents, or one in a loop, take CPUs from the gateway, which relays every session"
 
 // setupLimits sets up the limits l with setup (limits.Setup, but in
 // tests). With authentication every limit must be enforced. Without, the

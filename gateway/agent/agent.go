@@ -38,6 +38,16 @@ const (
 	maxStderrLine = 8 << 10
 )
 
+// DefaultNice is how much lower than the gateway's the CPU priority of an
+// agent's process tree is where serve is not told otherwise (Config.Nice):
+// a busy agent then leaves the gateway, which relays every session, a CPU
+// first, and keeps what is left to itself.
+const DefaultNice = 10
+
+// MaxNice is the highest nice value, the lowest CPU priority: a
+// Config.Nice that would take an agent past it stops there.
+const MaxNice = 19
+
 // Update is one session/update notification from the agent.
 type Update struct {
 	// AgentSessionID is the notification's sessionId.
@@ -132,6 +142,17 @@ type Config struct {
 	// every line, so it must be quick when it does nothing. A line that is
 	// a JSON-RPC batch is one line: its messages are handled together.
 	Fence func(*Agent)
+	// Nice, when above zero, lowers the CPU priority of the agent's whole
+	// process tree below the gateway's: its process group's nice value is
+	// the gateway's own plus Nice, at most MaxNice. It is set as soon as
+	// the process runs, before the agent is sent anything, so that what it
+	// forks inherits it, and before it runs anything of its own (it waits
+	// as a shell until then, as for a Group), so that nothing it starts
+	// can leave its process group (setsid) at the gateway's priority.
+	// Raising the nice value of one's own children needs no privilege, and
+	// lowering it back needs one (CAP_SYS_NICE) that agents lack. When it
+	// cannot be set, Start fails.
+	Nice int
 	// Workspace, when set, is Dir, opened (O_PATH) and checked by the
 	// caller: the files the agent reads and writes through the gateway
 	// are found from it rather than from Dir's path, and the agent's
@@ -168,10 +189,38 @@ type Freezer interface {
 const WorkspaceFD = 3
 
 // holdScript waits, before it runs the agent's command line, until the
-// gateway has placed its process in the agent's Group: a process placed
-// after it started could have forked children outside it.
+// gateway has placed its process in the agent's Group (and lowered its
+// priority, see settle): a process placed after it started could have
+// forked children outside it.
 // It reads descriptor %[1]d.
 const holdScript = `read -r _ <&%[1]d && exec %[1]d<&- "$0" "$@"`
+
+// settle does what must be done to the agent's process, pid, while it is
+// the shell that waits on hold: with a Group, it is placed in the Group;
+// its process group is given the nice value nice where cfg.Nice asks for
+// one; then the shell is let go.
+func settle(pid int, cfg Config, nice int, hold *os.File) error {
+	if cfg.Group != nil {
+		if err := cfg.Group.Place(pid); err != nil {
+			return err
+		}
+	}
+	if cfg.Nice > 0 {
+		// The group, which is the waiting shell alone. ESRCH: it is
+		// gone, and initialize says why.
+		if err := setPriority(syscall.PRIO_PGRP, pid, nice); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("lowering its CPU priority to nice %d: %w", nice, err)
+		}
+	}
+	if hold != nil {
+		_, err := hold.WriteString("\n")
+		return err
+	}
+	return nil
+}
+
+// setPriority is syscall.Setpriority, but in tests.
+var setPriority = syscall.Setpriority
 
 // Counter counts bytes; a prometheus.Counter is one.
 type Counter interface{ Add(float64) }
@@ -290,13 +339,24 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 			closeAll(cfg.Closers)
 		}
 	}()
+	nice := 0
+	if cfg.Nice > 0 {
+		own, err := ownNice()
+		if err != nil {
+			return nil, fmt.Errorf("agent: the gateway's CPU priority: %w", err)
+		}
+		nice = min(own+cfg.Nice, MaxNice)
+	}
 	fs, err := newFileServer(cfg.Dir, cfg.Workspace)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
 	var hold *os.File
-	if cfg.Group != nil {
+	// With a Group or a Nice the agent waits, as a shell, until it is in
+	// the Group and at its priority (settle): it runs nothing of its own
+	// before, so nothing it starts can leave either first.
+	if cfg.Group != nil || cfg.Nice > 0 {
 		// The shell below would only say "not found" on its stderr.
 		if _, err := exec.LookPath(cfg.Command[0]); err != nil {
 			fs.close()
@@ -355,23 +415,19 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		errR.Close()
 		return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
 	}
-	if cfg.Group != nil {
-		err := cfg.Group.Place(cmd.Process.Pid)
-		if err == nil {
-			_, err = hold.WriteString("\n")
-		}
-		if err != nil {
-			// Closing hold ends the waiting shell.
+	if err := settle(cmd.Process.Pid, cfg, nice, hold); err != nil {
+		// Closing hold ends a waiting shell.
+		if hold != nil {
 			hold.Close()
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			forgetChild(cmd)
-			stdin.Close()
-			fs.close()
-			outR.Close()
-			errR.Close()
-			return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
 		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		forgetChild(cmd)
+		stdin.Close()
+		fs.close()
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("agent: start %s: %w", cfg.Command[0], err)
 	}
 	started = true // a.Close closes the Group from here on
 	a := &Agent{cfg: cfg, cmd: cmd, fs: fs, out: outR, exited: make(chan struct{}), stderrDone: make(chan struct{})}

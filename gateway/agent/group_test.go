@@ -27,16 +27,23 @@ type fakeGroup struct {
 }
 
 func (g *fakeGroup) Place(pid int) error {
+	cmdline := cmdlineOf(pid)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.placedCmdline = cmdline
+	return g.placeErr
+}
+
+// cmdlineOf returns process pid's command line, its arguments joined by
+// spaces.
+func cmdlineOf(pid int) string {
 	// Read it until it is there: under load, a process just started may
 	// show an empty command line for a moment.
 	var b []byte
 	for deadline := time.Now().Add(2 * time.Second); len(b) == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		b, _ = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.placedCmdline = strings.ReplaceAll(string(b), "\x00", " ")
-	return g.placeErr
+	return strings.ReplaceAll(string(b), "\x00", " ")
 }
 
 func (g *fakeGroup) Kill() { g.mu.Lock(); g.killed++; g.mu.Unlock() }

@@ -216,6 +216,10 @@ type Options struct {
 	EgressHelper string
 	// Limits, when set, bounds each agent's whole process tree.
 	Limits *limits.Controller
+	// AgentNice is how much lower than the gateway's the CPU priority of
+	// each agent's process tree is (agent.Config.Nice): zero means
+	// agent.DefaultNice, less than zero none (the gateway's own).
+	AgentNice int
 	// Workspaces, when set, holds each user's directory: a session
 	// created with an empty cwd works in a new directory of its own
 	// there, USER_DIR/SESSION_ID. Without it an empty cwd is refused.
@@ -807,7 +811,8 @@ func (m *Manager) agentHome(user string) (string, error) {
 
 // confine puts the agent of cfg, which works in cfg.Dir (opened as
 // cfg.Workspace), in the Sandbox with the HOME that home returns, and
-// under the Limits in a group of that name, where they are set. On error,
+// under the Limits in a group of that name, where they are set, at
+// AgentNice's lower CPU priority. On error,
 // cfg.Closers are closed.
 func (m *Manager) confine(cfg agent.Config, home func() (string, error), group string) (_ agent.Config, err error) {
 	defer func() {
@@ -835,6 +840,10 @@ func (m *Manager) confine(cfg agent.Config, home func() (string, error), group s
 		if err != nil {
 			return cfg, err
 		}
+	}
+	cfg.Nice = m.opts.AgentNice
+	if cfg.Nice == 0 {
+		cfg.Nice = agent.DefaultNice
 	}
 	if m.opts.Limits != nil {
 		g, err := m.opts.Limits.New(group)
