@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -67,7 +66,10 @@ func (s *Store) replay() (seg, gen uint64, err error) {
 // session's record is read and written once, and its events and calls
 // are put together. An entry of a session deleted since (or of an
 // earlier incarnation of its id) is dropped, as are events the file
-// holds already.
+// holds already. So are the entries of a session the file holds
+// corrupt (its record unreadable, its logs missing, its seqs not
+// following): its reads fail already, and one such session must not
+// stop every other's from reaching the file, nor the file from opening.
 func (s *Store) applyEntries(tx *bolt.Tx, entries []*entry) error {
 	type staged struct {
 		r      *record // nil: the session is gone
@@ -81,12 +83,7 @@ func (s *Store) applyEntries(tx *bolt.Tx, entries []*entry) error {
 		st := sessions[e.id]
 		if st == nil {
 			st = &staged{}
-			r, err := getRecord(tx, e.id)
-			switch {
-			case errors.Is(err, statestore.ErrNotFound):
-			case err != nil:
-				return fmt.Errorf("session %s: %w", e.id, err)
-			default:
+			if r, err := getRecord(tx, e.id); err == nil && logsHeld(tx, e.id) {
 				st.r, st.last = r, r.LastSeq
 				order = append(order, st)
 			}
@@ -99,8 +96,9 @@ func (s *Store) applyEntries(tx *bolt.Tx, entries []*entry) error {
 		for len(events) > 0 && events[0].Seq() <= st.last {
 			events = events[1:]
 		}
-		if err := statestore.CheckSeqs(st.last, events); err != nil {
-			return corrupt(fmt.Sprint("write-ahead log entry ", e.gen), fmt.Errorf("%w (session %s)", err, e.id))
+		if statestore.CheckSeqs(st.last, events) != nil {
+			st.r = nil // the file and the log disagree: see above
+			continue
 		}
 		for _, ev := range events {
 			st.events = append(st.events, keyed{u64(ev.Seq()), ev.Proto()})
@@ -111,7 +109,7 @@ func (s *Store) applyEntries(tx *bolt.Tx, entries []*entry) error {
 		}
 	}
 	for _, st := range order {
-		if len(st.events) == 0 && len(st.calls) == 0 {
+		if st.r == nil || len(st.events) == 0 && len(st.calls) == 0 {
 			continue
 		}
 		if err := putCalls(tx, st.r, st.calls); err != nil {
@@ -127,6 +125,16 @@ func (s *Store) applyEntries(tx *bolt.Tx, entries []*entry) error {
 		}
 	}
 	return nil
+}
+
+// logsHeld reports whether the file holds session id's logs.
+func logsHeld(tx *bolt.Tx, id string) bool {
+	for _, name := range logBuckets {
+		if tx.Bucket(name).Bucket([]byte(id)) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // logged publishes a group of Appends the log made durable: reads find
@@ -154,8 +162,19 @@ func (s *Store) checkpoints() {
 			return
 		}
 		// A failure leaves the entries logged and read from memory; the
-		// next checkpoint tries again.
-		_ = s.checkpoint()
+		// next tick tries again (not each group the log writes meanwhile,
+		// which would start a segment for each).
+		if err := s.checkpoint(); err != nil {
+			select {
+			case <-t.C:
+			case <-s.stopCheckpoints:
+				return
+			}
+			select {
+			case <-s.full:
+			default:
+			}
+		}
 	}
 }
 

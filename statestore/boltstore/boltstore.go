@@ -892,15 +892,24 @@ func (s *Store) Append(_ context.Context, id string, events []*encoded.Event, ch
 	defer unlock()
 	pend := s.pend.of(id)
 	var (
-		e    *entry
-		slow bool
+		e            *entry
+		slow, behind bool // behind: the log holds some of the session's Appends
 	)
 	err := s.view("append to", id, func(tx *bolt.Tx) error {
 		r, err := s.readRecord(tx, id)
 		if err != nil {
 			return err
 		}
+		// A session whose logs are missing is refused now, as the file's
+		// write would refuse it, not found by a checkpoint after the
+		// Append was acknowledged.
+		for _, name := range logBuckets {
+			if _, err := logOf(tx, id, name); err != nil {
+				return err
+			}
+		}
 		logged := unapplied(tx, r, pend)
+		behind = len(logged) > 0
 		sess := withLogged(r, logged)
 		if err := statestore.CheckSeqs(sess.LastSeq, events); err != nil {
 			return fmt.Errorf("%w (session %s)", err, id)
@@ -928,14 +937,23 @@ func (s *Store) Append(_ context.Context, id string, events []*encoded.Event, ch
 		for _, c := range changed {
 			e.size += int64(len(c.Proto))
 		}
+		// A frame the log could not read back goes to the file instead.
+		slow = e.frameBound() > maxFrame
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	if slow {
-		if err := s.checkpoint(); err != nil {
-			return wrap("append to", id, err)
+		// The file's write must follow the session's logged Appends: when
+		// the log holds some, they are applied first. A session at its
+		// retention caps appends this way every time, with nothing logged
+		// after the first, so its writes share the file's commits with
+		// other writers' (DB.Batch) and do not each cost a checkpoint.
+		if behind {
+			if err := s.checkpoint(); err != nil {
+				return wrap("append to", id, err)
+			}
 		}
 		return s.appendNow(id, events, changed)
 	}

@@ -359,6 +359,7 @@ func openSegment(path string) (walFile, error) {
 	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		f.Close()
+		os.Remove(path) // so that the next try does not find it taken
 		return nil, err
 	}
 	return f, nil
@@ -484,23 +485,27 @@ func (w *wal) write(group []*walReq) {
 	if cap(buf) <= 2*maxGroupSize {
 		w.buf = buf
 	}
+	// The group's gens are spent whatever happens: were a refused frame
+	// to survive somewhere, no acknowledged one shares its gen.
+	w.gen = gen
 	if _, err := w.f.WriteAt(buf, w.off); err != nil {
 		// Nothing of the group was acknowledged: cut what was written,
-		// so that a later open does not find it.
-		if terr := w.f.Truncate(w.off); terr != nil {
+		// durably, so that a later open does not find it.
+		if terr := w.cutBack(); terr != nil {
 			w.broken = fmt.Errorf("the write-ahead log %s failed and could not be cut back (%w); restart the gateway", segmentPath(w.path, w.seg), terr)
 		}
 		fail(fmt.Errorf("write-ahead log: %w", err))
 		return
 	}
 	if err := w.f.Sync(); err != nil {
-		// After a failed sync, what the file holds is unknown.
+		// After a failed sync, what the file holds is unknown: the group
+		// is cut (if the file still takes that) and nothing more is taken.
+		_ = w.cutBack()
 		w.broken = fmt.Errorf("the write-ahead log %s failed to sync (%w); restart the gateway", segmentPath(w.path, w.seg), err)
 		fail(w.broken)
 		return
 	}
 	w.off += int64(len(buf))
-	w.gen = gen
 	entries := make([]*entry, len(group))
 	for i, r := range group {
 		entries[i] = r.e
@@ -509,6 +514,14 @@ func (w *wal) write(group []*walReq) {
 	for _, r := range group {
 		r.err <- nil
 	}
+}
+
+// cutBack cuts the segment back to what was acknowledged, durably.
+func (w *wal) cutBack() error {
+	if err := w.f.Truncate(w.off); err != nil {
+		return err
+	}
+	return w.f.Sync()
 }
 
 // nextSegment starts segment seg+1 when the current one holds anything.
@@ -523,10 +536,9 @@ func (w *wal) nextSegment() rotation {
 	if err != nil {
 		return rotation{err: fmt.Errorf("create write-ahead log segment: %w", err)}
 	}
-	if err := w.f.Close(); err != nil {
-		f.Close()
-		return rotation{err: fmt.Errorf("close write-ahead log segment: %w", err)}
-	}
+	// What the old segment holds was synced: a failure to close it loses
+	// nothing, and the log goes on in the new one.
+	_ = w.f.Close()
 	w.f, w.seg, w.off = f, w.seg+1, 0
 	return rotation{gen: w.gen, seg: w.seg}
 }

@@ -50,12 +50,6 @@ func TestContractCheckpointingOften(t *testing.T) {
 	})
 }
 
-func TestDurableReadFromTheLog(t *testing.T) {
-	storetest.RunDurable(t, func(t *testing.T, opts statestore.Options) statestore.Store {
-		return openLogged(t, opts, logOptions{every: time.Hour})
-	}, reopen)
-}
-
 // fileWrites is the number of writes bbolt made to the file.
 func fileWrites(s *Store) int64 {
 	st := s.db.Stats()
@@ -290,7 +284,7 @@ func sessionA(t *testing.T, path string) *Store {
 func TestTornWriteIsCut(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gateway.db")
 	seg, data := loggedSegment(t, path)
-	// Half of a sixth frame: the fifth's bytes again, cut.
+	// Half of a sixth frame: the first one's bytes again, cut.
 	_, size, err := readFrame(data)
 	if err != nil {
 		t.Fatal(err)
@@ -431,22 +425,27 @@ func TestFailedSyncStopsTheLog(t *testing.T) {
 	ctx := context.Background()
 	var seg atomic.Pointer[failingSegment]
 	s := openFailing(t, filepath.Join(t.TempDir(), "gateway.db"), &seg)
-	t.Cleanup(func() { s.Close() })
 	if err := s.CreateSession(ctx, &statestore.Session{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	storetest.AppendSized(t, s, "a", 1, 2)
 	seg.Load().failSync.Store(true)
-	for seq := uint64(3); seq <= 4; seq++ {
+	for try := range 2 {
 		err := s.Append(ctx, "a", storetest.Encode(t, storetest.SizedEvent(3)), nil)
 		if err == nil || !strings.Contains(err.Error(), "restart the gateway") {
-			t.Fatalf("Append %d after a failed sync returned %v", seq, err)
+			t.Fatalf("try %d of seq 3 after a failed sync returned %v", try+1, err)
 		}
 		seg.Load().failSync.Store(false) // a sync that works again is not trusted
 	}
 	if rec, err := s.GetSession(ctx, "a"); err != nil || rec.LastSeq != 2 {
 		t.Fatalf("after a failed sync: %+v, %v", rec, err)
 	}
+	// Restarted, as the error says: the refused Append was cut from the
+	// log, and is not applied.
+	path := s.path
+	abandon(t, s)
+	s = openAt(t, path, statestore.Options{})
+	storetest.CheckKept(t, s, "a", 0, 2, "after a failed sync and a restart")
 }
 
 // TestLoggedAppendsOfADeletedSessionStayDeleted: a session deleted, and
@@ -471,18 +470,21 @@ func TestLoggedAppendsOfADeletedSessionStayDeleted(t *testing.T) {
 	}
 	// Put the deleted incarnation's entries back, as a checkpoint that
 	// took them before the delete would find them.
-	s.logged([]*entry{{gen: 1, id: "a", order: 1, events: storetest.Encode(t, storetest.SizedEvent(1))}})
+	s.logged([]*entry{{gen: 100, id: "a", order: 1, events: storetest.Encode(t, storetest.SizedEvent(1))}})
 	storetest.CheckKept(t, s, "a", 0, 0, "created again")
 	if err := s.checkpoint(); err != nil {
 		t.Fatal(err)
 	}
 	storetest.CheckKept(t, s, "a", 0, 0, "created again, checkpointed")
 	storetest.AppendSized(t, s, "a", 1, 1)
-	if err := s.Close(); err != nil {
+	// The first incarnation's Appends in the log again, after the
+	// second's, and a crash: the next Open drops them.
+	if err := s.log.append(&entry{id: "a", order: 1, events: storetest.Encode(t, storetest.SizedEvent(2))}); err != nil {
 		t.Fatal(err)
 	}
+	abandon(t, s)
 	s = openAt(t, path, statestore.Options{})
-	storetest.CheckKept(t, s, "a", 0, 1, "created again, reopened")
+	storetest.CheckKept(t, s, "a", 0, 1, "created again, reopened after a crash")
 	calls, _, err := s.ToolCalls(ctx, "a")
 	if err != nil || len(calls) != 0 {
 		t.Fatalf("calls %v, %v", calls, err)
@@ -547,6 +549,11 @@ func FuzzReadFrame(f *testing.F) {
 		if again.gen != got.gen || again.id != got.id || again.order != got.order || len(again.events) != len(got.events) || len(again.calls) != len(got.calls) {
 			t.Fatalf("read back %+v, want %+v", again, got)
 		}
+		for i, e := range got.events {
+			if !bytes.Equal(again.events[i].Proto(), e.Proto()) {
+				t.Fatalf("event %d read back %x, want %x", i, again.events[i].Proto(), e.Proto())
+			}
+		}
 		for i, c := range got.calls {
 			if again.calls[i].ID != c.ID || !bytes.Equal(again.calls[i].Proto, c.Proto) {
 				t.Fatalf("call %d read back %q, want %q", i, again.calls[i].Proto, c.Proto)
@@ -589,4 +596,67 @@ func BenchmarkCheckpoint(b *testing.B) {
 		pages += fileWrites(s) - before
 	}
 	b.ReportMetric(float64(pages)/float64(events), "pages/event")
+}
+
+// TestCappedSessionDoesNotCheckpointEachAppend: a session at its retention
+// cap writes to the file at once (its trims), but only its first such
+// Append applies the log first: the others' Appends stay in the log.
+func TestCappedSessionDoesNotCheckpointEachAppend(t *testing.T) {
+	ctx := context.Background()
+	s := openLogged(t, statestore.Options{MaxEvents: 5}, logOptions{every: time.Hour})
+	for _, id := range []string{"capped", "other"} {
+		if err := s.CreateSession(ctx, &statestore.Session{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storetest.AppendSized(t, s, "capped", 1, 5)
+	storetest.AppendSized(t, s, "other", 1, 1)
+	storetest.AppendSized(t, s, "capped", 6, 6) // over the cap: the log is applied, then the file written
+	segs, err := segments(s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other session stays under the cap: its Appends are logged.
+	for seq := uint64(2); seq <= 5; seq++ {
+		storetest.AppendSized(t, s, "other", seq, seq)
+		storetest.AppendSized(t, s, "capped", 2*seq+3, 2*seq+4)
+	}
+	if now, err := segments(s.path); err != nil || len(now) != 1 || now[0] != segs[len(segs)-1] {
+		t.Fatalf("segments %v after the capped session's Appends, %v before: each applied the log", now, segs)
+	}
+	if len(s.pend.of("other")) != 4 {
+		t.Fatalf("the other session has %d Appends in the log, want 4", len(s.pend.of("other")))
+	}
+	storetest.CheckKept(t, s, "capped", 9, 14, "the capped session")
+	storetest.CheckKept(t, s, "other", 0, 5, "the other session")
+}
+
+// TestCorruptSessionDoesNotStopTheCheckpoint: a session whose record turns
+// unreadable while its Appends are in the log costs it those Appends, not
+// every other session's checkpoint, nor the file's next Open.
+func TestCorruptSessionDoesNotStopTheCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	s, err := openWith(path, statestore.Options{}, logOptions{every: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"bad", "good"} {
+		if err := s.CreateSession(ctx, &statestore.Session{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		storetest.AppendSized(t, s, id, 1, 3)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSessions).Put([]byte("bad"), []byte("{not json"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.checkpoint(); err != nil {
+		t.Fatalf("a corrupt session failed the checkpoint: %v", err)
+	}
+	storetest.AppendSized(t, s, "good", 4, 4)
+	abandon(t, s)
+	s = openAt(t, path, statestore.Options{})
+	storetest.CheckKept(t, s, "good", 0, 4, "beside a corrupt session")
 }
