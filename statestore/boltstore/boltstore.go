@@ -459,9 +459,9 @@ func wrap(op, id string, err error) error {
 // last time is not decoded again (its JSON was a tenth of the gateway's
 // CPU on bolt with many sessions, read by every Append).
 func (s *Store) readRecord(tx *bolt.Tx, id string) (*record, error) {
-	data := tx.Bucket(bucketSessions).Get([]byte(id))
-	if data == nil {
-		return nil, fmt.Errorf("%w: %s", statestore.ErrNotFound, id)
+	data, err := recordData(tx, id)
+	if err != nil {
+		return nil, err
 	}
 	s.recordsMu.Lock()
 	c, ok := s.records[id]
@@ -488,11 +488,21 @@ type decodedRecord struct {
 
 // getRecord reads the record of session id.
 func getRecord(tx *bolt.Tx, id string) (*record, error) {
+	data, err := recordData(tx, id)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRecord(id, data)
+}
+
+// recordData returns the stored bytes of session id's record (the file's
+// memory, valid in tx).
+func recordData(tx *bolt.Tx, id string) ([]byte, error) {
 	data := tx.Bucket(bucketSessions).Get([]byte(id))
 	if data == nil {
 		return nil, fmt.Errorf("%w: %s", statestore.ErrNotFound, id)
 	}
-	return decodeRecord(id, data)
+	return data, nil
 }
 
 func decodeRecord(id string, data []byte) (*record, error) {
@@ -903,10 +913,8 @@ func (s *Store) Append(_ context.Context, id string, events []*encoded.Event, ch
 		// A session whose logs are missing is refused now, as the file's
 		// write would refuse it, not found by a checkpoint after the
 		// Append was acknowledged.
-		for _, name := range logBuckets {
-			if _, err := logOf(tx, id, name); err != nil {
-				return err
-			}
+		if !logsHeld(tx, id) {
+			return corrupt("log", errors.New("its buckets are missing"))
 		}
 		logged := unapplied(tx, r, pend)
 		behind = len(logged) > 0

@@ -154,7 +154,7 @@ func TestAppendsWriteTheLogNotTheFile(t *testing.T) {
 // it left is gone.
 func TestCrashKeepsWhatWasAcknowledged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gateway.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAppendingProcess$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "BOLTSTORE_APPENDER="+path)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -222,24 +222,44 @@ func TestCrashKeepsWhatWasAcknowledged(t *testing.T) {
 	}
 }
 
-// TestAppendingProcess is the process TestCrashKeepsWhatWasAcknowledged
-// kills; it does nothing unless that test started it.
-func TestAppendingProcess(t *testing.T) {
-	path := os.Getenv("BOLTSTORE_APPENDER")
-	if path == "" {
+// TestMain runs the process TestCrashKeepsWhatWasAcknowledged kills, when
+// that test starts this binary for it, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("BOLTSTORE_APPENDER"); path != "" {
+		appendUntilKilled(path)
 		return
 	}
-	s := sessionA(t, path)
+	os.Exit(m.Run())
+}
+
+// appendUntilKilled appends to session a of the store at path, one event
+// at a time, saying each acknowledged, until the process is killed: the
+// first 100 reach the file, the rest stay in the log.
+func appendUntilKilled(path string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "appender:", err)
+		os.Exit(1)
+	}
+	s, err := openWith(path, statestore.Options{}, logOptions{every: time.Hour})
+	if err != nil {
+		fail(err)
+	}
 	ctx := context.Background()
+	if err := s.CreateSession(ctx, &statestore.Session{ID: "a"}); err != nil {
+		fail(err)
+	}
 	for seq := uint64(1); ; seq++ {
-		if err := s.Append(ctx, "a", storetest.Encode(t, storetest.Event(seq, fmt.Sprint("event ", seq))), nil); err != nil {
-			t.Fatal(err)
+		e, err := encoded.New(storetest.Event(seq, fmt.Sprint("event ", seq)))
+		if err != nil {
+			fail(err)
+		}
+		if err := s.Append(ctx, "a", []*encoded.Event{e}, nil); err != nil {
+			fail(err)
 		}
 		fmt.Println("acked", seq)
 		if seq == 100 {
-			// Some in the file, the rest in the log only.
 			if err := s.checkpoint(); err != nil {
-				t.Fatal(err)
+				fail(err)
 			}
 		}
 	}
